@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Quick start: install, build, save a demo checkpoint with torch, mount it
+# and show its tree.  The mount is left up at /tmp/ptfs-demo/mnt for you to
+# explore (unmount with: fusermount3 -u /tmp/ptfs-demo/mnt); pass --umount
+# to unmount at the end.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+contrib/setup.sh
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j "$(nproc)" >/dev/null
+demo=/tmp/ptfs-demo
+mkdir -p "$demo/mnt"
+mountpoint -q "$demo/mnt" && fusermount3 -u "$demo/mnt"
+/usr/bin/python3 - "$demo/model.pt" <<'PY'
+import sys, torch
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
+opt = torch.optim.Adam(model.parameters())
+model(torch.randn(5, 4)).sum().backward()
+opt.step()
+torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
+            "epoch": 3, "lr": 1e-3, "name": "demo"}, sys.argv[1])
+PY
+build/ptfs "$demo/model.pt" "$demo/mnt"
+echo "\$ ptfs $demo/model.pt $demo/mnt && find $demo/mnt"
+(cd "$demo/mnt" && find . | sort)
+echo "\$ cat model/0.weight.json"
+cat "$demo/mnt/model/0.weight.json"
+echo "\$ python3 -c 'numpy.fromfile(\"model/0.weight\", numpy.float32)'"
+/usr/bin/python3 -c "import numpy; print(numpy.fromfile('$demo/mnt/model/0.weight', numpy.float32).reshape(3, 4))"
+if [ "${1:-}" = "--umount" ]; then
+	fusermount3 -u "$demo/mnt"
+else
+	echo "mounted at $demo/mnt; unmount with: fusermount3 -u $demo/mnt"
+fi

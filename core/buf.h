@@ -1,0 +1,35 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * buf.h -- a growable byte buffer for generated text (JSON, listings).
+ *
+ * Appends never fail silently: on allocation failure the buffer remembers it
+ * (b->oom) and later appends do nothing; check it once at the end.
+ */
+#ifndef PTFS_CORE_BUF_H
+#define PTFS_CORE_BUF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct pt_buf {
+	char *p;                /* bytes, NUL-terminated when len > 0 */
+	size_t len;             /* bytes used */
+	size_t cap;             /* bytes allocated */
+	bool oom;               /* an append failed */
+};
+
+void pt_buf_init(struct pt_buf *b);
+void pt_buf_free(struct pt_buf *b);
+void pt_buf_add(struct pt_buf *b, const void *p, size_t n);
+void pt_buf_puts(struct pt_buf *b, const char *s);
+void pt_buf_putc(struct pt_buf *b, char c);
+void pt_buf_printf(struct pt_buf *b, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+/* Append @n bytes as the body of a JSON string (no quotes): escapes ", \,
+ * control characters; invalid UTF-8 bytes become \u00XX of the byte. */
+void pt_buf_json_str(struct pt_buf *b, const uint8_t *p, size_t n);
+/* Take the bytes (caller frees) and reset the buffer. */
+char *pt_buf_take(struct pt_buf *b, size_t *len);
+
+#endif /* PTFS_CORE_BUF_H */

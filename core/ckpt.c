@@ -1,0 +1,511 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ckpt.c -- open a checkpoint: detect its container from its bytes, hand it
+ * to that format's module, interpret the result and build the tree root.
+ */
+#include "ckpt_i.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Probed in order; the first that claims the file opens it. */
+static const struct pt_format *const pt_formats[] = {
+	&pt_fmt_zip,
+};
+
+void pt_ckpt_opts_default(struct pt_ckpt_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	pt_limits_default(&o->limits);
+}
+
+void *pt__own(struct pt_ckpt *ck, void *p)
+{
+	if (!p)
+		return NULL;
+	if (ck->n_owned == ck->cap_owned) {
+		size_t nc = ck->cap_owned ? ck->cap_owned * 2 : 256;
+		void **q = realloc(ck->owned, nc * sizeof(*q));
+		if (!q) {
+			free(p);
+			return NULL;
+		}
+		ck->owned = q;
+		ck->cap_owned = nc;
+	}
+	ck->owned[ck->n_owned++] = p;
+	return p;
+}
+
+void pt__warn(struct pt_ckpt *ck, const char *fmt, ...)
+{
+	char line[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	if (ck->warnings.p && strstr(ck->warnings.p, line))
+		return;
+	pt_buf_puts(&ck->warnings, line);
+	pt_buf_putc(&ck->warnings, '\n');
+}
+
+int pt__load_pickle(struct pt_ckpt *ck, uint8_t *buf, size_t len,
+		    const char *label, uint64_t file_off,
+		    struct pt_value **root, size_t *used, struct pt_error *err)
+{
+	struct pt_pickled *pd;
+	struct pt_pickle *pk = NULL;
+	size_t u = 0;
+	int rc;
+
+	if (ck->n_pickles == PT_MAX_PICKLES) {
+		free(buf);
+		return pt_fail(err, -EFBIG, "too many pickles");
+	}
+	pd = &ck->pickles[ck->n_pickles++];
+	pd->buf = buf;
+	pd->len = len;
+	pd->label = label;
+	pd->file_off = file_off;
+	if (len > ck->opts.limits.max_pickle_bytes)
+		return pt_fail(err, -EFBIG,
+			       "%s: %zu bytes exceeds the pickle limit of %" PRIu64,
+			       label, len, ck->opts.limits.max_pickle_bytes);
+	rc = pt_pickle_load(&pk, buf, len, &u, &ck->opts.limits, err);
+	if (rc) {
+		pt_error_prefix(err, "%s", label);
+		return rc;
+	}
+	pd->pk = pk;
+	*root = pt_pickle_root(pk);
+	if (used)
+		*used = u;
+	return 0;
+}
+
+/* Globals whose presence means a full unpickler would run code. */
+static const char *const dangerous_modules[] = {
+	"os", "posix", "nt", "subprocess", "sys", "builtins", "__builtin__",
+	"socket", "shutil", "runpy", "pty", "commands", "webbrowser",
+	"importlib", "pickle", "_pickle", "marshal", "ctypes", "code",
+	"pdb", "timeit", "bdb", "operator", "functools", "types", "platform",
+	"asyncio", "multiprocessing", "requests", "urllib", "http", "ssl",
+	"tempfile", "glob", "io", "codecs", "zipimport", "pip", "setuptools",
+	"distutils", "numpy.testing", "torch.hub", "torch.serialization",
+	"torch.jit", "torch._inductor", "torch.utils.cpp_extension",
+};
+
+static const char *const safe_builtins[] = {
+	"set", "frozenset", "bytearray", "bytes", "complex", "dict", "list",
+	"tuple", "slice", "object", "int", "float", "str", "bool", "range",
+};
+
+static bool global_is_dangerous(const char *m, const char *n)
+{
+	size_t i;
+
+	if (strcmp(m, "builtins") == 0 || strcmp(m, "__builtin__") == 0) {
+		for (i = 0; i < sizeof(safe_builtins) / sizeof(*safe_builtins); i++)
+			if (strcmp(n, safe_builtins[i]) == 0)
+				return false;
+		return true;
+	}
+	if (strcmp(m, "torch.serialization") == 0 && strcmp(n, "_get_layout") == 0)
+		return false;
+	if (strcmp(m, "torch.jit._pickle") == 0)
+		return false;
+	for (i = 0; i < sizeof(dangerous_modules) / sizeof(*dangerous_modules); i++) {
+		size_t k = strlen(dangerous_modules[i]);
+		if (strncmp(m, dangerous_modules[i], k) == 0 &&
+		    (m[k] == '\0' || m[k] == '.'))
+			return true;
+	}
+	if (strcmp(m, "torch") == 0 && strcmp(n, "load") == 0)
+		return true;
+	if (strcmp(m, "torch.storage") == 0 && strcmp(n, "_load_from_bytes") == 0)
+		return true;
+	return false;
+}
+
+/*
+ * Scan every value of every pickle we decoded for globals a full unpickler
+ * would import: a scanner's view, listed in `ptfs info` and the mount log.
+ * Values are visited through the classified graph of the root, plus any
+ * global reachable only from unreachable nodes is missed, which is why the
+ * pickle VM's own node list would be better; the graph from the root holds
+ * every REDUCE that the loader would run.
+ */
+static void scan_globals(struct pt_ckpt *ck, struct pt_value *root)
+{
+	struct pt_value **stack = NULL;
+	uint8_t *seen = NULL;
+	size_t n = 0, cap = 0;
+	uint32_t count = 0;
+	int i;
+
+	for (i = 0; i < ck->n_pickles; i++)
+		if (ck->pickles[i].pk && pt_pickle_count(ck->pickles[i].pk) > count)
+			count = pt_pickle_count(ck->pickles[i].pk);
+	seen = calloc((size_t)count / 8 + 1, 1);
+	if (!seen)
+		return;
+	stack = malloc(sizeof(*stack) * 64);
+	cap = 64;
+	if (!stack || !root)
+		goto out;
+	stack[n++] = root;
+	while (n > 0) {
+		struct pt_value *v = stack[--n];
+		struct pt_value *kids[5] = { 0 };
+		const struct pt_vseq *seqs[3] = { 0 };
+		size_t j, k;
+
+		if (v->id < count) {
+			if (seen[v->id / 8] & (1u << (v->id % 8)))
+				continue;
+			seen[v->id / 8] |= (uint8_t)(1u << (v->id % 8));
+		}
+		switch (v->kind) {
+		case PT_V_GLOBAL:
+			if (global_is_dangerous(v->u.global.module, v->u.global.name))
+				pt__warn(ck, "dangerous global %s.%s: a full unpickler (torch.load with weights_only=False) would import it",
+					 v->u.global.module, v->u.global.name);
+			break;
+		case PT_V_TUPLE: case PT_V_LIST: case PT_V_SET: case PT_V_FROZENSET:
+			seqs[0] = &v->u.seq;
+			break;
+		case PT_V_DICT:
+			seqs[0] = &v->u.dict.kv;
+			break;
+		case PT_V_CALL: case PT_V_OBJ:
+			kids[0] = v->u.call.callable;
+			kids[1] = v->u.call.args;
+			kids[2] = v->u.call.kwargs;
+			kids[3] = v->u.call.state;
+			seqs[0] = &v->u.call.items;
+			seqs[1] = &v->u.call.kv;
+			break;
+		case PT_V_PERSID:
+			kids[0] = v->u.pid;
+			break;
+		default:
+			break;
+		}
+		for (j = 0; j < 3; j++) {
+			if (!seqs[j])
+				continue;
+			for (k = 0; k < seqs[j]->n; k++) {
+				if (n == cap) {
+					struct pt_value **q = realloc(stack, cap * 2 * sizeof(*q));
+					if (!q)
+						goto out;
+					stack = q;
+					cap *= 2;
+				}
+				stack[n++] = seqs[j]->v[k];
+			}
+		}
+		for (j = 0; j < 5; j++) {
+			if (!kids[j])
+				continue;
+			if (n == cap) {
+				struct pt_value **q = realloc(stack, cap * 2 * sizeof(*q));
+				if (!q)
+					goto out;
+				stack = q;
+				cap *= 2;
+			}
+			stack[n++] = kids[j];
+		}
+	}
+out:
+	free(stack);
+	free(seen);
+}
+
+static char *make_stem(const char *path)
+{
+	const char *base = strrchr(path, '/');
+	const char *dot;
+	char *s;
+
+	base = base ? base + 1 : path;
+	dot = strrchr(base, '.');
+	if (!dot || dot == base)
+		dot = base + strlen(base);
+	s = strndup(base, (size_t)(dot - base));
+	return s;
+}
+
+static int ckpt_init(struct pt_ckpt **out, const char *path,
+		     const struct pt_ckpt_opts *opts, struct pt_error *err)
+{
+	struct pt_ckpt *ck = calloc(1, sizeof(*ck));
+
+	*out = NULL;
+	if (!ck)
+		return pt_fail(err, -ENOMEM, "out of memory");
+	ck->fd = -1;
+	ck->byteorder = '<';
+	if (opts)
+		ck->opts = *opts;
+	else
+		pt_ckpt_opts_default(&ck->opts);
+	pt_buf_init(&ck->warnings);
+	pt_buf_init(&ck->notes);
+	ck->path = strdup(path);
+	ck->stem = make_stem(path);
+	if (!ck->path || !ck->stem) {
+		pt_ckpt_close(ck);
+		return pt_fail(err, -ENOMEM, "out of memory");
+	}
+	*out = ck;
+	return 0;
+}
+
+static int ckpt_load(struct pt_ckpt *ck, struct pt_error *err)
+{
+	uint8_t head[512];
+	size_t n = ck->src.size < sizeof(head) ? (size_t)ck->src.size : sizeof(head);
+	size_t i;
+	int rc;
+
+	if (ck->src.size == 0)
+		return pt_fail(err, -EBADMSG, "empty file, not a checkpoint");
+	rc = pt_source_read(&ck->src, head, n, 0, err);
+	if (rc)
+		return rc;
+	for (i = 0; i < sizeof(pt_formats) / sizeof(pt_formats[0]); i++)
+		if (pt_formats[i]->probe(ck, head, n)) {
+			ck->fmt = pt_formats[i];
+			break;
+		}
+	if (!ck->fmt)
+		return pt_fail(err, -ENOTSUP,
+			       "not a PyTorch checkpoint (unrecognised format, first bytes %02x %02x %02x %02x)",
+			       head[0], n > 1 ? head[1] : 0, n > 2 ? head[2] : 0,
+			       n > 3 ? head[3] : 0);
+	rc = ck->fmt->open(ck, err);
+	if (rc)
+		return rc;
+	rc = pt__classify(ck, err);
+	if (rc)
+		return rc;
+	scan_globals(ck, ck->root);
+	return pt__tree_new(ck, err);
+}
+
+int pt_ckpt_open(struct pt_ckpt **out, const char *path,
+		 const struct pt_ckpt_opts *opts, struct pt_error *err)
+{
+	struct pt_ckpt *ck = NULL;
+	struct stat st;
+	int rc;
+
+	*out = NULL;
+	rc = ckpt_init(&ck, path, opts, err);
+	if (rc)
+		return rc;
+	ck->fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (ck->fd < 0) {
+		rc = pt_fail(err, -errno, "%s", strerror(errno));
+		goto out;
+	}
+	if (fstat(ck->fd, &st) != 0) {
+		rc = pt_fail(err, -errno, "%s", strerror(errno));
+		goto out;
+	}
+	if (S_ISDIR(st.st_mode)) {
+		rc = pt_fail(err, -EISDIR, "is a directory, not a checkpoint file");
+		goto out;
+	}
+	ck->mtime = st.st_mtim;
+	rc = pt_source_fd(&ck->src, ck->fd, ck->path, err);
+	if (rc)
+		goto out;
+	rc = ckpt_load(ck, err);
+	if (rc)
+		goto out;
+	*out = ck;
+	ck = NULL;
+out:
+	pt_ckpt_close(ck);
+	return rc;
+}
+
+int pt_ckpt_open_mem(struct pt_ckpt **out, const void *mem, size_t len,
+		     const char *name, const struct pt_ckpt_opts *opts,
+		     struct pt_error *err)
+{
+	struct pt_ckpt *ck = NULL;
+	int rc;
+
+	*out = NULL;
+	rc = ckpt_init(&ck, name, opts, err);
+	if (rc)
+		return rc;
+	pt_source_mem(&ck->src, mem, len, ck->path);
+	rc = ckpt_load(ck, err);
+	if (rc) {
+		pt_ckpt_close(ck);
+		return rc;
+	}
+	*out = ck;
+	return 0;
+}
+
+void pt_ckpt_close(struct pt_ckpt *ck)
+{
+	size_t i;
+	int k;
+
+	if (!ck)
+		return;
+	pt__tree_free(ck);
+	if (ck->fmt && ck->fmt->close)
+		ck->fmt->close(ck);
+	for (k = 0; k < ck->n_pickles; k++) {
+		pt_pickle_free(ck->pickles[k].pk);
+		free(ck->pickles[k].buf);
+	}
+	{
+		struct pt_storage *s, *tmp;
+		HASH_ITER(hh, ck->storages, s, tmp) {
+			HASH_DEL(ck->storages, s);
+		}
+	}
+	pt_zip_close(ck->zip);
+	for (i = 0; i < ck->n_owned; i++)
+		free(ck->owned[i]);
+	free(ck->owned);
+	pt_buf_free(&ck->warnings);
+	pt_buf_free(&ck->notes);
+	if (ck->fd >= 0)
+		close(ck->fd);
+	free(ck->path);
+	free(ck->stem);
+	free(ck);
+}
+
+const char *pt_ckpt_warnings(const struct pt_ckpt *ck)
+{
+	return ck->warnings.p ? ck->warnings.p : "";
+}
+
+const char *pt_ckpt_format(const struct pt_ckpt *ck)
+{
+	if (ck->kind_name)
+		return ck->kind_name;
+	return ck->fmt ? ck->fmt->name : "unknown";
+}
+
+int pt_ckpt_fd(const struct pt_ckpt *ck)
+{
+	return ck->fd;
+}
+
+struct timespec pt_ckpt_mtime(const struct pt_ckpt *ck)
+{
+	return ck->mtime;
+}
+
+static void human(struct pt_buf *out, uint64_t n)
+{
+	static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+	double v = (double)n;
+	int u = 0;
+
+	while (v >= 1024 && u < 4) {
+		v /= 1024;
+		u++;
+	}
+	if (u == 0)
+		pt_buf_printf(out, "%llu B", (unsigned long long)n);
+	else
+		pt_buf_printf(out, "%.1f %s", v, units[u]);
+}
+
+void pt_ckpt_info(struct pt_ckpt *ck, struct pt_buf *out)
+{
+	struct pt_storage *s, *tmp;
+	struct {
+		const char *name;
+		uint64_t count;
+		uint64_t bytes;
+	} dt[48];
+	size_t ndt = 0, i;
+	uint64_t sbytes = 0;
+
+	memset(dt, 0, sizeof(dt));
+	pt_buf_printf(out, "file: %s\n", ck->path);
+	pt_buf_printf(out, "format: %s\n", pt_ckpt_format(ck));
+	pt_buf_printf(out, "size: %llu bytes\n", (unsigned long long)ck->src.size);
+	if (ck->zip) {
+		const struct pt_zip_info *zi = pt_zip_info(ck->zip);
+		pt_buf_printf(out, "records: %llu\n", (unsigned long long)zi->n_entries);
+		pt_buf_printf(out, "archive prefix: %s\n", zi->prefix[0] ? zi->prefix : "(none)");
+	}
+	if (ck->version)
+		pt_buf_printf(out, "format version: %s\n", ck->version);
+	pt_buf_printf(out, "byte order: %s\n", ck->byteorder == '>' ? "big" : "little");
+	for (i = 0; i < (size_t)ck->n_pickles; i++)
+		if (ck->pickles[i].pk)
+			pt_buf_printf(out, "pickle %s: protocol %d, %zu bytes, %u values\n",
+				      ck->pickles[i].label,
+				      pt_pickle_protocol(ck->pickles[i].pk),
+				      ck->pickles[i].len,
+				      pt_pickle_count(ck->pickles[i].pk));
+	HASH_ITER(hh, ck->storages, s, tmp) {
+		const char *name = s->dtype ? s->dtype->name : "?";
+		sbytes += s->nbytes;
+		for (i = 0; i < ndt; i++)
+			if (strcmp(dt[i].name, name) == 0)
+				break;
+		if (i == ndt && ndt < 48)
+			dt[ndt++].name = name;
+		if (i < 48) {
+			dt[i].count++;
+			dt[i].bytes += s->nbytes;
+		}
+	}
+	pt_buf_printf(out, "storages: %llu (", (unsigned long long)HASH_COUNT(ck->storages));
+	human(out, sbytes);
+	pt_buf_puts(out, ")\n");
+	pt_buf_printf(out, "tensors: %llu (", (unsigned long long)ck->n_tensors);
+	human(out, ck->tensor_bytes);
+	pt_buf_puts(out, " of elements)\n");
+	if (ndt) {
+		pt_buf_puts(out, "dtypes:");
+		for (i = 0; i < ndt; i++) {
+			pt_buf_printf(out, "%s %s x%llu (", i ? "," : "", dt[i].name,
+				      (unsigned long long)dt[i].count);
+			human(out, dt[i].bytes);
+			pt_buf_putc(out, ')');
+		}
+		pt_buf_putc(out, '\n');
+	}
+	if (ck->notes.len)
+		pt_buf_add(out, ck->notes.p, ck->notes.len);
+	if (ck->warnings.len) {
+		const char *p = ck->warnings.p;
+		while (*p) {
+			const char *e = strchr(p, '\n');
+			size_t len = e ? (size_t)(e - p) : strlen(p);
+			pt_buf_puts(out, "warning: ");
+			pt_buf_add(out, p, len);
+			pt_buf_putc(out, '\n');
+			p += len + (e ? 1 : 0);
+		}
+	} else {
+		pt_buf_puts(out, "warnings: none\n");
+	}
+}

@@ -1,0 +1,143 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ckpt.h -- an opened checkpoint and the tree of LAYOUT.md over it.
+ *
+ * This is the API the front ends use (the FUSE daemon in fs/, the ls/cat/
+ * info subcommands).  pt_ckpt_open() detects the container from its bytes,
+ * runs the safe pickle decoder, interprets tensors and validates every
+ * tensor's byte range against its storage: after it returns, nothing about
+ * the file is trusted that has not been checked.
+ *
+ * The tree is built lazily: a node exists once it has been looked up or
+ * listed.  Nodes live until pt_ckpt_close(), so their addresses are stable
+ * identifiers (the FUSE front end uses them as inode numbers).  All
+ * functions here are thread-safe once pt_ckpt_open() has returned; node
+ * creation takes a short internal lock, reads of existing nodes and of file
+ * contents take none.
+ */
+#ifndef PTFS_CORE_CKPT_H
+#define PTFS_CORE_CKPT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "buf.h"
+#include "error.h"
+#include "pt_limits.h"
+
+struct pt_ckpt;
+struct pt_node;
+
+struct pt_ckpt_opts {
+	struct pt_limits limits;   /* caps; pt_ckpt_opts_default() fills them */
+	bool nested_dots;          /* show "a.b.c" keys as directories a/b/c */
+};
+
+void pt_ckpt_opts_default(struct pt_ckpt_opts *o);
+
+/*
+ * Open the checkpoint at @path.  On failure *@out is NULL and @err holds one
+ * line naming the problem (the caller adds the file name).  The file stays
+ * open (read-only) until pt_ckpt_close().
+ */
+int pt_ckpt_open(struct pt_ckpt **out, const char *path,
+		 const struct pt_ckpt_opts *opts, struct pt_error *err);
+
+/* Same over a memory buffer (tests and fuzzers); @mem is borrowed. */
+int pt_ckpt_open_mem(struct pt_ckpt **out, const void *mem, size_t len,
+		     const char *name, const struct pt_ckpt_opts *opts,
+		     struct pt_error *err);
+
+void pt_ckpt_close(struct pt_ckpt *ck);
+
+/* Human-readable summary (what `ptfs info` prints), appended to @out. */
+void pt_ckpt_info(struct pt_ckpt *ck, struct pt_buf *out);
+
+/* Warnings (dangerous globals, ...), one per line, or "" (borrowed). */
+const char *pt_ckpt_warnings(const struct pt_ckpt *ck);
+
+/* Container name: "torch.save zip", "legacy", ... (static string). */
+const char *pt_ckpt_format(const struct pt_ckpt *ck);
+
+/* File descriptor of the checkpoint (read-only), or -1 for memory. */
+int pt_ckpt_fd(const struct pt_ckpt *ck);
+
+/* Modification time of the checkpoint when it was opened. */
+struct timespec pt_ckpt_mtime(const struct pt_ckpt *ck);
+
+/* ---- the tree ---- */
+
+enum pt_ntype {
+	PT_NT_DIR,
+	PT_NT_FILE,
+	PT_NT_LINK,
+};
+
+/* What a node is, for stat() and for the front ends. */
+struct pt_nattr {
+	enum pt_ntype type;
+	uint64_t size;          /* st_size: bytes of the file, or of the link
+				 * target, or entries for a directory */
+	uint64_t id;            /* small unique number (st_ino) */
+	bool tensor;            /* a tensor or array file (has metadata) */
+	bool writable;          /* a tensor file that writes may change */
+};
+
+struct pt_node *pt_tree_root(struct pt_ckpt *ck);
+void pt_node_attr(const struct pt_node *n, struct pt_nattr *a);
+const char *pt_node_name(const struct pt_node *n);
+struct pt_node *pt_node_parent(const struct pt_node *n);
+
+/* The child of directory @dir named @name, creating it on first use;
+ * NULL (with errno-style *@rc = -ENOENT or -ENOTDIR, -ENOMEM) if none. */
+struct pt_node *pt_tree_lookup(struct pt_ckpt *ck, struct pt_node *dir,
+			       const char *name, int *rc);
+
+/* Number of entries of directory @dir (without "." and ".."). */
+size_t pt_tree_count(struct pt_ckpt *ck, struct pt_node *dir);
+
+/* Entry @i (0-based, listing order) of @dir, created on first use; NULL
+ * past the end or on allocation failure. */
+struct pt_node *pt_tree_child(struct pt_ckpt *ck, struct pt_node *dir,
+			      size_t i);
+
+/* Resolve a '/'-separated path from the root (no symlinks followed). */
+struct pt_node *pt_tree_path(struct pt_ckpt *ck, const char *path, int *rc);
+
+/*
+ * Read @n bytes at @off of file (or link target) @node into @buf.  Returns
+ * the bytes read (short only at the end of the file) or a negative errno
+ * (-EIO when the checkpoint cannot be read any more).
+ */
+ssize_t pt_node_read(struct pt_ckpt *ck, struct pt_node *node, void *buf,
+		     size_t n, uint64_t off, struct pt_error *err);
+
+/*
+ * When bytes [@off, @off + @n) of @node are one contiguous range of the
+ * checkpoint file, store its file offset in *@file_off and return true: the
+ * caller may then splice or pread the file directly (zero copy).
+ */
+bool pt_node_extent(const struct pt_node *node, uint64_t off, uint64_t n,
+		    uint64_t *file_off);
+
+/* The tensor metadata JSON of a tensor file (borrowed, NUL-terminated), or
+ * NULL for other nodes. */
+const char *pt_node_tensor_json(struct pt_ckpt *ck, struct pt_node *node);
+
+/* Extended attributes of a tensor file: fill @out with "name\0value\0"...
+ * pairs (user.ptfs.dtype, user.ptfs.shape, ...).  Returns the count. */
+int pt_node_xattrs(struct pt_ckpt *ck, struct pt_node *node,
+		   struct pt_buf *out);
+
+/* Short description for listings: "float32 [4096, 4096]" (empty if not a
+ * tensor); appended to @out. */
+void pt_node_describe(struct pt_ckpt *ck, struct pt_node *node,
+		      struct pt_buf *out);
+
+/* Write the whole tree with metadata as JSON (what /.ptfs/tree.json holds),
+ * bounded by @max_entries entries (a multiplying tree is cut there). */
+void pt_tree_json(struct pt_ckpt *ck, struct pt_buf *out, uint64_t max_entries);
+
+#endif /* PTFS_CORE_CKPT_H */

@@ -1,0 +1,23 @@
+/* SPDX-License-Identifier: MIT */
+/* limits.c -- default caps; see limits.h and README.md for why these. */
+#include "pt_limits.h"
+
+void pt_limits_default(struct pt_limits *l)
+{
+	/* torch never writes more than one record per storage plus a handful;
+	 * 16 Mi records is far beyond any real checkpoint. */
+	l->max_records = 1u << 24;
+	/* data.pkl of a 1e6-tensor state dict is ~100 MB; numpy arrays can
+	 * embed more, so allow 4 GiB but no more. */
+	l->max_pickle_bytes = 4ull << 30;
+	l->max_inflate_bytes = 4ull << 30;
+	/* a pickle op makes at most one node: 64 Mi nodes ~ 3 GiB worst case */
+	l->max_values = 1ull << 26;
+	l->max_memo = 1ull << 26;
+	l->max_memory = 2ull << 30;
+	/* Python's own unpickler recurses ~1000 deep; 10000 covers any real
+	 * nesting while keeping walks cheap. */
+	l->max_depth = 10000;
+	l->max_rank = 64;
+	l->max_dir_entries = 1ull << 24;
+}

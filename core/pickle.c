@@ -1,0 +1,2027 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pickle.c -- the safe pickle machine; see pickle.h.
+ *
+ * One pass over the opcodes (names and argument encodings from CPython's
+ * Lib/pickletools.py) with an explicit value stack, mark stack and memo.
+ * Nothing is imported or called: GLOBAL makes a name node, REDUCE and the
+ * NEWOBJ family make call nodes.  Semantics follow CPython's C unpickler
+ * (Modules/_pickle.c): items below the top MARK are out of reach (the
+ * "fence"), POP on an empty frame pops the mark, REDUCE/NEWOBJ need a real
+ * argument tuple.
+ *
+ * Every node, string copy and sequence lives in the arena of the struct
+ * pt_pickle.  The VM's scratch (stack, marks, memo) is malloc'd and freed
+ * when pt_pickle_load() returns; both count against max_memory.  Each opcode
+ * does work bounded by its own argument length or by the items it pops, each
+ * of which was pushed by an earlier opcode, so the run is linear in the
+ * input.
+ */
+#include "pickle.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "rd.h"
+
+/* ---- arena ------------------------------------------------------------ */
+
+#define PT_ARENA_BLOCK ((size_t)64 * 1024)
+#define PT_ARENA_ALIGN ((size_t)16)
+
+struct pt_arena_blk {
+	struct pt_arena_blk *next; /* older blocks */
+	size_t size;               /* usable bytes after the header */
+	size_t used;               /* bytes handed out */
+};
+
+#define PT_BLK_HDR \
+	((sizeof(struct pt_arena_blk) + PT_ARENA_ALIGN - 1) & \
+	 ~(PT_ARENA_ALIGN - 1))
+
+struct pt_pickle {
+	struct pt_arena_blk *blk; /* arena blocks, the one being filled first */
+	uint64_t mem;             /* bytes allocated (arena + VM scratch) */
+	uint64_t mem_max;         /* lim->max_memory at load time */
+	uint32_t count;           /* nodes created */
+	int proto;                /* highest PROTO seen */
+	struct pt_value *root;    /* what STOP returned */
+};
+
+/* Reserve @n bytes of the memory budget; false when over max_memory. */
+static bool pt_mem_take(struct pt_pickle *pk, uint64_t n)
+{
+	uint64_t sum;
+
+	if (!pt_add_u64(pk->mem, n, &sum) || sum > pk->mem_max)
+		return false;
+	pk->mem = sum;
+	return true;
+}
+
+/* 0, -ENOMEM, or -EFBIG (max_memory); *out is zeroed memory. */
+static int pt_arena_alloc(struct pt_pickle *pk, size_t n, void **out)
+{
+	struct pt_arena_blk *b = pk->blk;
+	size_t want, bsize;
+	uint8_t *p;
+
+	*out = NULL;
+	if (n == 0)
+		n = 1;
+	if (n > SIZE_MAX - PT_ARENA_ALIGN - PT_BLK_HDR - PT_ARENA_BLOCK)
+		return -EFBIG;
+	want = (n + PT_ARENA_ALIGN - 1) & ~(PT_ARENA_ALIGN - 1);
+	if (b && b->size - b->used >= want) {
+		p = (uint8_t *)b + PT_BLK_HDR + b->used;
+		b->used += want;
+		memset(p, 0, n);
+		*out = p;
+		return 0;
+	}
+	bsize = want > PT_ARENA_BLOCK / 4 ? want : PT_ARENA_BLOCK;
+	if (!pt_mem_take(pk, PT_BLK_HDR + bsize))
+		return -EFBIG;
+	b = malloc(PT_BLK_HDR + bsize);
+	if (!b) {
+		pk->mem -= PT_BLK_HDR + bsize;
+		return -ENOMEM;
+	}
+	b->size = bsize;
+	b->used = want;
+	if (bsize == want && pk->blk) {
+		/* a big one-off: keep filling the current block */
+		b->next = pk->blk->next;
+		pk->blk->next = b;
+	} else {
+		b->next = pk->blk;
+		pk->blk = b;
+	}
+	p = (uint8_t *)b + PT_BLK_HDR;
+	memset(p, 0, n);
+	*out = p;
+	return 0;
+}
+
+void *pt_pickle_alloc(struct pt_pickle *pk, size_t n)
+{
+	void *p;
+
+	if (!pk || pt_arena_alloc(pk, n, &p) != 0)
+		return NULL;
+	return p;
+}
+
+void pt_pickle_free(struct pt_pickle *pk)
+{
+	struct pt_arena_blk *b, *next;
+
+	if (!pk)
+		return;
+	for (b = pk->blk; b; b = next) {
+		next = b->next;
+		free(b);
+	}
+	free(pk);
+}
+
+struct pt_value *pt_pickle_root(const struct pt_pickle *pk)
+{
+	return pk ? pk->root : NULL;
+}
+
+uint32_t pt_pickle_count(const struct pt_pickle *pk)
+{
+	return pk ? pk->count : 0;
+}
+
+int pt_pickle_protocol(const struct pt_pickle *pk)
+{
+	return pk ? pk->proto : 0;
+}
+
+/* ---- opcode table ----------------------------------------------------- */
+
+enum pt_argk {
+	PT_A_NONE,
+	PT_A_U8,
+	PT_A_U16,
+	PT_A_U32,
+	PT_A_I32,
+	PT_A_U64,
+	PT_A_F8BE,  /* 8-byte big-endian double */
+	PT_A_LINE,  /* text up to '\n' */
+	PT_A_LINE2, /* two lines (GLOBAL, INST) */
+	PT_A_LEN1,  /* u8 length + bytes */
+	PT_A_LEN4,  /* u32 length + bytes */
+	PT_A_LEN4S, /* i32 length (negative is an error) + bytes */
+	PT_A_LEN8,  /* u64 length + bytes */
+};
+
+enum {
+	OP_MARK = '(',
+	OP_STOP = '.',
+	OP_POP = '0',
+	OP_POP_MARK = '1',
+	OP_DUP = '2',
+	OP_FLOAT = 'F',
+	OP_INT = 'I',
+	OP_BININT = 'J',
+	OP_BININT1 = 'K',
+	OP_LONG = 'L',
+	OP_BININT2 = 'M',
+	OP_NONE = 'N',
+	OP_PERSID = 'P',
+	OP_BINPERSID = 'Q',
+	OP_REDUCE = 'R',
+	OP_STRING = 'S',
+	OP_BINSTRING = 'T',
+	OP_SHORT_BINSTRING = 'U',
+	OP_UNICODE = 'V',
+	OP_BINUNICODE = 'X',
+	OP_APPEND = 'a',
+	OP_BUILD = 'b',
+	OP_GLOBAL = 'c',
+	OP_DICT = 'd',
+	OP_EMPTY_DICT = '}',
+	OP_APPENDS = 'e',
+	OP_GET = 'g',
+	OP_BINGET = 'h',
+	OP_INST = 'i',
+	OP_LONG_BINGET = 'j',
+	OP_LIST = 'l',
+	OP_EMPTY_LIST = ']',
+	OP_OBJ = 'o',
+	OP_PUT = 'p',
+	OP_BINPUT = 'q',
+	OP_LONG_BINPUT = 'r',
+	OP_SETITEM = 's',
+	OP_TUPLE = 't',
+	OP_EMPTY_TUPLE = ')',
+	OP_SETITEMS = 'u',
+	OP_BINFLOAT = 'G',
+	OP_BINBYTES = 'B',
+	OP_SHORT_BINBYTES = 'C',
+	OP_PROTO = 0x80,
+	OP_NEWOBJ = 0x81,
+	OP_EXT1 = 0x82,
+	OP_EXT2 = 0x83,
+	OP_EXT4 = 0x84,
+	OP_TUPLE1 = 0x85,
+	OP_TUPLE2 = 0x86,
+	OP_TUPLE3 = 0x87,
+	OP_NEWTRUE = 0x88,
+	OP_NEWFALSE = 0x89,
+	OP_LONG1 = 0x8a,
+	OP_LONG4 = 0x8b,
+	OP_SHORT_BINUNICODE = 0x8c,
+	OP_BINUNICODE8 = 0x8d,
+	OP_BINBYTES8 = 0x8e,
+	OP_EMPTY_SET = 0x8f,
+	OP_ADDITEMS = 0x90,
+	OP_FROZENSET = 0x91,
+	OP_NEWOBJ_EX = 0x92,
+	OP_STACK_GLOBAL = 0x93,
+	OP_MEMOIZE = 0x94,
+	OP_FRAME = 0x95,
+	OP_BYTEARRAY8 = 0x96,
+	OP_NEXT_BUFFER = 0x97,
+	OP_READONLY_BUFFER = 0x98,
+};
+
+struct pt_opinfo {
+	const char *name; /* pickletools name; NULL: not an opcode */
+	uint8_t arg;      /* enum pt_argk */
+};
+
+static const struct pt_opinfo pt_ops[256] = {
+	[OP_MARK] = { "MARK", PT_A_NONE },
+	[OP_STOP] = { "STOP", PT_A_NONE },
+	[OP_POP] = { "POP", PT_A_NONE },
+	[OP_POP_MARK] = { "POP_MARK", PT_A_NONE },
+	[OP_DUP] = { "DUP", PT_A_NONE },
+	[OP_FLOAT] = { "FLOAT", PT_A_LINE },
+	[OP_INT] = { "INT", PT_A_LINE },
+	[OP_BININT] = { "BININT", PT_A_I32 },
+	[OP_BININT1] = { "BININT1", PT_A_U8 },
+	[OP_LONG] = { "LONG", PT_A_LINE },
+	[OP_BININT2] = { "BININT2", PT_A_U16 },
+	[OP_NONE] = { "NONE", PT_A_NONE },
+	[OP_PERSID] = { "PERSID", PT_A_LINE },
+	[OP_BINPERSID] = { "BINPERSID", PT_A_NONE },
+	[OP_REDUCE] = { "REDUCE", PT_A_NONE },
+	[OP_STRING] = { "STRING", PT_A_LINE },
+	[OP_BINSTRING] = { "BINSTRING", PT_A_LEN4S },
+	[OP_SHORT_BINSTRING] = { "SHORT_BINSTRING", PT_A_LEN1 },
+	[OP_UNICODE] = { "UNICODE", PT_A_LINE },
+	[OP_BINUNICODE] = { "BINUNICODE", PT_A_LEN4 },
+	[OP_APPEND] = { "APPEND", PT_A_NONE },
+	[OP_BUILD] = { "BUILD", PT_A_NONE },
+	[OP_GLOBAL] = { "GLOBAL", PT_A_LINE2 },
+	[OP_DICT] = { "DICT", PT_A_NONE },
+	[OP_EMPTY_DICT] = { "EMPTY_DICT", PT_A_NONE },
+	[OP_APPENDS] = { "APPENDS", PT_A_NONE },
+	[OP_GET] = { "GET", PT_A_LINE },
+	[OP_BINGET] = { "BINGET", PT_A_U8 },
+	[OP_INST] = { "INST", PT_A_LINE2 },
+	[OP_LONG_BINGET] = { "LONG_BINGET", PT_A_U32 },
+	[OP_LIST] = { "LIST", PT_A_NONE },
+	[OP_EMPTY_LIST] = { "EMPTY_LIST", PT_A_NONE },
+	[OP_OBJ] = { "OBJ", PT_A_NONE },
+	[OP_PUT] = { "PUT", PT_A_LINE },
+	[OP_BINPUT] = { "BINPUT", PT_A_U8 },
+	[OP_LONG_BINPUT] = { "LONG_BINPUT", PT_A_U32 },
+	[OP_SETITEM] = { "SETITEM", PT_A_NONE },
+	[OP_TUPLE] = { "TUPLE", PT_A_NONE },
+	[OP_EMPTY_TUPLE] = { "EMPTY_TUPLE", PT_A_NONE },
+	[OP_SETITEMS] = { "SETITEMS", PT_A_NONE },
+	[OP_BINFLOAT] = { "BINFLOAT", PT_A_F8BE },
+	[OP_BINBYTES] = { "BINBYTES", PT_A_LEN4 },
+	[OP_SHORT_BINBYTES] = { "SHORT_BINBYTES", PT_A_LEN1 },
+	[OP_PROTO] = { "PROTO", PT_A_U8 },
+	[OP_NEWOBJ] = { "NEWOBJ", PT_A_NONE },
+	[OP_EXT1] = { "EXT1", PT_A_U8 },
+	[OP_EXT2] = { "EXT2", PT_A_U16 },
+	[OP_EXT4] = { "EXT4", PT_A_I32 },
+	[OP_TUPLE1] = { "TUPLE1", PT_A_NONE },
+	[OP_TUPLE2] = { "TUPLE2", PT_A_NONE },
+	[OP_TUPLE3] = { "TUPLE3", PT_A_NONE },
+	[OP_NEWTRUE] = { "NEWTRUE", PT_A_NONE },
+	[OP_NEWFALSE] = { "NEWFALSE", PT_A_NONE },
+	[OP_LONG1] = { "LONG1", PT_A_LEN1 },
+	[OP_LONG4] = { "LONG4", PT_A_LEN4S },
+	[OP_SHORT_BINUNICODE] = { "SHORT_BINUNICODE", PT_A_LEN1 },
+	[OP_BINUNICODE8] = { "BINUNICODE8", PT_A_LEN8 },
+	[OP_BINBYTES8] = { "BINBYTES8", PT_A_LEN8 },
+	[OP_EMPTY_SET] = { "EMPTY_SET", PT_A_NONE },
+	[OP_ADDITEMS] = { "ADDITEMS", PT_A_NONE },
+	[OP_FROZENSET] = { "FROZENSET", PT_A_NONE },
+	[OP_NEWOBJ_EX] = { "NEWOBJ_EX", PT_A_NONE },
+	[OP_STACK_GLOBAL] = { "STACK_GLOBAL", PT_A_NONE },
+	[OP_MEMOIZE] = { "MEMOIZE", PT_A_NONE },
+	[OP_FRAME] = { "FRAME", PT_A_U64 },
+	[OP_BYTEARRAY8] = { "BYTEARRAY8", PT_A_LEN8 },
+	[OP_NEXT_BUFFER] = { "NEXT_BUFFER", PT_A_NONE },
+	[OP_READONLY_BUFFER] = { "READONLY_BUFFER", PT_A_NONE },
+};
+
+/* A decoded opcode argument. */
+struct pt_arg {
+	uint64_t u;           /* unsigned integer, length, or raw BINFLOAT */
+	int64_t i;            /* BININT, EXT4 */
+	const uint8_t *p;     /* bytes, or the first line without '\n' */
+	size_t n;             /* bytes at p */
+	const uint8_t *p2;    /* second line (GLOBAL, INST) */
+	size_t n2;            /* bytes at p2 */
+	size_t off;           /* input offset of p */
+};
+
+static bool pt_read_line(struct pt_rd *rd, const uint8_t **p, size_t *n)
+{
+	const uint8_t *start = rd->p + rd->pos;
+	const uint8_t *nl;
+
+	if (pt_rd_left(rd) == 0)
+		return false;
+	nl = memchr(start, '\n', pt_rd_left(rd));
+	if (!nl)
+		return false;
+	*p = start;
+	*n = (size_t)(nl - start);
+	rd->pos += *n + 1;
+	return true;
+}
+
+/* Take @len bytes declared by the input, checked before anything else. */
+static bool pt_read_counted(struct pt_rd *rd, uint64_t len, struct pt_arg *a,
+			    char *why, size_t whylen)
+{
+	if (len > (uint64_t)pt_rd_left(rd)) {
+		snprintf(why, whylen,
+			 "length %llu past end of input (%zu bytes left)",
+			 (unsigned long long)len, pt_rd_left(rd));
+		return false;
+	}
+	a->u = len;
+	a->off = rd->pos;
+	a->n = (size_t)len;
+	a->p = pt_rd_take(rd, a->n);
+	return true;
+}
+
+/* Decode the argument of an opcode of kind @k; false with @why on error. */
+static bool pt_read_arg(struct pt_rd *rd, uint8_t k, struct pt_arg *a,
+			char *why, size_t whylen)
+{
+	const uint8_t *q = NULL;
+	uint8_t b = 0;
+	uint16_t h = 0;
+	uint32_t w = 0;
+	uint64_t d = 0;
+	size_t i;
+
+	memset(a, 0, sizeof(*a));
+	switch (k) {
+	case PT_A_NONE:
+		return true;
+	case PT_A_U8:
+	case PT_A_LEN1:
+		if (!pt_rd_u8(rd, &b))
+			break;
+		if (k == PT_A_LEN1)
+			return pt_read_counted(rd, b, a, why, whylen);
+		a->u = b;
+		return true;
+	case PT_A_U16:
+		if (!pt_rd_u16(rd, &h))
+			break;
+		a->u = h;
+		return true;
+	case PT_A_U32:
+	case PT_A_I32:
+	case PT_A_LEN4:
+	case PT_A_LEN4S:
+		if (!pt_rd_u32(rd, &w))
+			break;
+		a->u = w;
+		a->i = (int32_t)w;
+		if (k == PT_A_LEN4)
+			return pt_read_counted(rd, w, a, why, whylen);
+		if (k != PT_A_LEN4S)
+			return true;
+		if (a->i < 0) {
+			snprintf(why, whylen, "negative length %lld",
+				 (long long)a->i);
+			return false;
+		}
+		return pt_read_counted(rd, w, a, why, whylen);
+	case PT_A_U64:
+	case PT_A_LEN8:
+		if (!pt_rd_u64(rd, &d))
+			break;
+		if (k == PT_A_LEN8)
+			return pt_read_counted(rd, d, a, why, whylen);
+		a->u = d;
+		return true;
+	case PT_A_F8BE:
+		q = pt_rd_take(rd, 8);
+		if (!q)
+			break;
+		for (i = 0; i < 8; i++)
+			a->u = a->u << 8 | q[i];
+		return true;
+	case PT_A_LINE:
+	case PT_A_LINE2:
+		a->off = rd->pos;
+		if (!pt_read_line(rd, &a->p, &a->n))
+			goto noline;
+		if (k == PT_A_LINE2 && !pt_read_line(rd, &a->p2, &a->n2))
+			goto noline;
+		return true;
+	default:
+		break;
+	}
+	snprintf(why, whylen, "truncated argument (%zu bytes left)",
+		 pt_rd_left(rd));
+	return false;
+noline:
+	snprintf(why, whylen, "argument line without newline");
+	return false;
+}
+
+/* ---- small helpers ---------------------------------------------------- */
+
+/* Strict UTF-8 (no overlongs, surrogates or values past U+10FFFF). */
+static bool pt_utf8_valid(const uint8_t *p, size_t n)
+{
+	size_t i = 0, k, j;
+	uint32_t c;
+
+	while (i < n) {
+		if (p[i] < 0x80) {
+			i++;
+			continue;
+		}
+		if (p[i] >= 0xc2 && p[i] <= 0xdf)
+			k = 2;
+		else if (p[i] >= 0xe0 && p[i] <= 0xef)
+			k = 3;
+		else if (p[i] >= 0xf0 && p[i] <= 0xf4)
+			k = 4;
+		else
+			return false;
+		if (n - i < k)
+			return false;
+		c = p[i] & (0x7fu >> k);
+		for (j = 1; j < k; j++) {
+			if ((p[i + j] & 0xc0) != 0x80)
+				return false;
+			c = c << 6 | (p[i + j] & 0x3fu);
+		}
+		if (k == 3 && (c < 0x800 || (c >= 0xd800 && c <= 0xdfff)))
+			return false;
+		if (k == 4 && (c < 0x10000 || c > 0x10ffff))
+			return false;
+		i += k;
+	}
+	return true;
+}
+
+static int pt_hexval(uint8_t c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+/* Encode code point @c (surrogates allowed, "surrogatepass") at @o. */
+static size_t pt_utf8_put(uint8_t *o, uint32_t c)
+{
+	if (c < 0x80) {
+		o[0] = (uint8_t)c;
+		return 1;
+	}
+	if (c < 0x800) {
+		o[0] = (uint8_t)(0xc0 | c >> 6);
+		o[1] = (uint8_t)(0x80 | (c & 0x3f));
+		return 2;
+	}
+	if (c < 0x10000) {
+		o[0] = (uint8_t)(0xe0 | c >> 12);
+		o[1] = (uint8_t)(0x80 | ((c >> 6) & 0x3f));
+		o[2] = (uint8_t)(0x80 | (c & 0x3f));
+		return 3;
+	}
+	o[0] = (uint8_t)(0xf0 | c >> 18);
+	o[1] = (uint8_t)(0x80 | ((c >> 12) & 0x3f));
+	o[2] = (uint8_t)(0x80 | ((c >> 6) & 0x3f));
+	o[3] = (uint8_t)(0x80 | (c & 0x3f));
+	return 4;
+}
+
+static bool pt_is_space(uint8_t c)
+{
+	return c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v';
+}
+
+static const char *pt_kind_name(uint8_t k)
+{
+	static const char *const names[] = {
+		[PT_V_NONE] = "None",         [PT_V_BOOL] = "bool",
+		[PT_V_INT] = "int",           [PT_V_BIGINT] = "int",
+		[PT_V_FLOAT] = "float",       [PT_V_STR] = "str",
+		[PT_V_BYTES] = "bytes",       [PT_V_BYTEARRAY] = "bytearray",
+		[PT_V_TUPLE] = "tuple",       [PT_V_LIST] = "list",
+		[PT_V_DICT] = "dict",         [PT_V_SET] = "set",
+		[PT_V_FROZENSET] = "frozenset", [PT_V_GLOBAL] = "global",
+		[PT_V_CALL] = "call result",  [PT_V_OBJ] = "object",
+		[PT_V_PERSID] = "persistent id",
+	};
+
+	if (k < sizeof(names) / sizeof(names[0]) && names[k])
+		return names[k];
+	return "?";
+}
+
+/* ---- the machine ------------------------------------------------------ */
+
+#define PT_MEMO_PAGE 256u /* memo entries per page (two-level table) */
+
+struct pt_vm {
+	struct pt_pickle *pk;       /* the result being built */
+	const struct pt_limits *lim;
+	struct pt_error *err;
+	struct pt_rd rd;            /* the input */
+	size_t off;                 /* offset of the current opcode */
+	uint8_t op;                 /* the current opcode */
+	bool stopped;               /* STOP seen */
+	struct pt_value **stack;    /* value stack (malloc) */
+	size_t sn;                  /* values on it */
+	size_t scap;                /* allocated */
+	size_t *marks;              /* stack heights at each MARK (malloc) */
+	size_t mn;                  /* marks */
+	size_t mcap;                /* allocated */
+	struct pt_value ***memo;    /* pages of PT_MEMO_PAGE entries */
+	size_t memo_dir;            /* pages in the directory */
+	uint64_t memo_n;            /* entries set (MEMOIZE's next index) */
+	uint64_t scratch;           /* bytes of scratch counted in pk->mem */
+};
+
+static int pt_vm_fail(struct pt_vm *vm, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static int pt_vm_fail(struct pt_vm *vm, int code, const char *fmt, ...)
+{
+	char msg[320];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	return pt_fail(vm->err, code, "pickle: %s at offset %zu: %s",
+		       pt_ops[vm->op].name ? pt_ops[vm->op].name : "?",
+		       vm->off, msg);
+}
+
+static int pt_vm_nomem(struct pt_vm *vm, int rc)
+{
+	if (rc == -EFBIG)
+		return pt_vm_fail(vm, rc, "memory limit of %llu bytes reached",
+				  (unsigned long long)vm->pk->mem_max);
+	return pt_vm_fail(vm, -ENOMEM, "out of memory");
+}
+
+static int pt_vm_alloc(struct pt_vm *vm, size_t n, void **out)
+{
+	int rc = pt_arena_alloc(vm->pk, n, out);
+
+	return rc ? pt_vm_nomem(vm, rc) : 0;
+}
+
+/* Grow a malloc'd scratch array to hold @need elements of @elem bytes. */
+static int pt_vm_grow(struct pt_vm *vm, void **arr, size_t *cap, size_t elem,
+		      size_t need)
+{
+	size_t ncap = *cap ? *cap : 64;
+	uint64_t delta;
+	void *p;
+
+	if (need <= *cap)
+		return 0;
+	while (ncap < need) {
+		if (ncap > SIZE_MAX / 2 / elem)
+			return pt_vm_nomem(vm, -EFBIG);
+		ncap *= 2;
+	}
+	delta = (uint64_t)(ncap - *cap) * elem;
+	if (!pt_mem_take(vm->pk, delta))
+		return pt_vm_nomem(vm, -EFBIG);
+	p = realloc(*arr, ncap * elem);
+	if (!p) {
+		vm->pk->mem -= delta;
+		return pt_vm_nomem(vm, -ENOMEM);
+	}
+	vm->scratch += delta;
+	*arr = p;
+	*cap = ncap;
+	return 0;
+}
+
+static void pt_vm_free_scratch(struct pt_vm *vm)
+{
+	size_t i;
+
+	for (i = 0; i < vm->memo_dir; i++)
+		free(vm->memo[i]);
+	free(vm->memo);
+	free(vm->stack);
+	free(vm->marks);
+	vm->memo = NULL;
+	vm->stack = NULL;
+	vm->marks = NULL;
+	vm->pk->mem -= vm->scratch;
+	vm->scratch = 0;
+}
+
+static int pt_new(struct pt_vm *vm, uint8_t kind, struct pt_value **out)
+{
+	struct pt_value *v;
+	uint64_t maxv = vm->lim->max_values;
+	int rc;
+
+	*out = NULL;
+	if (maxv > UINT32_MAX)
+		maxv = UINT32_MAX;
+	if (vm->pk->count >= maxv)
+		return pt_vm_fail(vm, -EFBIG, "value limit of %llu reached",
+				  (unsigned long long)maxv);
+	rc = pt_vm_alloc(vm, sizeof(*v), (void **)&v);
+	if (rc)
+		return rc;
+	v->kind = kind;
+	v->id = vm->pk->count++;
+	*out = v;
+	return 0;
+}
+
+static size_t pt_fence(const struct pt_vm *vm)
+{
+	return vm->mn ? vm->marks[vm->mn - 1] : 0;
+}
+
+/*
+ * The stack is capped by max_values, not max_depth: CPython writes a tuple
+ * of N items as MARK + N items + TUPLE, so a legitimate stack can be as
+ * tall as the largest tuple.  Its bytes count against max_memory.
+ */
+static int pt_push(struct pt_vm *vm, struct pt_value *v)
+{
+	int rc;
+
+	if (vm->sn >= vm->lim->max_values)
+		return pt_vm_fail(vm, -EFBIG, "stack deeper than %llu",
+				  (unsigned long long)vm->lim->max_values);
+	rc = pt_vm_grow(vm, (void **)&vm->stack, &vm->scap,
+			sizeof(*vm->stack), vm->sn + 1);
+	if (rc)
+		return rc;
+	vm->stack[vm->sn++] = v;
+	return 0;
+}
+
+static int pt_underflow(struct pt_vm *vm)
+{
+	return pt_vm_fail(vm, -EBADMSG, "stack underflow");
+}
+
+static int pt_pop(struct pt_vm *vm, struct pt_value **out)
+{
+	if (vm->sn <= pt_fence(vm))
+		return pt_underflow(vm);
+	*out = vm->stack[--vm->sn];
+	return 0;
+}
+
+static int pt_top(struct pt_vm *vm, struct pt_value **out)
+{
+	if (vm->sn <= pt_fence(vm))
+		return pt_underflow(vm);
+	*out = vm->stack[vm->sn - 1];
+	return 0;
+}
+
+/* Pop the top mark; *@k is where its items start (stack[k..sn)). */
+static int pt_pop_mark(struct pt_vm *vm, size_t *k)
+{
+	if (vm->mn == 0)
+		return pt_vm_fail(vm, -EBADMSG, "no MARK on the stack");
+	*k = vm->marks[--vm->mn];
+	return 0;
+}
+
+/* A sequence with exactly the @n values at @v. */
+static int pt_seq_set(struct pt_vm *vm, struct pt_vseq *s,
+		      struct pt_value *const *v, size_t n)
+{
+	void *p;
+	int rc;
+
+	if (n == 0)
+		return 0;
+	if (n > SIZE_MAX / sizeof(*s->v))
+		return pt_vm_nomem(vm, -EFBIG);
+	rc = pt_vm_alloc(vm, n * sizeof(*s->v), &p);
+	if (rc)
+		return rc;
+	s->v = p;
+	memcpy(s->v, v, n * sizeof(*s->v));
+	s->n = n;
+	s->cap = n;
+	return 0;
+}
+
+/* Append @n values; growth doubles, the old array stays in the arena. */
+static int pt_seq_add(struct pt_vm *vm, struct pt_vseq *s,
+		      struct pt_value *const *v, size_t n)
+{
+	size_t need, cap;
+	void *p;
+	int rc;
+
+	if (n > s->cap - s->n) {
+		if (__builtin_add_overflow(s->n, n, &need))
+			return pt_vm_nomem(vm, -EFBIG);
+		cap = s->cap ? s->cap : 4;
+		while (cap < need) {
+			if (cap > SIZE_MAX / 2 / sizeof(*s->v))
+				return pt_vm_nomem(vm, -EFBIG);
+			cap *= 2;
+		}
+		rc = pt_vm_alloc(vm, cap * sizeof(*s->v), &p);
+		if (rc)
+			return rc;
+		if (s->n)
+			memcpy(p, s->v, s->n * sizeof(*s->v));
+		s->v = p;
+		s->cap = cap;
+	}
+	if (n)
+		memcpy(s->v + s->n, v, n * sizeof(*s->v));
+	s->n += n;
+	return 0;
+}
+
+/* ---- memo ------------------------------------------------------------- */
+
+static int pt_memo_put(struct pt_vm *vm, uint64_t idx, struct pt_value *v)
+{
+	size_t page, old;
+	struct pt_value **pg;
+	int rc;
+
+	if (idx >= vm->lim->max_memo)
+		return pt_vm_fail(vm, -EFBIG,
+				  "memo index %llu past the limit of %llu",
+				  (unsigned long long)idx,
+				  (unsigned long long)vm->lim->max_memo);
+	if (idx / PT_MEMO_PAGE >= SIZE_MAX / sizeof(*vm->memo))
+		return pt_vm_nomem(vm, -EFBIG);
+	page = (size_t)(idx / PT_MEMO_PAGE);
+	if (page >= vm->memo_dir) {
+		old = vm->memo_dir;
+		rc = pt_vm_grow(vm, (void **)&vm->memo, &vm->memo_dir,
+				sizeof(*vm->memo), page + 1);
+		if (rc)
+			return rc;
+		memset(vm->memo + old, 0,
+		       (vm->memo_dir - old) * sizeof(*vm->memo));
+	}
+	pg = vm->memo[page];
+	if (!pg) {
+		if (!pt_mem_take(vm->pk, PT_MEMO_PAGE * sizeof(*pg)))
+			return pt_vm_nomem(vm, -EFBIG);
+		pg = calloc(PT_MEMO_PAGE, sizeof(*pg));
+		if (!pg) {
+			vm->pk->mem -= PT_MEMO_PAGE * sizeof(*pg);
+			return pt_vm_nomem(vm, -ENOMEM);
+		}
+		vm->scratch += PT_MEMO_PAGE * sizeof(*pg);
+		vm->memo[page] = pg;
+	}
+	if (!pg[idx % PT_MEMO_PAGE])
+		vm->memo_n++;
+	pg[idx % PT_MEMO_PAGE] = v;
+	return 0;
+}
+
+static int pt_memo_get(struct pt_vm *vm, uint64_t idx, struct pt_value **out)
+{
+	uint64_t page = idx / PT_MEMO_PAGE;
+	struct pt_value *v = NULL;
+
+	if (page < vm->memo_dir && vm->memo[page])
+		v = vm->memo[page][idx % PT_MEMO_PAGE];
+	if (!v)
+		return pt_vm_fail(vm, -EBADMSG, "memo index %llu not set",
+				  (unsigned long long)idx);
+	*out = v;
+	return 0;
+}
+
+/* Decimal index of GET/PUT. */
+static int pt_line_index(struct pt_vm *vm, const struct pt_arg *a,
+			 uint64_t *out)
+{
+	uint64_t v = 0;
+	size_t i = 0, n = a->n;
+
+	while (n > 0 && pt_is_space(a->p[n - 1]))
+		n--;
+	while (i < n && pt_is_space(a->p[i]))
+		i++;
+	if (i == n)
+		return pt_vm_fail(vm, -EBADMSG, "empty memo index");
+	for (; i < n; i++) {
+		if (a->p[i] < '0' || a->p[i] > '9' ||
+		    !pt_mul_u64(v, 10, &v) ||
+		    !pt_add_u64(v, (uint64_t)(a->p[i] - '0'), &v))
+			return pt_vm_fail(vm, -EBADMSG, "bad memo index");
+	}
+	*out = v;
+	return 0;
+}
+
+static int pt_op_memo(struct pt_vm *vm, const struct pt_arg *a)
+{
+	struct pt_value *v;
+	uint64_t idx = a->u;
+	int rc;
+
+	if (vm->op == OP_GET || vm->op == OP_PUT) {
+		rc = pt_line_index(vm, a, &idx);
+		if (rc)
+			return rc;
+	}
+	switch (vm->op) {
+	case OP_GET:
+	case OP_BINGET:
+	case OP_LONG_BINGET:
+		rc = pt_memo_get(vm, idx, &v);
+		return rc ? rc : pt_push(vm, v);
+	case OP_MEMOIZE:
+		idx = vm->memo_n;
+		/* fall through */
+	default:
+		rc = pt_top(vm, &v);
+		return rc ? rc : pt_memo_put(vm, idx, v);
+	}
+}
+
+/* ---- scalars ---------------------------------------------------------- */
+
+/* Push an int node. */
+static int pt_push_int(struct pt_vm *vm, int64_t i)
+{
+	struct pt_value *v;
+	int rc = pt_new(vm, PT_V_INT, &v);
+
+	if (rc)
+		return rc;
+	v->u.i = i;
+	return pt_push(vm, v);
+}
+
+static int pt_push_bool(struct pt_vm *vm, bool b)
+{
+	struct pt_value *v;
+	int rc = pt_new(vm, PT_V_BOOL, &v);
+
+	if (rc)
+		return rc;
+	v->u.b = b;
+	return pt_push(vm, v);
+}
+
+/* Push a str/bytes node over @n bytes at @p (@off: input offset, or
+ * UINT64_MAX when @p is in the arena). */
+static int pt_push_bytes(struct pt_vm *vm, uint8_t kind, uint8_t flags,
+			 const uint8_t *p, size_t n, uint64_t off)
+{
+	struct pt_value *v;
+	int rc = pt_new(vm, kind, &v);
+
+	if (rc)
+		return rc;
+	v->flags = flags;
+	v->u.s.p = p;
+	v->u.s.len = n;
+	v->u.s.in_off = off;
+	if (kind == PT_V_STR && !pt_utf8_valid(p, n))
+		v->flags |= PT_VF_INVALID_UTF8;
+	return pt_push(vm, v);
+}
+
+/* Is the @n-byte two's complement little-endian integer in int64 range? */
+static bool pt_le_fits_i64(const uint8_t *p, size_t n, int64_t *out)
+{
+	uint64_t u = 0;
+	uint8_t fill;
+	size_t i;
+
+	if (n == 0) {
+		*out = 0;
+		return true;
+	}
+	fill = (p[n - 1] & 0x80) ? 0xff : 0x00;
+	for (i = 8; i < n; i++)
+		if (p[i] != fill)
+			return false;
+	if (n > 8 && ((p[7] & 0x80) ? 0xff : 0x00) != fill)
+		return false;
+	for (i = 0; i < 8; i++)
+		u |= (uint64_t)(i < n ? p[i] : fill) << (8 * i);
+	memcpy(out, &u, sizeof(u));
+	return true;
+}
+
+#define PT_MAX_DIGITS 4300 /* CPython's int() digit limit */
+
+/*
+ * Decimal text (sign, digits) to a node: int when it fits, else a bigint of
+ * minimal two's complement little-endian bytes.  Digits are capped like
+ * CPython's int(), so the limb arithmetic stays bounded per byte of input.
+ */
+static int pt_push_decimal(struct pt_vm *vm, const uint8_t *p, size_t n)
+{
+	uint32_t limb[PT_MAX_DIGITS / 9 + 2];
+	size_t nl = 0, i, j, len;
+	uint64_t mag = 0, carry;
+	bool neg = false, small = true;
+	struct pt_value *v;
+	uint8_t *o;
+	int rc;
+
+	if (n > 0 && (p[0] == '-' || p[0] == '+')) {
+		neg = p[0] == '-';
+		p++;
+		n--;
+	}
+	if (n == 0)
+		return pt_vm_fail(vm, -EBADMSG, "invalid integer literal");
+	if (n > PT_MAX_DIGITS)
+		return pt_vm_fail(vm, -EFBIG, "integer of more than %d digits",
+				  PT_MAX_DIGITS);
+	for (i = 0; i < n; i++) {
+		if (p[i] < '0' || p[i] > '9')
+			return pt_vm_fail(vm, -EBADMSG,
+					  "invalid integer literal");
+		if (small && (!pt_mul_u64(mag, 10, &mag) ||
+			      !pt_add_u64(mag, (uint64_t)(p[i] - '0'), &mag)))
+			small = false;
+	}
+	if (small && mag <= (uint64_t)INT64_MAX)
+		return pt_push_int(vm, neg ? -(int64_t)mag : (int64_t)mag);
+	if (small && neg && mag == (uint64_t)INT64_MAX + 1)
+		return pt_push_int(vm, INT64_MIN);
+	/* limbs of 32 bits, fed 9 digits (one base-10^9 chunk) at a time */
+	for (i = 0; i < n;) {
+		uint32_t chunk = 0, mul = 1;
+
+		for (j = 0; j < 9 && i < n; j++, i++) {
+			chunk = chunk * 10 + (uint32_t)(p[i] - '0');
+			mul *= 10;
+		}
+		carry = chunk;
+		for (j = 0; j < nl; j++) {
+			carry += (uint64_t)limb[j] * mul;
+			limb[j] = (uint32_t)carry;
+			carry >>= 32;
+		}
+		if (carry)
+			limb[nl++] = (uint32_t)carry;
+	}
+	rc = pt_new(vm, PT_V_BIGINT, &v);
+	if (!rc)
+		rc = pt_vm_alloc(vm, nl * 4 + 1, (void **)&o);
+	if (rc)
+		return rc;
+	for (j = 0; j < nl; j++)
+		pt_put32(o + 4 * j, limb[j]);
+	len = nl * 4;
+	while (len > 1 && o[len - 1] == 0)
+		len--;
+	if (neg) {
+		carry = 1;
+		for (j = 0; j < len; j++) {
+			carry += (uint8_t)~o[j];
+			o[j] = (uint8_t)carry;
+			carry >>= 8;
+		}
+		if (!(o[len - 1] & 0x80))
+			o[len++] = 0xff;
+	} else if (o[len - 1] & 0x80) {
+		o[len++] = 0x00;
+	}
+	v->u.s.p = o;
+	v->u.s.len = len;
+	v->u.s.in_off = UINT64_MAX;
+	return pt_push(vm, v);
+}
+
+/* INT and LONG text: whitespace, optional L (LONG), "00"/"01" (INT). */
+static int pt_op_text_int(struct pt_vm *vm, const struct pt_arg *a)
+{
+	const uint8_t *p = a->p;
+	size_t n = a->n;
+
+	if (vm->op == OP_INT && n == 2 && p[0] == '0' && (p[1] == '0' ||
+							  p[1] == '1'))
+		return pt_push_bool(vm, p[1] == '1');
+	while (n > 0 && pt_is_space(p[n - 1]))
+		n--;
+	while (n > 0 && pt_is_space(p[0])) {
+		p++;
+		n--;
+	}
+	if (vm->op == OP_LONG && n > 0 && p[n - 1] == 'L')
+		n--;
+	return pt_push_decimal(vm, p, n);
+}
+
+static int pt_op_long_bin(struct pt_vm *vm, const struct pt_arg *a)
+{
+	struct pt_value *v;
+	int64_t i;
+	int rc;
+
+	if (pt_le_fits_i64(a->p, a->n, &i))
+		return pt_push_int(vm, i);
+	rc = pt_new(vm, PT_V_BIGINT, &v);
+	if (rc)
+		return rc;
+	v->u.s.p = a->p;
+	v->u.s.len = a->n;
+	v->u.s.in_off = a->off;
+	return pt_push(vm, v);
+}
+
+static int pt_push_float(struct pt_vm *vm, double f)
+{
+	struct pt_value *v;
+	int rc = pt_new(vm, PT_V_FLOAT, &v);
+
+	if (rc)
+		return rc;
+	v->u.f = f;
+	return pt_push(vm, v);
+}
+
+/* FLOAT: Python's float() text; strtod reads the C locale's format. */
+static int pt_op_float_text(struct pt_vm *vm, const struct pt_arg *a)
+{
+	char small[128];
+	char *s = small, *end = NULL;
+	double f;
+	size_t i;
+	int rc;
+
+	if (a->n >= sizeof(small)) {
+		rc = pt_vm_alloc(vm, a->n + 1, (void **)&s);
+		if (rc)
+			return rc;
+	}
+	for (i = 0; i < a->n; i++) {
+		if (a->p[i] == 0)
+			return pt_vm_fail(vm, -EBADMSG,
+					  "invalid float literal");
+		s[i] = (char)a->p[i];
+	}
+	s[a->n] = '\0';
+	f = strtod(s, &end);
+	if (end == s)
+		return pt_vm_fail(vm, -EBADMSG, "invalid float literal");
+	while (*end && pt_is_space((uint8_t)*end))
+		end++;
+	if (*end)
+		return pt_vm_fail(vm, -EBADMSG, "invalid float literal");
+	return pt_push_float(vm, f);
+}
+
+static int pt_op_binfloat(struct pt_vm *vm, const struct pt_arg *a)
+{
+	double f;
+
+	memcpy(&f, &a->u, sizeof(f));
+	return pt_push_float(vm, f);
+}
+
+/* ---- text strings ----------------------------------------------------- */
+
+/* The byte a one-character escape of a Python 2 literal stands for. */
+static int pt_py2_escape(uint8_t c)
+{
+	static const char from[] = "abtnvfr\\'\"";
+	static const uint8_t to[] = {
+		7, 8, 9, 10, 11, 12, 13, '\\', '\'', '"',
+	};
+	const char *q = memchr(from, c, sizeof(from) - 1);
+
+	return q ? to[q - from] : -1;
+}
+
+/* STRING: a quoted Python 2 literal, escapes as codecs.escape_decode. */
+static int pt_op_string(struct pt_vm *vm, const struct pt_arg *a)
+{
+	const uint8_t *s = a->p;
+	size_t n = a->n, i, o = 0;
+	uint8_t *out;
+	int rc, h1, h2, e;
+
+	if (n < 2 || s[0] != s[n - 1] || (s[0] != '\'' && s[0] != '"'))
+		return pt_vm_fail(vm, -EBADMSG, "argument must be quoted");
+	s++;
+	n -= 2;
+	rc = pt_vm_alloc(vm, n, (void **)&out);
+	if (rc)
+		return rc;
+	for (i = 0; i < n;) {
+		uint8_t c = s[i++];
+		unsigned v;
+
+		if (c != '\\') {
+			out[o++] = c;
+			continue;
+		}
+		if (i == n)
+			return pt_vm_fail(vm, -EBADMSG,
+					  "trailing \\ in string");
+		c = s[i++];
+		e = pt_py2_escape(c);
+		if (e >= 0) {
+			out[o++] = (uint8_t)e;
+		} else if (c == 'x') {
+			h1 = i < n ? pt_hexval(s[i]) : -1;
+			h2 = i + 1 < n ? pt_hexval(s[i + 1]) : -1;
+			if (h1 < 0 || h2 < 0)
+				return pt_vm_fail(vm, -EBADMSG,
+						  "invalid \\x escape");
+			out[o++] = (uint8_t)(h1 << 4 | h2);
+			i += 2;
+		} else if (c >= '0' && c <= '7') {
+			v = c - '0';
+			if (i < n && s[i] >= '0' && s[i] <= '7')
+				v = v * 8 + (unsigned)(s[i++] - '0');
+			if (i < n && s[i] >= '0' && s[i] <= '7')
+				v = v * 8 + (unsigned)(s[i++] - '0');
+			out[o++] = (uint8_t)v;
+		} else {
+			/* unknown escapes stay as they are */
+			out[o++] = '\\';
+			i--;
+		}
+	}
+	return pt_push_bytes(vm, PT_V_STR, PT_VF_PY2STR, out, o, UINT64_MAX);
+}
+
+/* UNICODE: raw-unicode-escape; only \uXXXX and \UXXXXXXXX after an odd
+ * run of backslashes are escapes, every other byte is a Latin-1 char. */
+static int pt_op_unicode(struct pt_vm *vm, const struct pt_arg *a)
+{
+	const uint8_t *s = a->p;
+	size_t n = a->n, i = 0, o = 0, run, k, cnt;
+	uint8_t *out;
+	uint32_t c;
+	int rc, h;
+
+	if (n > (SIZE_MAX - 4) / 2)
+		return pt_vm_nomem(vm, -EFBIG);
+	rc = pt_vm_alloc(vm, 2 * n + 4, (void **)&out);
+	if (rc)
+		return rc;
+	while (i < n) {
+		if (s[i] != '\\') {
+			o += pt_utf8_put(out + o, s[i++]);
+			continue;
+		}
+		for (run = 0; i < n && s[i] == '\\'; run++, i++)
+			out[o++] = '\\';
+		if (run % 2 == 0 || i == n || (s[i] != 'u' && s[i] != 'U'))
+			continue;
+		o--;
+		cnt = s[i] == 'u' ? 4 : 8;
+		i++;
+		if (n - i < cnt)
+			return pt_vm_fail(vm, -EBADMSG, "truncated \\u escape");
+		for (c = 0, k = 0; k < cnt; k++) {
+			h = pt_hexval(s[i + k]);
+			if (h < 0 || c > 0x10ffff)
+				return pt_vm_fail(vm, -EBADMSG,
+						  "bad \\u escape");
+			c = c << 4 | (uint32_t)h;
+		}
+		if (c > 0x10ffff)
+			return pt_vm_fail(vm, -EBADMSG,
+					  "\\U escape out of range");
+		i += cnt;
+		o += pt_utf8_put(out + o, c);
+	}
+	return pt_push_bytes(vm, PT_V_STR, 0, out, o, UINT64_MAX);
+}
+
+/* Zero-copy strings and bytes. */
+static int pt_op_counted(struct pt_vm *vm, const struct pt_arg *a)
+{
+	uint8_t kind = PT_V_BYTES, flags = 0;
+
+	switch (vm->op) {
+	case OP_BINSTRING:
+	case OP_SHORT_BINSTRING:
+		flags = PT_VF_PY2STR;
+		kind = PT_V_STR;
+		break;
+	case OP_BINUNICODE:
+	case OP_SHORT_BINUNICODE:
+	case OP_BINUNICODE8:
+		kind = PT_V_STR;
+		break;
+	case OP_BYTEARRAY8:
+		kind = PT_V_BYTEARRAY;
+		break;
+	default:
+		break;
+	}
+	return pt_push_bytes(vm, kind, flags, a->p, a->n, a->off);
+}
+
+/* ---- containers ------------------------------------------------------- */
+
+static int pt_op_empty(struct pt_vm *vm)
+{
+	static const uint8_t kinds[][2] = {
+		{ OP_EMPTY_LIST, PT_V_LIST },   { OP_EMPTY_TUPLE, PT_V_TUPLE },
+		{ OP_EMPTY_DICT, PT_V_DICT },   { OP_EMPTY_SET, PT_V_SET },
+		{ OP_NONE, PT_V_NONE },
+	};
+	struct pt_value *v;
+	size_t i;
+	int rc;
+
+	for (i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++)
+		if (kinds[i][0] == vm->op)
+			break;
+	if (i == sizeof(kinds) / sizeof(kinds[0]))
+		return pt_vm_fail(vm, -EBADMSG, "internal: not a constant");
+	rc = pt_new(vm, kinds[i][1], &v);
+	return rc ? rc : pt_push(vm, v);
+}
+
+/* A new container holding @n values at @items. */
+static int pt_make_seq(struct pt_vm *vm, uint8_t kind,
+		       struct pt_value *const *items, size_t n,
+		       struct pt_value **out)
+{
+	struct pt_value *v;
+	int rc = pt_new(vm, kind, &v);
+
+	if (!rc)
+		rc = pt_seq_set(vm, kind == PT_V_DICT ? &v->u.dict.kv :
+				&v->u.seq, items, n);
+	*out = v;
+	return rc;
+}
+
+/* LIST, TUPLE, DICT, FROZENSET from MARK; TUPLE1-3 from the stack top. */
+static int pt_op_collect(struct pt_vm *vm)
+{
+	struct pt_value *v;
+	uint8_t kind = PT_V_TUPLE;
+	size_t k;
+	int rc;
+
+	if (vm->op >= OP_TUPLE1 && vm->op <= OP_TUPLE3) {
+		k = (size_t)(vm->op - OP_TUPLE1 + 1);
+		if (vm->sn - pt_fence(vm) < k)
+			return pt_underflow(vm);
+		k = vm->sn - k;
+	} else {
+		rc = pt_pop_mark(vm, &k);
+		if (rc)
+			return rc;
+	}
+	if (vm->op == OP_LIST)
+		kind = PT_V_LIST;
+	else if (vm->op == OP_FROZENSET)
+		kind = PT_V_FROZENSET;
+	else if (vm->op == OP_DICT)
+		kind = PT_V_DICT;
+	if (kind == PT_V_DICT && (vm->sn - k) % 2)
+		return pt_vm_fail(vm, -EBADMSG, "odd number of items");
+	rc = pt_make_seq(vm, kind, vm->stack + k, vm->sn - k, &v);
+	if (rc)
+		return rc;
+	vm->sn = k;
+	return pt_push(vm, v);
+}
+
+/* Where APPEND/SETITEM/ADDITEMS put items on @t, or NULL. */
+static struct pt_vseq *pt_target_seq(struct pt_vm *vm, struct pt_value *t)
+{
+	bool call = t->kind == PT_V_CALL || t->kind == PT_V_OBJ;
+
+	switch (vm->op) {
+	case OP_APPEND:
+	case OP_APPENDS:
+		if (t->kind == PT_V_LIST)
+			return &t->u.seq;
+		return call ? &t->u.call.items : NULL;
+	case OP_SETITEM:
+	case OP_SETITEMS:
+		if (t->kind == PT_V_DICT)
+			return &t->u.dict.kv;
+		return call ? &t->u.call.kv : NULL;
+	case OP_ADDITEMS:
+		if (t->kind == PT_V_SET)
+			return &t->u.seq;
+		return call ? &t->u.call.items : NULL;
+	default:
+		return NULL;
+	}
+}
+
+/* APPEND, APPENDS, SETITEM, SETITEMS, ADDITEMS. */
+static int pt_op_add(struct pt_vm *vm)
+{
+	struct pt_vseq *seq;
+	struct pt_value *t;
+	size_t k, tpos;
+	int rc;
+
+	if (vm->op == OP_APPEND || vm->op == OP_SETITEM) {
+		k = vm->op == OP_APPEND ? 1 : 2;
+		if (vm->sn - pt_fence(vm) < k + 1)
+			return pt_underflow(vm);
+		k = vm->sn - k;
+		tpos = k - 1;
+	} else {
+		rc = pt_pop_mark(vm, &k);
+		if (rc)
+			return rc;
+		if (k == 0 || k - 1 < pt_fence(vm))
+			return pt_underflow(vm);
+		tpos = k - 1;
+	}
+	t = vm->stack[tpos];
+	seq = pt_target_seq(vm, t);
+	if (!seq)
+		return pt_vm_fail(vm, -EBADMSG, "cannot add items to a %s",
+				  pt_kind_name(t->kind));
+	if ((vm->op == OP_SETITEMS) && (vm->sn - k) % 2)
+		return pt_vm_fail(vm, -EBADMSG, "odd number of items");
+	rc = pt_seq_add(vm, seq, vm->stack + k, vm->sn - k);
+	if (rc)
+		return rc;
+	vm->sn = k;
+	return 0;
+}
+
+/* ---- stack ops -------------------------------------------------------- */
+
+static int pt_op_stack(struct pt_vm *vm)
+{
+	struct pt_value *v;
+	size_t k;
+	int rc;
+
+	switch (vm->op) {
+	case OP_MARK:
+		if (vm->mn >= vm->lim->max_depth)
+			return pt_vm_fail(vm, -EFBIG,
+					  "more than %u nested MARKs",
+					  (unsigned)vm->lim->max_depth);
+		rc = pt_vm_grow(vm, (void **)&vm->marks, &vm->mcap,
+				sizeof(*vm->marks), vm->mn + 1);
+		if (rc)
+			return rc;
+		vm->marks[vm->mn++] = vm->sn;
+		return 0;
+	case OP_POP:
+		/* like _pickle.c: on an empty frame, POP drops the mark */
+		if (vm->mn && vm->marks[vm->mn - 1] == vm->sn) {
+			vm->mn--;
+			return 0;
+		}
+		return pt_pop(vm, &v);
+	case OP_POP_MARK:
+		rc = pt_pop_mark(vm, &k);
+		if (rc)
+			return rc;
+		vm->sn = k;
+		return 0;
+	case OP_DUP:
+		rc = pt_top(vm, &v);
+		return rc ? rc : pt_push(vm, v);
+	default:
+		return pt_vm_fail(vm, -EBADMSG, "internal: not a stack op");
+	}
+}
+
+/* ---- globals ---------------------------------------------------------- */
+
+/* The common part of CPython's Lib/_compat_pickle.py (protocol < 3). */
+static const char *const pt_py2_names[][4] = {
+	{ "__builtin__", "xrange", "builtins", "range" },
+	{ "__builtin__", "reduce", "functools", "reduce" },
+	{ "__builtin__", "intern", "sys", "intern" },
+	{ "__builtin__", "unichr", "builtins", "chr" },
+	{ "__builtin__", "unicode", "builtins", "str" },
+	{ "__builtin__", "long", "builtins", "int" },
+	{ "__builtin__", "basestring", "builtins", "str" },
+	{ "itertools", "izip", "builtins", "zip" },
+	{ "itertools", "imap", "builtins", "map" },
+	{ "itertools", "ifilter", "builtins", "filter" },
+	{ "itertools", "ifilterfalse", "itertools", "filterfalse" },
+	{ "itertools", "izip_longest", "itertools", "zip_longest" },
+	{ "UserDict", "IterableUserDict", "collections", "UserDict" },
+	{ "exceptions", "StandardError", "builtins", "Exception" },
+};
+
+static const char *const pt_py2_modules[][2] = {
+	{ "__builtin__", "builtins" },  { "copy_reg", "copyreg" },
+	{ "cPickle", "pickle" },        { "Queue", "queue" },
+	{ "ConfigParser", "configparser" }, { "repr", "reprlib" },
+	{ "thread", "_thread" },        { "UserDict", "collections" },
+	{ "UserList", "collections" },  { "UserString", "collections" },
+	{ "StringIO", "io" },           { "cStringIO", "io" },
+	{ "urlparse", "urllib.parse" }, { "urllib2", "urllib.request" },
+	{ "_abcoll", "collections.abc" }, { "exceptions", "builtins" },
+	{ "httplib", "http.client" },   { "commands", "subprocess" },
+};
+
+static bool pt_eq(const uint8_t *p, size_t n, const char *s)
+{
+	return strlen(s) == n && memcmp(p, s, n) == 0;
+}
+
+/* A NUL-terminated arena copy of a global's module or name. */
+static int pt_name_copy(struct pt_vm *vm, const uint8_t *p, size_t n,
+			const char **out)
+{
+	char *s;
+	int rc;
+
+	if (memchr(p, '\0', n))
+		return pt_vm_fail(vm, -EBADMSG, "NUL byte in a global name");
+	if (!pt_utf8_valid(p, n))
+		return pt_vm_fail(vm, -EBADMSG,
+				  "global name is not valid UTF-8");
+	if (n == SIZE_MAX)
+		return pt_vm_nomem(vm, -EFBIG);
+	rc = pt_vm_alloc(vm, n + 1, (void **)&s);
+	if (rc)
+		return rc;
+	if (n)
+		memcpy(s, p, n);
+	*out = s;
+	return 0;
+}
+
+/* A GLOBAL node for module/name, Python 2 names mapped below protocol 3. */
+static int pt_make_global(struct pt_vm *vm, const uint8_t *mp, size_t mn,
+			  const uint8_t *np, size_t nn, struct pt_value **out)
+{
+	struct pt_value *v;
+	size_t i;
+	int rc;
+
+	rc = pt_new(vm, PT_V_GLOBAL, &v);
+	if (rc)
+		return rc;
+	*out = v;
+	if (vm->pk->proto < 3) {
+		for (i = 0; i < sizeof(pt_py2_names) / sizeof(*pt_py2_names);
+		     i++) {
+			if (pt_eq(mp, mn, pt_py2_names[i][0]) &&
+			    pt_eq(np, nn, pt_py2_names[i][1])) {
+				v->u.global.module = pt_py2_names[i][2];
+				v->u.global.name = pt_py2_names[i][3];
+				return 0;
+			}
+		}
+		for (i = 0; i < sizeof(pt_py2_modules) /
+			     sizeof(*pt_py2_modules); i++) {
+			if (pt_eq(mp, mn, pt_py2_modules[i][0])) {
+				v->u.global.module = pt_py2_modules[i][1];
+				return pt_name_copy(vm, np, nn,
+						    &v->u.global.name);
+			}
+		}
+	}
+	rc = pt_name_copy(vm, mp, mn, &v->u.global.module);
+	return rc ? rc : pt_name_copy(vm, np, nn, &v->u.global.name);
+}
+
+static int pt_op_global(struct pt_vm *vm, const struct pt_arg *a)
+{
+	struct pt_value *v, *mod, *name;
+	int rc;
+
+	if (vm->op == OP_GLOBAL) {
+		rc = pt_make_global(vm, a->p, a->n, a->p2, a->n2, &v);
+		return rc ? rc : pt_push(vm, v);
+	}
+	rc = pt_pop(vm, &name);
+	if (!rc)
+		rc = pt_pop(vm, &mod);
+	if (rc)
+		return rc;
+	if (mod->kind != PT_V_STR || name->kind != PT_V_STR)
+		return pt_vm_fail(vm, -EBADMSG, "module and name must be str");
+	rc = pt_make_global(vm, mod->u.s.p, mod->u.s.len, name->u.s.p,
+			    name->u.s.len, &v);
+	return rc ? rc : pt_push(vm, v);
+}
+
+/* ---- calls ------------------------------------------------------------ */
+
+static int pt_make_call(struct pt_vm *vm, uint8_t kind, struct pt_value *fn,
+			struct pt_value *args, struct pt_value *kwargs)
+{
+	struct pt_value *v;
+	int rc = pt_new(vm, kind, &v);
+
+	if (rc)
+		return rc;
+	v->u.call.callable = fn;
+	v->u.call.args = args;
+	v->u.call.kwargs = kwargs;
+	return pt_push(vm, v);
+}
+
+/* REDUCE, NEWOBJ, NEWOBJ_EX. */
+static int pt_op_call(struct pt_vm *vm)
+{
+	struct pt_value *fn, *args, *kw = NULL;
+	int rc = 0;
+
+	if (vm->op == OP_NEWOBJ_EX)
+		rc = pt_pop(vm, &kw);
+	if (!rc)
+		rc = pt_pop(vm, &args);
+	if (!rc)
+		rc = pt_pop(vm, &fn);
+	if (rc)
+		return rc;
+	if (args->kind != PT_V_TUPLE)
+		return pt_vm_fail(vm, -EBADMSG,
+				  "arguments are a %s, not a tuple",
+				  pt_kind_name(args->kind));
+	if (kw && kw->kind != PT_V_DICT)
+		return pt_vm_fail(vm, -EBADMSG,
+				  "keyword arguments are a %s, not a dict",
+				  pt_kind_name(kw->kind));
+	return pt_make_call(vm, vm->op == OP_REDUCE ? PT_V_CALL : PT_V_OBJ,
+			    fn, args, kw);
+}
+
+/* INST (class from two lines) and OBJ (class is the first item). */
+static int pt_op_inst(struct pt_vm *vm, const struct pt_arg *a)
+{
+	struct pt_value *cls, *args;
+	size_t k, first;
+	int rc;
+
+	rc = pt_pop_mark(vm, &k);
+	if (rc)
+		return rc;
+	first = k;
+	if (vm->op == OP_INST) {
+		rc = pt_make_global(vm, a->p, a->n, a->p2, a->n2, &cls);
+	} else {
+		if (vm->sn == k)
+			return pt_vm_fail(vm, -EBADMSG, "no class after MARK");
+		cls = vm->stack[first++];
+	}
+	if (!rc)
+		rc = pt_make_seq(vm, PT_V_TUPLE, vm->stack + first,
+				 vm->sn - first, &args);
+	if (rc)
+		return rc;
+	vm->sn = k;
+	return pt_make_call(vm, PT_V_OBJ, cls, args, NULL);
+}
+
+/*
+ * BUILD: state goes to a call or object node.  On any other node (a dict,
+ * a global, ...) it is dropped: the graph is inert, and CPython would
+ * either run __setstate__ or fail, neither of which concerns a reader.
+ */
+static int pt_op_build(struct pt_vm *vm)
+{
+	struct pt_value *state, *obj;
+	int rc;
+
+	rc = pt_pop(vm, &state);
+	if (!rc)
+		rc = pt_top(vm, &obj);
+	if (rc)
+		return rc;
+	if (obj->kind == PT_V_CALL || obj->kind == PT_V_OBJ)
+		obj->u.call.state = state;
+	return 0;
+}
+
+static int pt_op_persid(struct pt_vm *vm, const struct pt_arg *a)
+{
+	struct pt_value *pid, *v;
+	int rc;
+
+	if (vm->op == OP_PERSID) {
+		rc = pt_push_bytes(vm, PT_V_STR, 0, a->p, a->n, a->off);
+		if (rc)
+			return rc;
+	}
+	rc = pt_pop(vm, &pid);
+	if (!rc)
+		rc = pt_new(vm, PT_V_PERSID, &v);
+	if (rc)
+		return rc;
+	v->u.pid = pid;
+	return pt_push(vm, v);
+}
+
+/* ---- dispatch --------------------------------------------------------- */
+
+static int pt_op_misc(struct pt_vm *vm, const struct pt_arg *a)
+{
+	switch (vm->op) {
+	case OP_PROTO:
+		if (a->u > 5)
+			return pt_vm_fail(vm, -ENOTSUP,
+					  "unsupported protocol %llu",
+					  (unsigned long long)a->u);
+		if ((int)a->u > vm->pk->proto)
+			vm->pk->proto = (int)a->u;
+		return 0;
+	case OP_FRAME:
+		if (a->u > pt_rd_left(&vm->rd))
+			return pt_vm_fail(vm, -EBADMSG,
+					  "frame of %llu bytes past end of input (%zu bytes left)",
+					  (unsigned long long)a->u,
+					  pt_rd_left(&vm->rd));
+		return 0;
+	case OP_STOP:
+		vm->stopped = true;
+		return pt_pop(vm, &vm->pk->root);
+	case OP_NEXT_BUFFER:
+	case OP_READONLY_BUFFER:
+		return pt_vm_fail(vm, -ENOTSUP, "out-of-band buffers");
+	default:
+		return pt_vm_fail(vm, -ENOTSUP, "extension code %lld",
+				  (long long)(vm->op == OP_EXT4 ? a->i :
+					      (int64_t)a->u));
+	}
+}
+
+static int pt_vm_step(struct pt_vm *vm, const struct pt_arg *a)
+{
+	switch (vm->op) {
+	case OP_NONE:
+	case OP_EMPTY_LIST:
+	case OP_EMPTY_TUPLE:
+	case OP_EMPTY_DICT:
+	case OP_EMPTY_SET:
+		return pt_op_empty(vm);
+	case OP_NEWTRUE:
+	case OP_NEWFALSE:
+		return pt_push_bool(vm, vm->op == OP_NEWTRUE);
+	case OP_INT:
+	case OP_LONG:
+		return pt_op_text_int(vm, a);
+	case OP_BININT:
+		return pt_push_int(vm, a->i);
+	case OP_BININT1:
+	case OP_BININT2:
+		return pt_push_int(vm, (int64_t)a->u);
+	case OP_LONG1:
+	case OP_LONG4:
+		return pt_op_long_bin(vm, a);
+	case OP_FLOAT:
+		return pt_op_float_text(vm, a);
+	case OP_BINFLOAT:
+		return pt_op_binfloat(vm, a);
+	case OP_STRING:
+		return pt_op_string(vm, a);
+	case OP_UNICODE:
+		return pt_op_unicode(vm, a);
+	case OP_BINSTRING:
+	case OP_SHORT_BINSTRING:
+	case OP_BINUNICODE:
+	case OP_SHORT_BINUNICODE:
+	case OP_BINUNICODE8:
+	case OP_BINBYTES:
+	case OP_SHORT_BINBYTES:
+	case OP_BINBYTES8:
+	case OP_BYTEARRAY8:
+		return pt_op_counted(vm, a);
+	case OP_MARK:
+	case OP_POP:
+	case OP_POP_MARK:
+	case OP_DUP:
+		return pt_op_stack(vm);
+	case OP_LIST:
+	case OP_TUPLE:
+	case OP_DICT:
+	case OP_FROZENSET:
+	case OP_TUPLE1:
+	case OP_TUPLE2:
+	case OP_TUPLE3:
+		return pt_op_collect(vm);
+	case OP_APPEND:
+	case OP_APPENDS:
+	case OP_SETITEM:
+	case OP_SETITEMS:
+	case OP_ADDITEMS:
+		return pt_op_add(vm);
+	case OP_GET:
+	case OP_BINGET:
+	case OP_LONG_BINGET:
+	case OP_PUT:
+	case OP_BINPUT:
+	case OP_LONG_BINPUT:
+	case OP_MEMOIZE:
+		return pt_op_memo(vm, a);
+	case OP_GLOBAL:
+	case OP_STACK_GLOBAL:
+		return pt_op_global(vm, a);
+	case OP_REDUCE:
+	case OP_NEWOBJ:
+	case OP_NEWOBJ_EX:
+		return pt_op_call(vm);
+	case OP_INST:
+	case OP_OBJ:
+		return pt_op_inst(vm, a);
+	case OP_BUILD:
+		return pt_op_build(vm);
+	case OP_PERSID:
+	case OP_BINPERSID:
+		return pt_op_persid(vm, a);
+	default:
+		return pt_op_misc(vm, a);
+	}
+}
+
+static int pt_vm_run(struct pt_vm *vm)
+{
+	struct pt_arg a;
+	char why[128];
+	uint64_t maxb = vm->lim->max_pickle_bytes;
+	uint8_t op;
+	int rc;
+
+	while (!vm->stopped) {
+		vm->off = vm->rd.pos;
+		if (vm->off > maxb)
+			return pt_fail(vm->err, -EFBIG,
+				       "pickle: longer than the limit of %llu bytes",
+				       (unsigned long long)maxb);
+		if (!pt_rd_u8(&vm->rd, &op))
+			return pt_fail(vm->err, -EBADMSG,
+				       "pickle: input ends at offset %zu without STOP",
+				       vm->off);
+		if (!pt_ops[op].name)
+			return pt_fail(vm->err, -EBADMSG,
+				       "pickle: unknown opcode 0x%02x at offset %zu",
+				       op, vm->off);
+		vm->op = op;
+		if (!pt_read_arg(&vm->rd, pt_ops[op].arg, &a, why, sizeof(why)))
+			return pt_vm_fail(vm, -EBADMSG, "%s", why);
+		rc = pt_vm_step(vm, &a);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+int pt_pickle_load(struct pt_pickle **out, const uint8_t *buf, size_t len,
+		   size_t *used, const struct pt_limits *lim,
+		   struct pt_error *err)
+{
+	struct pt_limits deflim;
+	struct pt_pickle *pk = NULL;
+	struct pt_vm vm;
+	int rc;
+
+	*out = NULL;
+	if (used)
+		*used = 0;
+	if (!lim) {
+		pt_limits_default(&deflim);
+		lim = &deflim;
+	}
+	pk = calloc(1, sizeof(*pk));
+	if (!pk)
+		return pt_fail(err, -ENOMEM, "pickle: out of memory");
+	pk->mem_max = lim->max_memory;
+	memset(&vm, 0, sizeof(vm));
+	vm.pk = pk;
+	vm.lim = lim;
+	vm.err = err;
+	vm.rd = pt_rd_make(buf, len);
+	rc = pt_vm_run(&vm);
+	pt_vm_free_scratch(&vm);
+	if (rc)
+		goto out;
+	if (used)
+		*used = vm.rd.pos;
+	*out = pk;
+	pk = NULL;
+out:
+	pt_pickle_free(pk);
+	return rc;
+}
+
+/* ---- disassembler ----------------------------------------------------- */
+
+#define PT_DIS_STR_MAX 200 /* characters of a string argument shown */
+
+/* Python-like repr body (no quotes) of @n bytes, at most @max shown. */
+static void pt_dis_repr_body(struct pt_buf *b, const uint8_t *p, size_t n,
+			     bool bytes, size_t max)
+{
+	size_t i = 0, shown = 0, k;
+
+	while (i < n && shown < max) {
+		uint8_t c = p[i];
+
+		shown++;
+		if (c == '\\' || c == '\'') {
+			pt_buf_putc(b, '\\');
+			pt_buf_putc(b, (char)c);
+		} else if (c == '\n') {
+			pt_buf_puts(b, "\\n");
+		} else if (c == '\r') {
+			pt_buf_puts(b, "\\r");
+		} else if (c == '\t') {
+			pt_buf_puts(b, "\\t");
+		} else if (c >= 0x20 && c < 0x7f) {
+			pt_buf_putc(b, (char)c);
+		} else if (c >= 0x80 && !bytes) {
+			for (k = 2; k <= 4 && k <= n - i; k++)
+				if (pt_utf8_valid(p + i, k))
+					break;
+			if (k <= 4 && k <= n - i) {
+				pt_buf_add(b, p + i, k);
+				i += k;
+				continue;
+			}
+			pt_buf_printf(b, "\\x%02x", c);
+		} else {
+			pt_buf_printf(b, "\\x%02x", c);
+		}
+		i++;
+	}
+	if (i < n)
+		pt_buf_puts(b, "...");
+}
+
+/* Python-like repr: 'text' (valid UTF-8 kept) or b'bytes', truncated. */
+static void pt_dis_repr(struct pt_buf *b, const uint8_t *p, size_t n,
+			bool bytes)
+{
+	if (bytes)
+		pt_buf_putc(b, 'b');
+	pt_buf_putc(b, '\'');
+	pt_dis_repr_body(b, p, n, bytes, PT_DIS_STR_MAX);
+	pt_buf_putc(b, '\'');
+	if (n > PT_DIS_STR_MAX)
+		pt_buf_printf(b, " (%zu bytes)", n);
+}
+
+static void pt_dis_arg(struct pt_buf *b, uint8_t op, const struct pt_arg *a)
+{
+	double f;
+	int64_t i;
+	size_t k;
+
+	switch (pt_ops[op].arg) {
+	case PT_A_NONE:
+		return;
+	case PT_A_I32:
+		pt_buf_printf(b, "%lld", (long long)a->i);
+		return;
+	case PT_A_U8:
+	case PT_A_U16:
+	case PT_A_U32:
+	case PT_A_U64:
+		pt_buf_printf(b, "%llu", (unsigned long long)a->u);
+		return;
+	case PT_A_F8BE:
+		memcpy(&f, &a->u, sizeof(f));
+		pt_buf_printf(b, "%.17g", f);
+		return;
+	case PT_A_LINE2:
+		pt_buf_putc(b, '\'');
+		pt_dis_repr_body(b, a->p, a->n, false, 100);
+		pt_buf_putc(b, ' ');
+		pt_dis_repr_body(b, a->p2, a->n2, false, 100);
+		pt_buf_putc(b, '\'');
+		return;
+	default:
+		break;
+	}
+	if (op == OP_LONG1 || op == OP_LONG4) {
+		if (pt_le_fits_i64(a->p, a->n, &i)) {
+			pt_buf_printf(b, "%lld", (long long)i);
+			return;
+		}
+		pt_buf_printf(b, "<%zu-byte int 0x", a->n);
+		for (k = a->n; k > 0 && a->n - k < 32; k--)
+			pt_buf_printf(b, "%02x", a->p[k - 1]);
+		pt_buf_puts(b, k > 0 ? "...>" : ">");
+		return;
+	}
+	pt_dis_repr(b, a->p, a->n, op == OP_BINBYTES ||
+		    op == OP_SHORT_BINBYTES || op == OP_BINBYTES8 ||
+		    op == OP_BYTEARRAY8);
+}
+
+static int pt_dis_depth_change(uint8_t op)
+{
+	switch (op) {
+	case OP_MARK:
+		return 1;
+	case OP_TUPLE:
+	case OP_LIST:
+	case OP_DICT:
+	case OP_APPENDS:
+	case OP_SETITEMS:
+	case OP_ADDITEMS:
+	case OP_FROZENSET:
+	case OP_INST:
+	case OP_OBJ:
+	case OP_POP_MARK:
+		return -1;
+	default:
+		return 0;
+	}
+}
+
+/* Add @line to @out if it fits, keeping room for the "..." line. */
+static bool pt_dis_emit(struct pt_buf *out, size_t start, size_t max_bytes,
+			struct pt_buf *line)
+{
+	size_t used = out->len - start;
+
+	if (line->oom || used > max_bytes || line->len + 4 > max_bytes - used) {
+		pt_buf_puts(out, "...\n");
+		return false;
+	}
+	pt_buf_add(out, line->p, line->len);
+	return true;
+}
+
+void pt_pickle_disasm(const uint8_t *buf, size_t len, struct pt_buf *out,
+		      size_t max_bytes)
+{
+	struct pt_rd rd = pt_rd_make(buf, len);
+	struct pt_buf line;
+	struct pt_arg a;
+	size_t start = out->len, off;
+	int depth = 0, d;
+	char why[128];
+	uint8_t op;
+
+	pt_buf_init(&line);
+	for (;;) {
+		line.len = 0;
+		off = rd.pos;
+		if (!pt_rd_u8(&rd, &op)) {
+			pt_buf_printf(&line, "error at offset %zu: input ends without STOP\n",
+				      off);
+			pt_dis_emit(out, start, max_bytes, &line);
+			break;
+		}
+		if (!pt_ops[op].name) {
+			pt_buf_printf(&line, "error at offset %zu: unknown opcode 0x%02x\n",
+				      off, op);
+			pt_dis_emit(out, start, max_bytes, &line);
+			break;
+		}
+		if (!pt_read_arg(&rd, pt_ops[op].arg, &a, why, sizeof(why))) {
+			pt_buf_printf(&line, "error at offset %zu: %s: %s\n",
+				      off, pt_ops[op].name, why);
+			pt_dis_emit(out, start, max_bytes, &line);
+			break;
+		}
+		d = pt_dis_depth_change(op);
+		if (d < 0 && depth > 0)
+			depth--;
+		pt_buf_printf(&line, "%6zu: %*s%-16s ", off,
+			      2 * (depth < 20 ? depth : 20), "",
+			      pt_ops[op].name);
+		pt_dis_arg(&line, op, &a);
+		while (line.len > 0 && line.p[line.len - 1] == ' ')
+			line.len--;
+		pt_buf_putc(&line, '\n');
+		if (d > 0)
+			depth++;
+		if (!pt_dis_emit(out, start, max_bytes, &line))
+			break;
+		if (op == OP_STOP) {
+			if (rd.pos < len) {
+				line.len = 0;
+				pt_buf_printf(&line, "(%zu bytes after STOP)\n",
+					      len - rd.pos);
+				pt_dis_emit(out, start, max_bytes, &line);
+			}
+			break;
+		}
+	}
+	pt_buf_free(&line);
+}

@@ -1,0 +1,152 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pickle.h -- a safe pickle decoder: protocols 0-5, no code execution.
+ *
+ * pt_pickle_load() runs the pickle machine over a byte range and builds an
+ * inert graph of struct pt_value nodes, all in one arena owned by the
+ * struct pt_pickle.  GLOBAL/STACK_GLOBAL become name nodes (never imported);
+ * REDUCE, NEWOBJ, NEWOBJ_EX, INST and OBJ become call nodes (never run);
+ * BUILD attaches its state to the node; persistent ids become PERSID nodes
+ * holding the pid value.  The memo holds references, so a dict filled after
+ * BINPUT is the same node everywhere it is fetched, and graphs may be
+ * cyclic.  The machine is iterative (no recursion) and every count is capped
+ * by struct pt_limits.  Opcode names follow CPython's Lib/pickletools.py.
+ *
+ * After a successful load the graph is immutable except for the `aux`
+ * and `flags` fields, which later passes (torch.c) may set once, before the
+ * graph is shared between threads.
+ */
+#ifndef PTFS_CORE_PICKLE_H
+#define PTFS_CORE_PICKLE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+#include "error.h"
+#include "pt_limits.h"
+
+enum pt_vkind {
+	PT_V_NONE,
+	PT_V_BOOL,
+	PT_V_INT,       /* fits int64: u.i */
+	PT_V_BIGINT,    /* u.s: little-endian two's complement bytes (LONG1/4,
+			 * or LONG/INT text out of int64 range, converted) */
+	PT_V_FLOAT,     /* u.f */
+	PT_V_STR,       /* u.s: UTF-8 text (see PT_VF_PY2STR) */
+	PT_V_BYTES,     /* u.s */
+	PT_V_BYTEARRAY, /* u.s */
+	PT_V_TUPLE,     /* u.seq */
+	PT_V_LIST,      /* u.seq */
+	PT_V_DICT,      /* u.dict */
+	PT_V_SET,       /* u.seq (EMPTY_SET + ADDITEMS) */
+	PT_V_FROZENSET, /* u.seq */
+	PT_V_GLOBAL,    /* u.global: a reference to module.name */
+	PT_V_CALL,      /* u.call: REDUCE (callable(*args)) */
+	PT_V_OBJ,       /* u.call: NEWOBJ/NEWOBJ_EX/INST/OBJ (cls, args,
+			 * kwargs) */
+	PT_V_PERSID,    /* u.pid: persistent id (PERSID text as a PT_V_STR,
+			 * BINPERSID: the popped value) */
+};
+
+/* Flags on a node. */
+#define PT_VF_PY2STR 0x1   /* STRING/BINSTRING/SHORT_BINSTRING: bytes that
+			    * Python 2 called str; may not be valid UTF-8 */
+#define PT_VF_INVALID_UTF8 0x2 /* a str whose bytes are not valid UTF-8
+				* (surrogates from "surrogatepass") */
+
+struct pt_value;
+
+struct pt_vseq {
+	struct pt_value **v;    /* elements (arena) */
+	size_t n;               /* count */
+	size_t cap;             /* allocated */
+};
+
+struct pt_value {
+	uint8_t kind;           /* enum pt_vkind */
+	uint8_t flags;          /* PT_VF_* */
+	uint16_t aux16;         /* free for later passes (torch.c) */
+	uint32_t id;            /* creation order, 0-based, unique per pickle */
+	void *aux;              /* free for later passes (torch.c) */
+	union {
+		bool b;
+		int64_t i;
+		double f;
+		struct {
+			const uint8_t *p; /* bytes: inside the input buffer
+					   * (zero-copy) or in the arena */
+			size_t len;
+			uint64_t in_off;  /* offset of p in the input buffer
+					   * when p points into it, else
+					   * UINT64_MAX */
+		} s;
+		struct pt_vseq seq;
+		struct {
+			struct pt_vseq kv; /* kv.v[2i] key, kv.v[2i+1] value;
+					    * kv.n counts both (2 * pairs) */
+		} dict;
+		struct {
+			const char *module; /* NUL-terminated (arena) */
+			const char *name;   /* NUL-terminated (arena) */
+		} global;
+		struct {
+			struct pt_value *callable; /* REDUCE: the callable;
+						    * OBJ: the class */
+			struct pt_value *args;     /* a TUPLE (never NULL) */
+			struct pt_value *kwargs;   /* NEWOBJ_EX dict or NULL */
+			struct pt_value *state;    /* last BUILD state or NULL */
+			struct pt_vseq items;      /* APPEND(S) onto it */
+			struct pt_vseq kv;         /* SETITEM(S) onto it, as
+						    * in dict.kv */
+		} call;
+		struct pt_value *pid;
+	} u;
+};
+
+struct pt_pickle;
+
+/*
+ * Decode one pickle from @buf[0..@len) up to and including its STOP opcode.
+ * The graph may point into @buf (strings and bytes are not copied), so @buf
+ * must outlive the struct pt_pickle.  *@used gets the bytes consumed (the
+ * offset just past STOP), for streams of several pickles (the legacy
+ * format).  Returns 0 and sets *@out, or a negative errno (-EBADMSG for
+ * malformed input naming the opcode and its offset, -EFBIG for a limit,
+ * -ENOTSUP for out-of-band buffers and extension codes, -ENOMEM) with *@out
+ * NULL.
+ */
+int pt_pickle_load(struct pt_pickle **out, const uint8_t *buf, size_t len,
+		   size_t *used, const struct pt_limits *lim,
+		   struct pt_error *err);
+
+/* Free the pickle and every node of its graph (NULL is fine). */
+void pt_pickle_free(struct pt_pickle *pk);
+
+/* The value STOP returned (borrowed; valid until pt_pickle_free()). */
+struct pt_value *pt_pickle_root(const struct pt_pickle *pk);
+
+/* Number of nodes created (ids are 0 .. count-1). */
+uint32_t pt_pickle_count(const struct pt_pickle *pk);
+
+/* The highest protocol seen (PROTO opcode), 0 when there was none. */
+int pt_pickle_protocol(const struct pt_pickle *pk);
+
+/*
+ * Allocate @n bytes in the pickle's arena (freed with the pickle), for later
+ * passes that need to create strings or nodes with the graph's lifetime.
+ * Returns NULL when out of memory or past max_memory.
+ */
+void *pt_pickle_alloc(struct pt_pickle *pk, size_t n);
+
+/*
+ * Append a disassembly of the pickle at @buf[0..@len) to @out, one opcode
+ * per line, like Python's pickletools.dis: offset, opcode name, argument.
+ * Never fails on bad input: it stops with a line naming the problem.
+ * Output is capped at @max_bytes (a final "..." line says so).
+ */
+void pt_pickle_disasm(const uint8_t *buf, size_t len, struct pt_buf *out,
+		      size_t max_bytes);
+
+#endif /* PTFS_CORE_PICKLE_H */

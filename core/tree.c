@@ -1,0 +1,1186 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tree.c -- the mounted tree of LAYOUT.md, built lazily.
+ *
+ * A directory's entry table (names after LAYOUT.md's rules 1-5, collisions
+ * settled in pickle order) is built once per value, the first time any
+ * directory showing that value is listed or searched, and shared by every
+ * place the value appears.  Nodes are created per (parent, entry) on first
+ * use, so a pickle whose references multiply costs only what is visited,
+ * and a container that holds itself becomes a symlink where it would
+ * repeat.  Lookups are O(1) per component (uthash).
+ *
+ * Locking: one mutex guards creation of tables and nodes.  Published
+ * pointers (a value's table, a directory's child slots) are written with
+ * release stores and read with acquire loads, so lookups of nodes that
+ * already exist, and all reads of file contents, take no lock.
+ */
+#include "ckpt_i.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "names.h"
+
+enum role {
+	R_VALUE,        /* a pickle value */
+	R_JSON,         /* NAME.json of a tensor value */
+	R_META,         /* /.ptfs */
+	R_RECDIR,       /* a folder of /.ptfs/records */
+	R_RECORD,       /* a raw archive record */
+	R_GEN,          /* generated text under /.ptfs */
+};
+
+enum gen {
+	GEN_INFO,
+	GEN_TREE,
+	GEN_PICKLE,
+};
+
+struct dent {
+	char *name;                     /* encoded, unique in its table */
+	size_t idx;                     /* position in the table */
+	struct pt_value *val;           /* R_VALUE, R_JSON */
+	uint8_t role;
+	const struct pt_zip_entry *entry; /* R_RECORD */
+	struct dtab *sub;               /* R_RECDIR */
+	enum gen gen;                   /* R_GEN */
+	UT_hash_handle hh;              /* by name */
+};
+
+struct dtab {
+	struct dent **ents;             /* n entries, listing order */
+	size_t n;
+	size_t cap;
+	struct dent *byname;            /* hash over ents */
+};
+
+struct pt_node {
+	struct pt_node *parent;
+	const char *name;
+	uint64_t id;
+	uint32_t depth;
+	uint8_t type;                   /* enum pt_ntype */
+	uint8_t role;
+	struct pt_value *val;
+	const struct pt_tensor *tensor; /* tensor files and their JSON */
+	struct dtab *tab;               /* directories */
+	struct pt_node **kids;          /* directories: slot per entry */
+	const struct pt_zip_entry *entry; /* R_RECORD */
+	const uint8_t *data;            /* contents held in memory */
+	uint64_t size;
+};
+
+struct pt_tree {
+	pthread_mutex_t lock;
+	struct pt_node *root;
+	struct dtab *root_tab;
+	struct dtab *meta_tab;
+	uint64_t next_id;
+	struct dtab **tabs;             /* every table, for freeing */
+	size_t n_tabs, cap_tabs;
+	struct pt_node **nodes;         /* every node, for freeing */
+	size_t n_nodes, cap_nodes;
+	char **texts;                   /* generated contents */
+	size_t n_texts, cap_texts;
+};
+
+static bool grow(void **arr, size_t *cap, size_t n, size_t elem)
+{
+	void *q;
+	size_t nc;
+
+	if (n < *cap)
+		return true;
+	nc = *cap ? *cap * 2 : 64;
+	q = realloc(*arr, nc * elem);
+	if (!q)
+		return false;
+	*arr = q;
+	*cap = nc;
+	return true;
+}
+
+static char *keep_text(struct pt_tree *t, char *s)
+{
+	if (!s)
+		return NULL;
+	if (!grow((void **)&t->texts, &t->cap_texts, t->n_texts, sizeof(char *))) {
+		free(s);
+		return NULL;
+	}
+	t->texts[t->n_texts++] = s;
+	return s;
+}
+
+static struct dtab *tab_new(struct pt_tree *t)
+{
+	struct dtab *d = calloc(1, sizeof(*d));
+
+	if (!d)
+		return NULL;
+	if (!grow((void **)&t->tabs, &t->cap_tabs, t->n_tabs, sizeof(*t->tabs))) {
+		free(d);
+		return NULL;
+	}
+	t->tabs[t->n_tabs++] = d;
+	return d;
+}
+
+static void tab_free(struct dtab *d)
+{
+	size_t i;
+
+	if (!d)
+		return;
+	HASH_CLEAR(hh, d->byname);
+	for (i = 0; i < d->n; i++) {
+		free(d->ents[i]->name);
+		free(d->ents[i]);
+	}
+	free(d->ents);
+	free(d);
+}
+
+static bool tab_has(struct dtab *d, const char *name, size_t len)
+{
+	struct dent *e;
+
+	HASH_FIND(hh, d->byname, name, len, e);
+	return e != NULL;
+}
+
+/* Add an entry named @name (already encoded; ownership passes to the
+ * table, also on failure). */
+static struct dent *tab_add(struct dtab *d, char *name, uint8_t role,
+			    struct pt_value *val)
+{
+	struct dent *e;
+
+	if (!name)
+		return NULL;
+	if (!grow((void **)&d->ents, &d->cap, d->n, sizeof(*d->ents)) ||
+	    !(e = calloc(1, sizeof(*e)))) {
+		free(name);
+		return NULL;
+	}
+	e->name = name;
+	e->idx = d->n;
+	e->role = role;
+	e->val = val;
+	d->ents[d->n++] = e;
+	HASH_ADD_KEYPTR(hh, d->byname, e->name, strlen(e->name), e);
+	return e;
+}
+
+/* TorchScript's restore_type_tag(obj, type) and build_*list(list) are
+ * the object itself. */
+static struct pt_value *deref(struct pt_value *v)
+{
+	int hops = 0;
+
+	while (v && v->kind == PT_V_CALL && hops++ < 16 &&
+	       v->u.call.callable &&
+	       v->u.call.callable->kind == PT_V_GLOBAL &&
+	       strcmp(v->u.call.callable->u.global.module, "torch.jit._pickle") == 0 &&
+	       v->u.call.args && v->u.call.args->kind == PT_V_TUPLE &&
+	       v->u.call.args->u.seq.n >= 1)
+		v = v->u.call.args->u.seq.v[0];
+	return v;
+}
+
+static bool is_dir_class(const struct pt_value *v)
+{
+	enum pt_vclass c = pt__vclass(v);
+
+	return c == PT_C_MAP || c == PT_C_SEQ || c == PT_C_OBJECT;
+}
+
+/* Claim a name for one value (LAYOUT.md rule 5): NAME, or NAME and
+ * NAME.json for tensors, else NAME~2, NAME~3, ... */
+static int claim(struct dtab *d, const char *base, size_t blen,
+		 struct pt_value *val)
+{
+	bool tensor = val && pt__vclass(val) == PT_C_TENSOR;
+	struct pt_buf nm, js;
+	unsigned k;
+	int rc = -ENOMEM;
+
+	pt_buf_init(&nm);
+	pt_buf_init(&js);
+	for (k = 1; k < 1000000; k++) {
+		nm.len = 0;
+		pt_buf_add(&nm, base, blen);
+		if (k > 1)
+			pt_buf_printf(&nm, "~%u", k);
+		if (nm.oom)
+			goto out;
+		if (tab_has(d, nm.p, nm.len))
+			continue;
+		if (tensor) {
+			js.len = 0;
+			pt_buf_add(&js, nm.p, nm.len);
+			pt_buf_puts(&js, ".json");
+			if (js.oom)
+				goto out;
+			if (tab_has(d, js.p, js.len))
+				continue;
+		}
+		if (!tab_add(d, pt_buf_take(&nm, NULL), R_VALUE, val))
+			goto out;
+		if (tensor &&
+		    !tab_add(d, pt_buf_take(&js, NULL), R_JSON, val))
+			goto out;
+		rc = 0;
+		goto out;
+	}
+	rc = -EFBIG;
+out:
+	pt_buf_free(&nm);
+	pt_buf_free(&js);
+	return rc;
+}
+
+static int add_keyed(struct dtab *d, const struct pt_value *key,
+		     struct pt_value *val)
+{
+	struct pt_buf raw, enc;
+	int rc;
+
+	pt_buf_init(&raw);
+	pt_buf_init(&enc);
+	pt_key_text(&raw, key);
+	pt_name_encode(&enc, (const uint8_t *)(raw.p ? raw.p : ""), raw.len);
+	if (raw.oom || enc.oom)
+		rc = -ENOMEM;
+	else
+		rc = claim(d, enc.p ? enc.p : "%", enc.p ? enc.len : 1, deref(val));
+	pt_buf_free(&raw);
+	pt_buf_free(&enc);
+	return rc;
+}
+
+static int add_indexed(struct dtab *d, size_t i, struct pt_value *val)
+{
+	char num[24];
+	int n = snprintf(num, sizeof(num), "%zu", i);
+
+	return claim(d, num, (size_t)n, deref(val));
+}
+
+/* pairs k0 v0 k1 v1 ... (a dict's kv vector) */
+static int add_pairs(struct dtab *d, const struct pt_vseq *kv)
+{
+	size_t i;
+	int rc;
+
+	for (i = 0; i + 1 < kv->n; i += 2) {
+		rc = add_keyed(d, kv->v[i], kv->v[i + 1]);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static int add_seq(struct dtab *d, const struct pt_vseq *s, size_t *idx)
+{
+	size_t i;
+	int rc;
+
+	for (i = 0; i < s->n; i++) {
+		rc = add_indexed(d, (*idx)++, s->v[i]);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static const struct pt_vseq *seq_of(const struct pt_value *v)
+{
+	if (!v)
+		return NULL;
+	if (v->kind == PT_V_TUPLE || v->kind == PT_V_LIST ||
+	    v->kind == PT_V_SET || v->kind == PT_V_FROZENSET)
+		return &v->u.seq;
+	return NULL;
+}
+
+/* Items of a mapping: a dict's pairs, the first argument of a mapping
+ * class (a dict, or a list of pairs), then SETITEMS onto the object. */
+static int fill_map(struct dtab *d, const struct pt_value *v)
+{
+	const struct pt_value *a0;
+	const struct pt_vseq *s;
+	size_t i;
+	int rc;
+
+	if (v->kind == PT_V_DICT)
+		return add_pairs(d, &v->u.dict.kv);
+	a0 = deref(v->u.call.args && v->u.call.args->u.seq.n ?
+			   v->u.call.args->u.seq.v[0] : NULL);
+	if (a0 && a0->kind == PT_V_DICT) {
+		rc = add_pairs(d, &a0->u.dict.kv);
+		if (rc)
+			return rc;
+	} else if ((s = seq_of(a0)) != NULL) {
+		for (i = 0; i < s->n; i++) {
+			const struct pt_vseq *pair = seq_of(s->v[i]);
+			if (!pair || pair->n != 2)
+				continue;
+			rc = add_keyed(d, pair->v[0], pair->v[1]);
+			if (rc)
+				return rc;
+		}
+	}
+	return add_pairs(d, &v->u.call.kv);
+}
+
+static int fill_seq(struct dtab *d, const struct pt_value *v)
+{
+	const struct pt_vseq *s = seq_of(v);
+	size_t idx = 0;
+	int rc;
+
+	if (s)
+		return add_seq(d, s, &idx);
+	if (v->u.call.args && v->u.call.args->u.seq.n) {
+		s = seq_of(deref(v->u.call.args->u.seq.v[0]));
+		if (s) {
+			rc = add_seq(d, s, &idx);
+			if (rc)
+				return rc;
+		}
+	}
+	return add_seq(d, &v->u.call.items, &idx);
+}
+
+static int add_named(struct dtab *d, const char *name, struct pt_value *val)
+{
+	return claim(d, name, strlen(name), deref(val));
+}
+
+/* An object: args/, then the state BUILD would receive (a dict's items,
+ * both dicts of a (dict, slots) pair, or "state"), then items set or
+ * appended onto it. */
+static int fill_object(struct dtab *d, struct pt_value *v)
+{
+	struct pt_value *st = deref(v->u.call.state);
+	const struct pt_vseq *pair;
+	size_t idx = 0;
+	int rc = 0;
+
+	if (v->u.call.args && v->u.call.args->u.seq.n)
+		rc = add_named(d, "args", v->u.call.args);
+	if (!rc && v->u.call.kwargs)
+		rc = add_named(d, "kwargs", v->u.call.kwargs);
+	if (rc)
+		return rc;
+	if (st) {
+		pair = st->kind == PT_V_TUPLE ? &st->u.seq : NULL;
+		if (pt__vclass(st) == PT_C_MAP) {
+			rc = fill_map(d, st);
+		} else if (pair && pair->n == 2 &&
+			   (pair->v[0]->kind == PT_V_NONE || pt__vclass(pair->v[0]) == PT_C_MAP) &&
+			   (pair->v[1]->kind == PT_V_NONE || pt__vclass(pair->v[1]) == PT_C_MAP)) {
+			if (pair->v[0]->kind != PT_V_NONE)
+				rc = fill_map(d, pair->v[0]);
+			if (!rc && pair->v[1]->kind != PT_V_NONE)
+				rc = fill_map(d, pair->v[1]);
+		} else {
+			rc = add_named(d, "state", st);
+		}
+		if (rc)
+			return rc;
+	}
+	rc = add_pairs(d, &v->u.call.kv);
+	if (rc)
+		return rc;
+	return add_seq(d, &v->u.call.items, &idx);
+}
+
+static struct dtab *value_tab(struct pt_ckpt *ck, struct pt_value *v, int *rc)
+{
+	struct pt_tree *t = ck->tree;
+	struct dtab *d = __atomic_load_n((struct dtab **)&v->aux, __ATOMIC_ACQUIRE);
+
+	if (d)
+		return d;
+	pthread_mutex_lock(&t->lock);
+	d = v->aux;
+	if (d)
+		goto out;
+	d = tab_new(t);
+	if (!d) {
+		*rc = -ENOMEM;
+		goto out;
+	}
+	switch (pt__vclass(v)) {
+	case PT_C_MAP:
+		*rc = fill_map(d, v);
+		break;
+	case PT_C_SEQ:
+		*rc = fill_seq(d, v);
+		break;
+	default:
+		*rc = fill_object(d, v);
+		break;
+	}
+	if (*rc == 0 && d->n > ck->opts.limits.max_dir_entries)
+		*rc = -EFBIG;
+	if (*rc) {
+		d = NULL;
+		goto out;
+	}
+	__atomic_store_n((struct dtab **)&v->aux, d, __ATOMIC_RELEASE);
+out:
+	pthread_mutex_unlock(&t->lock);
+	return d;
+}
+
+/* ---- node contents ---- */
+
+static const char *scalar_text(struct pt_ckpt *ck, const struct pt_value *v,
+			       size_t *len)
+{
+	struct pt_buf b;
+	char *s;
+
+	pt_buf_init(&b);
+	switch (v->kind) {
+	case PT_V_NONE:
+		pt_buf_puts(&b, "None");
+		break;
+	case PT_V_BOOL:
+		pt_buf_puts(&b, v->u.b ? "True" : "False");
+		break;
+	case PT_V_INT:
+		pt_buf_printf(&b, "%lld", (long long)v->u.i);
+		break;
+	case PT_V_BIGINT:
+		pt_bigint_decimal(&b, v->u.s.p, v->u.s.len);
+		break;
+	case PT_V_FLOAT:
+		pt_repr_float(&b, v->u.f);
+		break;
+	case PT_V_STR:
+		pt_buf_add(&b, v->u.s.p, v->u.s.len);
+		break;
+	default:
+		break;
+	}
+	pt_buf_putc(&b, '\n');
+	if (b.oom) {
+		pt_buf_free(&b);
+		return NULL;
+	}
+	s = keep_text(ck->tree, pt_buf_take(&b, len));
+	return s;
+}
+
+static void gen_text(struct pt_ckpt *ck, enum gen g, struct pt_buf *b)
+{
+	int i;
+
+	switch (g) {
+	case GEN_INFO:
+		pt_ckpt_info(ck, b);
+		break;
+	case GEN_TREE:
+		pt_tree_json(ck, b, 1000000);
+		break;
+	case GEN_PICKLE:
+		for (i = 0; i < ck->n_pickles; i++) {
+			if (ck->n_pickles > 1)
+				pt_buf_printf(b, "# %s\n", ck->pickles[i].label);
+			pt_pickle_disasm(ck->pickles[i].buf, ck->pickles[i].len,
+					 b, 256u << 20);
+		}
+		break;
+	}
+}
+
+static struct pt_node *node_new(struct pt_ckpt *ck, struct pt_node *parent,
+				const struct dent *e, char *gen, size_t gen_len)
+{
+	struct pt_tree *t = ck->tree;
+	struct pt_node *n = calloc(1, sizeof(*n));
+	size_t len = 0;
+
+	if (!n)
+		return NULL;
+	if (!grow((void **)&t->nodes, &t->cap_nodes, t->n_nodes, sizeof(*t->nodes))) {
+		free(n);
+		return NULL;
+	}
+	t->nodes[t->n_nodes++] = n;
+	n->parent = parent;
+	n->name = e->name;
+	n->id = ++t->next_id;
+	n->depth = parent ? parent->depth + 1 : 0;
+	n->role = e->role;
+	n->val = e->val;
+	switch (e->role) {
+	case R_VALUE:
+		break;
+	case R_JSON: {
+		struct pt_buf b;
+		pt_buf_init(&b);
+		pt__tensor_json(ck, e->val->aux, &b);
+		n->type = PT_NT_FILE;
+		n->tensor = e->val->aux;
+		n->data = (const uint8_t *)keep_text(t, pt_buf_take(&b, &len));
+		n->size = len;
+		return n->data ? n : NULL;
+	}
+	case R_META:
+		n->type = PT_NT_DIR;
+		n->tab = t->meta_tab;
+		return n;
+	case R_RECDIR:
+		n->type = PT_NT_DIR;
+		n->tab = e->sub;
+		return n;
+	case R_RECORD:
+		n->type = PT_NT_FILE;
+		n->entry = e->entry;
+		n->size = n->entry->usize;
+		return n;
+	case R_GEN:
+		/* generated by the caller, outside the lock (tree.json walks
+		 * the tree, which takes the lock itself) */
+		n->type = PT_NT_FILE;
+		n->data = (const uint8_t *)keep_text(t, gen);
+		n->size = gen_len;
+		return n->data ? n : NULL;
+	}
+	/* a value */
+	switch (pt__vclass(n->val)) {
+	case PT_C_TENSOR:
+		n->type = PT_NT_FILE;
+		n->tensor = n->val->aux;
+		n->size = n->tensor->nbytes;
+		return n;
+	case PT_C_BYTES: {
+		const struct pt_bytes *b = n->val->aux;
+		n->type = PT_NT_FILE;
+		n->data = b->p;
+		n->size = b->len;
+		return n;
+	}
+	case PT_C_TEXT:
+		n->type = PT_NT_FILE;
+		n->data = n->val->aux;
+		n->size = strlen(n->val->aux);
+		return n;
+	case PT_C_MAP:
+	case PT_C_SEQ:
+	case PT_C_OBJECT: {
+		const struct pt_node *a;
+		uint32_t up = 0;
+
+		for (a = parent; a; a = a->parent, up++) {
+			if (a->val == n->val && a->role == R_VALUE) {
+				/* a cycle: link to where it first appears */
+				struct pt_buf b;
+				uint32_t i;
+
+				pt_buf_init(&b);
+				if (up == 0)
+					pt_buf_putc(&b, '.');
+				for (i = 0; i < up; i++)
+					pt_buf_puts(&b, i ? "/.." : "..");
+				n->type = PT_NT_LINK;
+				n->data = (const uint8_t *)keep_text(t, pt_buf_take(&b, &len));
+				n->size = len;
+				return n->data ? n : NULL;
+			}
+		}
+		n->type = PT_NT_DIR;
+		return n;
+	}
+	default:
+		n->type = PT_NT_FILE;
+		n->data = (const uint8_t *)scalar_text(ck, n->val, &len);
+		n->size = len;
+		return n->data ? n : NULL;
+	}
+}
+
+static struct dtab *node_tab(struct pt_ckpt *ck, struct pt_node *dir, int *rc)
+{
+	struct dtab *d = __atomic_load_n(&dir->tab, __ATOMIC_ACQUIRE);
+
+	if (d)
+		return d;
+	d = value_tab(ck, dir->val, rc);
+	if (d)
+		__atomic_store_n(&dir->tab, d, __ATOMIC_RELEASE);
+	return d;
+}
+
+/* The child node for entry @i of @dir's table @d. */
+static struct pt_node *child_at(struct pt_ckpt *ck, struct pt_node *dir,
+				struct dtab *d, size_t i, int *rc)
+{
+	struct pt_tree *t = ck->tree;
+	struct pt_node **kids = __atomic_load_n(&dir->kids, __ATOMIC_ACQUIRE);
+	struct pt_node *n;
+	char *gen = NULL;
+	size_t gen_len = 0;
+
+	if (kids) {
+		n = __atomic_load_n(&kids[i], __ATOMIC_ACQUIRE);
+		if (n)
+			return n;
+	}
+	if (d->ents[i]->role == R_GEN) {
+		struct pt_buf b;
+
+		pt_buf_init(&b);
+		gen_text(ck, d->ents[i]->gen, &b);
+		if (b.oom) {
+			pt_buf_free(&b);
+			*rc = -ENOMEM;
+			return NULL;
+		}
+		gen = pt_buf_take(&b, &gen_len);
+	}
+	pthread_mutex_lock(&t->lock);
+	if (!dir->kids) {
+		kids = calloc(d->n ? d->n : 1, sizeof(*kids));
+		if (!kids) {
+			*rc = -ENOMEM;
+			n = NULL;
+			goto out;
+		}
+		__atomic_store_n(&dir->kids, kids, __ATOMIC_RELEASE);
+	}
+	kids = dir->kids;
+	n = kids[i];
+	if (!n) {
+		n = node_new(ck, dir, d->ents[i], gen, gen_len);
+		gen = NULL;
+		if (!n)
+			*rc = -ENOMEM;
+		else
+			__atomic_store_n(&kids[i], n, __ATOMIC_RELEASE);
+	}
+out:
+	pthread_mutex_unlock(&t->lock);
+	free(gen);
+	return n;
+}
+
+struct pt_node *pt_tree_lookup(struct pt_ckpt *ck, struct pt_node *dir,
+			       const char *name, int *rc)
+{
+	struct dtab *d;
+	struct dent *e;
+	int dummy = 0;
+
+	if (!rc)
+		rc = &dummy;
+	*rc = 0;
+	if (dir->type != PT_NT_DIR) {
+		*rc = -ENOTDIR;
+		return NULL;
+	}
+	d = node_tab(ck, dir, rc);
+	if (!d)
+		return NULL;
+	HASH_FIND_STR(d->byname, name, e);
+	if (!e) {
+		*rc = -ENOENT;
+		return NULL;
+	}
+	return child_at(ck, dir, d, e->idx, rc);
+}
+
+size_t pt_tree_count(struct pt_ckpt *ck, struct pt_node *dir)
+{
+	int rc = 0;
+	struct dtab *d;
+
+	if (dir->type != PT_NT_DIR)
+		return 0;
+	d = node_tab(ck, dir, &rc);
+	return d ? d->n : 0;
+}
+
+struct pt_node *pt_tree_child(struct pt_ckpt *ck, struct pt_node *dir,
+			      size_t i)
+{
+	int rc = 0;
+	struct dtab *d;
+
+	if (dir->type != PT_NT_DIR)
+		return NULL;
+	d = node_tab(ck, dir, &rc);
+	if (!d || i >= d->n)
+		return NULL;
+	return child_at(ck, dir, d, i, &rc);
+}
+
+struct pt_node *pt_tree_root(struct pt_ckpt *ck)
+{
+	return ck->tree->root;
+}
+
+struct pt_node *pt_tree_path(struct pt_ckpt *ck, const char *path, int *rc)
+{
+	struct pt_node *n = ck->tree->root;
+	char comp[4096];
+	int dummy = 0;
+
+	if (!rc)
+		rc = &dummy;
+	*rc = 0;
+	while (*path) {
+		const char *e;
+		size_t len;
+
+		while (*path == '/')
+			path++;
+		if (!*path)
+			break;
+		e = strchr(path, '/');
+		len = e ? (size_t)(e - path) : strlen(path);
+		if (len >= sizeof(comp)) {
+			*rc = -ENAMETOOLONG;
+			return NULL;
+		}
+		memcpy(comp, path, len);
+		comp[len] = '\0';
+		n = pt_tree_lookup(ck, n, comp, rc);
+		if (!n)
+			return NULL;
+		path += len;
+	}
+	return n;
+}
+
+void pt_node_attr(const struct pt_node *n, struct pt_nattr *a)
+{
+	a->type = (enum pt_ntype)n->type;
+	a->size = n->size;
+	a->id = n->id;
+	a->tensor = n->tensor && n->role == R_VALUE;
+	a->writable = a->tensor && n->tensor->st->kind == PT_ST_FILE &&
+		      n->tensor->st->entry;
+}
+
+const char *pt_node_name(const struct pt_node *n)
+{
+	return n->name;
+}
+
+struct pt_node *pt_node_parent(const struct pt_node *n)
+{
+	return n->parent;
+}
+
+ssize_t pt_node_read(struct pt_ckpt *ck, struct pt_node *node, void *buf,
+		     size_t n, uint64_t off, struct pt_error *err)
+{
+	if (node->type == PT_NT_DIR)
+		return -EISDIR;
+	if (off >= node->size)
+		return 0;
+	if (n > node->size - off)
+		n = (size_t)(node->size - off);
+	if (node->role == R_VALUE && node->tensor)
+		return pt__tensor_read(ck, node->tensor, buf, n, off, err);
+	if (node->role == R_RECORD) {
+		long long got = pt_zip_pread(ck->zip, node->entry, buf, n, off, err);
+		return (ssize_t)got;
+	}
+	memcpy(buf, node->data + off, n);
+	return (ssize_t)n;
+}
+
+bool pt_node_extent(const struct pt_node *node, uint64_t off, uint64_t n,
+		    uint64_t *file_off)
+{
+	if (off > node->size || n > node->size - off)
+		return false;
+	if (node->role == R_VALUE && node->tensor && node->tensor->contiguous &&
+	    node->tensor->st->kind == PT_ST_FILE) {
+		*file_off = node->tensor->st->file_off + node->tensor->byte_lo + off;
+		return true;
+	}
+	if (node->role == R_RECORD && node->entry->method == PT_ZIP_STORED) {
+		*file_off = node->entry->data_off + off;
+		return true;
+	}
+	return false;
+}
+
+const char *pt_node_tensor_json(struct pt_ckpt *ck, struct pt_node *node)
+{
+	struct pt_node *p = node->parent;
+	size_t i, cnt;
+
+	if (!node->tensor || !p)
+		return NULL;
+	if (node->role == R_JSON)
+		return (const char *)node->data;
+	/* the sidecar is the next entry of the same table */
+	cnt = pt_tree_count(ck, p);
+	for (i = 0; i + 1 < cnt; i++) {
+		if (p->kids && __atomic_load_n(&p->kids[i], __ATOMIC_ACQUIRE) == node) {
+			struct pt_node *j = pt_tree_child(ck, p, i + 1);
+			return j && j->role == R_JSON ? (const char *)j->data : NULL;
+		}
+	}
+	return NULL;
+}
+
+static void shape_text(struct pt_buf *b, const int64_t *v, uint32_t n)
+{
+	uint32_t i;
+
+	pt_buf_putc(b, '[');
+	for (i = 0; i < n; i++)
+		pt_buf_printf(b, "%s%lld", i ? ", " : "", (long long)v[i]);
+	pt_buf_putc(b, ']');
+}
+
+int pt_node_xattrs(struct pt_ckpt *ck, struct pt_node *node, struct pt_buf *out)
+{
+	const struct pt_tensor *t = node->tensor;
+	struct pt_buf v;
+	int count = 0;
+
+	(void)ck;
+	if (!t || node->role != R_VALUE)
+		return 0;
+	pt_buf_init(&v);
+#define XA(name)                                                    \
+	do {                                                        \
+		pt_buf_puts(out, "user.ptfs." name);                \
+		pt_buf_putc(out, '\0');                             \
+		pt_buf_add(out, v.p ? v.p : "", v.len);             \
+		pt_buf_putc(out, '\0');                             \
+		v.len = 0;                                          \
+		count++;                                            \
+	} while (0)
+	pt_buf_puts(&v, t->dtype_name);
+	XA("dtype");
+	shape_text(&v, t->shape, t->rank);
+	XA("shape");
+	shape_text(&v, t->stride, t->rank);
+	XA("stride");
+	pt_buf_printf(&v, "%lld", (long long)(t->kind == PT_TK_NDARRAY ? 0 : t->offset));
+	XA("storage_offset");
+	pt_buf_printf(&v, "%llu", (unsigned long long)t->nbytes);
+	XA("nbytes");
+	pt_buf_puts(&v, t->byteorder == '>' ? "big" : "little");
+	XA("byteorder");
+	pt_buf_puts(&v, t->kind == PT_TK_PARAMETER ? "parameter" :
+			t->kind == PT_TK_NDARRAY ? "ndarray" : "tensor");
+	XA("kind");
+	if (t->st->entry) {
+		pt_buf_add(&v, t->st->entry->name, t->st->entry->name_len);
+		XA("storage_record");
+	}
+	if (t->st->kind == PT_ST_FILE && t->contiguous) {
+		pt_buf_printf(&v, "%llu", (unsigned long long)(t->st->file_off + t->byte_lo));
+		XA("file_offset");
+	}
+#undef XA
+	pt_buf_free(&v);
+	return count;
+}
+
+void pt_node_describe(struct pt_ckpt *ck, struct pt_node *node,
+		      struct pt_buf *out)
+{
+	const struct pt_tensor *t = node->tensor;
+
+	(void)ck;
+	if (!t || node->role != R_VALUE)
+		return;
+	pt_buf_puts(out, t->dtype_name);
+	pt_buf_putc(out, ' ');
+	shape_text(out, t->shape, t->rank);
+	if (!t->contiguous)
+		pt_buf_puts(out, " (view)");
+}
+
+/* ---- tree.json ---- */
+
+/*
+ * Depth-first over the tree with an explicit stack; every entry is one
+ * JSON object with its path, type and size, tensors with their metadata,
+ * small scalar files with their text.  Sidecars and /.ptfs are left out
+ * (their content is inline).  Stops after @max_entries entries with
+ * "truncated": true.
+ */
+void pt_tree_json(struct pt_ckpt *ck, struct pt_buf *out, uint64_t max_entries)
+{
+	struct frame {
+		struct pt_node *dir;
+		size_t next;
+		size_t path_len;
+	} *st = NULL;
+	size_t n = 0, cap = 0;
+	struct pt_buf path;
+	uint64_t count = 0;
+	bool first = true, truncated = false;
+
+	pt_buf_init(&path);
+	pt_buf_printf(out, "{\"format\": \"%s\", \"tensors\": %llu, \"entries\": [",
+		      pt_ckpt_format(ck), (unsigned long long)ck->n_tensors);
+	if (!grow((void **)&st, &cap, n, sizeof(*st)))
+		goto done;
+	st[n++] = (struct frame){ ck->tree->root, 0, 0 };
+	while (n > 0) {
+		struct frame *f = &st[n - 1];
+		struct pt_node *c;
+
+		if (f->next >= pt_tree_count(ck, f->dir)) {
+			n--;
+			continue;
+		}
+		c = pt_tree_child(ck, f->dir, f->next++);
+		if (!c || c->role == R_JSON || c->role == R_META)
+			continue;
+		if (count++ >= max_entries) {
+			truncated = true;
+			break;
+		}
+		path.len = f->path_len;
+		if (path.len)
+			pt_buf_putc(&path, '/');
+		pt_buf_puts(&path, c->name);
+		pt_buf_puts(out, first ? "\n {\"path\": \"" : ",\n {\"path\": \"");
+		first = false;
+		pt_buf_json_str(out, (const uint8_t *)path.p, path.len);
+		if (c->type == PT_NT_DIR) {
+			pt_buf_printf(out, "\", \"type\": \"dir\", \"entries\": %zu}",
+				      pt_tree_count(ck, c));
+			if (!grow((void **)&st, &cap, n, sizeof(*st)))
+				break;
+			st[n++] = (struct frame){ c, 0, path.len };
+			continue;
+		}
+		if (c->type == PT_NT_LINK) {
+			pt_buf_puts(out, "\", \"type\": \"link\", \"target\": \"");
+			pt_buf_json_str(out, c->data, c->size);
+			pt_buf_puts(out, "\"}");
+			continue;
+		}
+		pt_buf_printf(out, "\", \"type\": \"file\", \"size\": %llu",
+			      (unsigned long long)c->size);
+		if (c->tensor) {
+			pt_buf_puts(out, ", \"tensor\": ");
+			pt__tensor_json(ck, c->tensor, out);
+			out->len--; /* the newline */
+		} else if (c->data && c->size <= 4096 &&
+			   pt__vclass(c->val) != PT_C_BYTES) {
+			pt_buf_puts(out, ", \"value\": \"");
+			pt_buf_json_str(out, c->data, c->size ? c->size - 1 : 0);
+			pt_buf_putc(out, '"');
+		}
+		pt_buf_putc(out, '}');
+	}
+done:
+	pt_buf_printf(out, "\n], \"truncated\": %s}\n", truncated ? "true" : "false");
+	free(st);
+	pt_buf_free(&path);
+}
+
+/* ---- /.ptfs and the root ---- */
+
+/* /.ptfs/records: one folder per '/'-separated component of each record
+ * name, every component encoded like a key. */
+static int add_record(struct pt_tree *t, struct dtab *top,
+		      const struct pt_zip_entry *ze)
+{
+	struct dtab *d = top;
+	const char *p = ze->name;
+	struct pt_buf enc;
+	int rc = 0;
+
+	pt_buf_init(&enc);
+	for (;;) {
+		const char *slash = strchr(p, '/');
+		size_t len = slash ? (size_t)(slash - p) : strlen(p);
+		struct dent *e;
+
+		if (slash && len == 0) { /* "a//b" or a leading '/' */
+			p = slash + 1;
+			continue;
+		}
+		if (!slash && len == 0) /* a directory record "a/" */
+			break;
+		enc.len = 0;
+		pt_name_encode(&enc, (const uint8_t *)p, len);
+		if (enc.oom) {
+			rc = -ENOMEM;
+			break;
+		}
+		if (!slash) {
+			/* the file; a folder of the same name gets "~2" */
+			rc = claim(d, enc.p, enc.len, NULL);
+			if (!rc) {
+				d->ents[d->n - 1]->role = R_RECORD;
+				d->ents[d->n - 1]->entry = ze;
+			}
+			break;
+		}
+		HASH_FIND(hh, d->byname, enc.p, enc.len, e);
+		if (!e || e->role != R_RECDIR) {
+			struct dtab *sub = tab_new(t);
+			char *nm;
+
+			if (!sub) {
+				rc = -ENOMEM;
+				break;
+			}
+			nm = strndup(enc.p, enc.len);
+			if (!nm || tab_has(d, enc.p, enc.len)) {
+				free(nm);
+				rc = claim(d, enc.p, enc.len, NULL);
+				if (rc)
+					break;
+				e = d->ents[d->n - 1];
+			} else {
+				e = tab_add(d, nm, R_RECDIR, NULL);
+				if (!e) {
+					rc = -ENOMEM;
+					break;
+				}
+			}
+			e->role = R_RECDIR;
+			e->sub = sub;
+		}
+		d = e->sub;
+		p = slash + 1;
+	}
+	pt_buf_free(&enc);
+	return rc;
+}
+
+static int build_meta(struct pt_ckpt *ck, struct pt_tree *t)
+{
+	struct dtab *recs;
+	uint64_t i;
+	int rc;
+
+	t->meta_tab = tab_new(t);
+	if (!t->meta_tab)
+		return -ENOMEM;
+	static const struct {
+		const char *name;
+		enum gen gen;
+	} gens[] = { { "info.txt", GEN_INFO },
+		     { "tree.json", GEN_TREE },
+		     { "pickle.txt", GEN_PICKLE } };
+	struct dent *e;
+
+	for (i = 0; i < 3; i++) {
+		e = tab_add(t->meta_tab, strdup(gens[i].name), R_GEN, NULL);
+		if (!e)
+			return -ENOMEM;
+		e->gen = gens[i].gen;
+	}
+	if (!ck->zip)
+		return 0;
+	recs = tab_new(t);
+	e = recs ? tab_add(t->meta_tab, strdup("records"), R_RECDIR, NULL) : NULL;
+	if (!e)
+		return -ENOMEM;
+	e->sub = recs;
+	for (i = 0; i < pt_zip_info(ck->zip)->n_entries; i++) {
+		rc = add_record(t, recs, pt_zip_entry_at(ck->zip, i));
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+int pt__tree_new(struct pt_ckpt *ck, struct pt_error *err)
+{
+	struct pt_tree *t = calloc(1, sizeof(*t));
+	struct dtab *root_tab;
+	struct pt_node *root;
+	int rc;
+
+	if (!t)
+		return pt_fail(err, -ENOMEM, "out of memory");
+	pthread_mutex_init(&t->lock, NULL);
+	ck->tree = t;
+	rc = build_meta(ck, t);
+	if (rc)
+		return pt_fail(err, rc, "building /.ptfs: %s", strerror(-rc));
+	root = calloc(1, sizeof(*root));
+	if (!root || !grow((void **)&t->nodes, &t->cap_nodes, t->n_nodes, sizeof(*t->nodes))) {
+		free(root);
+		return pt_fail(err, -ENOMEM, "out of memory");
+	}
+	t->nodes[t->n_nodes++] = root;
+	t->root = root;
+	root->name = "";
+	root->id = ++t->next_id;
+	root->type = PT_NT_DIR;
+	root->role = R_VALUE;
+	root->val = deref(ck->root);
+	/* The root table: ".ptfs" first, then the object's entries, or
+	 * the object itself under the file's stem when it is not a
+	 * directory (LAYOUT.md "The root"). */
+	root_tab = tab_new(t);
+	if (!root_tab || !tab_add(root_tab, strdup(".ptfs"), R_META, NULL))
+		return pt_fail(err, -ENOMEM, "out of memory");
+	if (is_dir_class(root->val)) {
+		switch (pt__vclass(root->val)) {
+		case PT_C_MAP:
+			rc = fill_map(root_tab, root->val);
+			break;
+		case PT_C_SEQ:
+			rc = fill_seq(root_tab, root->val);
+			break;
+		default:
+			rc = fill_object(root_tab, root->val);
+			break;
+		}
+	} else {
+		struct pt_buf enc;
+
+		pt_buf_init(&enc);
+		pt_name_encode(&enc, (const uint8_t *)ck->stem, strlen(ck->stem));
+		rc = enc.oom ? -ENOMEM : claim(root_tab, enc.p, enc.len, root->val);
+		pt_buf_free(&enc);
+	}
+	if (rc)
+		return pt_fail(err, rc, "building the tree: %s", strerror(-rc));
+	root->tab = root_tab;
+	t->root_tab = root_tab;
+	return 0;
+}
+
+void pt__tree_free(struct pt_ckpt *ck)
+{
+	struct pt_tree *t = ck->tree;
+	size_t i;
+
+	if (!t)
+		return;
+	for (i = 0; i < t->n_nodes; i++) {
+		free(t->nodes[i]->kids);
+		free(t->nodes[i]);
+	}
+	for (i = 0; i < t->n_tabs; i++)
+		tab_free(t->tabs[i]);
+	for (i = 0; i < t->n_texts; i++)
+		free(t->texts[i]);
+	free(t->nodes);
+	free(t->tabs);
+	free(t->texts);
+	pthread_mutex_destroy(&t->lock);
+	free(t);
+	ck->tree = NULL;
+}

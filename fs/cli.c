@@ -1,0 +1,256 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cli.c -- the subcommands that need no FUSE (containers often lack
+ * /dev/fuse): ls, cat, info and set.  Each opens the checkpoint with the
+ * same core library the mount uses, so what they print is what the mount
+ * shows.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ckpt.h"
+#include "ptfs.h"
+
+static int open_or_report(const char *path, struct pt_ckpt **ck)
+{
+	struct pt_ckpt_opts opts;
+	struct pt_error err;
+
+	pt_error_clear(&err);
+	pt_ckpt_opts_default(&opts);
+	if (pt_ckpt_open(ck, path, &opts, &err) != 0) {
+		fprintf(stderr, "ptfs: %s: %s\n", path, err.msg);
+		return PTFS_EXIT_ERROR;
+	}
+	return 0;
+}
+
+static struct pt_node *resolve(struct pt_ckpt *ck, const char *ckpath,
+			       const char *path)
+{
+	struct pt_node *n;
+	int rc = 0;
+
+	n = pt_tree_path(ck, path, &rc);
+	if (!n)
+		fprintf(stderr, "ptfs: %s: %s: %s\n", ckpath, path, strerror(-rc));
+	return n;
+}
+
+/*
+ * `ptfs ls`: the tree below PATH, depth first, one line per entry: type,
+ * size, path, and dtype and shape for tensors.  Sidecar .json files and
+ * /.ptfs are shown with -a.  Output stops after --max entries (default
+ * 10000), so a tree whose references multiply still lists at once.
+ */
+static int cmd_ls(int argc, char **argv)
+{
+	struct frame {
+		struct pt_node *dir;
+		size_t next;
+		size_t plen;
+	} *st = NULL;
+	size_t n = 0, cap = 0;
+	unsigned long long max = 10000, shown = 0;
+	struct pt_ckpt *ck = NULL;
+	struct pt_node *top;
+	struct pt_buf path, desc;
+	const char *ckpath = NULL, *sub = "";
+	bool all = false;
+	int i, rc = PTFS_EXIT_OK;
+
+	for (i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "-a") == 0) {
+			all = true;
+		} else if (strcmp(argv[i], "--max") == 0 && i + 1 < argc) {
+			char *end;
+			max = strtoull(argv[++i], &end, 10);
+			if (*end || max == 0) {
+				fprintf(stderr, "ptfs ls: --max takes a positive number\n");
+				return PTFS_EXIT_USAGE;
+			}
+		} else if (!ckpath) {
+			ckpath = argv[i];
+		} else if (!*sub) {
+			sub = argv[i];
+		} else {
+			ptfs_usage(stderr);
+			return PTFS_EXIT_USAGE;
+		}
+	}
+	if (!ckpath) {
+		ptfs_usage(stderr);
+		return PTFS_EXIT_USAGE;
+	}
+	if (open_or_report(ckpath, &ck))
+		return PTFS_EXIT_ERROR;
+	top = resolve(ck, ckpath, sub);
+	if (!top) {
+		pt_ckpt_close(ck);
+		return PTFS_EXIT_ERROR;
+	}
+	pt_buf_init(&path);
+	pt_buf_init(&desc);
+	pt_buf_puts(&path, sub);
+	while (path.len && path.p[path.len - 1] == '/')
+		path.p[--path.len] = '\0';
+	st = malloc(sizeof(*st) * 16);
+	cap = 16;
+	if (!st) {
+		rc = PTFS_EXIT_ERROR;
+		goto out;
+	}
+	st[n++] = (struct frame){ top, 0, path.len };
+	while (n > 0) {
+		struct frame *f = &st[n - 1];
+		struct pt_nattr a;
+		struct pt_node *c;
+		const char *name;
+
+		if (f->next >= pt_tree_count(ck, f->dir)) {
+			n--;
+			continue;
+		}
+		c = pt_tree_child(ck, f->dir, f->next++);
+		if (!c)
+			continue;
+		name = pt_node_name(c);
+		if (!all && name[0] == '.')
+			continue;
+		pt_node_attr(c, &a);
+		if (!all && a.type == PT_NT_FILE && !a.tensor &&
+		    pt_node_tensor_json(ck, c))
+			continue; /* a tensor's .json sidecar */
+		if (shown++ >= max) {
+			printf("... (stopped after %llu entries; use --max)\n", max);
+			break;
+		}
+		path.len = f->plen;
+		if (path.len)
+			pt_buf_putc(&path, '/');
+		pt_buf_puts(&path, name);
+		desc.len = 0;
+		pt_node_describe(ck, c, &desc);
+		printf("%c %14" PRIu64 "  %s%s%s%s\n",
+		       a.type == PT_NT_DIR ? 'd' : a.type == PT_NT_LINK ? 'l' : '-',
+		       a.size, path.p, a.type == PT_NT_DIR ? "/" : "",
+		       desc.len ? "  " : "", desc.len ? desc.p : "");
+		if (a.type == PT_NT_DIR) {
+			if (n == cap) {
+				struct frame *q = realloc(st, cap * 2 * sizeof(*q));
+				if (!q) {
+					rc = PTFS_EXIT_ERROR;
+					break;
+				}
+				st = q;
+				cap *= 2;
+			}
+			st[n++] = (struct frame){ c, 0, path.len };
+		}
+	}
+out:
+	free(st);
+	pt_buf_free(&path);
+	pt_buf_free(&desc);
+	pt_ckpt_close(ck);
+	return rc;
+}
+
+static int cmd_cat(int argc, char **argv)
+{
+	struct pt_ckpt *ck = NULL;
+	struct pt_node *node;
+	struct pt_nattr a;
+	struct pt_error err;
+	size_t bufsz = 1u << 20;
+	uint64_t off = 0;
+	char *buf;
+	int rc = PTFS_EXIT_OK;
+
+	if (argc != 3) {
+		ptfs_usage(stderr);
+		return PTFS_EXIT_USAGE;
+	}
+	if (open_or_report(argv[1], &ck))
+		return PTFS_EXIT_ERROR;
+	node = resolve(ck, argv[1], argv[2]);
+	if (!node) {
+		pt_ckpt_close(ck);
+		return PTFS_EXIT_ERROR;
+	}
+	pt_node_attr(node, &a);
+	if (a.type == PT_NT_DIR) {
+		fprintf(stderr, "ptfs: %s: %s: is a directory\n", argv[1], argv[2]);
+		pt_ckpt_close(ck);
+		return PTFS_EXIT_ERROR;
+	}
+	buf = malloc(bufsz);
+	if (!buf) {
+		pt_ckpt_close(ck);
+		return PTFS_EXIT_ERROR;
+	}
+	while (off < a.size) {
+		ssize_t got;
+		size_t done = 0;
+
+		pt_error_clear(&err);
+		got = pt_node_read(ck, node, buf, bufsz, off, &err);
+		if (got <= 0) {
+			fprintf(stderr, "ptfs: %s: %s: %s\n", argv[1], argv[2],
+				got < 0 ? (err.msg[0] ? err.msg : strerror((int)-got)) : "unexpected end");
+			rc = PTFS_EXIT_ERROR;
+			break;
+		}
+		while (done < (size_t)got) {
+			ssize_t w = write(STDOUT_FILENO, buf + done, (size_t)got - done);
+			if (w < 0) {
+				if (errno == EINTR)
+					continue;
+				fprintf(stderr, "ptfs: write to stdout: %s\n", strerror(errno));
+				rc = PTFS_EXIT_ERROR;
+				goto out;
+			}
+			done += (size_t)w;
+		}
+		off += (uint64_t)got;
+	}
+out:
+	free(buf);
+	pt_ckpt_close(ck);
+	return rc;
+}
+
+static int cmd_info(int argc, char **argv)
+{
+	struct pt_ckpt *ck = NULL;
+	struct pt_buf b;
+
+	if (argc != 2) {
+		ptfs_usage(stderr);
+		return PTFS_EXIT_USAGE;
+	}
+	if (open_or_report(argv[1], &ck))
+		return PTFS_EXIT_ERROR;
+	pt_buf_init(&b);
+	pt_ckpt_info(ck, &b);
+	fwrite(b.p, 1, b.len, stdout);
+	pt_buf_free(&b);
+	pt_ckpt_close(ck);
+	return PTFS_EXIT_OK;
+}
+
+int ptfs_cli(int argc, char **argv)
+{
+	if (strcmp(argv[0], "ls") == 0)
+		return cmd_ls(argc, argv);
+	if (strcmp(argv[0], "cat") == 0)
+		return cmd_cat(argc, argv);
+	if (strcmp(argv[0], "info") == 0)
+		return cmd_info(argc, argv);
+	fprintf(stderr, "ptfs: %s: not available yet\n", argv[0]);
+	return PTFS_EXIT_USAGE;
+}

@@ -1,0 +1,59 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * main.c -- ptfs entry point: the subcommands that need no FUSE (ls, cat,
+ * info, set) or the mount.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "ptfs.h"
+
+void ptfs_usage(FILE *f)
+{
+	fputs("usage: ptfs [options] CHECKPOINT MOUNTPOINT\n"
+	      "       ptfs ls [-a] [--max N] CHECKPOINT [PATH]\n"
+	      "       ptfs cat CHECKPOINT PATH\n"
+	      "       ptfs info CHECKPOINT\n"
+	      "       ptfs set CHECKPOINT PATH < BYTES\n"
+	      "\n"
+	      "Mount a PyTorch checkpoint as a directory tree: every tensor is a file\n"
+	      "of its raw bytes with NAME.json beside it (see README.md).\n"
+	      "\n"
+	      "mount options:\n"
+	      "    -f                     stay in the foreground\n"
+	      "    -d                     debug output (implies -f)\n"
+	      "    -s                     single-threaded\n"
+	      "    -o ro                  read-only mount\n"
+	      "    -o allow_other         let other users see the mount\n"
+	      "    -o max_depth=N         cap on nesting of the pickle and the tree\n"
+	      "    -o max_values=N        cap on values one pickle may create\n"
+	      "    -o max_memory=BYTES    cap on memory for the decoded pickle\n"
+	      "    -o max_records=N       cap on ZIP records\n"
+	      "    -o OPTION              other options are passed to libfuse\n"
+	      "    -h, --help             this text\n"
+	      "    -V, --version          version\n"
+	      "\n"
+	      "Exit status: 0 success, 1 the checkpoint cannot be opened or mounted,\n"
+	      "2 usage error.\n", f);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		ptfs_usage(stderr);
+		return PTFS_EXIT_USAGE;
+	}
+	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+	    strcmp(argv[1], "help") == 0) {
+		ptfs_usage(stdout);
+		return PTFS_EXIT_OK;
+	}
+	if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0) {
+		printf("ptfs %s\n", PTFS_VERSION);
+		return PTFS_EXIT_OK;
+	}
+	if (strcmp(argv[1], "ls") == 0 || strcmp(argv[1], "cat") == 0 ||
+	    strcmp(argv[1], "info") == 0 || strcmp(argv[1], "set") == 0)
+		return ptfs_cli(argc - 1, argv + 1);
+	return ptfs_mount_main(argc, argv);
+}
