@@ -244,7 +244,7 @@ out:
 	return rc;
 }
 
-static int add_keyed(struct dtab *d, const struct pt_value *key,
+static int add_keyed(struct dtab *d, struct pt_value *key,
 		     struct pt_value *val)
 {
 	struct pt_buf raw, enc;
@@ -252,7 +252,15 @@ static int add_keyed(struct dtab *d, const struct pt_value *key,
 
 	pt_buf_init(&raw);
 	pt_buf_init(&enc);
-	pt_key_text(&raw, key);
+	key = deref(key);
+	if (pt__vclass(key) == PT_C_BYTES &&
+	    key->kind != PT_V_BYTES && key->kind != PT_V_BYTEARRAY) {
+		/* protocol 2 bytes: _codecs.encode(...) */
+		const struct pt_bytes *b = key->aux;
+		pt_repr_bytes(&raw, b->p, b->len);
+	} else {
+		pt_key_text(&raw, key);
+	}
 	pt_name_encode(&enc, (const uint8_t *)(raw.p ? raw.p : ""), raw.len);
 	if (raw.oom || enc.oom)
 		rc = -ENOMEM;
