@@ -19,4 +19,16 @@ for cfg in release asan; do
 	export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 	(cd "$dir" && ctest --output-on-failure -j 2) || status=1
 done
+# A short fuzz run (about 2 minutes: build, then 30 s per target), only
+# where clang can link libFuzzer (clang + libclang-rt-14-dev, which
+# contrib/setup.sh installs).  A finding fails CI and is saved under
+# tests/fuzz/regress/<target>/ for the replay tests.
+if command -v clang >/dev/null 2>&1 &&
+	printf 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { (void)d; (void)n; return 0; }\n' |
+	clang -fsanitize=fuzzer -x c - -o /dev/null >/dev/null 2>&1; then
+	echo "== fuzz (30 s per target)"
+	contrib/fuzz.sh 30 || status=1
+else
+	echo "== fuzz: skipped (no clang with the libFuzzer runtime)"
+fi
 exit $status

@@ -4,6 +4,7 @@
  * to that format's module, interpret the result and build the tree root.
  */
 #include "ckpt_i.h"
+#include "zipwrite.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -18,6 +19,11 @@
 /* Probed in order; the first that claims the file opens it. */
 static const struct pt_format *const pt_formats[] = {
 	&pt_fmt_zip,
+	&pt_fmt_tar,
+	&pt_fmt_legacy,
+	&pt_fmt_safetensors,
+	&pt_fmt_sharded,
+	&pt_fmt_pickle,         /* last: claims any pickle */
 };
 
 void pt_ckpt_opts_default(struct pt_ckpt_opts *o)
@@ -42,6 +48,22 @@ void *pt__own(struct pt_ckpt *ck, void *p)
 	}
 	ck->owned[ck->n_owned++] = p;
 	return p;
+}
+
+int pt__add_meta_file(struct pt_ckpt *ck, const char *name, void *data,
+		      size_t len)
+{
+	struct pt_meta_file *m;
+
+	if (!pt__own(ck, data))
+		return -ENOMEM;
+	if (ck->n_meta_files == PT_MAX_META_FILES)
+		return -EFBIG;
+	m = &ck->meta_files[ck->n_meta_files++];
+	m->name = name;
+	m->data = data;
+	m->len = len;
+	return 0;
 }
 
 void pt__warn(struct pt_ckpt *ck, const char *fmt, ...)
@@ -89,6 +111,26 @@ int pt__load_pickle(struct pt_ckpt *ck, uint8_t *buf, size_t len,
 	*root = pt_pickle_root(pk);
 	if (used)
 		*used = u;
+	return 0;
+}
+
+int pt__add_pickle(struct pt_ckpt *ck, struct pt_pickle *pk, uint8_t *buf,
+		   size_t len, const char *label, uint64_t file_off,
+		   struct pt_error *err)
+{
+	struct pt_pickled *pd;
+
+	if (ck->n_pickles == PT_MAX_PICKLES) {
+		pt_pickle_free(pk);
+		return pt_fail(err, -EFBIG, "too many pickles");
+	}
+	pd = &ck->pickles[ck->n_pickles++];
+	pd->pk = pk;
+	pd->buf = buf;
+	pd->len = len;
+	pd->label = label;
+	pd->file_off = file_off;
+	pd->borrowed = true;
 	return 0;
 }
 
@@ -325,10 +367,25 @@ int pt_ckpt_open(struct pt_ckpt **out, const char *path,
 		goto out;
 	}
 	if (S_ISDIR(st.st_mode)) {
-		rc = pt_fail(err, -EISDIR, "is a directory, not a checkpoint file");
-		goto out;
+		/* a directory of shards: open its *.index.json instead
+		 * (fmt_sharded.c); ck->path names that file from here on */
+		char *index = NULL;
+
+		rc = pt__dir_checkpoint(path, &index, err);
+		if (rc)
+			goto out;
+		free(ck->path);
+		ck->path = index;
+		close(ck->fd);
+		ck->fd = open(ck->path, O_RDONLY | O_CLOEXEC);
+		if (ck->fd < 0 || fstat(ck->fd, &st) != 0) {
+			rc = pt_fail(err, -errno, "%s: %s", ck->path, strerror(errno));
+			goto out;
+		}
 	}
 	ck->mtime = st.st_mtim;
+	ck->dev = st.st_dev;
+	ck->ino = st.st_ino;
 	rc = pt_source_fd(&ck->src, ck->fd, ck->path, err);
 	if (rc)
 		goto out;
@@ -375,7 +432,8 @@ void pt_ckpt_close(struct pt_ckpt *ck)
 		ck->fmt->close(ck);
 	for (k = 0; k < ck->n_pickles; k++) {
 		pt_pickle_free(ck->pickles[k].pk);
-		free(ck->pickles[k].buf);
+		if (!ck->pickles[k].borrowed)
+			free(ck->pickles[k].buf);
 	}
 	{
 		struct pt_storage *s, *tmp;
@@ -508,4 +566,151 @@ void pt_ckpt_info(struct pt_ckpt *ck, struct pt_buf *out)
 	} else {
 		pt_buf_puts(out, "warnings: none\n");
 	}
+}
+
+/* ---- commits ---- */
+
+uint64_t pt_storage_size(const struct pt_storage *st)
+{
+	return st->nbytes;
+}
+
+uint64_t pt_storage_file_offset(const struct pt_storage *st)
+{
+	return st->file_off;
+}
+
+size_t pt_storage_index(const struct pt_storage *st)
+{
+	return (size_t)st->id;
+}
+
+size_t pt_ckpt_storage_count(const struct pt_ckpt *ck)
+{
+	return (size_t)ck->n_storages;
+}
+
+const char *pt_storage_record(const struct pt_storage *st)
+{
+	return st->entry ? st->entry->name : st->key;
+}
+
+void pt_ckpt_set_storage_hook(struct pt_ckpt *ck, pt_storage_hook fn,
+			      void *ctx)
+{
+	ck->hook_ctx = ctx;
+	ck->hook = fn;
+}
+
+bool pt_ckpt_writable(const struct pt_ckpt *ck)
+{
+	return ck->fd >= 0 && ck->zip && ck->fmt == &pt_fmt_zip;
+}
+
+static int commit_read(void *ctx, void *buf, size_t n, uint64_t off)
+{
+	const struct pt_commit *c = ctx;
+
+	return c->read(c->ctx, buf, n, off);
+}
+
+/* CRC-32 of a record as it now is in the file. */
+static int record_crc(struct pt_ckpt *ck, const struct pt_zip_entry *e,
+		      uint32_t *crc, struct pt_error *err)
+{
+	size_t chunk = 4u << 20;
+	uint8_t *buf = malloc(chunk);
+	uint64_t off = 0;
+	int rc = 0;
+
+	if (!buf)
+		return pt_fail(err, -ENOMEM, "out of memory");
+	*crc = 0;
+	while (off < e->usize) {
+		size_t k = e->usize - off < chunk ? (size_t)(e->usize - off) : chunk;
+		rc = pt_source_read(&ck->src, buf, k, e->data_off + off, err);
+		if (rc)
+			break;
+		*crc = pt_crc32(*crc, buf, k);
+		off += k;
+	}
+	free(buf);
+	return rc;
+}
+
+int pt_ckpt_commit(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
+		   struct pt_error *err)
+{
+	struct pt_zw_change *ch = NULL;
+	struct pt_commit *cc = NULL;
+	struct pt_zw_expect ex;
+	struct stat st;
+	size_t i;
+	int fd = -1, rc;
+
+	if (!pt_ckpt_writable(ck))
+		return pt_fail(err, -EROFS, "%s checkpoints cannot be written",
+			       pt_ckpt_format(ck));
+	if (n == 0)
+		return 0;
+	ch = calloc(n, sizeof(*ch));
+	cc = calloc(n, sizeof(*cc));
+	if (!ch || !cc) {
+		free(ch);
+		free(cc);
+		return pt_fail(err, -ENOMEM, "out of memory");
+	}
+	memcpy(cc, c, n * sizeof(*cc));
+	for (i = 0; i < n; i++) {
+		if (!c[i].st->entry || c[i].st->kind != PT_ST_FILE) {
+			free(ch);
+			free(cc);
+			return pt_fail(err, -EROFS, "storage '%s' cannot be written",
+				       c[i].st->key);
+		}
+		ch[i].entry = c[i].st->entry;
+		ch[i].size = c[i].st->nbytes;
+		ch[i].read = commit_read;
+		ch[i].ctx = &cc[i];
+	}
+	memset(&ex, 0, sizeof(ex));
+	ex.dev = ck->dev;
+	ex.ino = ck->ino;
+	ex.size = (off_t)ck->src.size;
+	ex.mtime = ck->mtime;
+	rc = pt_zip_rewrite(ck->path, ck->zip, ch, n, &ex, NULL, err);
+	free(ch);
+	free(cc);
+	if (rc)
+		return rc;
+	/* Same sizes, so the same layout: read the new file through the
+	 * same descriptor number from now on. */
+	fd = open(ck->path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &st) != 0) {
+		rc = pt_fail(err, -errno, "reopening after commit: %s", strerror(errno));
+		goto out;
+	}
+	if ((uint64_t)st.st_size != ck->src.size) {
+		rc = pt_fail(err, -EIO, "reopening after commit: size changed");
+		goto out;
+	}
+	if (dup2(fd, ck->fd) < 0) {
+		rc = pt_fail(err, -errno, "reopening after commit: %s", strerror(errno));
+		goto out;
+	}
+	ck->dev = st.st_dev;
+	ck->ino = st.st_ino;
+	ck->mtime = st.st_mtim;
+	for (i = 0; i < n; i++) {
+		uint32_t crc = 0;
+
+		rc = record_crc(ck, c[i].st->entry, &crc, err);
+		if (rc)
+			goto out;
+		pt_zip_set_crc(ck->zip, c[i].st->entry, crc);
+	}
+out:
+	if (fd >= 0)
+		close(fd);
+	return rc;
 }

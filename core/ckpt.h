@@ -122,6 +122,16 @@ ssize_t pt_node_read(struct pt_ckpt *ck, struct pt_node *node, void *buf,
 bool pt_node_extent(const struct pt_node *node, uint64_t off, uint64_t n,
 		    uint64_t *file_off);
 
+/*
+ * Like pt_node_extent(), and also stores in *@fd the descriptor that holds
+ * those bytes: the checkpoint's own (pt_ckpt_fd()), or, for a sharded
+ * checkpoint (*.index.json), the shard's.  pt_node_extent() alone says
+ * false for tensors that live in another file.  The descriptor stays open
+ * until pt_ckpt_close().
+ */
+bool pt_node_extent2(struct pt_ckpt *ck, const struct pt_node *node,
+		     uint64_t off, uint64_t n, int *fd, uint64_t *file_off);
+
 /* The tensor metadata JSON of a tensor file (borrowed, NUL-terminated), or
  * NULL for other nodes. */
 const char *pt_node_tensor_json(struct pt_ckpt *ck, struct pt_node *node);
@@ -139,5 +149,64 @@ void pt_node_describe(struct pt_ckpt *ck, struct pt_node *node,
 /* Write the whole tree with metadata as JSON (what /.ptfs/tree.json holds),
  * bounded by @max_entries entries (a multiplying tree is cut there). */
 void pt_tree_json(struct pt_ckpt *ck, struct pt_buf *out, uint64_t max_entries);
+
+/* ---- writing ---- */
+
+struct pt_storage;
+
+/*
+ * The storage a writable tensor file views: *@lo gets the offset of the
+ * file's first byte inside the storage.  NULL for anything that cannot be
+ * written (not a tensor, a non-contiguous view, a deflated record, an
+ * array inside the pickle, a container without the rewriter).
+ */
+const struct pt_storage *pt_node_storage(const struct pt_node *n, uint64_t *lo);
+
+/* Bytes of a storage, and a small unique index (0 .. count-1). */
+uint64_t pt_storage_size(const struct pt_storage *st);
+size_t pt_storage_index(const struct pt_storage *st);
+size_t pt_ckpt_storage_count(const struct pt_ckpt *ck);
+/* Offset of the storage's first byte in the checkpoint file. */
+uint64_t pt_storage_file_offset(const struct pt_storage *st);
+/* Name of the storage's record, for messages. */
+const char *pt_storage_record(const struct pt_storage *st);
+
+/* New contents for one storage. */
+struct pt_commit {
+	const struct pt_storage *st;
+	/* Fill @buf with bytes [@off, @off + @n) of the new contents; 0 or
+	 * a negative errno.  May be called more than once for a range. */
+	int (*read)(void *ctx, void *buf, size_t n, uint64_t off);
+	void *ctx;
+};
+
+/*
+ * Commit new storage contents into the checkpoint file atomically (ZIP64
+ * rewriter: temporary file beside it, fsync, rename, fsync of the
+ * directory).  Refuses with -ESTALE when the file changed on disk since it
+ * was opened (size, mtime or inode), and leaves the original untouched on
+ * any failure.  On success the checkpoint reads the new file from then on
+ * (same layout: sizes never change) and later commits compare against it.
+ * Not thread-safe against reads of the same storages' bytes: the caller
+ * holds its own lock over its overlay.
+ */
+int pt_ckpt_commit(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
+		   struct pt_error *err);
+
+/* Storages of every tensor file (views too): NULL if not in the file. */
+const struct pt_storage *pt_node_viewed_storage(const struct pt_node *n);
+
+/*
+ * A hook through which every read of a storage's bytes goes first (the
+ * mount's overlay of uncommitted writes).  It returns 0 when it filled
+ * @buf, 1 to let the file be read, or a negative errno.
+ */
+typedef int (*pt_storage_hook)(void *ctx, const struct pt_storage *st,
+			       void *buf, size_t n, uint64_t off);
+void pt_ckpt_set_storage_hook(struct pt_ckpt *ck, pt_storage_hook fn,
+			      void *ctx);
+
+/* Whether pt_ckpt_commit() can work for this container. */
+bool pt_ckpt_writable(const struct pt_ckpt *ck);
 
 #endif /* PTFS_CORE_CKPT_H */

@@ -46,6 +46,10 @@ struct pt_storage {
 	const struct pt_zip_entry *entry; /* the record, when there is one */
 	char *location;                 /* "cpu", "cuda:0" ... or NULL */
 	uint64_t id;                    /* creation order */
+	/* The checkpoint whose file (src, zip) holds the bytes, when that is
+	 * not the checkpoint reading them: a sharded index serves tensors of
+	 * its shards (fmt_sharded.c).  NULL means the reader itself. */
+	struct pt_ckpt *home;
 	UT_hash_handle hh;              /* ck->storages, by key */
 };
 
@@ -113,15 +117,27 @@ struct pt_format {
 
 struct pt_pickled {                     /* one decoded pickle we keep */
 	struct pt_pickle *pk;
-	uint8_t *buf;                   /* its bytes (owned) */
+	uint8_t *buf;                   /* its bytes (owned unless borrowed) */
 	size_t len;
 	const char *label;              /* "data.pkl", ... */
 	uint64_t file_off;              /* offset of buf[0] in the file when
 					 * the record is stored, else
 					 * UINT64_MAX */
+	bool borrowed;                  /* buf is a slice of memory kept
+					 * elsewhere (pt__add_pickle) */
 };
 
 #define PT_MAX_PICKLES 8
+
+/* A file a format adds under /.ptfs (e.g. a safetensors header), shown
+ * with static contents (tree.c build_meta). */
+struct pt_meta_file {
+	const char *name;               /* static, unique under /.ptfs */
+	const uint8_t *data;            /* owned by the checkpoint */
+	size_t len;
+};
+
+#define PT_MAX_META_FILES 4
 
 struct pt_tree;
 
@@ -131,6 +147,8 @@ struct pt_ckpt {
 	int fd;                         /* -1 for memory */
 	struct pt_source src;
 	struct timespec mtime;
+	dev_t dev;                      /* of the file, for commits */
+	ino_t ino;
 	struct pt_ckpt_opts opts;
 
 	const struct pt_format *fmt;
@@ -150,6 +168,11 @@ struct pt_ckpt {
 	struct pt_buf warnings;
 	struct pt_buf notes;            /* format-specific info lines */
 	char *version;                  /* "version" record, trimmed */
+	struct pt_meta_file meta_files[PT_MAX_META_FILES]; /* extra /.ptfs files */
+	int n_meta_files;
+
+	pt_storage_hook hook;           /* see pt_ckpt_set_storage_hook() */
+	void *hook_ctx;
 
 	struct pt_tree *tree;
 	/* memory owned by the checkpoint, freed at close */
@@ -161,6 +184,69 @@ struct pt_ckpt {
  * out of memory. */
 void *pt__own(struct pt_ckpt *ck, void *p);
 
+/* Add the file /.ptfs/@name (a static string) holding @len bytes at @data
+ * (malloc()ed; ownership passes to ck, also on failure).  Call from a
+ * format's open(); returns 0, -EFBIG past PT_MAX_META_FILES, or -ENOMEM. */
+int pt__add_meta_file(struct pt_ckpt *ck, const char *name, void *data,
+		      size_t len);
+
+/* fmt_safetensors.c: a PT_V_DICT of @n str keys -> tensors made outside any
+ * pickle (safetensors, sharded indexes).  Keys come out classified
+ * PT_C_SCALAR and values PT_C_TENSOR (a PT_V_PERSID node with a NULL pid
+ * and aux -> the tensor); the dict itself is left for pt__classify() to
+ * mark PT_C_MAP.  Fill entry @i with pt__flat_dict_set().  Node memory is
+ * owned by ck; NULL when out of memory. */
+struct pt_value *pt__flat_dict(struct pt_ckpt *ck, size_t n);
+void pt__flat_dict_set(struct pt_value *d, size_t i, const uint8_t *name,
+		       size_t len, struct pt_tensor *t);
+
+/*
+ * fmt_safetensors.c: a strict JSON scanner (RFC 8259) for the small JSON
+ * documents some formats carry (safetensors headers, sharded indexes).  It
+ * reads one token at a time for a caller that knows the schema, never
+ * recurses, and skips unknown values with a nesting cap.  Strings are
+ * decoded (escapes, surrogate pairs; UTF-8 checked) into one buffer of the
+ * text's size, so they stay valid until pt__js_free() or, after
+ * pt__js_keep(), until the checkpoint closes.  Every function returns 0 or
+ * -EBADMSG with "@what: at byte N: problem" in @err.
+ */
+struct pt_js {
+	const uint8_t *p;               /* the text (borrowed) */
+	size_t len;
+	size_t pos;                     /* next byte */
+	uint8_t *sbuf;                  /* decoded strings */
+	size_t sused;
+	const char *what;               /* for messages */
+	struct pt_error *err;
+};
+
+int pt__js_init(struct pt_js *j, const uint8_t *p, size_t len,
+		const char *what, struct pt_error *err);
+void pt__js_free(struct pt_js *j);
+/* Hand the string buffer to @ck (strings live until close). */
+int pt__js_keep(struct pt_js *j, struct pt_ckpt *ck);
+/* The next byte after whitespace (not consumed), or -1 at the end. */
+int pt__js_peek(struct pt_js *j);
+/* Consume '{' or '['; *@empty when the matching close follows at once
+ * (then consumed too). */
+int pt__js_open(struct pt_js *j, char c, bool *empty);
+/* After an item of a container closed by @close: ',' (*@more = true) or
+ * @close (*@more = false). */
+int pt__js_next(struct pt_js *j, char close, bool *more);
+/* A string (*@s not NUL-terminated), or a key and its ':'. */
+int pt__js_str(struct pt_js *j, const uint8_t **s, size_t *n);
+int pt__js_key(struct pt_js *j, const uint8_t **s, size_t *n);
+/* A non-negative integer (no fraction, exponent or sign) <= @max. */
+int pt__js_uint(struct pt_js *j, uint64_t max, uint64_t *v);
+/* Skip any one value (nesting at most 64 deep). */
+int pt__js_skip(struct pt_js *j);
+/* Only whitespace remains. */
+int pt__js_end(struct pt_js *j);
+/* A name from the file made safe for a one-line message (at most 80
+ * bytes, control bytes and quotes as '?'), in @buf of @cap bytes. */
+const char *pt__js_printable(const uint8_t *s, size_t n, char *buf,
+			     size_t cap);
+
 /* Add a warning line (deduplicated). */
 void pt__warn(struct pt_ckpt *ck, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
@@ -170,6 +256,26 @@ int pt__load_pickle(struct pt_ckpt *ck, uint8_t *buf, size_t len,
 		    const char *label, uint64_t file_off,
 		    struct pt_value **root, size_t *used,
 		    struct pt_error *err);
+
+/* Record a pickle the caller decoded itself (a stream of several pickles
+ * in one buffer, the legacy format).  @pk always passes to ck (freed on
+ * failure too); @buf[0..@len) are its bytes, borrowed: they must live as
+ * long as ck (pt__own() the buffer they are in). */
+int pt__add_pickle(struct pt_ckpt *ck, struct pt_pickle *pk, uint8_t *buf,
+		   size_t len, const char *label, uint64_t file_off,
+		   struct pt_error *err);
+
+/* fmt_legacy.c: every persistent-id node reachable from @root (not looking
+ * inside pids) and every torch.storage._load_from_bytes call, each once,
+ * in creation (= unpickling) order, in a malloc()ed array *@out.  @count
+ * is pt_pickle_count() of the pickle. */
+int pt__legacy_refs(struct pt_value *root, uint32_t count,
+		    struct pt_value ***out, size_t *n_out,
+		    struct pt_error *err);
+
+/* fmt_legacy.c: turn node @v (a module's persistent id) into the GLOBAL
+ * @cls, which is what torch's persistent_load returns for it. */
+void pt__legacy_to_global(struct pt_value *v, const struct pt_value *cls);
 
 /* torch.c: classify every value reachable from ck->root, building tensors
  * and validating their byte ranges.  Values not reachable stay UNSET. */
@@ -198,5 +304,15 @@ void pt__tree_free(struct pt_ckpt *ck);
 
 /* Formats (fmt_*.c). */
 extern const struct pt_format pt_fmt_zip;
+extern const struct pt_format pt_fmt_tar;     /* fmt_tar.c */
+extern const struct pt_format pt_fmt_legacy;  /* fmt_legacy.c */
+extern const struct pt_format pt_fmt_pickle;  /* fmt_legacy.c */
+extern const struct pt_format pt_fmt_safetensors;
+extern const struct pt_format pt_fmt_sharded;
+
+/* fmt_sharded.c: the index file to open for directory @dir (a sharded
+ * checkpoint's *.index.json, or its only weights file), malloc()ed in
+ * *@out; -ENOENT with a message when there is none. */
+int pt__dir_checkpoint(const char *dir, char **out, struct pt_error *err);
 
 #endif /* PTFS_CORE_CKPT_I_H */

@@ -682,6 +682,7 @@ static int pt_underflow(struct pt_vm *vm)
 
 static int pt_pop(struct pt_vm *vm, struct pt_value **out)
 {
+	*out = NULL;
 	if (vm->sn <= pt_fence(vm))
 		return pt_underflow(vm);
 	*out = vm->stack[--vm->sn];
@@ -690,6 +691,7 @@ static int pt_pop(struct pt_vm *vm, struct pt_value **out)
 
 static int pt_top(struct pt_vm *vm, struct pt_value **out)
 {
+	*out = NULL;
 	if (vm->sn <= pt_fence(vm))
 		return pt_underflow(vm);
 	*out = vm->stack[vm->sn - 1];
@@ -699,6 +701,7 @@ static int pt_top(struct pt_vm *vm, struct pt_value **out)
 /* Pop the top mark; *@k is where its items start (stack[k..sn)). */
 static int pt_pop_mark(struct pt_vm *vm, size_t *k)
 {
+	*k = 0;
 	if (vm->mn == 0)
 		return pt_vm_fail(vm, -EBADMSG, "no MARK on the stack");
 	*k = vm->marks[--vm->mn];
@@ -805,6 +808,7 @@ static int pt_memo_get(struct pt_vm *vm, uint64_t idx, struct pt_value **out)
 	uint64_t page = idx / PT_MEMO_PAGE;
 	struct pt_value *v = NULL;
 
+	*out = NULL;
 	if (page < vm->memo_dir && vm->memo[page])
 		v = vm->memo[page][idx % PT_MEMO_PAGE];
 	if (!v)
@@ -1276,6 +1280,13 @@ static int pt_make_seq(struct pt_vm *vm, uint8_t kind,
 	return rc;
 }
 
+/* &stack[@k], the items from @k up; NULL while the stack was never
+ * allocated (an empty MARK ... LIST at the start: NULL + 0 is undefined). */
+static struct pt_value *const *pt_stack_at(const struct pt_vm *vm, size_t k)
+{
+	return vm->stack ? vm->stack + k : NULL;
+}
+
 /* LIST, TUPLE, DICT, FROZENSET from MARK; TUPLE1-3 from the stack top. */
 static int pt_op_collect(struct pt_vm *vm)
 {
@@ -1302,7 +1313,7 @@ static int pt_op_collect(struct pt_vm *vm)
 		kind = PT_V_DICT;
 	if (kind == PT_V_DICT && (vm->sn - k) % 2)
 		return pt_vm_fail(vm, -EBADMSG, "odd number of items");
-	rc = pt_make_seq(vm, kind, vm->stack + k, vm->sn - k, &v);
+	rc = pt_make_seq(vm, kind, pt_stack_at(vm, k), vm->sn - k, &v);
 	if (rc)
 		return rc;
 	vm->sn = k;
@@ -1488,20 +1499,23 @@ static int pt_make_global(struct pt_vm *vm, const uint8_t *mp, size_t mn,
 		     i++) {
 			if (pt_eq(mp, mn, pt_py2_names[i][0]) &&
 			    pt_eq(np, nn, pt_py2_names[i][1])) {
-				v->u.global.module = pt_py2_names[i][2];
-				v->u.global.name = pt_py2_names[i][3];
-				return 0;
+				mp = (const uint8_t *)pt_py2_names[i][2];
+				np = (const uint8_t *)pt_py2_names[i][3];
+				mn = strlen(pt_py2_names[i][2]);
+				nn = strlen(pt_py2_names[i][3]);
+				goto copy;
 			}
 		}
 		for (i = 0; i < sizeof(pt_py2_modules) /
 			     sizeof(*pt_py2_modules); i++) {
 			if (pt_eq(mp, mn, pt_py2_modules[i][0])) {
-				v->u.global.module = pt_py2_modules[i][1];
-				return pt_name_copy(vm, np, nn,
-						    &v->u.global.name);
+				mp = (const uint8_t *)pt_py2_modules[i][1];
+				mn = strlen(pt_py2_modules[i][1]);
+				break;
 			}
 		}
 	}
+copy:
 	rc = pt_name_copy(vm, mp, mn, &v->u.global.module);
 	return rc ? rc : pt_name_copy(vm, np, nn, &v->u.global.name);
 }
@@ -1588,7 +1602,7 @@ static int pt_op_inst(struct pt_vm *vm, const struct pt_arg *a)
 		cls = vm->stack[first++];
 	}
 	if (!rc)
-		rc = pt_make_seq(vm, PT_V_TUPLE, vm->stack + first,
+		rc = pt_make_seq(vm, PT_V_TUPLE, pt_stack_at(vm, first),
 				 vm->sn - first, &args);
 	if (rc)
 		return rc;

@@ -146,7 +146,8 @@ static int make_tensor(struct pt_ckpt *ck, const struct tspec *sp,
 		t->shape[i] = v;
 		if (v == 0)
 			empty = true;
-		else if (!pt_mul_u64(numel, (uint64_t)v, &numel))
+		else if (!pt_mul_u64(numel, (uint64_t)v, &numel) ||
+			 numel > INT64_MAX)
 			return pt_fail(err, -EBADMSG, "tensor element count overflows");
 	}
 	if (empty)
@@ -168,7 +169,8 @@ static int make_tensor(struct pt_ckpt *ck, const struct tspec *sp,
 		    !pt_mul_u64(expect, (uint64_t)t->shape[k], &expect))
 			return pt_fail(err, -EBADMSG, "tensor element count overflows");
 	}
-	if (!pt_mul_u64(numel, es, &t->nbytes))
+	/* a file size must fit off_t (st_size) */
+	if (!pt_mul_u64(numel, es, &t->nbytes) || t->nbytes > INT64_MAX)
 		return pt_fail(err, -EBADMSG, "tensor byte count overflows");
 	t->numel = numel;
 	t->offset = sp->offset;
@@ -918,8 +920,15 @@ static ssize_t storage_read(struct pt_ckpt *ck, const struct pt_storage *st,
 		return 0;
 	if (n > st->nbytes - off)
 		n = (size_t)(st->nbytes - off);
+	if (st->home)
+		ck = st->home;  /* a shard's storage: its file, its zip */
 	switch (st->kind) {
 	case PT_ST_FILE:
+		if (ck->hook) {
+			rc = ck->hook(ck->hook_ctx, st, buf, n, off);
+			if (rc <= 0)
+				return rc ? rc : (ssize_t)n;
+		}
 		rc = pt_source_read(&ck->src, buf, n, st->file_off + off, err);
 		return rc ? rc : (ssize_t)n;
 	case PT_ST_MEM:
@@ -1057,6 +1066,13 @@ void pt__tensor_json(struct pt_ckpt *ck, const struct pt_tensor *t,
 		pt_buf_puts(out, ", \"device\": \"");
 		pt_buf_json_str(out, (const uint8_t *)st->location,
 				strlen(st->location));
+		pt_buf_putc(out, '"');
+	}
+	if (st->home) {
+		/* the shard that holds it; file_offset is in that file */
+		pt_buf_puts(out, ", \"file\": \"");
+		pt_buf_json_str(out, (const uint8_t *)st->home->path,
+				strlen(st->home->path));
 		pt_buf_putc(out, '"');
 	}
 	if (st->kind == PT_ST_FILE && t->contiguous)

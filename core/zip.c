@@ -904,6 +904,13 @@ const struct pt_zip_entry *pt_zip_entry_at(const struct pt_zip *z, uint64_t i)
 	return &z->ents[i].e;
 }
 
+void pt_zip_set_crc(struct pt_zip *z, const struct pt_zip_entry *e,
+		    uint32_t crc)
+{
+	if (e->index < z->info.n_entries && &z->ents[e->index].e == e)
+		z->ents[e->index].e.crc32 = crc;
+}
+
 const struct pt_zip_entry *pt_zip_find(const struct pt_zip *z,
 				       const char *name)
 {

@@ -126,6 +126,14 @@ int pt_zip_read(struct pt_zip *z, const struct pt_zip_entry *e,
 long long pt_zip_pread(struct pt_zip *z, const struct pt_zip_entry *e,
 		       void *buf, size_t n, uint64_t off, struct pt_error *err);
 
+/*
+ * Record that entry @e now has CRC-32 @crc (after a commit rewrote its
+ * payload at the same offset and size).  Not thread-safe against a
+ * concurrent commit; readers never look at CRCs.
+ */
+void pt_zip_set_crc(struct pt_zip *z, const struct pt_zip_entry *e,
+		    uint32_t crc);
+
 /* The source the index reads (borrowed). */
 const struct pt_source *pt_zip_source(const struct pt_zip *z);
 

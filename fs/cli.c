@@ -243,6 +243,142 @@ static int cmd_info(int argc, char **argv)
 	return PTFS_EXIT_OK;
 }
 
+struct set_ctx {
+	struct pt_ckpt *ck;
+	const struct pt_storage *st;
+	const uint8_t *data;            /* the new tensor bytes */
+	uint64_t lo;                    /* where they go in the storage */
+	uint64_t len;
+};
+
+/* New storage contents: the file's bytes with the tensor's window
+ * replaced. */
+static int set_read(void *ctx, void *buf, size_t n, uint64_t off)
+{
+	struct set_ctx *c = ctx;
+	uint8_t *p = buf;
+	uint64_t base = pt_storage_file_offset(c->st), end = off + n;
+	size_t done = 0;
+
+	while (done < n) {
+		ssize_t got = pread(pt_ckpt_fd(c->ck), p + done, n - done,
+				    (off_t)(base + off + done));
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0)
+			return got < 0 ? -errno : -EIO;
+		done += (size_t)got;
+	}
+	if (off < c->lo + c->len && end > c->lo) {
+		uint64_t a = off > c->lo ? off : c->lo;
+		uint64_t b = end < c->lo + c->len ? end : c->lo + c->len;
+		memcpy(p + (a - off), c->data + (a - c->lo), (size_t)(b - a));
+	}
+	return 0;
+}
+
+/* Read all of stdin, up to @max + 1 bytes (so a longer input shows). */
+static int slurp(uint8_t **out, uint64_t *len, uint64_t max)
+{
+	size_t cap = (size_t)(max + 1 < (1u << 20) ? max + 1 : (1u << 20));
+	uint8_t *buf = malloc(cap ? cap : 1);
+	uint64_t n = 0;
+
+	if (!buf)
+		return -ENOMEM;
+	for (;;) {
+		ssize_t got;
+
+		if (n == cap) {
+			uint8_t *q;
+			if (n > max)
+				break;
+			cap *= 2;
+			q = realloc(buf, cap);
+			if (!q) {
+				free(buf);
+				return -ENOMEM;
+			}
+			buf = q;
+		}
+		got = read(STDIN_FILENO, buf + n, cap - n);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got < 0) {
+			free(buf);
+			return -errno;
+		}
+		if (got == 0)
+			break;
+		n += (uint64_t)got;
+	}
+	*out = buf;
+	*len = n;
+	return 0;
+}
+
+/* `ptfs set CHECKPOINT PATH < BYTES`: replace one tensor's bytes and commit
+ * them with the same rewriter the mount uses. */
+static int cmd_set(int argc, char **argv)
+{
+	struct pt_ckpt *ck = NULL;
+	struct pt_error err;
+	struct set_ctx c;
+	struct pt_commit cm;
+	struct pt_node *node;
+	struct pt_nattr a;
+	uint8_t *data = NULL;
+	uint64_t len = 0;
+	int rc = PTFS_EXIT_ERROR, e;
+
+	if (argc != 3) {
+		ptfs_usage(stderr);
+		return PTFS_EXIT_USAGE;
+	}
+	if (open_or_report(argv[1], &ck))
+		return PTFS_EXIT_ERROR;
+	node = resolve(ck, argv[1], argv[2]);
+	if (!node)
+		goto out;
+	pt_node_attr(node, &a);
+	memset(&c, 0, sizeof(c));
+	c.st = pt_node_storage(node, &c.lo);
+	if (!c.st || !pt_ckpt_writable(ck)) {
+		fprintf(stderr, "ptfs: %s: %s: not a writable tensor (%s)\n", argv[1], argv[2],
+			a.tensor ? "a view, an array inside the pickle, or a compressed record" :
+				   "only tensor files can be set");
+		goto out;
+	}
+	e = slurp(&data, &len, a.size);
+	if (e) {
+		fprintf(stderr, "ptfs: reading stdin: %s\n", strerror(-e));
+		goto out;
+	}
+	if (len != a.size) {
+		fprintf(stderr, "ptfs: %s: %s: stdin has %s%llu bytes, the tensor has %llu\n",
+			argv[1], argv[2], len > a.size ? "more than " : "",
+			(unsigned long long)(len > a.size ? a.size : len),
+			(unsigned long long)a.size);
+		goto out;
+	}
+	c.ck = ck;
+	c.data = data;
+	c.len = len;
+	cm.st = c.st;
+	cm.read = set_read;
+	cm.ctx = &c;
+	pt_error_clear(&err);
+	if (pt_ckpt_commit(ck, &cm, 1, &err) != 0) {
+		fprintf(stderr, "ptfs: %s: %s\n", argv[1], err.msg);
+		goto out;
+	}
+	rc = PTFS_EXIT_OK;
+out:
+	free(data);
+	pt_ckpt_close(ck);
+	return rc;
+}
+
 int ptfs_cli(int argc, char **argv)
 {
 	if (strcmp(argv[0], "ls") == 0)
@@ -251,6 +387,5 @@ int ptfs_cli(int argc, char **argv)
 		return cmd_cat(argc, argv);
 	if (strcmp(argv[0], "info") == 0)
 		return cmd_info(argc, argv);
-	fprintf(stderr, "ptfs: %s: not available yet\n", argv[0]);
-	return PTFS_EXIT_USAGE;
+	return cmd_set(argc, argv);
 }

@@ -31,7 +31,11 @@
 
 #include <fuse_lowlevel.h>
 
+#include <pthread.h>
+#include <uthash.h>
+
 #include "ckpt.h"
+#include "overlay.h"
 #include "ptfs.h"
 
 /* Everything is immutable while mounted: let the kernel cache it. */
@@ -39,13 +43,53 @@
 /* The largest request libfuse can take (FUSE_MAX_MAX_PAGES pages). */
 #define PTFS_MAX_IO (1u << 20)
 
+/* A tensor file while handles are open for writing: its size may differ
+ * from the tensor's (cp truncates first). */
+struct wfile {
+	struct pt_node *node;           /* key */
+	uint64_t size;                  /* current size */
+	uint64_t nbytes;                /* the tensor's size */
+	int writers;                    /* handles open for writing */
+	bool changed;                   /* written or truncated */
+	UT_hash_handle hh;
+};
+
+/* Per open file (fi->fh). */
+struct fh {
+	struct pt_node *node;
+	struct ov_st *ov;               /* storage overlay (tensor files) */
+	uint64_t lo;                    /* file's first byte in the storage */
+	bool write;                     /* opened for writing */
+};
+
 struct ptfs {
 	struct pt_ckpt *ck;
 	const char *ckpath;             /* as given on the command line */
 	bool ro;
+	bool singlethread;
 	uid_t uid;
 	gid_t gid;
+	struct fuse_session *se;
+	struct ov *ov;
+	pthread_mutex_t wlock;          /* guards wfiles */
+	struct wfile *wfiles;
 };
+
+/* The size a file shows: its write state's, else the node's. */
+static uint64_t file_size(struct ptfs *fs, struct pt_node *n, uint64_t size)
+{
+	const struct pt_storage *st = pt_node_viewed_storage(n);
+	struct wfile *w;
+
+	if (!st || !ov_busy(ov_get(fs->ov, st, false)))
+		return size;
+	pthread_mutex_lock(&fs->wlock);
+	HASH_FIND_PTR(fs->wfiles, &n, w);
+	if (w)
+		size = w->size;
+	pthread_mutex_unlock(&fs->wlock);
+	return size;
+}
 
 static struct ptfs *fs_of(fuse_req_t req)
 {
@@ -72,6 +116,8 @@ static void fill_stat(struct ptfs *fs, struct pt_node *n, struct stat *st)
 	struct pt_nattr a;
 
 	pt_node_attr(n, &a);
+	if (a.writable)
+		a.size = file_size(fs, n, a.size);
 	memset(st, 0, sizeof(*st));
 	st->st_ino = (ino_t)a.id;
 	st->st_uid = fs->uid;
@@ -259,47 +305,193 @@ static void ptfs_op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
 	do_readdir(req, ino, size, off, true);
 }
 
+static void log_err(struct ptfs *fs, struct pt_node *n, const char *what,
+		    const char *msg)
+{
+	fuse_log(FUSE_LOG_ERR, "ptfs: %s: '%s': %s: %s\n", fs->ckpath,
+		 n ? pt_node_name(n) : "", what, msg);
+}
+
+/* Drop what @req's kernel caches hold for the other open files over the
+ * same storage, so that views of one storage see each other's writes. */
+static void invalidate_others(struct ptfs *fs, struct ov_st *s, fuse_ino_t ino)
+{
+	uint64_t others[64];
+	size_t i, n;
+
+	if (!s || fs->singlethread)
+		return;
+	n = ov_others(s, ino, others, 64);
+	for (i = 0; i < n; i++)
+		fuse_lowlevel_notify_inval_inode(fs->se, (fuse_ino_t)others[i], 0, 0);
+}
+
+/* Truncate a tensor file in write state to @size: the bytes past it read
+ * as zeros if the file grows again (POSIX), until the tensor is whole. */
+static int do_truncate(struct ptfs *fs, struct fh *h, struct wfile *w,
+		       uint64_t size)
+{
+	int rc = 0;
+
+	if (size > w->nbytes)
+		return -EFBIG;
+	if (size < w->size)
+		rc = ov_zero(fs->ov, h->ov, h->lo + size, w->size - size);
+	if (rc == 0) {
+		w->size = size;
+		w->changed = true;
+	}
+	return rc;
+}
+
 static void ptfs_op_open(fuse_req_t req, fuse_ino_t ino,
 			 struct fuse_file_info *fi)
 {
 	struct ptfs *fs = fs_of(req);
 	struct pt_node *n = node_of(fs, ino);
+	const struct pt_storage *st;
+	struct wfile *w = NULL;
 	struct pt_nattr a;
+	struct fh *h;
+	uint64_t lo = 0;
+	bool write = (fi->flags & O_ACCMODE) != O_RDONLY;
+	int rc = 0;
 
 	pt_node_attr(n, &a);
 	if (a.type == PT_NT_DIR) {
 		fuse_reply_err(req, EISDIR);
 		return;
 	}
-	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
-		fuse_reply_err(req, fs->ro || !a.writable ? EROFS : EACCES);
+	if (write || (fi->flags & O_TRUNC)) {
+		if (fs->ro) {
+			fuse_reply_err(req, EROFS);
+			return;
+		}
+		if (!a.writable) {
+			if (a.tensor)
+				log_err(fs, n, "open for writing",
+					"not writable (a non-contiguous view, an array inside the pickle, or a compressed record): write the tensor it views");
+			fuse_reply_err(req, EACCES);
+			return;
+		}
+	}
+	h = calloc(1, sizeof(*h));
+	if (!h) {
+		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	fi->keep_cache = 1;
-	fi->fh = (uint64_t)(uintptr_t)n;
+	h->node = n;
+	h->write = write;
+	st = pt_node_viewed_storage(n);
+	if (st) {
+		h->ov = ov_get(fs->ov, st, true);
+		if (!h->ov) {
+			free(h);
+			fuse_reply_err(req, ENOMEM);
+			return;
+		}
+		ov_note_open(h->ov, ino);
+		if (pt_node_storage(n, &lo))
+			h->lo = lo;
+	}
+	if (write) {
+		pthread_mutex_lock(&fs->wlock);
+		HASH_FIND_PTR(fs->wfiles, &n, w);
+		if (!w) {
+			w = calloc(1, sizeof(*w));
+			if (w) {
+				w->node = n;
+				w->size = w->nbytes = a.size;
+				HASH_ADD_PTR(fs->wfiles, node, w);
+			}
+		}
+		if (w) {
+			w->writers++;
+			ov_writers(h->ov, 1);
+			if (fi->flags & O_TRUNC)
+				rc = do_truncate(fs, h, w, 0);
+		} else {
+			rc = -ENOMEM;
+		}
+		pthread_mutex_unlock(&fs->wlock);
+		if (rc) {
+			fuse_reply_err(req, -rc);
+			/* the handle is never released: undo the count */
+			pthread_mutex_lock(&fs->wlock);
+			if (w) {
+				w->writers--;
+				ov_writers(h->ov, -1);
+			}
+			pthread_mutex_unlock(&fs->wlock);
+			free(h);
+			return;
+		}
+	}
+	/* the page cache of an unchanged file stays valid between opens */
+	fi->keep_cache = !write;
+	fi->fh = (uint64_t)(uintptr_t)h;
 	fuse_reply_open(req, fi);
+}
+
+/* Reply to a read of a tensor whose storage has pending writes: file
+ * segments spliced, overlay segments copied. */
+static void read_overlay(fuse_req_t req, struct ptfs *fs, struct fh *h,
+			 size_t size, off_t off)
+{
+	struct ov_seg segs[40];
+	struct fuse_bufvec *bv;
+	size_t i, n;
+
+	bv = calloc(1, sizeof(*bv) + 40 * sizeof(struct fuse_buf));
+	if (!bv) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	n = ov_read_begin(h->ov, h->lo + (uint64_t)off, size, segs, 40);
+	bv->count = n;
+	for (i = 0; i < n; i++) {
+		bv->buf[i].size = segs[i].len;
+		if (segs[i].mem) {
+			bv->buf[i].mem = (void *)(uintptr_t)segs[i].mem;
+		} else {
+			bv->buf[i].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
+			bv->buf[i].fd = pt_ckpt_fd(fs->ck);
+			bv->buf[i].pos = (off_t)segs[i].file_off;
+		}
+	}
+	fuse_reply_data(req, bv, 0);
+	ov_read_done(h->ov);
+	free(bv);
 }
 
 static void ptfs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 			 off_t off, struct fuse_file_info *fi)
 {
 	struct ptfs *fs = fs_of(req);
-	struct pt_node *n = node_of(fs, ino);
+	struct fh *h = (struct fh *)(uintptr_t)fi->fh;
+	struct pt_node *n = h->node;
 	struct pt_nattr a;
 	struct pt_error err;
-	uint64_t file_off;
+	uint64_t file_off, lo;
+	bool busy = ov_busy(h->ov);
 	ssize_t got;
 	char *buf;
 
-	(void)fi;
+	(void)ino;
 	pt_node_attr(n, &a);
+	if (busy && a.writable)
+		a.size = file_size(fs, n, a.size);
 	if ((uint64_t)off >= a.size) {
 		fuse_reply_buf(req, NULL, 0);
 		return;
 	}
 	if (size > a.size - (uint64_t)off)
 		size = (size_t)(a.size - (uint64_t)off);
-	if (pt_node_extent(n, (uint64_t)off, size, &file_off) &&
+	if (busy && pt_node_storage(n, &lo)) {
+		read_overlay(req, fs, h, size, off);
+		return;
+	}
+	if (!busy && pt_node_extent(n, (uint64_t)off, size, &file_off) &&
 	    pt_ckpt_fd(fs->ck) >= 0) {
 		struct fuse_bufvec bv = FUSE_BUFVEC_INIT(size);
 
@@ -325,6 +517,196 @@ static void ptfs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 		fuse_reply_buf(req, buf, (size_t)got);
 	}
 	free(buf);
+}
+
+static void ptfs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
+			  size_t size, off_t off, struct fuse_file_info *fi)
+{
+	struct ptfs *fs = fs_of(req);
+	struct fh *h = (struct fh *)(uintptr_t)fi->fh;
+	struct ov_st *ov;
+	struct wfile *w;
+	int rc;
+
+	if (!h->write || !h->ov) {
+		fuse_reply_err(req, EBADF);
+		return;
+	}
+	pthread_mutex_lock(&fs->wlock);
+	HASH_FIND_PTR(fs->wfiles, &h->node, w);
+	if (!w || off < 0 || (uint64_t)off > w->nbytes ||
+	    size > w->nbytes - (uint64_t)off) {
+		pthread_mutex_unlock(&fs->wlock);
+		log_err(fs, h->node, "write", "past the end of the tensor (tensor files cannot grow)");
+		fuse_reply_err(req, EFBIG);
+		return;
+	}
+	rc = ov_write(fs->ov, h->ov, buf, size, h->lo + (uint64_t)off);
+	if (rc == 0) {
+		if ((uint64_t)off + size > w->size)
+			w->size = (uint64_t)off + size;
+		w->changed = true;
+	}
+	pthread_mutex_unlock(&fs->wlock);
+	if (rc) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	ov = h->ov; /* release() may free @h once we have replied */
+	fuse_reply_write(req, size);
+	invalidate_others(fs, ov, ino);
+}
+
+static void ptfs_op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
+			    int to_set, struct fuse_file_info *fi)
+{
+	struct ptfs *fs = fs_of(req);
+	struct pt_node *n = node_of(fs, ino);
+	struct stat st;
+	int rc = 0;
+
+	if (to_set & (FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)) {
+		fuse_reply_err(req, EPERM);
+		return;
+	}
+	if (to_set & FUSE_SET_ATTR_SIZE) {
+		struct fh tmp, *h = fi ? (struct fh *)(uintptr_t)fi->fh : NULL;
+		struct wfile *w;
+		uint64_t lo = 0;
+
+		if (fs->ro) {
+			fuse_reply_err(req, EROFS);
+			return;
+		}
+		if (!h) {
+			/* truncate(2) by path: only while a writer has it open */
+			memset(&tmp, 0, sizeof(tmp));
+			tmp.node = n;
+			if (pt_node_storage(n, &lo)) {
+				tmp.lo = lo;
+				tmp.ov = ov_get(fs->ov, pt_node_viewed_storage(n), true);
+			}
+			h = &tmp;
+		}
+		pthread_mutex_lock(&fs->wlock);
+		HASH_FIND_PTR(fs->wfiles, &n, w);
+		if (!w || !h->ov)
+			rc = -EACCES;
+		else
+			rc = do_truncate(fs, h, w, (uint64_t)attr->st_size);
+		pthread_mutex_unlock(&fs->wlock);
+		if (rc) {
+			fuse_reply_err(req, -rc);
+			return;
+		}
+	}
+	fill_stat(fs, n, &st);
+	fuse_reply_attr(req, &st, PTFS_TIMEOUT);
+}
+
+/*
+ * close(2): when the last handle open for writing closes and the file's
+ * size is not the tensor's, the change cannot be committed (a tensor
+ * cannot change size): drop it and fail the close with EINVAL.
+ */
+static void ptfs_op_flush(fuse_req_t req, fuse_ino_t ino,
+			  struct fuse_file_info *fi)
+{
+	struct ptfs *fs = fs_of(req);
+	struct fh *h = (struct fh *)(uintptr_t)fi->fh;
+	struct wfile *w = NULL;
+	struct ov_st *ov = h->ov;
+	uint64_t size = 0, nbytes = 0;
+	bool drop = false;
+
+	if (h->write) {
+		pthread_mutex_lock(&fs->wlock);
+		HASH_FIND_PTR(fs->wfiles, &h->node, w);
+		if (w && w->writers == 1 && w->changed && w->size != w->nbytes) {
+			drop = true;
+			size = w->size;
+			nbytes = w->nbytes;
+			ov_revert(fs->ov, h->ov, h->lo, w->nbytes);
+			w->size = w->nbytes;
+			w->changed = false;
+		}
+		pthread_mutex_unlock(&fs->wlock);
+	}
+	if (!drop) {
+		fuse_reply_err(req, 0);
+		return;
+	}
+	fuse_log(FUSE_LOG_ERR,
+		 "ptfs: %s: '%s': closed at %llu bytes but the tensor has %llu; change dropped\n",
+		 fs->ckpath, pt_node_name(h->node), (unsigned long long)size,
+		 (unsigned long long)nbytes);
+	/* after the reply, release() may free @h at any time */
+	fuse_reply_err(req, EINVAL);
+	fuse_lowlevel_notify_inval_inode(fs->se, ino, 0, 0);
+	invalidate_others(fs, ov, ino);
+}
+
+static void ptfs_op_release(fuse_req_t req, fuse_ino_t ino,
+			    struct fuse_file_info *fi)
+{
+	struct ptfs *fs = fs_of(req);
+	struct fh *h = (struct fh *)(uintptr_t)fi->fh;
+	struct wfile *w;
+
+	(void)ino;
+	if (h->write) {
+		pthread_mutex_lock(&fs->wlock);
+		HASH_FIND_PTR(fs->wfiles, &h->node, w);
+		if (w) {
+			w->writers--;
+			if (w->writers == 0) {
+				HASH_DEL(fs->wfiles, w);
+				free(w);
+			}
+		}
+		ov_writers(h->ov, -1);
+		pthread_mutex_unlock(&fs->wlock);
+	}
+	free(h);
+	fuse_reply_err(req, 0);
+}
+
+/* Commit every pending change; 0 or an errno for the caller. */
+static int commit_all(struct ptfs *fs, const char *why)
+{
+	struct pt_error err;
+	struct wfile *w, *tmp;
+	int rc;
+
+	if (!ov_any_dirty(fs->ov))
+		return 0;
+	pthread_mutex_lock(&fs->wlock);
+	HASH_ITER(hh, fs->wfiles, w, tmp) {
+		if (w->size != w->nbytes) {
+			pthread_mutex_unlock(&fs->wlock);
+			log_err(fs, w->node, why, "file size differs from the tensor's; not committed");
+			return EINVAL;
+		}
+	}
+	pthread_mutex_unlock(&fs->wlock);
+	pt_error_clear(&err);
+	rc = ov_commit(fs->ov, &err);
+	if (rc) {
+		fuse_log(FUSE_LOG_ERR, "ptfs: %s: commit on %s failed, checkpoint unchanged, changes kept: %s\n",
+			 fs->ckpath, why, err.msg);
+		return rc == -ENOSPC || rc == -EDQUOT ? -rc : EIO;
+	}
+	fuse_log(FUSE_LOG_INFO, "ptfs: %s: committed (%s)\n", fs->ckpath, why);
+	return 0;
+}
+
+static void ptfs_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
+			  struct fuse_file_info *fi)
+{
+	(void)ino;
+	(void)datasync;
+	(void)fi;
+	fuse_reply_err(req, commit_all(fs_of(req), "fsync"));
 }
 
 static void ptfs_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
@@ -408,10 +790,27 @@ static const struct fuse_lowlevel_ops ptfs_ops = {
 	.readdirplus = ptfs_op_readdirplus,
 	.open = ptfs_op_open,
 	.read = ptfs_op_read,
+	.write = ptfs_op_write,
+	.setattr = ptfs_op_setattr,
+	.flush = ptfs_op_flush,
+	.release = ptfs_op_release,
+	.fsync = ptfs_op_fsync,
 	.getxattr = ptfs_op_getxattr,
 	.listxattr = ptfs_op_listxattr,
 	.statfs = ptfs_op_statfs,
 };
+
+/* Reads of views (gathered by core) see the overlay too. */
+static int storage_hook(void *ctx, const struct pt_storage *st, void *buf,
+			size_t n, uint64_t off)
+{
+	struct ptfs *fs = ctx;
+	struct ov_st *s = ov_get(fs->ov, st, false);
+
+	if (!ov_dirty(s))
+		return 1;
+	return ov_read_copy(fs->ov, s, buf, n, off);
+}
 
 /* ---- command line ---- */
 
@@ -522,7 +921,7 @@ int ptfs_mount_main(int argc, char **argv)
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
 	struct fuse_cmdline_opts fopts;
-	struct fuse_loop_config loop;
+	struct fuse_loop_config *loop = NULL;
 	struct fuse_session *se = NULL;
 	struct pt_ckpt_opts copts;
 	struct cmdline c;
@@ -583,7 +982,16 @@ int ptfs_mount_main(int argc, char **argv)
 		warn += len + (e ? 1 : 0);
 	}
 	fs.ckpath = c.checkpoint;
-	fs.ro = c.ro;
+	fs.ro = c.ro || !pt_ckpt_writable(fs.ck);
+	if (!c.ro && !pt_ckpt_writable(fs.ck))
+		fprintf(stderr, "ptfs: %s: %s: mounted read-only\n", c.checkpoint,
+			pt_ckpt_format(fs.ck));
+	fs.singlethread = fopts.singlethread;
+	pthread_mutex_init(&fs.wlock, NULL);
+	fs.ov = ov_new(fs.ck);
+	if (!fs.ov)
+		goto out;
+	pt_ckpt_set_storage_hook(fs.ck, storage_hook, &fs);
 	fs.uid = getuid();
 	fs.gid = getgid();
 	se = fuse_session_new(&args, &ptfs_ops, sizeof(ptfs_ops), &fs);
@@ -591,6 +999,7 @@ int ptfs_mount_main(int argc, char **argv)
 		rc = PTFS_EXIT_USAGE;
 		goto out;
 	}
+	fs.se = se;
 	if (fuse_set_signal_handlers(se) != 0)
 		goto out;
 	if (fuse_session_mount(se, fopts.mountpoint) != 0) {
@@ -607,17 +1016,36 @@ int ptfs_mount_main(int argc, char **argv)
 	if (fopts.singlethread) {
 		rc = fuse_session_loop(se);
 	} else {
-		memset(&loop, 0, sizeof(loop));
-		loop.clone_fd = fopts.clone_fd;
-		loop.max_idle_threads = fopts.max_idle_threads;
-		rc = fuse_session_loop_mt(se, &loop);
+		loop = fuse_loop_cfg_create();
+		if (!loop) {
+			rc = -ENOMEM;
+		} else {
+			fuse_loop_cfg_set_clone_fd(loop, (unsigned)fopts.clone_fd);
+			fuse_loop_cfg_set_idle_threads(loop, fopts.max_idle_threads);
+			if (fopts.max_threads > 0 && fopts.max_threads <= 100000)
+				fuse_loop_cfg_set_max_threads(loop, fopts.max_threads);
+			rc = fuse_session_loop_mt(se, loop);
+			fuse_loop_cfg_destroy(loop);
+		}
 	}
-	rc = rc == 0 ? PTFS_EXIT_OK : PTFS_EXIT_ERROR;
+	/* the loop returns the signal number after SIGTERM/SIGINT/SIGHUP */
+	rc = rc >= 0 ? PTFS_EXIT_OK : PTFS_EXIT_ERROR;
+	/* unmount, or SIGTERM/SIGINT: commit what is pending */
+	if (commit_all(&fs, "unmount") != 0)
+		rc = PTFS_EXIT_ERROR;
 	fuse_session_unmount(se);
 	fuse_remove_signal_handlers(se);
 out:
 	if (se)
 		fuse_session_destroy(se);
+	ov_free(fs.ov);
+	{
+		struct wfile *w, *tmp;
+		HASH_ITER(hh, fs.wfiles, w, tmp) {
+			HASH_DEL(fs.wfiles, w);
+			free(w);
+		}
+	}
 	pt_ckpt_close(fs.ck);
 	free(fopts.mountpoint);
 	fuse_opt_free_args(&args);

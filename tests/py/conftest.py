@@ -51,7 +51,7 @@ def unmount(path):
 
 
 @contextlib.contextmanager
-def mounted(ckpt, *opts, foreground=True):
+def mounted(ckpt, *opts, foreground=True, expect_rc=0):
     """Mount @ckpt on a fresh directory and yield its path.
 
     By default the daemon runs with -f as our child, so that its exit
@@ -88,7 +88,7 @@ def mounted(ckpt, *opts, foreground=True):
             errlog.seek(0)
             err = errlog.read().decode(errors="replace")
             assert "Sanitizer" not in err and "runtime error" not in err, err
-            assert rc == 0, "ptfs exited with %d: %s" % (rc, err)
+            assert rc == expect_rc, "ptfs exited with %d: %s" % (rc, err)
         os.rmdir(mnt)
 
 

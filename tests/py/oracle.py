@@ -44,8 +44,20 @@ def encode(raw):
     return out
 
 
+def is_storage(v):
+    return isinstance(v, (torch.storage.TypedStorage, torch.UntypedStorage))
+
+
+def as_tensor(v):
+    """A storage saved on its own shows as a 1-D tensor of its elements."""
+    if is_storage(v):
+        dtype = v.dtype if isinstance(v, torch.storage.TypedStorage) else torch.uint8
+        return torch.empty(0, dtype=dtype).set_(v)
+    return v
+
+
 def is_tensor(v):
-    return torch.is_tensor(v) or isinstance(v, np.ndarray)
+    return torch.is_tensor(v) or isinstance(v, np.ndarray) or is_storage(v)
 
 
 def is_dir(v):
@@ -77,6 +89,7 @@ def name_entries(container, at_root=False):
 
 
 def tensor_bytes(t):
+    t = as_tensor(t)
     if isinstance(t, np.ndarray):
         return np.ascontiguousarray(t).tobytes()
     t = t.detach()
@@ -101,6 +114,7 @@ def scalar_bytes(v):
 
 
 def tensor_meta(t):
+    t = as_tensor(t)
     if isinstance(t, np.ndarray):
         es = t.itemsize
         return {"dtype": t.dtype.name, "shape": list(t.shape),

@@ -1,0 +1,420 @@
+/* SPDX-License-Identifier: MIT */
+/* overlay.c -- uncommitted writes, per storage, in 64 KiB chunks. */
+#include "overlay.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define OV_MAX_OPEN 64
+
+struct ov_st {
+	const struct pt_storage *st;
+	uint64_t size;                  /* storage bytes */
+	uint64_t file_off;              /* where the storage is in the file */
+	pthread_rwlock_t lock;          /* guards chunks */
+	uint8_t **chunks;               /* (size + OV_CHUNK - 1) / OV_CHUNK */
+	size_t nchunks;
+	bool dirty;                     /* some chunk is set (atomic) */
+	int writers;                    /* handles open for writing (atomic) */
+	pthread_mutex_t open_lock;
+	uint64_t open[OV_MAX_OPEN];     /* inodes of open tensor files */
+	size_t n_open;
+};
+
+struct ov {
+	struct pt_ckpt *ck;
+	size_t n;                       /* storages */
+	struct ov_st **by_index;        /* n slots, filled on first use */
+	pthread_mutex_t lock;           /* creation of slots */
+	pthread_mutex_t commit_lock;    /* one commit at a time */
+	pthread_rwlock_t gate;          /* writers shared, a commit alone */
+};
+
+struct ov *ov_new(struct pt_ckpt *ck)
+{
+	struct ov *o = calloc(1, sizeof(*o));
+
+	if (!o)
+		return NULL;
+	o->ck = ck;
+	o->n = pt_ckpt_storage_count(ck);
+	o->by_index = calloc(o->n ? o->n : 1, sizeof(*o->by_index));
+	if (!o->by_index) {
+		free(o);
+		return NULL;
+	}
+	pthread_mutex_init(&o->lock, NULL);
+	pthread_mutex_init(&o->commit_lock, NULL);
+	pthread_rwlock_init(&o->gate, NULL);
+	return o;
+}
+
+static void st_free(struct ov_st *s)
+{
+	size_t i;
+
+	if (!s)
+		return;
+	if (s->chunks)
+		for (i = 0; i < s->nchunks; i++)
+			free(s->chunks[i]);
+	free(s->chunks);
+	pthread_rwlock_destroy(&s->lock);
+	pthread_mutex_destroy(&s->open_lock);
+	free(s);
+}
+
+void ov_free(struct ov *o)
+{
+	size_t i;
+
+	if (!o)
+		return;
+	for (i = 0; i < o->n; i++)
+		st_free(o->by_index[i]);
+	free(o->by_index);
+	pthread_mutex_destroy(&o->lock);
+	pthread_mutex_destroy(&o->commit_lock);
+	pthread_rwlock_destroy(&o->gate);
+	free(o);
+}
+
+struct ov_st *ov_get(struct ov *o, const struct pt_storage *st, bool create)
+{
+	size_t i = pt_storage_index(st);
+	struct ov_st *s;
+
+	if (i >= o->n)
+		return NULL;
+	s = __atomic_load_n(&o->by_index[i], __ATOMIC_ACQUIRE);
+	if (s || !create)
+		return s;
+	pthread_mutex_lock(&o->lock);
+	s = o->by_index[i];
+	if (!s) {
+		s = calloc(1, sizeof(*s));
+		if (s) {
+			s->st = st;
+			s->size = pt_storage_size(st);
+			s->file_off = pt_storage_file_offset(st);
+			s->nchunks = (size_t)((s->size + OV_CHUNK - 1) / OV_CHUNK);
+			pthread_rwlock_init(&s->lock, NULL);
+			pthread_mutex_init(&s->open_lock, NULL);
+			__atomic_store_n(&o->by_index[i], s, __ATOMIC_RELEASE);
+		}
+	}
+	pthread_mutex_unlock(&o->lock);
+	return s;
+}
+
+bool ov_dirty(const struct ov_st *s)
+{
+	return s && __atomic_load_n(&s->dirty, __ATOMIC_ACQUIRE);
+}
+
+bool ov_any_dirty(struct ov *o)
+{
+	size_t i;
+
+	for (i = 0; i < o->n; i++)
+		if (ov_dirty(__atomic_load_n(&o->by_index[i], __ATOMIC_ACQUIRE)))
+			return true;
+	return false;
+}
+
+static int pread_full(int fd, void *buf, size_t n, uint64_t off)
+{
+	uint8_t *p = buf;
+
+	while (n > 0) {
+		ssize_t got = pread(fd, p, n, (off_t)off);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got < 0)
+			return -errno;
+		if (got == 0)
+			return -EIO;
+		p += got;
+		n -= (size_t)got;
+		off += (uint64_t)got;
+	}
+	return 0;
+}
+
+/* The chunk @ci, loaded from the file on first use.  Write lock held. */
+static uint8_t *chunk(struct ov *o, struct ov_st *s, size_t ci, int *rc)
+{
+	uint64_t start = (uint64_t)ci * OV_CHUNK;
+	size_t len = (size_t)(s->size - start < OV_CHUNK ? s->size - start : OV_CHUNK);
+	uint8_t *c;
+
+	if (!s->chunks) {
+		s->chunks = calloc(s->nchunks ? s->nchunks : 1, sizeof(*s->chunks));
+		if (!s->chunks) {
+			*rc = -ENOMEM;
+			return NULL;
+		}
+	}
+	if (s->chunks[ci])
+		return s->chunks[ci];
+	c = malloc(OV_CHUNK);
+	if (!c) {
+		*rc = -ENOMEM;
+		return NULL;
+	}
+	*rc = pread_full(pt_ckpt_fd(o->ck), c, len, s->file_off + start);
+	if (*rc) {
+		free(c);
+		return NULL;
+	}
+	s->chunks[ci] = c;
+	return c;
+}
+
+/* Apply @fn to bytes [off, off+n), chunk by chunk, under the write lock. */
+static int each_chunk(struct ov *o, struct ov_st *s, uint64_t off, uint64_t n,
+		      const uint8_t *src, bool zero)
+{
+	int rc = 0;
+
+	if (off > s->size || n > s->size - off)
+		return -EFBIG;
+	pthread_rwlock_rdlock(&o->gate);
+	pthread_rwlock_wrlock(&s->lock);
+	while (n > 0) {
+		size_t ci = (size_t)(off / OV_CHUNK);
+		size_t in = (size_t)(off % OV_CHUNK);
+		size_t k = OV_CHUNK - in < n ? OV_CHUNK - in : (size_t)n;
+		uint8_t *c = chunk(o, s, ci, &rc);
+
+		if (!c)
+			break;
+		if (zero)
+			memset(c + in, 0, k);
+		else
+			memcpy(c + in, src, k);
+		if (src)
+			src += k;
+		off += k;
+		n -= k;
+		__atomic_store_n(&s->dirty, true, __ATOMIC_RELEASE);
+	}
+	pthread_rwlock_unlock(&s->lock);
+	pthread_rwlock_unlock(&o->gate);
+	return rc;
+}
+
+int ov_write(struct ov *o, struct ov_st *s, const void *buf, size_t n,
+	     uint64_t off)
+{
+	return each_chunk(o, s, off, n, buf, false);
+}
+
+int ov_zero(struct ov *o, struct ov_st *s, uint64_t off, uint64_t n)
+{
+	return each_chunk(o, s, off, n, NULL, true);
+}
+
+int ov_revert(struct ov *o, struct ov_st *s, uint64_t off, uint64_t n)
+{
+	int rc = 0;
+	size_t i;
+	bool any = false;
+
+	if (off > s->size || n > s->size - off)
+		return -EINVAL;
+	pthread_rwlock_rdlock(&o->gate);
+	pthread_rwlock_wrlock(&s->lock);
+	while (s->chunks && n > 0) {
+		size_t ci = (size_t)(off / OV_CHUNK);
+		size_t in = (size_t)(off % OV_CHUNK);
+		size_t k = OV_CHUNK - in < n ? OV_CHUNK - in : (size_t)n;
+		uint64_t start = (uint64_t)ci * OV_CHUNK;
+		size_t len = (size_t)(s->size - start < OV_CHUNK ? s->size - start : OV_CHUNK);
+
+		if (s->chunks[ci]) {
+			if (in == 0 && k == len) {
+				free(s->chunks[ci]);
+				s->chunks[ci] = NULL;
+			} else {
+				rc = pread_full(pt_ckpt_fd(o->ck), s->chunks[ci] + in,
+						k, s->file_off + off);
+				if (rc)
+					break;
+			}
+		}
+		off += k;
+		n -= k;
+	}
+	for (i = 0; s->chunks && i < s->nchunks; i++)
+		if (s->chunks[i])
+			any = true;
+	__atomic_store_n(&s->dirty, any, __ATOMIC_RELEASE);
+	pthread_rwlock_unlock(&s->lock);
+	pthread_rwlock_unlock(&o->gate);
+	return rc;
+}
+
+size_t ov_read_begin(struct ov_st *s, uint64_t off, size_t n,
+		     struct ov_seg *segs, size_t max)
+{
+	size_t count = 0;
+
+	pthread_rwlock_rdlock(&s->lock);
+	while (n > 0 && count < max) {
+		size_t ci = (size_t)(off / OV_CHUNK);
+		size_t in = (size_t)(off % OV_CHUNK);
+		size_t k = OV_CHUNK - in < n ? OV_CHUNK - in : n;
+		const uint8_t *c = s->chunks ? s->chunks[ci] : NULL;
+
+		if (c) {
+			segs[count].mem = c + in;
+			segs[count].len = k;
+			count++;
+		} else if (count > 0 && !segs[count - 1].mem) {
+			segs[count - 1].len += k; /* extend the file run */
+		} else {
+			segs[count].mem = NULL;
+			segs[count].file_off = s->file_off + off;
+			segs[count].len = k;
+			count++;
+		}
+		off += k;
+		n -= k;
+	}
+	return count;
+}
+
+void ov_read_done(struct ov_st *s)
+{
+	pthread_rwlock_unlock(&s->lock);
+}
+
+int ov_read_copy(struct ov *o, struct ov_st *s, void *buf, size_t n,
+		 uint64_t off)
+{
+	struct ov_seg segs[64];
+	uint8_t *p = buf;
+	int rc = 0;
+
+	while (n > 0 && rc == 0) {
+		size_t k = n < 32 * OV_CHUNK ? n : 32 * OV_CHUNK;
+		size_t i, cnt = ov_read_begin(s, off, k, segs, 64);
+
+		for (i = 0; i < cnt && rc == 0; i++) {
+			if (segs[i].mem)
+				memcpy(p, segs[i].mem, segs[i].len);
+			else
+				rc = pread_full(pt_ckpt_fd(o->ck), p, segs[i].len,
+						segs[i].file_off);
+			p += segs[i].len;
+		}
+		ov_read_done(s);
+		off += k;
+		n -= k;
+	}
+	return rc;
+}
+
+struct commit_src {
+	struct ov *o;
+	struct ov_st *s;
+};
+
+static int commit_read(void *ctx, void *buf, size_t n, uint64_t off)
+{
+	struct commit_src *c = ctx;
+
+	return ov_read_copy(c->o, c->s, buf, n, off);
+}
+
+int ov_commit(struct ov *o, struct pt_error *err)
+{
+	struct pt_commit *cs = NULL;
+	struct commit_src *src = NULL;
+	size_t i, n = 0;
+	int rc;
+
+	pthread_mutex_lock(&o->commit_lock);
+	/* no write may land between reading the overlay and emptying it */
+	pthread_rwlock_wrlock(&o->gate);
+	cs = calloc(o->n ? o->n : 1, sizeof(*cs));
+	src = calloc(o->n ? o->n : 1, sizeof(*src));
+	if (!cs || !src) {
+		rc = pt_fail(err, -ENOMEM, "out of memory");
+		goto out;
+	}
+	for (i = 0; i < o->n; i++) {
+		struct ov_st *s = __atomic_load_n(&o->by_index[i], __ATOMIC_ACQUIRE);
+
+		if (!ov_dirty(s))
+			continue;
+		src[n].o = o;
+		src[n].s = s;
+		cs[n].st = s->st;
+		cs[n].read = commit_read;
+		cs[n].ctx = &src[n];
+		n++;
+	}
+	rc = pt_ckpt_commit(o->ck, cs, n, err);
+	if (rc)
+		goto out;
+	/* the file now holds the overlay's bytes */
+	for (i = 0; i < n; i++) {
+		struct ov_st *s = src[i].s;
+		size_t k;
+
+		pthread_rwlock_wrlock(&s->lock);
+		for (k = 0; k < s->nchunks; k++) {
+			free(s->chunks[k]);
+			s->chunks[k] = NULL;
+		}
+		__atomic_store_n(&s->dirty, false, __ATOMIC_RELEASE);
+		pthread_rwlock_unlock(&s->lock);
+	}
+out:
+	free(cs);
+	free(src);
+	pthread_rwlock_unlock(&o->gate);
+	pthread_mutex_unlock(&o->commit_lock);
+	return rc;
+}
+
+void ov_note_open(struct ov_st *s, uint64_t ino)
+{
+	size_t i;
+
+	pthread_mutex_lock(&s->open_lock);
+	for (i = 0; i < s->n_open; i++)
+		if (s->open[i] == ino)
+			break;
+	if (i == s->n_open && s->n_open < OV_MAX_OPEN)
+		s->open[s->n_open++] = ino;
+	pthread_mutex_unlock(&s->open_lock);
+}
+
+size_t ov_others(struct ov_st *s, uint64_t ino, uint64_t *out, size_t max)
+{
+	size_t i, n = 0;
+
+	pthread_mutex_lock(&s->open_lock);
+	for (i = 0; i < s->n_open && n < max; i++)
+		if (s->open[i] != ino)
+			out[n++] = s->open[i];
+	pthread_mutex_unlock(&s->open_lock);
+	return n;
+}
+
+void ov_writers(struct ov_st *s, int delta)
+{
+	__atomic_add_fetch(&s->writers, delta, __ATOMIC_ACQ_REL);
+}
+
+bool ov_busy(const struct ov_st *s)
+{
+	return s && (__atomic_load_n(&s->dirty, __ATOMIC_ACQUIRE) ||
+		     __atomic_load_n(&s->writers, __ATOMIC_ACQUIRE) > 0);
+}

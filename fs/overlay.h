@@ -1,0 +1,77 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * overlay.h -- uncommitted writes to tensor storages.
+ *
+ * Writes through the mount land here, never in the checkpoint, until a
+ * commit (fsync of a changed file, unmount, SIGTERM).  The overlay is kept
+ * per storage, so tensors that share one storage see each other's
+ * writes.  It holds only the 64 KiB chunks that were written.  Readers of
+ * a storage nobody has opened for writing never touch a lock.
+ */
+#ifndef PTFS_FS_OVERLAY_H
+#define PTFS_FS_OVERLAY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ckpt.h"
+
+#define OV_CHUNK (64u * 1024)
+
+struct ov;
+struct ov_st;
+
+/* One piece of a read: either file bytes (mem == NULL) or memory. */
+struct ov_seg {
+	const uint8_t *mem;     /* overlay bytes, or NULL for the file */
+	uint64_t file_off;      /* file offset when mem == NULL */
+	size_t len;
+};
+
+struct ov *ov_new(struct pt_ckpt *ck);
+void ov_free(struct ov *o);
+
+/* The overlay of a storage: NULL when it has none and @create is false.
+ * Lock-free when it exists. */
+struct ov_st *ov_get(struct ov *o, const struct pt_storage *st, bool create);
+
+/* Whether any write is pending on this storage (lock-free). */
+bool ov_dirty(const struct ov_st *s);
+bool ov_any_dirty(struct ov *o);
+
+/* Write, zero or revert bytes [@off, @off + @n) of the storage.  0 or
+ * -errno. */
+int ov_write(struct ov *o, struct ov_st *s, const void *buf, size_t n,
+	     uint64_t off);
+int ov_zero(struct ov *o, struct ov_st *s, uint64_t off, uint64_t n);
+int ov_revert(struct ov *o, struct ov_st *s, uint64_t off, uint64_t n);
+
+/*
+ * Describe bytes [@off, @off + @n) of the storage as up to @max segments
+ * and hold the storage's read lock until ov_read_done(): the memory
+ * segments stay valid meanwhile.  Returns the segment count.
+ */
+size_t ov_read_begin(struct ov_st *s, uint64_t off, size_t n,
+		     struct ov_seg *segs, size_t max);
+void ov_read_done(struct ov_st *s);
+
+/* Copy bytes into @buf (file bytes through pread), for the slow path. */
+int ov_read_copy(struct ov *o, struct ov_st *s, void *buf, size_t n,
+		 uint64_t off);
+
+/* Commit every dirty storage; on success the overlays are emptied. */
+int ov_commit(struct ov *o, struct pt_error *err);
+
+/* Remember that @ino (a tensor file over this storage) is open, so that
+ * writes through one file can invalidate the others' page caches.  Fills
+ * @out with up to @max other inodes and returns how many. */
+void ov_note_open(struct ov_st *s, uint64_t ino);
+size_t ov_others(struct ov_st *s, uint64_t ino, uint64_t *out, size_t max);
+
+/* Count handles open for writing; ov_busy(): dirty or being written, so
+ * reads must take the overlay path (lock-free test). */
+void ov_writers(struct ov_st *s, int delta);
+bool ov_busy(const struct ov_st *s);
+
+#endif /* PTFS_FS_OVERLAY_H */

@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""Write the fuzzers' seed corpora: small checkpoints that torch itself makes.
+
+    make_seeds.py OUTDIR
+
+creates OUTDIR/ckpt/*.pt (torch.save files: zip format with pickle
+protocols 2 and 4, and the legacy non-zip format), OUTDIR/zip/*.pt (the zip
+ones) and OUTDIR/pickle/*.pkl (each zip's data.pkl, the legacy streams, and
+plain pickles of every protocol made by the pickle module).  Everything is
+deterministic and small (a few KiB each).  Without torch only the plain
+pickles are written.  Run by CTest (fixture fuzz-seeds) and contrib/fuzz.sh.
+"""
+import collections
+import io
+import os
+import pickle
+import sys
+import zipfile
+
+
+def plain_pickles(out):
+    """Pickles of plain data, every protocol: the opcodes torch never uses."""
+    data = {
+        "ints": [0, 1, -1, 255, 256, 65535, -65536, 2**31, 2**63, -(2**70)],
+        "floats": (0.0, -1.5, 1e300, float("inf")),
+        "text": ["", "a", "é", "x" * 300, "\u2603"],
+        "bytes": [b"", b"\x00\xff", bytearray(b"ab")],
+        "sets": [set(), {1, 2}, frozenset({3})],
+        "none": None,
+        "bools": [True, False],
+        "nested": [[[[1]]], {"k": {"k": {}}}],
+        "od": collections.OrderedDict(a=1, b=2),
+        "cplx": complex(1, 2),
+    }
+    shared = [1, 2]
+    data["shared"] = [shared, shared]
+    cyc = []
+    cyc.append(cyc)
+    data["cycle"] = cyc
+    for proto in range(0, pickle.HIGHEST_PROTOCOL + 1):
+        with open(os.path.join(out, "plain-p%d.pkl" % proto), "wb") as f:
+            f.write(pickle.dumps(data, protocol=proto))
+    with open(os.path.join(out, "slice-p2.pkl"), "wb") as f:
+        f.write(pickle.dumps(slice(1, 5, 2), protocol=2))
+
+
+def torch_seeds(out_ckpt, out_zip, out_pickle):
+    import torch
+
+    torch.manual_seed(0)
+    base = torch.arange(24, dtype=torch.float32).reshape(4, 6)
+    shared = torch.arange(10, dtype=torch.int64)
+    objs = {
+        "tensor": torch.arange(6, dtype=torch.float32),
+        "scalar": torch.tensor(3.5),
+        "empty": torch.empty(0, 3),
+        "state_dict": collections.OrderedDict(
+            [("layer.weight", torch.randn(3, 4)), ("layer.bias", torch.zeros(3)),
+             ("bn.num_batches_tracked", torch.tensor(7))]),
+        "dtypes": {str(dt).split(".")[-1]: torch.ones(3, dtype=dt)
+                   for dt in (torch.float16, torch.bfloat16, torch.float64,
+                              torch.int8, torch.uint8, torch.int16, torch.int32,
+                              torch.int64, torch.bool, torch.complex64)},
+        "views": {"t": base.t(), "slice": base[1:, 2:5], "step": base[:, ::2],
+                  "expand": torch.ones(1, 3).expand(4, 3), "base": base},
+        "shared": {"a": shared, "b": shared[2:7], "c": shared.view(2, 5)},
+        "nested": {"list": [torch.ones(2), [1, 2.5, "x", None, True]],
+                   "tuple": (torch.zeros(1), b"raw"), "a.b.c": 1, "a.b.d": 2},
+        "param": {"p": torch.nn.Parameter(torch.randn(2, 2)),
+                  "g": torch.randn(2, requires_grad=True)},
+        "module": torch.nn.Linear(3, 2),
+        "optimizer": None,
+    }
+    lin = torch.nn.Linear(2, 2)
+    opt = torch.optim.Adam(lin.parameters())
+    lin(torch.ones(1, 2)).sum().backward()
+    opt.step()
+    objs["optimizer"] = {"model": lin.state_dict(), "optim": opt.state_dict(),
+                         "epoch": 3}
+    for name, obj in objs.items():
+        for proto in (2, 4):
+            buf = io.BytesIO()
+            torch.save(obj, buf, pickle_protocol=proto)
+            raw = buf.getvalue()
+            fn = "%s-p%d" % (name, proto)
+            for d in (out_ckpt, out_zip):
+                with open(os.path.join(d, fn + ".pt"), "wb") as f:
+                    f.write(raw)
+            with zipfile.ZipFile(io.BytesIO(raw)) as z:
+                pkl = [n for n in z.namelist() if n.endswith("/data.pkl")][0]
+                with open(os.path.join(out_pickle, fn + ".pkl"), "wb") as f:
+                    f.write(z.read(pkl))
+        buf = io.BytesIO()
+        torch.save(obj, buf, _use_new_zipfile_serialization=False)
+        raw = buf.getvalue()
+        with open(os.path.join(out_ckpt, name + "-legacy.pt"), "wb") as f:
+            f.write(raw)
+        with open(os.path.join(out_pickle, name + "-legacy.pkl"), "wb") as f:
+            f.write(raw)
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit("usage: make_seeds.py OUTDIR")
+    root = sys.argv[1]
+    dirs = [os.path.join(root, t) for t in ("ckpt", "zip", "pickle")]
+    for d in dirs:
+        os.makedirs(d, exist_ok=True)
+    plain_pickles(dirs[2])
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        print("make_seeds.py: no torch, plain pickles only", file=sys.stderr)
+        return
+    torch_seeds(*dirs)
+
+
+if __name__ == "__main__":
+    main()

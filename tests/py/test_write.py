@@ -1,0 +1,267 @@
+# SPDX-License-Identifier: MIT
+"""Writes through the mount and `ptfs set`, committed by the ZIP64
+rewriter: torch.load sees the new values and every other value unchanged,
+Python's zipfile finds every CRC right, data stays 64-byte aligned, and a
+failed or interrupted commit leaves the checkpoint as it was."""
+import errno
+import os
+import random
+import signal
+import struct
+import subprocess
+import time
+import zipfile
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import PTFS, is_mounted, mounted, needs_fuse, run, unmount
+
+
+def save(path, obj):
+    torch.save(obj, path)
+    return path
+
+
+def base_obj():
+    torch.manual_seed(1)
+    w = torch.randn(64, 32)
+    return {"w": w, "b": torch.arange(10, dtype=torch.int64), "tied": w,
+            "row": w[3], "t": w.t(), "h": torch.ones(5, dtype=torch.float16),
+            "n": 7}
+
+
+def check_zip(path):
+    with zipfile.ZipFile(path) as z:
+        assert z.testzip() is None
+        with open(path, "rb") as f:
+            for info in z.infolist():
+                f.seek(info.header_offset)
+                hdr = f.read(30)
+                n, e = struct.unpack("<HH", hdr[26:30])
+                data = info.header_offset + 30 + n + e
+                if "/data/" in info.filename:
+                    assert data % 64 == 0, info.filename
+
+
+def assert_same_except(path, before, changed):
+    after = torch.load(path)
+    for k, v in before.items():
+        if k in changed:
+            assert torch.equal(after[k], changed[k]), k
+        elif torch.is_tensor(v):
+            assert torch.equal(after[k], v), k
+        else:
+            assert after[k] == v, k
+    check_zip(path)
+
+
+@needs_fuse
+def test_partial_write_dd(tmp_path):
+    p = save(str(tmp_path / "m.pt"), base_obj())
+    before = torch.load(p)
+    new = before["w"].clone()
+    new.view(-1)[10:20] = 42.0
+    with mounted(p) as mnt:
+        patch = np.full(10, 42.0, np.float32).tobytes()
+        subprocess.run(["dd", "of=" + os.path.join(mnt, "w"), "bs=4", "seek=10",
+                        "conv=notrunc", "status=none"], input=patch, check=True)
+        # reads see the overlay at once, the tied copy and the views too
+        got = np.fromfile(os.path.join(mnt, "w"), np.float32)
+        assert np.array_equal(got, new.numpy().ravel())
+        assert np.array_equal(np.fromfile(os.path.join(mnt, "tied"), np.float32), got)
+        assert np.array_equal(np.fromfile(os.path.join(mnt, "t"), np.float32),
+                              new.t().contiguous().numpy().ravel())
+        # nothing reaches the file before a commit
+        assert torch.equal(torch.load(p)["w"], before["w"])
+    changed = {"w": new, "tied": new, "row": new[3], "t": new.t()}
+    assert_same_except(p, before, changed)
+
+
+@needs_fuse
+def test_whole_replace_cp_and_fsync(tmp_path):
+    p = save(str(tmp_path / "m.pt"), base_obj())
+    before = torch.load(p)
+    src = tmp_path / "new.bin"
+    newb = torch.arange(10, dtype=torch.int64) * 3
+    src.write_bytes(newb.numpy().tobytes())
+    st_before = os.stat(p)
+    os.chmod(p, 0o640)
+    with mounted(p) as mnt:
+        subprocess.run(["cp", str(src), os.path.join(mnt, "b")], check=True)
+        assert os.stat(os.path.join(mnt, "b")).st_size == 80
+        fd = os.open(os.path.join(mnt, "b"), os.O_RDONLY)
+        try:
+            os.fsync(fd)  # commits now
+        finally:
+            os.close(fd)
+        assert torch.equal(torch.load(p)["b"], newb)
+        # still readable after the commit, with the new bytes
+        assert np.array_equal(np.fromfile(os.path.join(mnt, "b"), np.int64), newb.numpy())
+    assert os.stat(p).st_mode & 0o777 == 0o640
+    assert_same_except(p, before, {"b": newb})
+    del st_before
+
+
+@needs_fuse
+def test_memmap_write(tmp_path):
+    p = save(str(tmp_path / "m.pt"), base_obj())
+    before = torch.load(p)
+    with mounted(p) as mnt:
+        m = np.memmap(os.path.join(mnt, "h"), dtype=np.float16, mode="r+")
+        m[:] = np.array([1, 2, 3, 4, 5], np.float16)
+        m.flush()
+        del m
+    assert_same_except(p, before, {"h": torch.tensor([1, 2, 3, 4, 5], dtype=torch.float16)})
+
+
+@needs_fuse
+def test_wrong_size_close_fails_and_drops(tmp_path):
+    p = save(str(tmp_path / "m.pt"), base_obj())
+    raw = open(p, "rb").read()
+    with mounted(p) as mnt:
+        f = open(os.path.join(mnt, "b"), "wb")
+        f.write(b"\0" * 8)
+        with pytest.raises(OSError) as e:
+            f.close()
+        assert e.value.errno == errno.EINVAL
+        assert os.stat(os.path.join(mnt, "b")).st_size == 80
+        assert np.array_equal(np.fromfile(os.path.join(mnt, "b"), np.int64), np.arange(10))
+        with pytest.raises(OSError) as e:
+            with open(os.path.join(mnt, "b"), "r+b") as f:
+                f.seek(80)
+                f.write(b"x")
+                f.flush()
+        assert e.value.errno == errno.EFBIG
+    assert open(p, "rb").read() == raw
+
+
+@needs_fuse
+def test_readonly_and_views_refuse_writes(tmp_path):
+    p = save(str(tmp_path / "m.pt"), base_obj())
+    with mounted(p, "-o", "ro") as mnt:
+        with pytest.raises(OSError) as e:
+            open(os.path.join(mnt, "w"), "r+b")
+        assert e.value.errno == errno.EROFS
+        assert os.stat(os.path.join(mnt, "w")).st_mode & 0o222 == 0
+    with mounted(p) as mnt:
+        assert os.stat(os.path.join(mnt, "w")).st_mode & 0o200
+        assert os.stat(os.path.join(mnt, "t")).st_mode & 0o222 == 0
+        with pytest.raises(OSError) as e:
+            open(os.path.join(mnt, "t"), "r+b")
+        assert e.value.errno == errno.EACCES
+        with pytest.raises(OSError):
+            open(os.path.join(mnt, "w.json"), "r+b")
+
+
+@needs_fuse
+def test_commit_refused_when_file_changed(tmp_path):
+    p = save(str(tmp_path / "m.pt"), base_obj())
+    with mounted(p, expect_rc=1) as mnt:
+        with open(os.path.join(mnt, "b"), "r+b") as f:
+            f.write(b"\1" * 8)
+            f.flush()
+            # another program rewrites the checkpoint meanwhile
+            torch.save({"other": torch.zeros(1)}, p)
+            other = open(p, "rb").read()
+            with pytest.raises(OSError) as e:
+                os.fsync(f.fileno())
+            assert e.value.errno == errno.EIO
+            assert open(p, "rb").read() == other
+        # unmount tries again and must refuse too (daemon exits non-zero)
+        unmount(mnt)
+    assert open(p, "rb").read() == other
+
+
+def test_set_cli(tmp_path):
+    p = save(str(tmp_path / "m.pt"), base_obj())
+    before = torch.load(p)
+    newh = torch.tensor([9, 8, 7, 6, 5], dtype=torch.float16)
+    r = run("set", p, "h", input=newh.numpy().tobytes())
+    assert r.returncode == 0, r.stderr
+    assert_same_except(p, before, {"h": newh})
+    raw = open(p, "rb").read()
+    r = run("set", p, "h", input=b"\0" * 3)
+    assert r.returncode == 1 and b"stdin has 3 bytes, the tensor has 10" in r.stderr
+    r = run("set", p, "t", input=b"\0" * (64 * 32 * 4))
+    assert r.returncode == 1 and b"not a writable tensor" in r.stderr
+    assert open(p, "rb").read() == raw
+
+
+def test_set_many_records(tmp_path):
+    """More than 65,535 records: the classic EOCD cannot count them."""
+    p = str(tmp_path / "many.pt")
+    torch.save({str(i): torch.tensor([i], dtype=torch.int32) for i in range(66000)}, p)
+    r = run("set", p, "65999", input=np.array([-5], np.int32).tobytes())
+    assert r.returncode == 0, r.stderr
+    with zipfile.ZipFile(p) as z:
+        assert len(z.infolist()) > 65535
+        assert z.testzip() is None
+    d = torch.load(p)
+    assert d["65999"].item() == -5 and d["12345"].item() == 12345
+
+
+@needs_fuse
+def test_sigterm_commits(tmp_path):
+    p = save(str(tmp_path / "m.pt"), base_obj())
+    mnt = str(tmp_path / "mnt")
+    os.mkdir(mnt)
+    proc = subprocess.Popen([PTFS, "-f", p, mnt], stderr=subprocess.PIPE)
+    try:
+        for _ in range(500):
+            if is_mounted(mnt):
+                break
+            time.sleep(0.02)
+        with open(os.path.join(mnt, "b"), "r+b") as f:
+            f.write(np.array([100], np.int64).tobytes())
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        unmount(mnt)
+        if proc.poll() is None:
+            proc.kill()
+    assert torch.load(p)["b"][0].item() == 100
+    assert not is_mounted(mnt)
+
+
+@needs_fuse
+def test_kill9_during_commit_is_atomic(tmp_path):
+    """kill -9 at random moments of commits: old or new file, complete."""
+    p = str(tmp_path / "big.pt")
+    torch.save({"a": torch.zeros(32 << 20, dtype=torch.uint8),
+                "b": torch.zeros(8 << 20, dtype=torch.uint8)}, p)
+    rng = random.Random(7)
+    mnt = str(tmp_path / "mnt")
+    os.mkdir(mnt)
+    for i in range(1, 7):
+        proc = subprocess.Popen([PTFS, "-f", p, mnt], stderr=subprocess.DEVNULL)
+        try:
+            for _ in range(500):
+                if is_mounted(mnt):
+                    break
+                time.sleep(0.02)
+            with open(os.path.join(mnt, "b"), "r+b") as f:
+                f.write(bytes([i]) * 4096)
+                f.flush()
+                syncer = subprocess.Popen(
+                    ["/usr/bin/python3", "-c",
+                     "import os,sys; fd=os.open(sys.argv[1], os.O_RDONLY); os.fsync(fd)",
+                     os.path.join(mnt, "b")], stderr=subprocess.DEVNULL)
+                time.sleep(rng.uniform(0.0, 0.3))
+                proc.kill()
+                proc.wait()
+                syncer.wait(timeout=60)
+        except OSError:
+            pass
+        finally:
+            subprocess.run(["fusermount3", "-u", "-z", mnt], capture_output=True)
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        d = torch.load(p)
+        head = d["b"][:4096]
+        assert bool((head == head[0]).all()), "torn write"
+        assert d["a"].sum().item() == 0
+        with zipfile.ZipFile(p) as z:
+            assert z.testzip() is None
