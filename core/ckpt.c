@@ -178,6 +178,19 @@ static bool global_is_dangerous(const char *m, const char *n)
 	return false;
 }
 
+/* List each distinct global once in the summary ("imports: ..."), as the
+ * names a full unpickler would import; capped so a hostile file cannot
+ * make the summary huge. */
+static void note_global(struct pt_ckpt *ck, const char *m, const char *n)
+{
+	char name[256];
+
+	snprintf(name, sizeof(name), " %s.%s,", m, n);
+	if (ck->globals.len > 8192 || (ck->globals.p && strstr(ck->globals.p, name)))
+		return;
+	pt_buf_puts(&ck->globals, name);
+}
+
 /*
  * Scan every value of every pickle we decoded for globals a full unpickler
  * would import: a scanner's view, listed in `ptfs info` and the mount log.
@@ -218,6 +231,7 @@ static void scan_globals(struct pt_ckpt *ck, struct pt_value *root)
 		}
 		switch (v->kind) {
 		case PT_V_GLOBAL:
+			note_global(ck, v->u.global.module, v->u.global.name);
 			if (global_is_dangerous(v->u.global.module, v->u.global.name))
 				pt__warn(ck, "dangerous global %s.%s: a full unpickler (torch.load with weights_only=False) would import it",
 					 v->u.global.module, v->u.global.name);
@@ -304,6 +318,7 @@ static int ckpt_init(struct pt_ckpt **out, const char *path,
 		pt_ckpt_opts_default(&ck->opts);
 	pt_buf_init(&ck->warnings);
 	pt_buf_init(&ck->notes);
+	pt_buf_init(&ck->globals);
 	ck->path = strdup(path);
 	ck->stem = make_stem(path);
 	if (!ck->path || !ck->stem) {
@@ -447,6 +462,7 @@ void pt_ckpt_close(struct pt_ckpt *ck)
 	free(ck->owned);
 	pt_buf_free(&ck->warnings);
 	pt_buf_free(&ck->notes);
+	pt_buf_free(&ck->globals);
 	if (ck->fd >= 0)
 		close(ck->fd);
 	free(ck->path);
@@ -542,7 +558,7 @@ void pt_ckpt_info(struct pt_ckpt *ck, struct pt_buf *out)
 	human(out, ck->tensor_bytes);
 	pt_buf_puts(out, " of elements)\n");
 	if (ndt) {
-		pt_buf_puts(out, "dtypes:");
+		pt_buf_puts(out, "storage dtypes:");
 		for (i = 0; i < ndt; i++) {
 			pt_buf_printf(out, "%s %s x%llu (", i ? "," : "", dt[i].name,
 				      (unsigned long long)dt[i].count);
@@ -550,6 +566,11 @@ void pt_ckpt_info(struct pt_ckpt *ck, struct pt_buf *out)
 			pt_buf_putc(out, ')');
 		}
 		pt_buf_putc(out, '\n');
+	}
+	if (ck->globals.len) {
+		pt_buf_puts(out, "imports:");
+		pt_buf_add(out, ck->globals.p, ck->globals.len - 1);
+		pt_buf_puts(out, ck->globals.len > 8192 ? ", ...\n" : "\n");
 	}
 	if (ck->notes.len)
 		pt_buf_add(out, ck->notes.p, ck->notes.len);
@@ -614,35 +635,12 @@ static int commit_read(void *ctx, void *buf, size_t n, uint64_t off)
 	return c->read(c->ctx, buf, n, off);
 }
 
-/* CRC-32 of a record as it now is in the file. */
-static int record_crc(struct pt_ckpt *ck, const struct pt_zip_entry *e,
-		      uint32_t *crc, struct pt_error *err)
-{
-	size_t chunk = 4u << 20;
-	uint8_t *buf = malloc(chunk);
-	uint64_t off = 0;
-	int rc = 0;
-
-	if (!buf)
-		return pt_fail(err, -ENOMEM, "out of memory");
-	*crc = 0;
-	while (off < e->usize) {
-		size_t k = e->usize - off < chunk ? (size_t)(e->usize - off) : chunk;
-		rc = pt_source_read(&ck->src, buf, k, e->data_off + off, err);
-		if (rc)
-			break;
-		*crc = pt_crc32(*crc, buf, k);
-		off += k;
-	}
-	free(buf);
-	return rc;
-}
-
 int pt_ckpt_commit(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
 		   struct pt_error *err)
 {
 	struct pt_zw_change *ch = NULL;
 	struct pt_commit *cc = NULL;
+	uint32_t *crcs = NULL;
 	struct pt_zw_expect ex;
 	struct stat st;
 	size_t i;
@@ -655,9 +653,11 @@ int pt_ckpt_commit(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
 		return 0;
 	ch = calloc(n, sizeof(*ch));
 	cc = calloc(n, sizeof(*cc));
-	if (!ch || !cc) {
+	crcs = calloc(n, sizeof(*crcs));
+	if (!ch || !cc || !crcs) {
 		free(ch);
 		free(cc);
+		free(crcs);
 		return pt_fail(err, -ENOMEM, "out of memory");
 	}
 	memcpy(cc, c, n * sizeof(*cc));
@@ -665,6 +665,7 @@ int pt_ckpt_commit(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
 		if (!c[i].st->entry || c[i].st->kind != PT_ST_FILE) {
 			free(ch);
 			free(cc);
+			free(crcs);
 			return pt_fail(err, -EROFS, "storage '%s' cannot be written",
 				       c[i].st->key);
 		}
@@ -672,6 +673,7 @@ int pt_ckpt_commit(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
 		ch[i].size = c[i].st->nbytes;
 		ch[i].read = commit_read;
 		ch[i].ctx = &cc[i];
+		ch[i].crc_out = &crcs[i];
 	}
 	memset(&ex, 0, sizeof(ex));
 	ex.dev = ck->dev;
@@ -681,8 +683,10 @@ int pt_ckpt_commit(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
 	rc = pt_zip_rewrite(ck->path, ck->zip, ch, n, &ex, NULL, err);
 	free(ch);
 	free(cc);
-	if (rc)
+	if (rc) {
+		free(crcs);
 		return rc;
+	}
 	/* Same sizes, so the same layout: read the new file through the
 	 * same descriptor number from now on. */
 	fd = open(ck->path, O_RDONLY | O_CLOEXEC);
@@ -701,16 +705,11 @@ int pt_ckpt_commit(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
 	ck->dev = st.st_dev;
 	ck->ino = st.st_ino;
 	ck->mtime = st.st_mtim;
-	for (i = 0; i < n; i++) {
-		uint32_t crc = 0;
-
-		rc = record_crc(ck, c[i].st->entry, &crc, err);
-		if (rc)
-			goto out;
-		pt_zip_set_crc(ck->zip, c[i].st->entry, crc);
-	}
+	for (i = 0; i < n; i++)
+		pt_zip_set_crc(ck->zip, c[i].st->entry, crcs[i]);
 out:
 	if (fd >= 0)
 		close(fd);
+	free(crcs);
 	return rc;
 }

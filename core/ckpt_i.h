@@ -167,6 +167,7 @@ struct pt_ckpt {
 	uint64_t tensor_bytes;
 	struct pt_buf warnings;
 	struct pt_buf notes;            /* format-specific info lines */
+	struct pt_buf globals;          /* " module.name," for each global */
 	char *version;                  /* "version" record, trimmed */
 	struct pt_meta_file meta_files[PT_MAX_META_FILES]; /* extra /.ptfs files */
 	int n_meta_files;

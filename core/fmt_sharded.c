@@ -411,6 +411,9 @@ static int sh_open(struct pt_ckpt *ck, struct pt_error *err)
 	if (sh_opening)
 		return pt_fail(err, -EBADMSG,
 			       "is itself a sharded index (an index may only name weights files)");
+	if (ck->fd < 0)
+		return pt_fail(err, -ENOTSUP,
+			       "sharded index in memory: its shards are files beside it, open it from its directory");
 	if (ck->src.size > SH_MAX_INDEX)
 		return pt_fail(err, -EFBIG,
 			       "index of %" PRIu64 " bytes exceeds the limit of %u",

@@ -962,9 +962,15 @@ void pt_node_describe(struct pt_ckpt *ck, struct pt_node *node,
  * Depth-first over the tree with an explicit stack; every entry is one
  * JSON object with its path, type and size, tensors with their metadata,
  * small scalar files with their text.  Sidecars and /.ptfs are left out
- * (their content is inline).  Stops after @max_entries entries with
- * "truncated": true.
+ * (their content is inline).  Stops after @max_entries entries, or once
+ * the text passes PT_TREE_JSON_MAX bytes, with "truncated": true.  The
+ * byte cap matters for deep trees: every entry repeats its whole path, so
+ * a chain max_depth long ending in references that multiply would
+ * otherwise make max_entries entries of ~2 * max_depth bytes each (20 GB),
+ * and it bounds the cost of the ancestor walks too.
  */
+#define PT_TREE_JSON_MAX (256u << 20)
+
 void pt_tree_json(struct pt_ckpt *ck, struct pt_buf *out, uint64_t max_entries)
 {
 	struct frame {
@@ -994,7 +1000,7 @@ void pt_tree_json(struct pt_ckpt *ck, struct pt_buf *out, uint64_t max_entries)
 		c = pt_tree_child(ck, f->dir, f->next++);
 		if (!c || c->role == R_JSON || c->role == R_META)
 			continue;
-		if (count++ >= max_entries) {
+		if (count++ >= max_entries || out->len >= PT_TREE_JSON_MAX) {
 			truncated = true;
 			break;
 		}

@@ -960,6 +960,9 @@ int pt_zip_rewrite(const char *path, const struct pt_zip *z,
 	if (rc)
 		goto out;
 	installed = true;
+	for (i = 0; i < n; i++)
+		if (changes[i].crc_out)
+			*changes[i].crc_out = recs[changes[i].entry->index].crc;
 out:
 	if (w.out >= 0)
 		close(w.out);

@@ -40,6 +40,8 @@ struct pt_zw_change {
 	 * 0 or a negative errno (the commit is then abandoned). */
 	int (*read)(void *ctx, void *buf, size_t n, uint64_t off);
 	void *ctx;                        /* passed to read */
+	uint32_t *crc_out;                /* OUT (may be NULL): the CRC-32
+					   * written, after a success */
 };
 
 /* What the original must still be, so a commit never overwrites a file

@@ -71,6 +71,8 @@ struct ptfs {
 	gid_t gid;
 	struct fuse_session *se;
 	struct ov *ov;
+	uint64_t size;                  /* of the checkpoint file */
+	bool warned_changed;            /* logged that it changed (atomic) */
 	pthread_mutex_t wlock;          /* guards wfiles */
 	struct wfile *wfiles;
 };
@@ -464,6 +466,41 @@ static void read_overlay(fuse_req_t req, struct ptfs *fs, struct fh *h,
 	free(bv);
 }
 
+/*
+ * The checkpoint must not change under the mount: another program that
+ * truncates or rewrites it in place would make us serve bytes that do not
+ * belong to the tensor.  One fstat per read (cheap next to 1 MiB of data)
+ * catches a change of size or mtime; the read then fails with EIO and the
+ * problem is logged once.  A file replaced by rename keeps serving the
+ * old, consistent bytes through our descriptor.
+ */
+static bool stat_differs(struct ptfs *fs)
+{
+	struct timespec mt = pt_ckpt_mtime(fs->ck);
+	struct stat st;
+
+	if (fstat(pt_ckpt_fd(fs->ck), &st) != 0)
+		return true;
+	return (uint64_t)st.st_size != fs->size ||
+	       st.st_mtim.tv_sec != mt.tv_sec || st.st_mtim.tv_nsec != mt.tv_nsec;
+}
+
+static bool checkpoint_changed(struct ptfs *fs)
+{
+	bool changed = stat_differs(fs);
+
+	if (changed) {
+		/* our own commit swaps the file: wait for it and look again */
+		ov_commit_barrier(fs->ov);
+		changed = stat_differs(fs);
+	}
+	if (changed && !__atomic_exchange_n(&fs->warned_changed, true, __ATOMIC_ACQ_REL))
+		fuse_log(FUSE_LOG_ERR,
+			 "ptfs: %s: the checkpoint changed on disk while mounted (another program truncated or rewrote it); reads fail with EIO, commits are refused; remount it\n",
+			 fs->ckpath);
+	return changed;
+}
+
 static void ptfs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 			 off_t off, struct fuse_file_info *fi)
 {
@@ -487,6 +524,12 @@ static void ptfs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 	}
 	if (size > a.size - (uint64_t)off)
 		size = (size_t)(a.size - (uint64_t)off);
+	if (pt_ckpt_fd(fs->ck) >= 0 &&
+	    (a.tensor || pt_node_extent(n, (uint64_t)off, size, &file_off)) &&
+	    checkpoint_changed(fs)) {
+		fuse_reply_err(req, EIO);
+		return;
+	}
 	if (busy && pt_node_storage(n, &lo)) {
 		read_overlay(req, fs, h, size, off);
 		return;
@@ -987,6 +1030,11 @@ int ptfs_mount_main(int argc, char **argv)
 		fprintf(stderr, "ptfs: %s: %s: mounted read-only\n", c.checkpoint,
 			pt_ckpt_format(fs.ck));
 	fs.singlethread = fopts.singlethread;
+	{
+		struct stat st;
+		if (fstat(pt_ckpt_fd(fs.ck), &st) == 0)
+			fs.size = (uint64_t)st.st_size;
+	}
 	pthread_mutex_init(&fs.wlock, NULL);
 	fs.ov = ov_new(fs.ck);
 	if (!fs.ov)

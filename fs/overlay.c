@@ -418,3 +418,9 @@ bool ov_busy(const struct ov_st *s)
 	return s && (__atomic_load_n(&s->dirty, __ATOMIC_ACQUIRE) ||
 		     __atomic_load_n(&s->writers, __ATOMIC_ACQUIRE) > 0);
 }
+
+void ov_commit_barrier(struct ov *o)
+{
+	pthread_mutex_lock(&o->commit_lock);
+	pthread_mutex_unlock(&o->commit_lock);
+}

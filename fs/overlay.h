@@ -69,6 +69,9 @@ int ov_commit(struct ov *o, struct pt_error *err);
 void ov_note_open(struct ov_st *s, uint64_t ino);
 size_t ov_others(struct ov_st *s, uint64_t ino, uint64_t *out, size_t max);
 
+/* Wait until no commit is running. */
+void ov_commit_barrier(struct ov *o);
+
 /* Count handles open for writing; ov_busy(): dirty or being written, so
  * reads must take the overlay path (lock-free test). */
 void ov_writers(struct ov_st *s, int delta);

@@ -71,7 +71,9 @@ class Results:
                 out.append("")
                 out.append("== " + section)
                 out.append(hdr)
-            if r["unit"] == "s":
+            if r["median"] != r["median"]:
+                med = "n/a"
+            elif r["unit"] == "s":
                 med = "%.4f s" % r["median"] if r["median"] < 10 else "%.2f s" % r["median"]
             elif r["unit"] == "MiB":
                 med = "%.1f MiB" % (r["median"] / MiB)
@@ -81,7 +83,7 @@ class Results:
             if r["nbytes"] and r["unit"] == "s" and r["median"] > 0:
                 rate = "%.2f GiB/s" % (r["nbytes"] / r["median"] / GiB)
             sp = self.speed_vs_ref(r)
-            speed = "%.2fx" % sp if sp is not None else ("ref" if r["ref"] is None and r["target"] is None and r["unit"] == "s" else "")
+            speed = "%.2fx" % sp if sp is not None else ("ref" if r["ref"] is None and r["target"] is None and r["unit"] == "s" and med != "n/a" else "")
             tgt = ""
             if r["target"] is not None:
                 kind, val = r["target"]

@@ -196,6 +196,16 @@ def test_metadata_last_and_empty_file(tmp_path):
     assert r.returncode == 0 and r.stdout == b"", r.stderr
 
 
+def test_header_length_like_a_pickle(tmp_path):
+    """N = 0x280: the file starts 80 02, like a protocol-2 pickle."""
+    p = str(tmp_path / "p.safetensors")
+    hb = json.dumps({"w": {"dtype": "U8", "shape": [3], "data_offsets": [0, 3]}}).encode()
+    hb += b" " * (0x280 - len(hb))
+    write_raw(p, hb, b"abc")
+    assert run("info", p).stdout.decode().count("format: safetensors") == 1
+    assert cat(p, "w") == b"abc"
+
+
 HOSTILE = [
     ("len_beyond_file", lambda p: write_raw(p, '{"a": 1}', length=1000),
      "past the end of the file"),
