@@ -115,22 +115,13 @@ ssize_t pt_node_read(struct pt_ckpt *ck, struct pt_node *node, void *buf,
 		     size_t n, uint64_t off, struct pt_error *err);
 
 /*
- * When bytes [@off, @off + @n) of @node are one contiguous range of the
- * checkpoint file, store its file offset in *@file_off and return true: the
- * caller may then splice or pread the file directly (zero copy).
+ * When bytes [@off, @off + @n) of @node are one contiguous range of a file
+ * (the checkpoint, or the shard holding the tensor), store that file's
+ * descriptor in *@fd and the range's offset in *@file_off and return true:
+ * the caller may then splice or pread it directly (zero copy).
  */
-bool pt_node_extent(const struct pt_node *node, uint64_t off, uint64_t n,
-		    uint64_t *file_off);
-
-/*
- * Like pt_node_extent(), and also stores in *@fd the descriptor that holds
- * those bytes: the checkpoint's own (pt_ckpt_fd()), or, for a sharded
- * checkpoint (*.index.json), the shard's.  pt_node_extent() alone says
- * false for tensors that live in another file.  The descriptor stays open
- * until pt_ckpt_close().
- */
-bool pt_node_extent2(struct pt_ckpt *ck, const struct pt_node *node,
-		     uint64_t off, uint64_t n, int *fd, uint64_t *file_off);
+bool pt_node_extent(struct pt_ckpt *ck, const struct pt_node *node,
+		    uint64_t off, uint64_t n, int *fd, uint64_t *file_off);
 
 /* The tensor metadata JSON of a tensor file (borrowed, NUL-terminated), or
  * NULL for other nodes. */

@@ -825,43 +825,32 @@ ssize_t pt_node_read(struct pt_ckpt *ck, struct pt_node *node, void *buf,
 	return (ssize_t)n;
 }
 
-bool pt_node_extent(const struct pt_node *node, uint64_t off, uint64_t n,
-		    uint64_t *file_off)
+/* Where a file's bytes lie, when they lie in one piece of one file: the
+ * checkpoint's, or for a sharded checkpoint the shard that holds the
+ * tensor (struct pt_storage.home). */
+bool pt_node_extent(struct pt_ckpt *ck, const struct pt_node *node,
+		    uint64_t off, uint64_t n, int *fd, uint64_t *file_off)
 {
+	const struct pt_tensor *t = node->tensor;
+
 	if (off > node->size || n > node->size - off)
 		return false;
-	if (node->role == R_VALUE && node->tensor && node->tensor->contiguous &&
-	    node->tensor->st->kind == PT_ST_FILE && !node->tensor->st->home) {
-		*file_off = node->tensor->st->file_off + node->tensor->byte_lo + off;
+	if (node->role == R_VALUE && t) {
+		const struct pt_ckpt *home = t->st->home ? t->st->home : ck;
+
+		if (!t->contiguous || t->st->kind != PT_ST_FILE || home->fd < 0)
+			return false;
+		*fd = home->fd;
+		*file_off = t->st->file_off + t->byte_lo + off;
 		return true;
 	}
-	if (node->role == R_RECORD && node->entry->method == PT_ZIP_STORED) {
+	if (node->role == R_RECORD && node->entry->method == PT_ZIP_STORED &&
+	    ck->fd >= 0) {
+		*fd = ck->fd;
 		*file_off = node->entry->data_off + off;
 		return true;
 	}
 	return false;
-}
-
-/* pt_node_extent() that also names the file: a sharded checkpoint serves
- * each tensor from its shard's descriptor (struct pt_storage.home). */
-bool pt_node_extent2(struct pt_ckpt *ck, const struct pt_node *node,
-		     uint64_t off, uint64_t n, int *fd, uint64_t *file_off)
-{
-	const struct pt_tensor *t = node->tensor;
-
-	if (node->role == R_VALUE && t && t->st->home) {
-		if (!t->contiguous || t->st->kind != PT_ST_FILE ||
-		    off > node->size || n > node->size - off ||
-		    t->st->home->fd < 0)
-			return false;
-		*fd = t->st->home->fd;
-		*file_off = t->st->file_off + t->byte_lo + off;
-		return true;
-	}
-	if (ck->fd < 0 || !pt_node_extent(node, off, n, file_off))
-		return false;
-	*fd = ck->fd;
-	return true;
 }
 
 const char *pt_node_tensor_json(struct pt_ckpt *ck, struct pt_node *node)

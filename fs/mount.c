@@ -511,6 +511,7 @@ static void ptfs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 	struct pt_error err;
 	uint64_t file_off, lo;
 	bool busy = ov_busy(h->ov);
+	int fd;
 	ssize_t got;
 	char *buf;
 
@@ -525,7 +526,7 @@ static void ptfs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 	if (size > a.size - (uint64_t)off)
 		size = (size_t)(a.size - (uint64_t)off);
 	if (pt_ckpt_fd(fs->ck) >= 0 &&
-	    (a.tensor || pt_node_extent(n, (uint64_t)off, size, &file_off)) &&
+	    (a.tensor || pt_node_extent(fs->ck, n, (uint64_t)off, size, &fd, &file_off)) &&
 	    checkpoint_changed(fs)) {
 		fuse_reply_err(req, EIO);
 		return;
@@ -534,12 +535,11 @@ static void ptfs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 		read_overlay(req, fs, h, size, off);
 		return;
 	}
-	if (!busy && pt_node_extent(n, (uint64_t)off, size, &file_off) &&
-	    pt_ckpt_fd(fs->ck) >= 0) {
+	if (!busy && pt_node_extent(fs->ck, n, (uint64_t)off, size, &fd, &file_off)) {
 		struct fuse_bufvec bv = FUSE_BUFVEC_INIT(size);
 
 		bv.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
-		bv.buf[0].fd = pt_ckpt_fd(fs->ck);
+		bv.buf[0].fd = fd;
 		bv.buf[0].pos = (off_t)file_off;
 		fuse_reply_data(req, &bv, FUSE_BUF_SPLICE_MOVE);
 		return;

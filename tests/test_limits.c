@@ -399,10 +399,11 @@ static void deep_lists(void **state)
 	assert_null(node);
 	assert_int_equal(rc, -EFBIG);
 
+	/* every entry repeats its path: keep the listing short */
 	pt_buf_init(&json);
-	pt_tree_json(ck, &json, 1000000);
+	pt_tree_json(ck, &json, 2000);
 	assert_false(json.oom);
-	assert_non_null(strstr(json.p, "\"truncated\": false"));
+	assert_non_null(strstr(json.p, "\"truncated\": true"));
 	pt_buf_free(&json);
 	pt_buf_free(&path);
 	pt_ckpt_close(ck);

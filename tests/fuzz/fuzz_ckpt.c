@@ -70,6 +70,7 @@ static void visit(struct pt_ckpt *ck, struct pt_node *node,
 	struct pt_buf b;
 	uint64_t got;
 	uint64_t fo;
+	int efd;
 	uint8_t one;
 
 	pt_node_attr(node, &a);
@@ -86,7 +87,7 @@ static void visit(struct pt_ckpt *ck, struct pt_node *node,
 	}
 	FUZZ_CHECK(pt_node_read(ck, node, &one, 1, a.size, &err) == 0);
 	FUZZ_CHECK(pt_node_read(ck, node, &one, 1, UINT64_MAX, &err) == 0);
-	if (pt_node_extent(node, 0, a.size, &fo))
+	if (pt_node_extent(ck, node, 0, a.size, &efd, &fo))
 		FUZZ_CHECK(fo <= UINT64_MAX - a.size);
 	if (a.size == 0 || *budget == 0)
 		return;

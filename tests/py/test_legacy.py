@@ -123,6 +123,16 @@ def test_legacy_numpy_and_namespace(ckdir):
     assert run("cat", path, "args/lr").stdout == b"0.1\n"
 
 
+def test_legacy_pickles_past_first_window(ckdir):
+    """An object pickle larger than the first read window (1 MiB)."""
+    path = os.path.join(ckdir, "legacy_big_pickle.pt")
+    obj = {"big": list(range(300000)), "w": torch.arange(7.0)}
+    make_ckpts.save(obj, path, legacy=True)
+    assert os.path.getsize(path) > 1 << 20
+    assert run("cat", path, "big/299999").stdout == b"299999\n"
+    assert run("cat", path, "w").stdout == obj["w"].numpy().tobytes()
+
+
 def corrupt_cases(good):
     """(name, bytes) of broken legacy files derived from @good."""
     n = len(good)
@@ -176,6 +186,15 @@ def test_plain_pickle(tmp_path, protocol):
     assert "plain pickle" in out and "_load_from_bytes" in out
     meta = json.loads(run("cat", path, "w.json").stdout)
     assert meta["zero_copy"] is (protocol >= 3)
+
+
+@pytest.mark.parametrize("protocol", [0, 1])
+def test_plain_pickle_text_protocols(tmp_path, protocol):
+    path = os.path.join(tmp_path, "p%d.pkl" % protocol)
+    obj = {"a": 1, "b": [2.5, "x"], "c": None}
+    with open(path, "wb") as f:
+        pickle.dump(obj, f, protocol=protocol)
+    assert oracle.compare_cli(PTFS, path, obj, stem(path)) > 0
 
 
 # ---- the tar container (torch <= 0.1.9), written as that torch did ----
