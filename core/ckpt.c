@@ -18,7 +18,10 @@
 
 /* Probed in order; the first that claims the file opens it. */
 static const struct pt_format *const pt_formats[] = {
-	&pt_fmt_zip,
+	&pt_fmt_ts_json,        /* ZIP with model.json and no data.pkl */
+	&pt_fmt_pt2,            /* ZIP with archive_format or the 2.1-2.5
+				 * serialized_exported_program.json */
+	&pt_fmt_zip,            /* any other ZIP */
 	&pt_fmt_tar,
 	&pt_fmt_legacy,
 	&pt_fmt_safetensors,
@@ -63,6 +66,20 @@ int pt__add_meta_file(struct pt_ckpt *ck, const char *name, void *data,
 	m->name = name;
 	m->data = data;
 	m->len = len;
+	return 0;
+}
+
+int pt__add_meta_dir(struct pt_ckpt *ck, const char *name,
+		     struct pt_value *root, const char *records)
+{
+	struct pt_meta_dir *m;
+
+	if (ck->n_meta_dirs == PT_MAX_META_DIRS)
+		return -EFBIG;
+	m = &ck->meta_dirs[ck->n_meta_dirs++];
+	m->name = name;
+	m->root = root;
+	m->records = records;
 	return 0;
 }
 
@@ -341,6 +358,13 @@ static int ckpt_load(struct pt_ckpt *ck, struct pt_error *err)
 	rc = pt_source_read(&ck->src, head, n, 0, err);
 	if (rc)
 		return rc;
+	/* the ZIP family is told apart by record names: index it once,
+	 * before probing (struct pt_format.probe) */
+	if (n >= 4 && memcmp(head, "PK\3\4", 4) == 0) {
+		rc = pt_zip_open(&ck->zip, &ck->src, &ck->opts.limits, err);
+		if (rc)
+			return rc;
+	}
 	for (i = 0; i < sizeof(pt_formats) / sizeof(pt_formats[0]); i++)
 		if (pt_formats[i]->probe(ck, head, n)) {
 			ck->fmt = pt_formats[i];
@@ -358,6 +382,16 @@ static int ckpt_load(struct pt_ckpt *ck, struct pt_error *err)
 	if (rc)
 		return rc;
 	scan_globals(ck, ck->root);
+	for (i = 0; i < (size_t)ck->n_meta_dirs; i++) {
+		if (!ck->meta_dirs[i].root)
+			continue;
+		rc = pt__classify_value(ck, ck->meta_dirs[i].root, err);
+		if (rc) {
+			pt_error_prefix(err, "/.ptfs/%s", ck->meta_dirs[i].name);
+			return rc;
+		}
+		scan_globals(ck, ck->meta_dirs[i].root);
+	}
 	return pt__tree_new(ck, err);
 }
 

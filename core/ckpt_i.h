@@ -103,7 +103,10 @@ struct pt_ckpt;
 
 struct pt_format {
 	const char *name;               /* "torch.save zip", ... */
-	/* Does this format claim the file?  @head: its first bytes. */
+	/* Does this format claim the file?  @head: its first bytes.  For a
+	 * ZIP file (PK\3\4) ck->zip is already open (ckpt.c), so the ZIP
+	 * family (TorchScript 2019 layout, .pt2, torch.save) tells itself
+	 * apart by record names. */
 	bool (*probe)(const struct pt_ckpt *ck, const uint8_t *head, size_t n);
 	/* Decode the container: set ck->root (and ck->pickle_*). */
 	int (*open)(struct pt_ckpt *ck, struct pt_error *err);
@@ -139,6 +142,20 @@ struct pt_meta_file {
 
 #define PT_MAX_META_FILES 4
 
+/* A directory a format adds under /.ptfs (tree.c build_meta): either a
+ * value tree shown by LAYOUT.md's rules like the root (@root: TorchScript
+ * constants.pkl as /.ptfs/constants), or a shortcut to the records under
+ * the archive folder <prefix>/@records (/.ptfs/code ->
+ * /.ptfs/records/<prefix>/code; skipped when there is no such folder).
+ * Exactly one of @root and @records is set. */
+struct pt_meta_dir {
+	const char *name;               /* static, unique under /.ptfs */
+	struct pt_value *root;
+	const char *records;            /* static */
+};
+
+#define PT_MAX_META_DIRS 8
+
 struct pt_tree;
 
 struct pt_ckpt {
@@ -154,7 +171,8 @@ struct pt_ckpt {
 	const struct pt_format *fmt;
 	const char *kind_name;          /* overrides fmt->name in messages */
 	void *fmt_state;
-	struct pt_zip *zip;             /* zip-based formats */
+	struct pt_zip *zip;             /* zip-based formats; opened by
+					 * ckpt.c before probing */
 
 	struct pt_pickled pickles[PT_MAX_PICKLES];
 	int n_pickles;
@@ -171,6 +189,8 @@ struct pt_ckpt {
 	char *version;                  /* "version" record, trimmed */
 	struct pt_meta_file meta_files[PT_MAX_META_FILES]; /* extra /.ptfs files */
 	int n_meta_files;
+	struct pt_meta_dir meta_dirs[PT_MAX_META_DIRS]; /* extra /.ptfs dirs */
+	int n_meta_dirs;
 
 	pt_storage_hook hook;           /* see pt_ckpt_set_storage_hook() */
 	void *hook_ctx;
@@ -190,6 +210,13 @@ void *pt__own(struct pt_ckpt *ck, void *p);
  * format's open(); returns 0, -EFBIG past PT_MAX_META_FILES, or -ENOMEM. */
 int pt__add_meta_file(struct pt_ckpt *ck, const char *name, void *data,
 		      size_t len);
+
+/* Add the directory /.ptfs/@name (see struct pt_meta_dir).  Value roots
+ * are classified by ckpt.c after ck->root unless the format did it
+ * already (it must when its storage() hook depends on which pickle a pid
+ * came from).  Returns 0 or -EFBIG past PT_MAX_META_DIRS. */
+int pt__add_meta_dir(struct pt_ckpt *ck, const char *name,
+		     struct pt_value *root, const char *records);
 
 /* fmt_safetensors.c: a PT_V_DICT of @n str keys -> tensors made outside any
  * pickle (safetensors, sharded indexes).  Keys come out classified
@@ -282,6 +309,21 @@ void pt__legacy_to_global(struct pt_value *v, const struct pt_value *cls);
  * and validating their byte ranges.  Values not reachable stay UNSET. */
 int pt__classify(struct pt_ckpt *ck, struct pt_error *err);
 
+/* torch.c: the same for every value reachable from @root (another pickle
+ * of the container, e.g. TorchScript's constants.pkl); values already
+ * classified are left as they are. */
+int pt__classify_value(struct pt_ckpt *ck, struct pt_value *root,
+		       struct pt_error *err);
+
+/* torch.c: a tensor made outside any pickle (JSON-described formats):
+ * @rank sizes and strides (@stride NULL: C order), @offset in elements,
+ * checked against @st exactly like a pickled tensor, counted in
+ * ck->n_tensors.  Memory is owned by ck. */
+int pt__tensor_new(struct pt_ckpt *ck, const struct pt_dtype *dtype,
+		   struct pt_storage *st, uint32_t rank, const int64_t *shape,
+		   const int64_t *stride, int64_t offset, bool requires_grad,
+		   struct pt_tensor **out, struct pt_error *err);
+
 /* torch.c: a value's class (after pt__classify); scalars report
  * PT_C_SCALAR, unreachable values are classified on the fly. */
 enum pt_vclass pt__vclass(const struct pt_value *v);
@@ -310,6 +352,8 @@ extern const struct pt_format pt_fmt_legacy;  /* fmt_legacy.c */
 extern const struct pt_format pt_fmt_pickle;  /* fmt_legacy.c */
 extern const struct pt_format pt_fmt_safetensors;
 extern const struct pt_format pt_fmt_sharded;
+extern const struct pt_format pt_fmt_ts_json;  /* fmt_torchscript_json.c */
+extern const struct pt_format pt_fmt_pt2;      /* fmt_pt2.c */
 
 /* fmt_sharded.c: the index file to open for directory @dir (a sharded
  * checkpoint's *.index.json, or its only weights file), malloc()ed in

@@ -533,6 +533,9 @@ static const char *pt_kind_name(uint8_t k)
 
 #define PT_MEMO_PAGE 256u /* memo entries per page (two-level table) */
 
+#define PT_SMALL_MIN (-1)
+#define PT_SMALL_INTS 258               /* -1 .. 256 */
+
 struct pt_vm {
 	struct pt_pickle *pk;       /* the result being built */
 	const struct pt_limits *lim;
@@ -551,6 +554,13 @@ struct pt_vm {
 	size_t memo_dir;            /* pages in the directory */
 	uint64_t memo_n;            /* entries set (MEMOIZE's next index) */
 	uint64_t scratch;           /* bytes of scratch counted in pk->mem */
+	/* Scalars are immutable, so None, the bools and small ints are made
+	 * once per pickle and shared: a state dict pickles several per
+	 * tensor (offsets, sizes, requires_grad), and sharing them cuts the
+	 * graph by a third. */
+	struct pt_value *none;
+	struct pt_value *bools[2];
+	struct pt_value *small[PT_SMALL_INTS];
 };
 
 static int pt_vm_fail(struct pt_vm *vm, int code, const char *fmt, ...)
@@ -872,23 +882,36 @@ static int pt_op_memo(struct pt_vm *vm, const struct pt_arg *a)
 /* Push an int node. */
 static int pt_push_int(struct pt_vm *vm, int64_t i)
 {
+	struct pt_value **slot = NULL;
 	struct pt_value *v;
-	int rc = pt_new(vm, PT_V_INT, &v);
+	int rc;
 
+	if (i >= PT_SMALL_MIN && i < PT_SMALL_MIN + PT_SMALL_INTS) {
+		slot = &vm->small[i - PT_SMALL_MIN];
+		if (*slot)
+			return pt_push(vm, *slot);
+	}
+	rc = pt_new(vm, PT_V_INT, &v);
 	if (rc)
 		return rc;
 	v->u.i = i;
+	if (slot)
+		*slot = v;
 	return pt_push(vm, v);
 }
 
 static int pt_push_bool(struct pt_vm *vm, bool b)
 {
-	struct pt_value *v;
-	int rc = pt_new(vm, PT_V_BOOL, &v);
+	struct pt_value *v = vm->bools[b];
+	int rc;
 
+	if (v)
+		return pt_push(vm, v);
+	rc = pt_new(vm, PT_V_BOOL, &v);
 	if (rc)
 		return rc;
 	v->u.b = b;
+	vm->bools[b] = v;
 	return pt_push(vm, v);
 }
 
@@ -1261,7 +1284,11 @@ static int pt_op_empty(struct pt_vm *vm)
 			break;
 	if (i == sizeof(kinds) / sizeof(kinds[0]))
 		return pt_vm_fail(vm, -EBADMSG, "internal: not a constant");
+	if (vm->op == OP_NONE && vm->none)
+		return pt_push(vm, vm->none);
 	rc = pt_new(vm, kinds[i][1], &v);
+	if (rc == 0 && vm->op == OP_NONE)
+		vm->none = v;
 	return rc ? rc : pt_push(vm, v);
 }
 

@@ -849,11 +849,17 @@ static int push_seq(struct pt_value ***stack, size_t *n, size_t *cap,
  */
 int pt__classify(struct pt_ckpt *ck, struct pt_error *err)
 {
+	return pt__classify_value(ck, ck->root, err);
+}
+
+int pt__classify_value(struct pt_ckpt *ck, struct pt_value *root,
+		       struct pt_error *err)
+{
 	struct pt_value **stack = NULL;
 	size_t n = 0, cap = 0;
 	int rc = 0;
 
-	if (push(&stack, &n, &cap, ck->root))
+	if (push(&stack, &n, &cap, root))
 		return pt_fail(err, -ENOMEM, "out of memory");
 	while (n > 0) {
 		struct pt_value *v = stack[n - 1];
@@ -905,6 +911,57 @@ int pt__classify(struct pt_ckpt *ck, struct pt_error *err)
 	}
 	free(stack);
 	return rc;
+}
+
+int pt__tensor_new(struct pt_ckpt *ck, const struct pt_dtype *dtype,
+		   struct pt_storage *st, uint32_t rank, const int64_t *shape,
+		   const int64_t *stride, int64_t offset, bool requires_grad,
+		   struct pt_tensor **out, struct pt_error *err)
+{
+	struct pt_value *nodes, **ptrs;
+	struct pt_value size_t_ = { .kind = PT_V_TUPLE };
+	struct pt_value stride_t = { .kind = PT_V_TUPLE };
+	struct tspec sp;
+	uint32_t i;
+	int rc;
+
+	if (rank > ck->opts.limits.max_rank)
+		return pt_fail(err, -EFBIG, "tensor of rank %u exceeds the limit of %u",
+			       rank, ck->opts.limits.max_rank);
+	/* make_tensor() reads sizes and strides as int values */
+	nodes = calloc(2 * (size_t)rank + 1, sizeof(*nodes));
+	ptrs = calloc(2 * (size_t)rank + 1, sizeof(*ptrs));
+	if (!nodes || !ptrs) {
+		free(nodes);
+		free(ptrs);
+		return pt_fail(err, -ENOMEM, "out of memory");
+	}
+	for (i = 0; i < 2 * rank; i++) {
+		nodes[i].kind = PT_V_INT;
+		nodes[i].u.i = i < rank ? shape[i] : stride ? stride[i - rank] : 0;
+		ptrs[i] = &nodes[i];
+	}
+	size_t_.u.seq.v = ptrs;
+	size_t_.u.seq.n = rank;
+	stride_t.u.seq.v = ptrs + rank;
+	stride_t.u.seq.n = rank;
+	memset(&sp, 0, sizeof(sp));
+	sp.dtype = dtype;
+	sp.st = st;
+	sp.size = &size_t_;
+	sp.stride = stride ? &stride_t : NULL;
+	sp.offset = offset;
+	sp.requires_grad = requires_grad;
+	sp.kind = PT_TK_TENSOR;
+	sp.byteorder = ck->byteorder;
+	rc = make_tensor(ck, &sp, out, err);
+	free(nodes);
+	free(ptrs);
+	if (rc)
+		return rc;
+	ck->n_tensors++;
+	ck->tensor_bytes += (*out)->nbytes;
+	return 0;
 }
 
 /* ---- reading tensor bytes ---- */

@@ -1106,6 +1106,23 @@ static int add_record(struct pt_tree *t, struct dtab *top,
 	return rc;
 }
 
+/* The table of folder @rel ("" is @top itself; one component, encoded
+ * like add_record() does) under /.ptfs/records, or NULL. */
+static const struct dtab *record_dir(const struct dtab *top, const char *rel)
+{
+	struct pt_buf enc;
+	struct dent *e = NULL;
+
+	if (!rel[0])
+		return top;
+	pt_buf_init(&enc);
+	pt_name_encode(&enc, (const uint8_t *)rel, strlen(rel));
+	if (!enc.oom)
+		HASH_FIND(hh, top->byname, enc.p, enc.len, e);
+	pt_buf_free(&enc);
+	return e && e->role == R_RECDIR ? e->sub : NULL;
+}
+
 static int build_meta(struct pt_ckpt *ck, struct pt_tree *t)
 {
 	struct dtab *recs;
@@ -1137,6 +1154,17 @@ static int build_meta(struct pt_ckpt *ck, struct pt_tree *t)
 			return -ENOMEM;
 		e->blob = &ck->meta_files[i];
 	}
+	/* value trees a format added (TorchScript constants) */
+	for (i = 0; i < (uint64_t)ck->n_meta_dirs; i++) {
+		const struct pt_meta_dir *md = &ck->meta_dirs[i];
+
+		if (!md->root)
+			continue;
+		rc = claim(t->meta_tab, md->name, strlen(md->name),
+			   deref(md->root));
+		if (rc)
+			return rc;
+	}
 	if (!ck->zip)
 		return 0;
 	recs = tab_new(t);
@@ -1148,6 +1176,23 @@ static int build_meta(struct pt_ckpt *ck, struct pt_tree *t)
 		rc = add_record(t, recs, pt_zip_entry_at(ck->zip, i));
 		if (rc)
 			return rc;
+	}
+	/* shortcuts to record folders (/.ptfs/code, /.ptfs/extra) */
+	for (i = 0; i < (uint64_t)ck->n_meta_dirs; i++) {
+		const struct pt_meta_dir *md = &ck->meta_dirs[i];
+		const struct dtab *sub;
+
+		if (!md->records || tab_has(t->meta_tab, md->name, strlen(md->name)))
+			continue;
+		sub = record_dir(recs, pt_zip_info(ck->zip)->prefix);
+		if (sub)
+			sub = record_dir(sub, md->records);
+		if (!sub)
+			continue;
+		e = tab_add(t->meta_tab, strdup(md->name), R_RECDIR, NULL);
+		if (!e)
+			return -ENOMEM;
+		e->sub = (struct dtab *)sub;
 	}
 	return 0;
 }

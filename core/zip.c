@@ -82,6 +82,9 @@ struct pt_zip {
 	char *names;                    /* NUL-terminated names, back to back */
 	char *prefix;                   /* NUL-terminated archive prefix */
 	pthread_mutex_t lock;           /* guards every ents[i].inflated */
+	uint8_t *win;                   /* read window, during open only */
+	uint64_t win_off;               /* file offset of win[0] */
+	size_t win_len;                 /* valid bytes in win */
 	bool lock_ok;                   /* lock was initialised */
 };
 
@@ -533,6 +536,48 @@ static bool zip_dd_sizes_match(const uint8_t *d, bool wide,
  * sizes (and, without a signature, its CRC) agree with the central
  * directory; if none does, the descriptor is treated as absent.
  */
+#define ZIP_WIN_SIZE (64u * 1024)
+
+/*
+ * Read for the open-time walk over local headers and data descriptors.
+ * torch interleaves them with payloads, so a checkpoint of many small
+ * tensors would cost two pread() calls per record; a 64 KiB window turns
+ * that into one call per 64 KiB of file.  Falls back to a plain read for
+ * ranges larger than the window.
+ */
+static int zip_read_win(struct pt_zip *z, void *buf, size_t n, uint64_t off,
+			struct pt_error *err)
+{
+	uint64_t left;
+	size_t len;
+	int rc;
+
+	if (z->win && off >= z->win_off && n <= z->win_len &&
+	    off - z->win_off <= z->win_len - n) {
+		memcpy(buf, z->win + (off - z->win_off), n);
+		return 0;
+	}
+	if (n > ZIP_WIN_SIZE || off > z->src->size)
+		return pt_source_read(z->src, buf, n, off, err);
+	if (!z->win) {
+		z->win = malloc(ZIP_WIN_SIZE);
+		if (!z->win)
+			return pt_source_read(z->src, buf, n, off, err);
+	}
+	left = z->src->size - off;
+	len = left < ZIP_WIN_SIZE ? (size_t)left : ZIP_WIN_SIZE;
+	if (len < n)
+		return pt_source_read(z->src, buf, n, off, err);
+	z->win_len = 0;
+	rc = pt_source_read(z->src, z->win, len, off, err);
+	if (rc)
+		return rc;
+	z->win_off = off;
+	z->win_len = len;
+	memcpy(buf, z->win, n);
+	return 0;
+}
+
 static int zip_find_descriptor(struct pt_zip *z, struct pt_zip_entry *e,
 			       struct pt_error *err)
 {
@@ -547,7 +592,7 @@ static int zip_find_descriptor(struct pt_zip *z, struct pt_zip_entry *e,
 	e->end = e->data_end;
 	if (n < 12)
 		return 0;
-	rc = pt_source_read(z->src, d, n, e->data_end, err);
+	rc = zip_read_win(z, d, n, e->data_end, err);
 	if (rc)
 		return rc;
 	sig = pt_le32(d) == ZIP_SIG_DESCRIPTOR;
@@ -605,7 +650,7 @@ static int zip_check_local(struct pt_zip *z, struct pt_zip_entry *e,
 	/* One read for the fixed part and the name, when it fits. */
 	want = ZIP_LOCAL_LEN + e->name_len;
 	got = (size_t)(want < cd_off - e->lho ? want : cd_off - e->lho);
-	rc = pt_source_read(z->src, buf, got, e->lho, err);
+	rc = zip_read_win(z, buf, got, e->lho, err);
 	if (rc)
 		return rc;
 	sig = pt_le32(buf);
@@ -863,6 +908,9 @@ int pt_zip_open(struct pt_zip **out, const struct pt_source *src,
 	if (rc)
 		goto out;
 
+	free(z->win);
+	z->win = NULL;
+	z->win_len = 0;
 	*out = z;
 	z = NULL;
 	rc = 0;
@@ -879,6 +927,7 @@ void pt_zip_close(struct pt_zip *z)
 
 	if (!z)
 		return;
+	free(z->win);
 	HASH_CLEAR(hh, z->by_name);
 	if (z->ents) {
 		for (i = 0; i < z->info.n_entries; i++)

@@ -43,6 +43,30 @@
 /* The largest request libfuse can take (FUSE_MAX_MAX_PAGES pages). */
 #define PTFS_MAX_IO (1u << 20)
 
+/*
+ * The request size that still splices.  libfuse splices a reply through a
+ * pipe that must hold the data plus a header; pipes grow in powers of two
+ * up to /proc/sys/fs/pipe-max-size (1 MiB by default), so 1 MiB requests
+ * would need a 2 MiB pipe, fail to grow it, and fall back to copying every
+ * reply.  Half the pipe limit (512 KiB by default) keeps the zero-copy
+ * path: measured 2.5x faster than 1 MiB requests that copy
+ * (docs/BENCHMARKS.md).
+ */
+static unsigned io_size(void)
+{
+	unsigned long max = 0;
+	FILE *f = fopen("/proc/sys/fs/pipe-max-size", "r");
+
+	if (f) {
+		if (fscanf(f, "%lu", &max) != 1)
+			max = 0;
+		fclose(f);
+	}
+	if (max < 2 * 65536)
+		return 65536;
+	return max / 2 < PTFS_MAX_IO ? (unsigned)(max / 2) : PTFS_MAX_IO;
+}
+
 /* A tensor file while handles are open for writing: its size may differ
  * from the tensor's (cp truncates first). */
 struct wfile {
@@ -155,9 +179,9 @@ static void ptfs_op_init(void *userdata, struct fuse_conn_info *conn)
 		conn->want |= FUSE_CAP_SPLICE_WRITE;
 	if (conn->capable & FUSE_CAP_SPLICE_MOVE)
 		conn->want |= FUSE_CAP_SPLICE_MOVE;
-	/* 1 MiB requests: max_write sets max_pages, which also bounds
-	 * reads; readahead is capped by what the kernel offers */
-	conn->max_write = PTFS_MAX_IO;
+	/* max_write sets max_pages, which also bounds reads; readahead is
+	 * capped by what the kernel offers */
+	conn->max_write = io_size();
 	conn->max_readahead = PTFS_MAX_IO;
 	conn->time_gran = 1;
 }
@@ -429,8 +453,10 @@ static void ptfs_op_open(fuse_req_t req, fuse_ino_t ino,
 			return;
 		}
 	}
-	/* the page cache of an unchanged file stays valid between opens */
+	/* the page cache of an unchanged file stays valid between opens;
+	 * closing a file that was only read needs no FLUSH round trip */
 	fi->keep_cache = !write;
+	fi->noflush = !write;
 	fi->fh = (uint64_t)(uintptr_t)h;
 	fuse_reply_open(req, fi);
 }
