@@ -26,6 +26,7 @@ static const struct pt_format *const pt_formats[] = {
 	&pt_fmt_legacy,
 	&pt_fmt_safetensors,
 	&pt_fmt_sharded,
+	&pt_fmt_dcp,            /* before pickle: a DCP .metadata is one */
 	&pt_fmt_pickle,         /* last: claims any pickle */
 };
 
@@ -395,6 +396,49 @@ static int ckpt_load(struct pt_ckpt *ck, struct pt_error *err)
 	return pt__tree_new(ck, err);
 }
 
+/* @dir/.metadata when it is a regular file (malloc()ed in *@out), else
+ * -ENOENT without a message. */
+static int dcp_metadata(const char *dir, char **out, struct pt_error *err)
+{
+	size_t len = strlen(dir) + sizeof("/.metadata");
+	struct stat st;
+
+	*out = malloc(len);
+	if (!*out)
+		return pt_fail(err, -ENOMEM, "out of memory");
+	snprintf(*out, len, "%s/.metadata", dir);
+	if (stat(*out, &st) == 0 && S_ISREG(st.st_mode))
+		return 0;
+	free(*out);
+	*out = NULL;
+	return -ENOENT;
+}
+
+int pt__ckpt_open_raw(struct pt_ckpt **out, const char *path,
+		      const struct pt_ckpt_opts *opts, struct pt_error *err)
+{
+	struct pt_ckpt *ck = NULL;
+	int rc;
+
+	*out = NULL;
+	rc = ckpt_init(&ck, path, opts, err);
+	if (rc)
+		return rc;
+	ck->fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (ck->fd < 0) {
+		rc = pt_fail(err, -errno, "%s: %s", path, strerror(errno));
+		pt_ckpt_close(ck);
+		return rc;
+	}
+	rc = pt_source_fd(&ck->src, ck->fd, ck->path, err);
+	if (rc) {
+		pt_ckpt_close(ck);
+		return rc;
+	}
+	*out = ck;
+	return 0;
+}
+
 int pt_ckpt_open(struct pt_ckpt **out, const char *path,
 		 const struct pt_ckpt_opts *opts, struct pt_error *err)
 {
@@ -416,11 +460,15 @@ int pt_ckpt_open(struct pt_ckpt **out, const char *path,
 		goto out;
 	}
 	if (S_ISDIR(st.st_mode)) {
-		/* a directory of shards: open its *.index.json instead
-		 * (fmt_sharded.c); ck->path names that file from here on */
+		/* a distributed checkpoint (a .metadata file, FORMAT.md §0,
+		 * §7): open its .metadata (fmt_dcp.c); else a directory of
+		 * shards: open its *.index.json instead (fmt_sharded.c);
+		 * ck->path names that file from here on */
 		char *index = NULL;
 
-		rc = pt__dir_checkpoint(path, &index, err);
+		rc = dcp_metadata(path, &index, err);
+		if (rc == -ENOENT)
+			rc = pt__dir_checkpoint(path, &index, err);
 		if (rc)
 			goto out;
 		free(ck->path);

@@ -34,6 +34,32 @@ enum pt_stkind {
 	PT_ST_MEM,      /* mem[0 .. nbytes) (owned by the checkpoint) */
 	PT_ST_ZIP,      /* a deflated record, inflated on first use */
 	PT_ST_NONE,     /* no data (meta tensors, empty records) */
+	PT_ST_CHUNKS,   /* a C-order tensor assembled from boxes stored in
+			 * files (DCP, fmt_dcp.c): see struct pt_chunks */
+};
+
+/*
+ * PT_ST_CHUNKS: the storage is the C-order bytes of a tensor of @shape
+ * whose elements lie in boxes (chunks), each stored C-contiguous in a
+ * file.  The format that builds it checks, before anyone reads, that the
+ * boxes tile the shape exactly (inside it, no overlap, nothing missing),
+ * that none is empty, that each lies inside its file, and sorts them by
+ * offsets in C order; torch.c (storage_read) maps each read to runs of
+ * the boxes.  Owned by the checkpoint; immutable after open.
+ */
+struct pt_chunk {
+	const int64_t *offsets;         /* rank entries: first index */
+	const int64_t *sizes;           /* rank entries: extent, none 0 */
+	struct pt_ckpt *home;           /* whose src holds it (not NULL) */
+	uint64_t file_off;              /* its first byte in home's src */
+};
+
+struct pt_chunks {
+	uint32_t rank;
+	const int64_t *shape;           /* rank entries */
+	unsigned es;                    /* bytes per element */
+	size_t n;                       /* chunks */
+	const struct pt_chunk *v;       /* n chunks, sorted */
 };
 
 struct pt_storage {
@@ -50,6 +76,7 @@ struct pt_storage {
 	 * not the checkpoint reading them: a sharded index serves tensors of
 	 * its shards (fmt_sharded.c).  NULL means the reader itself. */
 	struct pt_ckpt *home;
+	const struct pt_chunks *chunks; /* PT_ST_CHUNKS */
 	UT_hash_handle hh;              /* ck->storages, by key */
 };
 
@@ -228,6 +255,18 @@ struct pt_value *pt__flat_dict(struct pt_ckpt *ck, size_t n);
 void pt__flat_dict_set(struct pt_value *d, size_t i, const uint8_t *name,
 		       size_t len, struct pt_tensor *t);
 
+/* fmt_torchscript_json.c: value trees made outside any pickle (JSON
+ * described formats).  pt__value_dict(): a PT_V_DICT of @n entries whose
+ * keys are str nodes (classified PT_C_SCALAR); set entry @i with
+ * pt__value_dict_set() (@name borrowed: it must live as long as ck; @val
+ * any value, e.g. another such dict).  pt__tensor_value(): a node showing
+ * tensor @t (a PT_V_PERSID with a NULL pid, classified PT_C_TENSOR).
+ * Memory is owned by ck; NULL when out of memory. */
+struct pt_value *pt__value_dict(struct pt_ckpt *ck, size_t n);
+void pt__value_dict_set(struct pt_value *d, size_t i, const uint8_t *name,
+			size_t len, struct pt_value *val);
+struct pt_value *pt__tensor_value(struct pt_ckpt *ck, struct pt_tensor *t);
+
 /*
  * fmt_safetensors.c: a strict JSON scanner (RFC 8259) for the small JSON
  * documents some formats carry (safetensors headers, sharded indexes).  It
@@ -352,6 +391,15 @@ extern const struct pt_format pt_fmt_legacy;  /* fmt_legacy.c */
 extern const struct pt_format pt_fmt_pickle;  /* fmt_legacy.c */
 extern const struct pt_format pt_fmt_safetensors;
 extern const struct pt_format pt_fmt_sharded;
+extern const struct pt_format pt_fmt_dcp;     /* fmt_dcp.c */
+
+/* ckpt.c: open @path as bare bytes, a checkpoint with only path, fd and
+ * src set (no format, pickle or tree), for a format that serves data from
+ * files beside its own (the .distcp files of a DCP directory, through
+ * struct pt_storage.home or struct pt_chunk.home).  Close it with
+ * pt_ckpt_close().  Returns 0 or -errno with "path: reason" in @err. */
+int pt__ckpt_open_raw(struct pt_ckpt **out, const char *path,
+		      const struct pt_ckpt_opts *opts, struct pt_error *err);
 extern const struct pt_format pt_fmt_ts_json;  /* fmt_torchscript_json.c */
 extern const struct pt_format pt_fmt_pt2;      /* fmt_pt2.c */
 

@@ -7,6 +7,15 @@
  * ('storage', <class>, key, location, numel) names the record
  * <prefix>/data/<key>, served from the file when stored and inflated once
  * when deflated.
+ *
+ * A TorchScript archive (constants.pkl present) also has constants.pkl and,
+ * for the lite interpreter (.ptl), bytecode.pkl, whose persistent ids name
+ * records under constants/ (FORMAT.md §5.2).  Those two pickles are
+ * classified here, during open, with the record folder set to constants/,
+ * and shown as /.ptfs/constants (c0, c1, ... per §5.3) and /.ptfs/bytecode;
+ * ckpt.c then classifies data.pkl with the folder back at data/.  Storage
+ * keys outside data/ are hashed as "constants/<key>" so the two folders'
+ * "0" do not collide.
  */
 #include "ckpt_i.h"
 
@@ -15,6 +24,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Which record folder the pickle being classified resolves pids in. */
+struct zip_state {
+	const char *dir;                /* "data" or "constants" */
+};
 
 static bool zip_probe(const struct pt_ckpt *ck, const uint8_t *head, size_t n)
 {
@@ -48,26 +62,148 @@ static char *small_record(struct pt_ckpt *ck, const char *rel,
 	return pt__own(ck, buf);
 }
 
+/* Load the pickle record @rel, classify it with pids resolving under
+ * @dir/, and return its root in *@root (NULL when there is no record). */
+static int ts_pickle(struct pt_ckpt *ck, struct zip_state *zs,
+		     const char *rel, const char *dir, struct pt_value **root,
+		     struct pt_error *err)
+{
+	const struct pt_zip_entry *e = pt_zip_find_rel(ck->zip, rel);
+	uint8_t *buf = NULL;
+	size_t len = 0;
+	int rc;
+
+	*root = NULL;
+	if (!e)
+		return 0;
+	rc = pt_zip_read(ck->zip, e, &buf, &len, err);
+	if (rc)
+		return rc;
+	rc = pt__load_pickle(ck, buf, len, rel,
+			     e->method == PT_ZIP_STORED ? e->data_off : UINT64_MAX,
+			     root, NULL, err);
+	if (rc)
+		return rc;
+	zs->dir = dir;
+	rc = pt__classify_value(ck, *root, err);
+	zs->dir = "data";
+	if (rc)
+		pt_error_prefix(err, "%s", rel);
+	return rc;
+}
+
+/* constants.pkl's tuple as a dict c0, c1, ... (FORMAT.md §5.3); other
+ * roots as they are. */
+static struct pt_value *ts_constants_dict(struct pt_ckpt *ck,
+					  struct pt_value *tup)
+{
+	struct pt_value *v, **kv;
+	char *names;
+	size_t i, n, at = 0;
+
+	if (tup->kind != PT_V_TUPLE && tup->kind != PT_V_LIST)
+		return tup;
+	n = tup->u.seq.n;
+	if (n > SIZE_MAX / 32)
+		return NULL;
+	v = calloc(n + 1, sizeof(*v));
+	kv = calloc(2 * n + 1, sizeof(*kv));
+	names = calloc(n + 1, 24);
+	if (!pt__own(ck, v) || !pt__own(ck, kv) || !pt__own(ck, names))
+		return NULL;
+	v[0].kind = PT_V_DICT;
+	v[0].u.dict.kv.v = kv;
+	v[0].u.dict.kv.n = 2 * n;
+	v[0].u.dict.kv.cap = 2 * n;
+	for (i = 0; i < n; i++) {
+		struct pt_value *k = &v[i + 1];
+		int w = snprintf(names + at, 24, "c%zu", i);
+
+		k->kind = PT_V_STR;
+		k->aux16 = PT_C_SCALAR;
+		k->u.s.p = (const uint8_t *)names + at;
+		k->u.s.len = (size_t)w;
+		k->u.s.in_off = UINT64_MAX;
+		at += (size_t)w + 1;
+		kv[2 * i] = k;
+		kv[2 * i + 1] = tup->u.seq.v[i];
+	}
+	return v;
+}
+
+/* TorchScript: constants.pkl, bytecode.pkl, code/ and extra/ shortcuts. */
+static int ts_open(struct pt_ckpt *ck, struct zip_state *zs,
+		   struct pt_error *err)
+{
+	struct pt_value *croot = NULL, *broot = NULL, *d;
+	int rc;
+
+	ck->kind_name = "TorchScript archive";
+	rc = ts_pickle(ck, zs, "constants.pkl", "constants", &croot, err);
+	if (rc)
+		return rc;
+	/* lite interpreter: its tensors share the constants/ folder */
+	rc = ts_pickle(ck, zs, "bytecode.pkl", "constants", &broot, err);
+	if (rc)
+		return rc;
+	if (broot)
+		ck->kind_name = "TorchScript archive (lite interpreter, bytecode.pkl)";
+	d = croot ? ts_constants_dict(ck, croot) : NULL;
+	if (croot && !d)
+		return pt_fail(err, -ENOMEM, "out of memory");
+	if ((d && pt__add_meta_dir(ck, "constants", d, NULL)) ||
+	    (broot && pt__add_meta_dir(ck, "bytecode", broot, NULL)) ||
+	    pt__add_meta_dir(ck, "code", NULL, "code") ||
+	    pt__add_meta_dir(ck, "extra", NULL, "extra"))
+		return pt_fail(err, -EFBIG, "too many /.ptfs directories");
+	return 0;
+}
+
+/* "module: <class>" for `ptfs info`: the class of data.pkl's root object
+ * (restore_type_tag and friends looked through). */
+static void ts_note_class(struct pt_ckpt *ck)
+{
+	const struct pt_value *v = ck->root;
+	int hops = 0;
+
+	while (v && v->kind == PT_V_CALL && hops++ < 16 &&
+	       v->u.call.callable && v->u.call.callable->kind == PT_V_GLOBAL &&
+	       strcmp(v->u.call.callable->u.global.module, "torch.jit._pickle") == 0 &&
+	       v->u.call.args->u.seq.n >= 1)
+		v = v->u.call.args->u.seq.v[0];
+	if (v && (v->kind == PT_V_OBJ || v->kind == PT_V_CALL) &&
+	    v->u.call.callable && v->u.call.callable->kind == PT_V_GLOBAL)
+		pt_buf_printf(&ck->notes, "module: %.200s.%.200s\n",
+			      v->u.call.callable->u.global.module,
+			      v->u.call.callable->u.global.name);
+}
+
 static int zip_open(struct pt_ckpt *ck, struct pt_error *err)
 {
+	struct zip_state *zs;
 	const struct pt_zip_entry *pkl;
 	const char *bo;
 	uint8_t *buf = NULL;
 	size_t len = 0;
 	int rc;
 
-	rc = pt_zip_open(&ck->zip, &ck->src, &ck->opts.limits, err);
-	if (rc)
-		return rc;
+	if (!ck->zip) {
+		rc = pt_zip_open(&ck->zip, &ck->src, &ck->opts.limits, err);
+		if (rc)
+			return rc;
+	}
+	zs = calloc(1, sizeof(*zs));
+	if (!zs || !pt__own(ck, zs))
+		return pt_fail(err, -ENOMEM, "out of memory");
+	zs->dir = "data";
+	ck->fmt_state = zs;
 	pkl = pt_zip_find_rel(ck->zip, "data.pkl");
 	if (!pkl) {
-		if (pt_zip_find_rel(ck->zip, "model.json"))
+		/* the 2019 TorchScript layout and .pt2 archives are claimed
+		 * by their own formats (fmt_torchscript_json.c, fmt_pt2.c) */
+		if (pt_zip_find_rel(ck->zip, ".data/extern_modules"))
 			return pt_fail(err, -ENOTSUP,
-				       "TorchScript archive in the 2019 layout (model.json, tensors/): not supported");
-		if (pt_zip_find_rel(ck->zip, "archive_format") ||
-		    pt_zip_find(ck->zip, "serialized_exported_program.json"))
-			return pt_fail(err, -ENOTSUP,
-				       "torch.export (.pt2) archive: not supported");
+				       "torch.package archive: not supported");
 		return pt_fail(err, -ENOTSUP,
 			       "ZIP archive without a data.pkl record: not a torch.save checkpoint");
 	}
@@ -86,14 +222,20 @@ static int zip_open(struct pt_ckpt *ck, struct pt_error *err)
 		ck->byteorder = '>';
 	else if (bo && strcmp(bo, "little") != 0)
 		return pt_fail(err, -EBADMSG, "byteorder record says '%.20s', not little or big", bo);
-	if (pt_zip_find_rel(ck->zip, "constants.pkl"))
-		ck->kind_name = "TorchScript archive (zip)";
+	if (pt_zip_find_rel(ck->zip, "constants.pkl")) {
+		rc = ts_open(ck, zs, err);
+		if (rc)
+			return rc;
+	}
 	rc = pt_zip_read(ck->zip, pkl, &buf, &len, err);
 	if (rc)
 		return rc;
-	return pt__load_pickle(ck, buf, len, "data.pkl",
-			       pkl->method == PT_ZIP_STORED ? pkl->data_off : UINT64_MAX,
-			       &ck->root, NULL, err);
+	rc = pt__load_pickle(ck, buf, len, "data.pkl",
+			     pkl->method == PT_ZIP_STORED ? pkl->data_off : UINT64_MAX,
+			     &ck->root, NULL, err);
+	if (rc == 0 && ck->kind_name)
+		ts_note_class(ck);
+	return rc;
 }
 
 /* The text of a str (or Python 2 bytes) value, NUL-terminated in @tmp. */
@@ -110,12 +252,14 @@ static bool pid_text(const struct pt_value *v, char *tmp, size_t cap)
 static int zip_storage(struct pt_ckpt *ck, const struct pt_value *pidv,
 		       struct pt_storage **out, struct pt_error *err)
 {
+	const struct zip_state *zs = ck->fmt_state;
 	const struct pt_value *pid = pidv->u.pid;
 	const struct pt_value *cls;
 	const struct pt_zip_entry *e;
 	const struct pt_dtype *dt;
 	struct pt_storage *st;
 	char key[256], loc[64], rel[300];
+	const char *hkey;
 	int64_t numel = -1;
 	uint64_t need;
 
@@ -133,7 +277,11 @@ static int zip_storage(struct pt_ckpt *ck, const struct pt_value *pidv,
 		numel = pid->u.seq.v[4]->u.i;
 	if (numel < 0)
 		return pt_fail(err, -EBADMSG, "storage '%s': element count is not a non-negative integer", key);
-	HASH_FIND_STR(ck->storages, key, st);
+	/* the record; the hash key is "<key>" under data/ and
+	 * "<dir>/<key>" elsewhere (constants/0 is not data/0) */
+	snprintf(rel, sizeof(rel), "%s/%s", zs->dir, key);
+	hkey = strcmp(zs->dir, "data") == 0 ? key : rel;
+	HASH_FIND_STR(ck->storages, hkey, st);
 	if (st) {
 		*out = st;
 		return 0;
@@ -144,7 +292,6 @@ static int zip_storage(struct pt_ckpt *ck, const struct pt_value *pidv,
 	if (!dt)
 		return pt_fail(err, -ENOTSUP, "storage '%s': unknown storage type %s.%s",
 			       key, cls->u.global.module, cls->u.global.name);
-	snprintf(rel, sizeof(rel), "data/%s", key);
 	e = pt_zip_find_rel(ck->zip, rel);
 	if (!e)
 		return pt_fail(err, -EBADMSG, "storage '%s': record '%s' is missing", key, rel);
@@ -153,7 +300,7 @@ static int zip_storage(struct pt_ckpt *ck, const struct pt_value *pidv,
 	st = calloc(1, sizeof(*st));
 	if (!st || !pt__own(ck, st))
 		return pt_fail(err, -ENOMEM, "out of memory");
-	st->key = pt__own(ck, strdup(key));
+	st->key = pt__own(ck, strdup(hkey));
 	st->location = loc[0] ? pt__own(ck, strdup(loc)) : NULL;
 	if (!st->key)
 		return pt_fail(err, -ENOMEM, "out of memory");

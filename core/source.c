@@ -21,6 +21,7 @@ int pt_source_fd(struct pt_source *s, int fd, const char *name,
 	s->mem = NULL;
 	s->size = (uint64_t)st.st_size;
 	s->name = name;
+	s->base = 0;
 	return 0;
 }
 
@@ -31,6 +32,25 @@ void pt_source_mem(struct pt_source *s, const void *mem, uint64_t len,
 	s->mem = mem;
 	s->size = len;
 	s->name = name;
+	s->base = 0;
+}
+
+int pt_source_sub(struct pt_source *s, const struct pt_source *parent,
+		  uint64_t off, uint64_t len, const char *name,
+		  struct pt_error *err)
+{
+	if (off > parent->size || len > parent->size - off)
+		return pt_fail(err, -EIO,
+			       "%s: bytes [%llu, +%llu) lie beyond the end of %s (%llu bytes)",
+			       name, (unsigned long long)off,
+			       (unsigned long long)len, parent->name,
+			       (unsigned long long)parent->size);
+	s->fd = parent->fd;
+	s->mem = parent->fd < 0 ? parent->mem + off : NULL;
+	s->size = len;
+	s->name = name;
+	s->base = parent->fd < 0 ? 0 : parent->base + off;
+	return 0;
 }
 
 int pt_source_read(const struct pt_source *s, void *buf, size_t n,
@@ -51,7 +71,7 @@ int pt_source_read(const struct pt_source *s, void *buf, size_t n,
 	}
 	while (done < n) {
 		ssize_t got = pread(s->fd, dst + done, n - done,
-				    (off_t)(off + done));
+				    (off_t)(s->base + off + done));
 		if (got < 0) {
 			if (errno == EINTR)
 				continue;

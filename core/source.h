@@ -19,6 +19,8 @@ struct pt_source {
 	const uint8_t *mem;     /* else bytes in memory (borrowed) */
 	uint64_t size;          /* bytes in the input */
 	const char *name;       /* for messages (borrowed) */
+	uint64_t base;          /* fd sources: file offset of byte 0 (0 but
+				 * for pt_source_sub()) */
 };
 
 /* A source over @fd; fstat gives the size.  Returns 0 or -errno. */
@@ -28,6 +30,17 @@ int pt_source_fd(struct pt_source *s, int fd, const char *name,
 /* A source over @len bytes at @mem (borrowed for the source's life). */
 void pt_source_mem(struct pt_source *s, const void *mem, uint64_t len,
 		   const char *name);
+
+/*
+ * A source over bytes [@off, @off + @len) of @parent (a blob inside a
+ * file, e.g. a torch.save zip embedded in a DCP .distcp file): offsets
+ * given to pt_source_read() count from @off.  Borrows @parent's fd or
+ * memory, which must outlive @s.  -EIO (with a message naming @name) when
+ * the range does not lie inside @parent.
+ */
+int pt_source_sub(struct pt_source *s, const struct pt_source *parent,
+		  uint64_t off, uint64_t len, const char *name,
+		  struct pt_error *err);
 
 /*
  * Read exactly @n bytes at @off into @buf.  A range outside the source, or a

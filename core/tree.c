@@ -1106,21 +1106,28 @@ static int add_record(struct pt_tree *t, struct dtab *top,
 	return rc;
 }
 
-/* The table of folder @rel ("" is @top itself; one component, encoded
+/* The table of folder @rel ("a/b"; "" is @top itself; components encoded
  * like add_record() does) under /.ptfs/records, or NULL. */
-static const struct dtab *record_dir(const struct dtab *top, const char *rel)
+static struct dtab *record_dir(struct dtab *top, const char *rel)
 {
 	struct pt_buf enc;
-	struct dent *e = NULL;
+	struct dtab *d = top;
 
-	if (!rel[0])
-		return top;
 	pt_buf_init(&enc);
-	pt_name_encode(&enc, (const uint8_t *)rel, strlen(rel));
-	if (!enc.oom)
-		HASH_FIND(hh, top->byname, enc.p, enc.len, e);
+	while (d && rel[0]) {
+		const char *slash = strchr(rel, '/');
+		size_t len = slash ? (size_t)(slash - rel) : strlen(rel);
+		struct dent *e = NULL;
+
+		enc.len = 0;
+		pt_name_encode(&enc, (const uint8_t *)rel, len);
+		if (!enc.oom)
+			HASH_FIND(hh, d->byname, enc.p, enc.len, e);
+		d = e && e->role == R_RECDIR ? e->sub : NULL;
+		rel += len + (slash ? 1 : 0);
+	}
 	pt_buf_free(&enc);
-	return e && e->role == R_RECDIR ? e->sub : NULL;
+	return d;
 }
 
 static int build_meta(struct pt_ckpt *ck, struct pt_tree *t)
@@ -1180,7 +1187,7 @@ static int build_meta(struct pt_ckpt *ck, struct pt_tree *t)
 	/* shortcuts to record folders (/.ptfs/code, /.ptfs/extra) */
 	for (i = 0; i < (uint64_t)ck->n_meta_dirs; i++) {
 		const struct pt_meta_dir *md = &ck->meta_dirs[i];
-		const struct dtab *sub;
+		struct dtab *sub;
 
 		if (!md->records || tab_has(t->meta_tab, md->name, strlen(md->name)))
 			continue;
@@ -1192,7 +1199,7 @@ static int build_meta(struct pt_ckpt *ck, struct pt_tree *t)
 		e = tab_add(t->meta_tab, strdup(md->name), R_RECDIR, NULL);
 		if (!e)
 			return -ENOMEM;
-		e->sub = (struct dtab *)sub;
+		e->sub = sub;
 	}
 	return 0;
 }

@@ -375,7 +375,7 @@ static void test_same_size_torch(void **state)
 	size_t na;
 	size_t nb;
 	struct fz f;
-	struct pt_zw_change ch;
+	struct pt_zw_change ch = { 0 };
 	struct pt_error err;
 	uint64_t data_off;
 	uint64_t data_end;
@@ -440,7 +440,7 @@ static void test_size_change_torch(void **state)
 	char pb[512];
 	struct fz fa;
 	struct fz fb;
-	struct pt_zw_change ch;
+	struct pt_zw_change ch = { 0 };
 	struct pt_error err;
 	uint8_t *pkl;
 	size_t npkl;
@@ -528,7 +528,7 @@ static void test_many_records(void **state)
 		"assert z.read('p/69999') == b'x69999'\n";
 	char p[512];
 	struct fz f;
-	struct pt_zw_change ch;
+	struct pt_zw_change ch = { 0 };
 	struct pt_error err;
 
 	(void)state;
@@ -571,7 +571,7 @@ static void test_zip64_extra_and_deflate(void **state)
 		"assert z.read('q/empty') == b''\n";
 	char p[512];
 	struct fz f;
-	struct pt_zw_change ch;
+	struct pt_zw_change ch = { 0 };
 	struct pt_error err;
 
 	(void)state;
@@ -617,7 +617,7 @@ static void test_atomic(void **state)
 	size_t nb;
 	struct fz f;
 	struct fz g;
-	struct pt_zw_change ch[2];
+	struct pt_zw_change ch[2] = { { 0 } };
 	struct pt_zw_faults fl;
 	struct pt_zw_expect ex;
 	struct pt_error err;
@@ -751,7 +751,7 @@ static void test_write_error(void **state)
 	size_t na;
 	size_t nb;
 	struct fz f;
-	struct pt_zw_change ch;
+	struct pt_zw_change ch = { 0 };
 	struct pt_error err;
 	struct rlimit old;
 	struct rlimit lim;
@@ -853,7 +853,7 @@ static void test_big_zip64_torch(void **state)
 	char cmd[1200];
 	struct fz fa;
 	struct fz fb;
-	struct pt_zw_change ch[2];
+	struct pt_zw_change ch[2] = { { 0 } };
 	struct pt_error err;
 	uint8_t *pkl;
 	size_t npkl;
