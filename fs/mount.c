@@ -466,6 +466,7 @@ static void ptfs_op_open(fuse_req_t req, fuse_ino_t ino,
 static void read_overlay(fuse_req_t req, struct ptfs *fs, struct fh *h,
 			 size_t size, off_t off)
 {
+	struct ov_st *ov = h->ov; /* @h may be freed once we have replied */
 	struct ov_seg segs[40];
 	struct fuse_bufvec *bv;
 	size_t i, n;
@@ -475,7 +476,7 @@ static void read_overlay(fuse_req_t req, struct ptfs *fs, struct fh *h,
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	n = ov_read_begin(h->ov, h->lo + (uint64_t)off, size, segs, 40);
+	n = ov_read_begin(ov, h->lo + (uint64_t)off, size, segs, 40);
 	bv->count = n;
 	for (i = 0; i < n; i++) {
 		bv->buf[i].size = segs[i].len;
@@ -488,7 +489,7 @@ static void read_overlay(fuse_req_t req, struct ptfs *fs, struct fh *h,
 		}
 	}
 	fuse_reply_data(req, bv, 0);
-	ov_read_done(h->ov);
+	ov_read_done(ov);
 	free(bv);
 }
 
