@@ -707,7 +707,11 @@ void pt_ckpt_set_storage_hook(struct pt_ckpt *ck, pt_storage_hook fn,
 
 bool pt_ckpt_writable(const struct pt_ckpt *ck)
 {
-	return ck->fd >= 0 && ck->zip && ck->fmt == &pt_fmt_zip;
+	if (ck->fd < 0 || !ck->fmt)
+		return false;
+	if (ck->fmt->write == PT_WRITE_ZIP)
+		return ck->zip != NULL;
+	return ck->fmt->write == PT_WRITE_INPLACE;
 }
 
 static int commit_read(void *ctx, void *buf, size_t n, uint64_t off)
@@ -717,40 +721,23 @@ static int commit_read(void *ctx, void *buf, size_t n, uint64_t off)
 	return c->read(c->ctx, buf, n, off);
 }
 
-int pt_ckpt_commit(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
-		   struct pt_error *err)
+/* Through the ZIP64 rewriter; @crcs gets each record's new CRC-32. */
+static int commit_zip(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
+		      uint32_t *crcs, struct pt_error *err)
 {
-	struct pt_zw_change *ch = NULL;
-	struct pt_commit *cc = NULL;
-	uint32_t *crcs = NULL;
+	struct pt_zw_change *ch = calloc(n, sizeof(*ch));
+	struct pt_commit *cc = calloc(n, sizeof(*cc));
 	struct pt_zw_expect ex;
-	struct stat st;
 	size_t i;
-	int fd = -1, rc;
+	int rc;
 
-	if (!pt_ckpt_writable(ck))
-		return pt_fail(err, -EROFS, "%s checkpoints cannot be written",
-			       pt_ckpt_format(ck));
-	if (n == 0)
-		return 0;
-	ch = calloc(n, sizeof(*ch));
-	cc = calloc(n, sizeof(*cc));
-	crcs = calloc(n, sizeof(*crcs));
-	if (!ch || !cc || !crcs) {
+	if (!ch || !cc) {
 		free(ch);
 		free(cc);
-		free(crcs);
 		return pt_fail(err, -ENOMEM, "out of memory");
 	}
 	memcpy(cc, c, n * sizeof(*cc));
 	for (i = 0; i < n; i++) {
-		if (!c[i].st->entry || c[i].st->kind != PT_ST_FILE) {
-			free(ch);
-			free(cc);
-			free(crcs);
-			return pt_fail(err, -EROFS, "storage '%s' cannot be written",
-				       c[i].st->key);
-		}
 		ch[i].entry = c[i].st->entry;
 		ch[i].size = c[i].st->nbytes;
 		ch[i].read = commit_read;
@@ -765,6 +752,189 @@ int pt_ckpt_commit(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
 	rc = pt_zip_rewrite(ck->path, ck->zip, ch, n, &ex, NULL, err);
 	free(ch);
 	free(cc);
+	return rc;
+}
+
+/* Has the file at the checkpoint's path changed since we opened it? */
+static bool changed_on_disk(const struct pt_ckpt *ck, const struct stat *st)
+{
+	return st->st_dev != ck->dev || st->st_ino != ck->ino ||
+	       (uint64_t)st->st_size != ck->src.size ||
+	       st->st_mtim.tv_sec != ck->mtime.tv_sec ||
+	       st->st_mtim.tv_nsec != ck->mtime.tv_nsec;
+}
+
+/* Copy the whole checkpoint into @out (copy_file_range, so copy-on-write
+ * filesystems share extents; read/write where it is not supported). */
+static int copy_all(struct pt_ckpt *ck, int out, const char *tmp,
+		    uint8_t *buf, size_t chunk, struct pt_error *err)
+{
+	uint64_t done = 0;
+	int e;
+
+	while (done < ck->src.size) {
+		loff_t from = (loff_t)done, to = (loff_t)done;
+		ssize_t k = copy_file_range(ck->fd, &from, out, &to,
+					    (size_t)(ck->src.size - done), 0);
+
+		if (k > 0) {
+			done += (uint64_t)k;
+			continue;
+		}
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0 && errno != EXDEV && errno != ENOSYS &&
+		    errno != EINVAL && errno != EOPNOTSUPP) {
+			e = errno;
+			return pt_fail(err, -e, "commit: write to %s: %s", tmp, strerror(e));
+		}
+		k = pread(ck->fd, buf, (size_t)(ck->src.size - done < chunk ?
+						 ck->src.size - done : chunk),
+			  (off_t)done);
+		if (k <= 0 || pwrite(out, buf, (size_t)k, (off_t)done) != k) {
+			e = k < 0 ? errno : EIO;
+			return pt_fail(err, -e, "commit: write to %s: %s", tmp, strerror(e));
+		}
+		done += (uint64_t)k;
+	}
+	return 0;
+}
+
+/*
+ * Containers without checksums (safetensors): copy the file beside itself,
+ * replace each storage's bytes where they are, fsync, rename over the
+ * original, fsync the directory.  Any failure removes the copy and leaves
+ * the original untouched.
+ */
+static int commit_inplace(struct pt_ckpt *ck, const struct pt_commit *c,
+			  size_t n, struct pt_error *err)
+{
+	const size_t chunk = 4u << 20;
+	char *dir = NULL, *tmp = NULL, *base;
+	uint8_t *buf = NULL;
+	struct stat st;
+	size_t i;
+	int out = -1, dfd, rc = 0, e;
+
+	if (stat(ck->path, &st) != 0)
+		return pt_fail(err, -errno, "commit: %s: %s", ck->path, strerror(errno));
+	if (changed_on_disk(ck, &st))
+		return pt_fail(err, -ESTALE, "commit: %s: checkpoint changed on disk since it was opened",
+			       ck->path);
+	dir = strdup(ck->path);
+	buf = malloc(chunk);
+	if (!dir || !buf) {
+		rc = pt_fail(err, -ENOMEM, "out of memory");
+		goto out;
+	}
+	base = strrchr(dir, '/');
+	if (base) {
+		*base++ = '\0';
+	} else {
+		base = dir;
+	}
+	if (asprintf(&tmp, "%s/.%s.ptfs-XXXXXX", base == dir ? "." : dir, base) < 0) {
+		tmp = NULL;
+		rc = pt_fail(err, -ENOMEM, "out of memory");
+		goto out;
+	}
+	out = mkstemp(tmp);
+	if (out < 0) {
+		e = errno;
+		free(tmp);
+		tmp = NULL;
+		rc = pt_fail(err, -e, "commit: cannot create a file beside %s: %s",
+			     ck->path, strerror(e));
+		goto out;
+	}
+	if (fchmod(out, st.st_mode & 07777) != 0 ||
+	    (fchown(out, st.st_uid, st.st_gid) != 0 && errno != EPERM)) {
+		e = errno;
+		rc = pt_fail(err, -e, "commit: %s: %s", tmp, strerror(e));
+		goto out;
+	}
+	rc = copy_all(ck, out, tmp, buf, chunk, err);
+	for (i = 0; rc == 0 && i < n; i++) {
+		uint64_t off;
+
+		for (off = 0; rc == 0 && off < c[i].st->nbytes; off += chunk) {
+			size_t k = c[i].st->nbytes - off < chunk ?
+				   (size_t)(c[i].st->nbytes - off) : chunk;
+
+			rc = c[i].read(c[i].ctx, buf, k, off);
+			if (rc) {
+				pt_fail(err, rc, "commit: reading new contents: %s",
+					strerror(-rc));
+			} else if (pwrite(out, buf, k, (off_t)(c[i].st->file_off + off)) !=
+				   (ssize_t)k) {
+				e = errno ? errno : EIO;
+				rc = pt_fail(err, -e, "commit: write to %s: %s", tmp,
+					     strerror(e));
+			}
+		}
+	}
+	if (rc)
+		goto out;
+	if (fsync(out) != 0) {
+		e = errno;
+		rc = pt_fail(err, -e, "commit: fsync %s: %s", tmp, strerror(e));
+		goto out;
+	}
+	if (stat(ck->path, &st) != 0 || changed_on_disk(ck, &st)) {
+		rc = pt_fail(err, -ESTALE, "commit: %s: checkpoint changed on disk during the commit",
+			     ck->path);
+		goto out;
+	}
+	if (rename(tmp, ck->path) != 0) {
+		e = errno;
+		rc = pt_fail(err, -e, "commit: rename %s: %s", tmp, strerror(e));
+		goto out;
+	}
+	free(tmp);
+	tmp = NULL;
+	dfd = open(base == dir ? "." : dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd >= 0) {
+		(void)fsync(dfd); /* renamed already: that is success */
+		close(dfd);
+	}
+out:
+	if (out >= 0)
+		close(out);
+	if (tmp) {
+		unlink(tmp);
+		free(tmp);
+	}
+	free(dir);
+	free(buf);
+	return rc;
+}
+
+int pt_ckpt_commit(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
+		   struct pt_error *err)
+{
+	uint32_t *crcs = NULL;
+	struct stat st;
+	size_t i;
+	int fd = -1, rc;
+
+	if (!pt_ckpt_writable(ck))
+		return pt_fail(err, -EROFS, "%s checkpoints cannot be written",
+			       pt_ckpt_format(ck));
+	if (n == 0)
+		return 0;
+	for (i = 0; i < n; i++)
+		if (!c[i].st->writable || c[i].st->kind != PT_ST_FILE ||
+		    (ck->fmt->write == PT_WRITE_ZIP && !c[i].st->entry))
+			return pt_fail(err, -EROFS, "storage '%s' cannot be written",
+				       c[i].st->key);
+	if (ck->fmt->write == PT_WRITE_ZIP) {
+		crcs = calloc(n, sizeof(*crcs));
+		if (!crcs)
+			return pt_fail(err, -ENOMEM, "out of memory");
+		rc = commit_zip(ck, c, n, crcs, err);
+	} else {
+		rc = commit_inplace(ck, c, n, err);
+	}
 	if (rc) {
 		free(crcs);
 		return rc;
@@ -787,7 +957,7 @@ int pt_ckpt_commit(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
 	ck->dev = st.st_dev;
 	ck->ino = st.st_ino;
 	ck->mtime = st.st_mtim;
-	for (i = 0; i < n; i++)
+	for (i = 0; crcs && i < n; i++)
 		pt_zip_set_crc(ck->zip, c[i].st->entry, crcs[i]);
 out:
 	if (fd >= 0)

@@ -77,6 +77,9 @@ struct pt_storage {
 	 * its shards (fmt_sharded.c).  NULL means the reader itself. */
 	struct pt_ckpt *home;
 	const struct pt_chunks *chunks; /* PT_ST_CHUNKS */
+	bool writable;                  /* a commit may replace its bytes
+					 * (PT_ST_FILE in the checkpoint's own
+					 * file, overlapping no other) */
 	UT_hash_handle hh;              /* ck->storages, by key */
 };
 
@@ -143,6 +146,10 @@ struct pt_format {
 		       struct pt_storage **out, struct pt_error *err);
 	/* Free format state (may be NULL). */
 	void (*close)(struct pt_ckpt *ck);
+	/* How pt_ckpt_commit() writes this container: not at all, through
+	 * the ZIP64 rewriter, or by copying the file and replacing storage
+	 * bytes where they are (no checksums: safetensors). */
+	enum { PT_WRITE_NONE, PT_WRITE_ZIP, PT_WRITE_INPLACE } write;
 };
 
 struct pt_pickled {                     /* one decoded pickle we keep */

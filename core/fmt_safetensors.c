@@ -966,6 +966,7 @@ static int st_build(struct pt_ckpt *ck, struct st_parse *ps,
 		st->dtype = e->dt;
 		st->nbytes = e->nbytes;
 		st->kind = PT_ST_FILE;
+		st->writable = true;
 		st->file_off = data_off + e->begin;
 		st->id = ck->n_storages++;
 		HASH_ADD_KEYPTR(hh, ck->storages, st->key, strlen(st->key), st);
@@ -1078,6 +1079,7 @@ out:
 }
 
 const struct pt_format pt_fmt_safetensors = {
+	.write = PT_WRITE_INPLACE,
 	.name = "safetensors",
 	.probe = st_probe,
 	.open = st_open,

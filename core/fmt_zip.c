@@ -319,6 +319,7 @@ static int zip_storage(struct pt_ckpt *ck, const struct pt_value *pidv,
 	} else if (e->method == PT_ZIP_STORED) {
 		st->kind = PT_ST_FILE;
 		st->file_off = e->data_off;
+		st->writable = true;
 	} else {
 		st->kind = PT_ST_ZIP;
 	}
@@ -328,6 +329,7 @@ static int zip_storage(struct pt_ckpt *ck, const struct pt_value *pidv,
 }
 
 const struct pt_format pt_fmt_zip = {
+	.write = PT_WRITE_ZIP,
 	.name = "torch.save zip",
 	.probe = zip_probe,
 	.open = zip_open,

@@ -1290,7 +1290,7 @@ const struct pt_storage *pt_node_storage(const struct pt_node *n, uint64_t *lo)
 {
 	const struct pt_tensor *t = n->tensor;
 
-	if (!t || n->role != R_VALUE || !t->contiguous || !t->st->entry ||
+	if (!t || n->role != R_VALUE || !t->contiguous || !t->st->writable ||
 	    t->st->home ||
 	    t->st->kind != PT_ST_FILE || t->kind == PT_TK_NDARRAY ||
 	    t->dtype->packed)
@@ -1304,7 +1304,7 @@ const struct pt_storage *pt_node_viewed_storage(const struct pt_node *n)
 	const struct pt_tensor *t = n->tensor;
 
 	/* a shard's storage (st->home) belongs to another checkpoint */
-	if (!t || n->role != R_VALUE || !t->st->entry ||
+	if (!t || n->role != R_VALUE || !t->st->writable ||
 	    t->st->kind != PT_ST_FILE || t->st->home)
 		return NULL;
 	return t->st;

@@ -513,3 +513,34 @@ def test_sharded_bad_index(tmp_path):
         f.write('{"metadata": {}, "weight_map": {}}')
     r = run("ls", p)
     assert r.returncode == 0 and r.stdout == b"", r.stderr
+
+
+def test_write_through_mount_and_set(tmp_path):
+    """safetensors files are written in place of their bytes: the header and
+    every other tensor stay byte for byte, atomically (copy + rename)."""
+    p = str(tmp_path / "w.safetensors")
+    a = np.arange(8, dtype=np.float32)
+    b = np.arange(4, dtype=np.int64)
+    write_st(p, [("a", "F32", (8,), a.tobytes()), ("b", "I64", (4,), b.tobytes())],
+             metadata={"format": "pt"})
+    raw = open(p, "rb").read()
+    os.chmod(p, 0o640)
+    if os.path.exists("/dev/fuse"):
+        with mounted(p) as mnt:
+            with open(os.path.join(mnt, "a"), "r+b") as f:
+                f.seek(8)
+                f.write(np.array([42, 43], np.float32).tobytes())
+            assert np.fromfile(os.path.join(mnt, "a"), np.float32)[2] == 42
+            assert open(p, "rb").read() == raw  # not before a commit
+        new = open(p, "rb").read()
+        a2 = a.copy()
+        a2[2:4] = [42, 43]
+        assert new == raw.replace(a.tobytes(), a2.tobytes())
+        assert os.stat(p).st_mode & 0o777 == 0o640
+        raw = new
+    r = run("set", p, "b", input=np.array([9, 9, 9, 9], np.int64).tobytes())
+    assert r.returncode == 0, r.stderr
+    b_off = raw.index(b.tobytes())
+    new = open(p, "rb").read()
+    assert new[:b_off] == raw[:b_off] and new[b_off:b_off + 32] == np.full(4, 9, np.int64).tobytes()
+    assert not [f for f in os.listdir(tmp_path) if ".ptfs-" in f]
