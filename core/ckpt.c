@@ -98,34 +98,52 @@ void pt__warn(struct pt_ckpt *ck, const char *fmt, ...)
 	pt_buf_putc(&ck->warnings, '\n');
 }
 
-int pt__load_pickle(struct pt_ckpt *ck, uint8_t *buf, size_t len,
-		    const char *label, uint64_t file_off,
-		    struct pt_value **root, size_t *used, struct pt_error *err)
+/* Keep a decoded pickle (and its bytes, unless @borrowed) until close. */
+static int keep_pickle(struct pt_ckpt *ck, struct pt_pickle *pk, uint8_t *buf,
+		       size_t len, const char *label, uint64_t file_off,
+		       bool borrowed, struct pt_error *err)
 {
 	struct pt_pickled *pd;
-	struct pt_pickle *pk = NULL;
-	size_t u = 0;
-	int rc;
 
 	if (ck->n_pickles == PT_MAX_PICKLES) {
-		free(buf);
+		pt_pickle_free(pk);
+		if (!borrowed)
+			free(buf);
 		return pt_fail(err, -EFBIG, "too many pickles");
 	}
 	pd = &ck->pickles[ck->n_pickles++];
+	pd->pk = pk;
 	pd->buf = buf;
 	pd->len = len;
 	pd->label = label;
 	pd->file_off = file_off;
-	if (len > ck->opts.limits.max_pickle_bytes)
+	pd->borrowed = borrowed;
+	return 0;
+}
+
+int pt__load_pickle(struct pt_ckpt *ck, uint8_t *buf, size_t len,
+		    const char *label, uint64_t file_off,
+		    struct pt_value **root, size_t *used, struct pt_error *err)
+{
+	struct pt_pickle *pk = NULL;
+	size_t u = 0;
+	int rc;
+
+	if (len > ck->opts.limits.max_pickle_bytes) {
+		free(buf);
 		return pt_fail(err, -EFBIG,
 			       "%s: %zu bytes exceeds the pickle limit of %" PRIu64,
 			       label, len, ck->opts.limits.max_pickle_bytes);
+	}
 	rc = pt_pickle_load(&pk, buf, len, &u, &ck->opts.limits, err);
 	if (rc) {
 		pt_error_prefix(err, "%s", label);
+		free(buf);
 		return rc;
 	}
-	pd->pk = pk;
+	rc = keep_pickle(ck, pk, buf, len, label, file_off, false, err);
+	if (rc)
+		return rc;
 	*root = pt_pickle_root(pk);
 	if (used)
 		*used = u;
@@ -136,20 +154,7 @@ int pt__add_pickle(struct pt_ckpt *ck, struct pt_pickle *pk, uint8_t *buf,
 		   size_t len, const char *label, uint64_t file_off,
 		   struct pt_error *err)
 {
-	struct pt_pickled *pd;
-
-	if (ck->n_pickles == PT_MAX_PICKLES) {
-		pt_pickle_free(pk);
-		return pt_fail(err, -EFBIG, "too many pickles");
-	}
-	pd = &ck->pickles[ck->n_pickles++];
-	pd->pk = pk;
-	pd->buf = buf;
-	pd->len = len;
-	pd->label = label;
-	pd->file_off = file_off;
-	pd->borrowed = true;
-	return 0;
+	return keep_pickle(ck, pk, buf, len, label, file_off, true, err);
 }
 
 /* Globals whose presence means a full unpickler would run code. */
@@ -209,101 +214,16 @@ static void note_global(struct pt_ckpt *ck, const char *m, const char *n)
 	pt_buf_puts(&ck->globals, name);
 }
 
-/*
- * Scan every value of every pickle we decoded for globals a full unpickler
- * would import: a scanner's view, listed in `ptfs info` and the mount log.
- * Values are visited through the classified graph of the root, plus any
- * global reachable only from unreachable nodes is missed, which is why the
- * pickle VM's own node list would be better; the graph from the root holds
- * every REDUCE that the loader would run.
- */
-static void scan_globals(struct pt_ckpt *ck, struct pt_value *root)
+void pt__note_global(struct pt_ckpt *ck, const struct pt_value *g)
 {
-	struct pt_value **stack = NULL;
-	uint8_t *seen = NULL;
-	size_t n = 0, cap = 0;
-	uint32_t count = 0;
-	int i;
+	const char *m = g->u.global.module, *n = g->u.global.name;
 
-	for (i = 0; i < ck->n_pickles; i++)
-		if (ck->pickles[i].pk && pt_pickle_count(ck->pickles[i].pk) > count)
-			count = pt_pickle_count(ck->pickles[i].pk);
-	seen = calloc((size_t)count / 8 + 1, 1);
-	if (!seen)
+	if (g->id == UINT32_MAX) /* made by a format, not named by the file */
 		return;
-	stack = malloc(sizeof(*stack) * 64);
-	cap = 64;
-	if (!stack || !root)
-		goto out;
-	stack[n++] = root;
-	while (n > 0) {
-		struct pt_value *v = stack[--n];
-		struct pt_value *kids[5] = { 0 };
-		const struct pt_vseq *seqs[3] = { 0 };
-		size_t j, k;
-
-		if (v->id < count) {
-			if (seen[v->id / 8] & (1u << (v->id % 8)))
-				continue;
-			seen[v->id / 8] |= (uint8_t)(1u << (v->id % 8));
-		}
-		switch (v->kind) {
-		case PT_V_GLOBAL:
-			note_global(ck, v->u.global.module, v->u.global.name);
-			if (global_is_dangerous(v->u.global.module, v->u.global.name))
-				pt__warn(ck, "dangerous global %s.%s: a full unpickler (torch.load with weights_only=False) would import it",
-					 v->u.global.module, v->u.global.name);
-			break;
-		case PT_V_TUPLE: case PT_V_LIST: case PT_V_SET: case PT_V_FROZENSET:
-			seqs[0] = &v->u.seq;
-			break;
-		case PT_V_DICT:
-			seqs[0] = &v->u.dict.kv;
-			break;
-		case PT_V_CALL: case PT_V_OBJ:
-			kids[0] = v->u.call.callable;
-			kids[1] = v->u.call.args;
-			kids[2] = v->u.call.kwargs;
-			kids[3] = v->u.call.state;
-			seqs[0] = &v->u.call.items;
-			seqs[1] = &v->u.call.kv;
-			break;
-		case PT_V_PERSID:
-			kids[0] = v->u.pid;
-			break;
-		default:
-			break;
-		}
-		for (j = 0; j < 3; j++) {
-			if (!seqs[j])
-				continue;
-			for (k = 0; k < seqs[j]->n; k++) {
-				if (n == cap) {
-					struct pt_value **q = realloc(stack, cap * 2 * sizeof(*q));
-					if (!q)
-						goto out;
-					stack = q;
-					cap *= 2;
-				}
-				stack[n++] = seqs[j]->v[k];
-			}
-		}
-		for (j = 0; j < 5; j++) {
-			if (!kids[j])
-				continue;
-			if (n == cap) {
-				struct pt_value **q = realloc(stack, cap * 2 * sizeof(*q));
-				if (!q)
-					goto out;
-				stack = q;
-				cap *= 2;
-			}
-			stack[n++] = kids[j];
-		}
-	}
-out:
-	free(stack);
-	free(seen);
+	note_global(ck, m, n);
+	if (global_is_dangerous(m, n))
+		pt__warn(ck, "dangerous global %s.%s: a full unpickler (torch.load with weights_only=False) would import it",
+			 m, n);
 }
 
 static char *make_stem(const char *path)
@@ -382,7 +302,6 @@ static int ckpt_load(struct pt_ckpt *ck, struct pt_error *err)
 	rc = pt__classify(ck, err);
 	if (rc)
 		return rc;
-	scan_globals(ck, ck->root);
 	for (i = 0; i < (size_t)ck->n_meta_dirs; i++) {
 		if (!ck->meta_dirs[i].root)
 			continue;
@@ -391,7 +310,6 @@ static int ckpt_load(struct pt_ckpt *ck, struct pt_error *err)
 			pt_error_prefix(err, "/.ptfs/%s", ck->meta_dirs[i].name);
 			return rc;
 		}
-		scan_globals(ck, ck->meta_dirs[i].root);
 	}
 	return pt__tree_new(ck, err);
 }

@@ -351,6 +351,10 @@ int pt__legacy_refs(struct pt_value *root, uint32_t count,
  * @cls, which is what torch's persistent_load returns for it. */
 void pt__legacy_to_global(struct pt_value *v, const struct pt_value *cls);
 
+/* ckpt.c: list a global in the summary, warn when it is dangerous (a
+ * scanner's view of what a full unpickler would import). */
+void pt__note_global(struct pt_ckpt *ck, const struct pt_value *g);
+
 /* torch.c: classify every value reachable from ck->root, building tensors
  * and validating their byte ranges.  Values not reachable stay UNSET. */
 int pt__classify(struct pt_ckpt *ck, struct pt_error *err);

@@ -137,35 +137,6 @@ static bool lg_is_lfb(const struct pt_value *v)
 			     "_load_from_bytes");
 }
 
-static int lg_push(struct pt_value ***st, size_t *n, size_t *cap,
-		   struct pt_value *v)
-{
-	if (!v)
-		return 0;
-	if (*n == *cap) {
-		size_t nc = *cap ? *cap * 2 : 256;
-		struct pt_value **q = realloc(*st, nc * sizeof(*q));
-
-		if (!q)
-			return -ENOMEM;
-		*st = q;
-		*cap = nc;
-	}
-	(*st)[(*n)++] = v;
-	return 0;
-}
-
-static int lg_push_seq(struct pt_value ***st, size_t *n, size_t *cap,
-		       const struct pt_vseq *s)
-{
-	size_t i;
-
-	for (i = 0; i < s->n; i++)
-		if (lg_push(st, n, cap, s->v[i]))
-			return -ENOMEM;
-	return 0;
-}
-
 static int lg_by_id(const void *a, const void *b)
 {
 	const struct pt_value *x = *(struct pt_value *const *)a;
@@ -178,68 +149,40 @@ int pt__legacy_refs(struct pt_value *root, uint32_t count,
 		    struct pt_value ***out, size_t *n_out,
 		    struct pt_error *err)
 {
-	struct pt_value **stack = NULL, **refs = NULL;
-	size_t n = 0, cap = 0, nr = 0, rcap = 0;
+	struct pt_vstack stack = { 0 }, refs = { 0 };
 	uint8_t *seen = calloc((size_t)count / 8 + 1, 1);
 	int rc = 0;
 
 	*out = NULL;
 	*n_out = 0;
-	if (!seen || lg_push(&stack, &n, &cap, root)) {
+	if (!seen || pt_vstack_push(&stack, root)) {
 		rc = -ENOMEM;
 		goto out;
 	}
-	while (n > 0 && rc == 0) {
-		struct pt_value *v = stack[--n];
+	while (stack.n > 0 && rc == 0) {
+		struct pt_value *v = stack.v[--stack.n];
 
 		if (v->id < count) {
 			if (seen[v->id / 8] & (1u << (v->id % 8)))
 				continue;
 			seen[v->id / 8] |= (uint8_t)(1u << (v->id % 8));
 		}
-		if (v->kind == PT_V_PERSID || lg_is_lfb(v)) {
-			rc = lg_push(&refs, &nr, &rcap, v);
-			continue;
-		}
-		switch (v->kind) {
-		case PT_V_TUPLE:
-		case PT_V_LIST:
-		case PT_V_SET:
-		case PT_V_FROZENSET:
-			rc = lg_push_seq(&stack, &n, &cap, &v->u.seq);
-			break;
-		case PT_V_DICT:
-			rc = lg_push_seq(&stack, &n, &cap, &v->u.dict.kv);
-			break;
-		case PT_V_CALL:
-		case PT_V_OBJ:
-			rc = lg_push_seq(&stack, &n, &cap, &v->u.call.items);
-			if (!rc)
-				rc = lg_push_seq(&stack, &n, &cap, &v->u.call.kv);
-			if (!rc)
-				rc = lg_push(&stack, &n, &cap, v->u.call.callable);
-			if (!rc)
-				rc = lg_push(&stack, &n, &cap, v->u.call.args);
-			if (!rc)
-				rc = lg_push(&stack, &n, &cap, v->u.call.kwargs);
-			if (!rc)
-				rc = lg_push(&stack, &n, &cap, v->u.call.state);
-			break;
-		default:
-			break;
-		}
+		if (v->kind == PT_V_PERSID || lg_is_lfb(v))
+			rc = pt_vstack_push(&refs, v);
+		else
+			rc = pt_vstack_push_children(&stack, v);
 	}
 out:
-	free(stack);
+	pt_vstack_free(&stack);
 	free(seen);
 	if (rc) {
-		free(refs);
+		pt_vstack_free(&refs);
 		return pt_fail(err, -ENOMEM, "out of memory");
 	}
-	if (nr > 1)
-		qsort(refs, nr, sizeof(*refs), lg_by_id);
-	*out = refs;
-	*n_out = nr;
+	if (refs.n > 1)
+		qsort(refs.v, refs.n, sizeof(*refs.v), lg_by_id);
+	*out = refs.v;
+	*n_out = refs.n;
 	return 0;
 }
 

@@ -2089,3 +2089,66 @@ void pt_pickle_disasm(const uint8_t *buf, size_t len, struct pt_buf *out,
 	}
 	pt_buf_free(&line);
 }
+
+/* ---- walking the graph ---------------------------------------------- */
+
+int pt_vstack_push(struct pt_vstack *s, struct pt_value *v)
+{
+	if (!v)
+		return 0;
+	if (s->n == s->cap) {
+		size_t nc = s->cap ? s->cap * 2 : 256;
+		struct pt_value **q = realloc(s->v, nc * sizeof(*q));
+
+		if (!q)
+			return -ENOMEM;
+		s->v = q;
+		s->cap = nc;
+	}
+	s->v[s->n++] = v;
+	return 0;
+}
+
+static int pt_vstack_push_seq(struct pt_vstack *s, const struct pt_vseq *q)
+{
+	size_t i;
+
+	for (i = q->n; i-- > 0;)
+		if (pt_vstack_push(s, q->v[i]))
+			return -ENOMEM;
+	return 0;
+}
+
+int pt_vstack_push_children(struct pt_vstack *s, const struct pt_value *v)
+{
+	switch (v->kind) {
+	case PT_V_TUPLE:
+	case PT_V_LIST:
+	case PT_V_SET:
+	case PT_V_FROZENSET:
+		return pt_vstack_push_seq(s, &v->u.seq);
+	case PT_V_DICT:
+		return pt_vstack_push_seq(s, &v->u.dict.kv);
+	case PT_V_CALL:
+	case PT_V_OBJ:
+		if (pt_vstack_push_seq(s, &v->u.call.kv) ||
+		    pt_vstack_push_seq(s, &v->u.call.items) ||
+		    pt_vstack_push(s, v->u.call.state) ||
+		    pt_vstack_push(s, v->u.call.kwargs) ||
+		    pt_vstack_push(s, v->u.call.args) ||
+		    pt_vstack_push(s, v->u.call.callable))
+			return -ENOMEM;
+		return 0;
+	case PT_V_PERSID:
+		return pt_vstack_push(s, v->u.pid);
+	default:
+		return 0;
+	}
+}
+
+void pt_vstack_free(struct pt_vstack *s)
+{
+	free(s->v);
+	s->v = NULL;
+	s->n = s->cap = 0;
+}

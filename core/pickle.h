@@ -149,4 +149,24 @@ void *pt_pickle_alloc(struct pt_pickle *pk, size_t n);
 void pt_pickle_disasm(const uint8_t *buf, size_t len, struct pt_buf *out,
 		      size_t max_bytes);
 
+/*
+ * A growable stack of values, for walks over a graph without recursion.
+ * Zero-initialise it; free it with pt_vstack_free().
+ */
+struct pt_vstack {
+	struct pt_value **v;    /* values (malloc) */
+	size_t n;               /* on the stack */
+	size_t cap;             /* allocated */
+};
+
+/* Push @v (NULL is ignored).  0 or -ENOMEM. */
+int pt_vstack_push(struct pt_vstack *s, struct pt_value *v);
+
+/* Push every value @v refers to: elements; keys and values; the callable,
+ * arguments, keyword arguments, BUILD state, appended and set items of a
+ * call; the id of a persistent id.  0 or -ENOMEM. */
+int pt_vstack_push_children(struct pt_vstack *s, const struct pt_value *v);
+
+void pt_vstack_free(struct pt_vstack *s);
+
 #endif /* PTFS_CORE_PICKLE_H */

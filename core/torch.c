@@ -793,6 +793,7 @@ static int classify_one(struct pt_ckpt *ck, struct pt_value *v,
 		v->aux16 = PT_C_MAP;
 		return 0;
 	case PT_V_GLOBAL:
+		pt__note_global(ck, v);
 		pt_buf_init(&b);
 		pt_buf_printf(&b, "%s.%s\n", v->u.global.module,
 			      v->u.global.name);
@@ -812,34 +813,6 @@ enum pt_vclass pt__vclass(const struct pt_value *v)
 	return (enum pt_vclass)v->aux16;
 }
 
-static int push(struct pt_value ***stack, size_t *n, size_t *cap,
-		struct pt_value *v)
-{
-	if (!v || v->aux16 != PT_C_UNSET)
-		return 0;
-	if (*n == *cap) {
-		size_t nc = *cap ? *cap * 2 : 1024;
-		struct pt_value **q = realloc(*stack, nc * sizeof(*q));
-		if (!q)
-			return -ENOMEM;
-		*stack = q;
-		*cap = nc;
-	}
-	(*stack)[(*n)++] = v;
-	return 0;
-}
-
-static int push_seq(struct pt_value ***stack, size_t *n, size_t *cap,
-		    const struct pt_vseq *s)
-{
-	size_t i;
-
-	for (i = s->n; i-- > 0;)
-		if (push(stack, n, cap, s->v[i]))
-			return -ENOMEM;
-	return 0;
-}
-
 /*
  * Depth-first over the graph with an explicit stack.  Arguments are
  * classified before the call that uses them only where it matters (bytes
@@ -855,61 +828,35 @@ int pt__classify(struct pt_ckpt *ck, struct pt_error *err)
 int pt__classify_value(struct pt_ckpt *ck, struct pt_value *root,
 		       struct pt_error *err)
 {
-	struct pt_value **stack = NULL;
-	size_t n = 0, cap = 0;
+	struct pt_vstack st = { 0 };
 	int rc = 0;
 
-	if (push(&stack, &n, &cap, root))
+	if (pt_vstack_push(&st, root))
 		return pt_fail(err, -ENOMEM, "out of memory");
-	while (n > 0) {
-		struct pt_value *v = stack[n - 1];
+	while (st.n > 0) {
+		struct pt_value *v = st.v[st.n - 1];
 
 		if (v->aux16 != PT_C_UNSET && v->aux16 != PT_C_BUSY) {
-			n--;
+			st.n--;
 			continue;
 		}
 		if (v->aux16 == PT_C_UNSET) {
 			/* first visit: children first */
 			v->aux16 = PT_C_BUSY;
-			switch (v->kind) {
-			case PT_V_TUPLE:
-			case PT_V_LIST:
-			case PT_V_SET:
-			case PT_V_FROZENSET:
-				rc = push_seq(&stack, &n, &cap, &v->u.seq);
-				break;
-			case PT_V_DICT:
-				rc = push_seq(&stack, &n, &cap, &v->u.dict.kv);
-				break;
-			case PT_V_CALL:
-			case PT_V_OBJ:
-				rc = push_seq(&stack, &n, &cap, &v->u.call.kv);
-				if (!rc)
-					rc = push_seq(&stack, &n, &cap, &v->u.call.items);
-				if (!rc)
-					rc = push(&stack, &n, &cap, v->u.call.state);
-				if (!rc)
-					rc = push(&stack, &n, &cap, v->u.call.kwargs);
-				if (!rc)
-					rc = push(&stack, &n, &cap, v->u.call.args);
-				break;
-			default:
-				break;
-			}
-			if (rc) {
+			if (pt_vstack_push_children(&st, v)) {
 				rc = pt_fail(err, -ENOMEM, "out of memory");
 				break;
 			}
 			continue;
 		}
 		/* second visit: children are done */
-		n--;
+		st.n--;
 		v->aux16 = PT_C_UNSET;
 		rc = classify_one(ck, v, err);
 		if (rc)
 			break;
 	}
-	free(stack);
+	pt_vstack_free(&st);
 	return rc;
 }
 

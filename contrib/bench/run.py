@@ -481,13 +481,13 @@ def bench_settings(ctx, R):
     ck, mnt = ctx.ck["seq"], ctx.mnt("settings")
     n = None
     var = ctx.variant
-    configs = [("default (multithreaded, ra 1 MiB, 1 MiB reqs)", ctx.ptfs, [], None, None),
+    configs = [("default (multithreaded, ra 1 MiB, 512 KiB reqs: splice)", ctx.ptfs, [], None, None),
                ("-s single-threaded", ctx.ptfs, ["-s"], None, None),
                ("readahead 128 KiB (bdi read_ahead_kb)", ctx.ptfs, [], None, 128),
                ("readahead 4 MiB (bdi read_ahead_kb)", ctx.ptfs, [], None, 4096)]
     if var:
         configs += [
-            ("variant: 512 KiB requests (splice engages)", var, [], {"PTFS_BENCH_MAX_IO": "524288"}, None),
+            ("variant: 1 MiB requests (pipe too small: copies)", var, [], {"PTFS_BENCH_MAX_IO": "1048576"}, None),
             ("variant: 512 KiB, -s", var, ["-s"], {"PTFS_BENCH_MAX_IO": "524288"}, None),
             ("variant: 512 KiB, splice without MOVE", var, [],
              {"PTFS_BENCH_MAX_IO": "524288", "PTFS_BENCH_NO_SPLICE_MOVE": "1"}, None),

@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 
 HELPER = r'''
 #include <stdlib.h>
@@ -34,14 +35,18 @@ REWRITES = [
      'if (!getenv("PTFS_BENCH_NO_SPLICE_WRITE")) conn->want |= FUSE_CAP_SPLICE_WRITE;'),
     (r"conn->want \|= FUSE_CAP_SPLICE_MOVE;",
      'if (!getenv("PTFS_BENCH_NO_SPLICE_MOVE")) conn->want |= FUSE_CAP_SPLICE_MOVE;'),
-    (r"conn->max_write = PTFS_MAX_IO;",
-     'conn->max_write = bench_env_u("PTFS_BENCH_MAX_IO", PTFS_MAX_IO);'),
+    (r"conn->max_write = io_size\(\);",
+     'conn->max_write = bench_env_u("PTFS_BENCH_MAX_IO", io_size());'),
     (r"conn->max_readahead = PTFS_MAX_IO;",
      'conn->max_readahead = bench_env_u("PTFS_BENCH_MAX_IO", PTFS_MAX_IO);'),
 ]
 
 
-def build(srcroot, workdir, log=print):
+def _log(msg):
+    print(msg, file=sys.stderr)  # stdout carries the binary's path
+
+
+def build(srcroot, workdir, log=_log):
     """Returns the path of the variant binary, or None (with a log line)."""
     src = os.path.join(workdir, "variant-src")
     bld = os.path.join(workdir, "variant-build")

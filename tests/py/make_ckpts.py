@@ -76,7 +76,8 @@ def odd_keys():
             long_key: 7, long_key + "x": 8, utf_long: 9, 1: 10, "1": 11,
             (1, "a"): 12, b"raw": 13, None: 14, False: 15, 2.5: 16,
             "w": torch.ones(1), "w.json": 17, "x.json": 18, "x": torch.zeros(1),
-            "tab\there": 19, "ünï": 20, "%2F": 21}
+            "tab\there": 19, "ünï": 20, "%2F": 21, "y" * 100000: 22,
+            "\udcff-lone-surrogate": 23, "ctl\x01\x7f\x1b": 24, "a/../..": 25}
 
 
 def single_tensor():
