@@ -1096,7 +1096,9 @@ int ptfs_mount_main(int argc, char **argv)
 			rc = -ENOMEM;
 		} else {
 			fuse_loop_cfg_set_clone_fd(loop, (unsigned)fopts.clone_fd);
-			fuse_loop_cfg_set_idle_threads(loop, fopts.max_idle_threads);
+			/* UINT_MAX means "not given": keep libfuse's default */
+			if (fopts.max_idle_threads <= 100000)
+				fuse_loop_cfg_set_idle_threads(loop, fopts.max_idle_threads);
 			if (fopts.max_threads > 0 && fopts.max_threads <= 100000)
 				fuse_loop_cfg_set_max_threads(loop, fopts.max_threads);
 			rc = fuse_session_loop_mt(se, loop);
