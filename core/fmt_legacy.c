@@ -748,6 +748,55 @@ static bool plain_probe(const struct pt_ckpt *ck, const uint8_t *head,
 	return true;
 }
 
+/*
+ * Bytes after the pickle's STOP are not part of what torch.load returns,
+ * but a hostile file can hide a second pickle there for a loader that
+ * reads on (the "steganographic" payloads of pickle scanners' test sets).
+ * Decode any pickles found there, inert as always, only to name their
+ * globals in the warnings, as a scanner would; at most 16 of them.
+ */
+static void scan_trailing(struct pt_ckpt *ck, const uint8_t *buf, size_t len,
+			  size_t used)
+{
+	struct pt_vstack st = { 0 };
+	int k;
+
+	for (k = 0; k < 16 && used < len; k++) {
+		struct pt_pickle *pk = NULL;
+		size_t more = 0;
+		uint8_t *seen;
+		uint32_t count;
+
+		if (pt_pickle_load(&pk, buf + used, len - used, &more,
+				   &ck->opts.limits, NULL) != 0 || more == 0)
+			break;
+		count = pt_pickle_count(pk);
+		seen = calloc((size_t)count / 8 + 1, 1);
+		st.n = 0;
+		if (seen && pt_vstack_push(&st, pt_pickle_root(pk)) == 0) {
+			while (st.n > 0) {
+				struct pt_value *v = st.v[--st.n];
+
+				if (v->id < count) {
+					if (seen[v->id / 8] & (1u << (v->id % 8)))
+						continue;
+					seen[v->id / 8] |= (uint8_t)(1u << (v->id % 8));
+				}
+				if (v->kind == PT_V_GLOBAL)
+					pt__note_global(ck, v);
+				if (pt_vstack_push_children(&st, v))
+					break;
+			}
+		}
+		free(seen);
+		pt_pickle_free(pk);
+		pt__warn(ck, "pickle: another pickle of %zu bytes follows at offset %zu (not part of the object; its globals are listed)",
+			 more, used);
+		used += more;
+	}
+	pt_vstack_free(&st);
+}
+
 static int plain_open(struct pt_ckpt *ck, struct pt_error *err)
 {
 	struct pt_value **refs = NULL;
@@ -767,9 +816,11 @@ static int plain_open(struct pt_ckpt *ck, struct pt_error *err)
 			     &used, err);
 	if (rc)
 		return rc;
-	if (used < size)
+	if (used < size) {
 		pt__warn(ck, "pickle: %" PRIu64 " bytes after its STOP are ignored",
 			 size - used);
+		scan_trailing(ck, ck->pickles[0].buf, (size_t)size, used);
+	}
 	rc = pt__legacy_refs(ck->root, pt_pickle_count(ck->pickles[0].pk),
 			     &refs, &nrefs, err);
 	for (i = 0; rc == 0 && i < nrefs; i++)

@@ -121,3 +121,14 @@ def test_malicious_globals_named():
                 named += 1
                 break
     assert named >= 10, named
+
+
+def test_pickle_hidden_after_stop_is_scanned():
+    """A second pickle hidden after the first one's STOP is decoded (inert)
+    and its globals are named, as a scanner would."""
+    p = os.path.join(FIXTURES, "mmaitre314__picklescan/malicious/tests__data__malicious6.pkl")
+    if not os.path.exists(p):
+        pytest.skip("fixture not present")
+    out = run("info", p).stdout.decode()
+    assert "dangerous global requests.api.get" in out
+    assert "another pickle of 60 bytes follows at offset 28" in out
