@@ -32,7 +32,6 @@ struct pt_node;
 
 struct pt_ckpt_opts {
 	struct pt_limits limits;   /* caps; pt_ckpt_opts_default() fills them */
-	bool nested_dots;          /* show "a.b.c" keys as directories a/b/c */
 };
 
 void pt_ckpt_opts_default(struct pt_ckpt_opts *o);

@@ -187,3 +187,30 @@ def test_readers_with_commits_in_between(tmp_path):
     assert torch.equal(torch.load(p)["w"], torch.full((1000,), 5.0))
     with zipfile.ZipFile(p) as z:  # CRCs right after several commits
         assert z.testzip() is None
+
+
+def test_umount_and_sigint_end_cleanly(dtypes_ckpt, tmp_path):
+    """`umount` (as root) and SIGINT in the foreground end the daemon with
+    status 0 and leave nothing mounted."""
+    import signal
+    for how in ("umount", "sigint"):
+        mnt = str(tmp_path / how)
+        os.mkdir(mnt)
+        proc = subprocess.Popen([PTFS, "-f", dtypes_ckpt, mnt], stderr=subprocess.PIPE)
+        try:
+            for _ in range(500):
+                if is_mounted(mnt):
+                    break
+                time.sleep(0.02)
+            assert os.listdir(mnt)
+            if how == "umount" and os.geteuid() == 0:
+                subprocess.run(["umount", mnt], check=True)
+            else:
+                proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=60) == 0
+            assert not is_mounted(mnt)
+        finally:
+            unmount(mnt)
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
