@@ -32,6 +32,9 @@ struct pt_node;
 
 struct pt_ckpt_opts {
 	struct pt_limits limits;   /* caps; pt_ckpt_opts_default() fills them */
+	bool nested;               /* show dotted str keys ("a.b.c") as
+				    * directories a/b/c (LAYOUT.md allows it
+				    * as an option; off by default) */
 };
 
 void pt_ckpt_opts_default(struct pt_ckpt_opts *o);

@@ -29,7 +29,8 @@ enum role {
 	R_VALUE,        /* a pickle value */
 	R_JSON,         /* NAME.json of a tensor value */
 	R_META,         /* /.ptfs */
-	R_RECDIR,       /* a folder of /.ptfs/records */
+	R_RECDIR,       /* a folder made of name parts: /.ptfs/records, and
+			 * the levels of dotted keys with the nested option */
 	R_RECORD,       /* a raw archive record */
 	R_GEN,          /* generated text under /.ptfs */
 	R_BLOB,         /* a format's file under /.ptfs (ck->meta_files) */
@@ -58,6 +59,7 @@ struct dtab {
 	size_t n;
 	size_t cap;
 	struct dent *byname;            /* hash over ents */
+	struct pt_tree *t;              /* the tree it belongs to */
 };
 
 struct pt_node {
@@ -88,6 +90,7 @@ struct pt_tree {
 	size_t n_nodes, cap_nodes;
 	char **texts;                   /* generated contents */
 	size_t n_texts, cap_texts;
+	bool nested;                    /* dotted keys as directories */
 };
 
 static bool grow(void **arr, size_t *cap, size_t n, size_t elem)
@@ -129,6 +132,7 @@ static struct dtab *tab_new(struct pt_tree *t)
 		return NULL;
 	}
 	t->tabs[t->n_tabs++] = d;
+	d->t = t;
 	return d;
 }
 
@@ -246,6 +250,71 @@ out:
 	return rc;
 }
 
+/*
+ * The nested option: "a.b.c" is the entry "c" of directory "b" of
+ * directory "a".  Each level is a directory of name parts (R_RECDIR) that
+ * later keys with the same prefix share; a level whose name a value
+ * already took is found or made under "~2", "~3", ... (rule 5).  Parts are
+ * encoded like whole keys, so an empty part is "%".
+ */
+static int add_dotted(struct dtab *d, const char *p, size_t n,
+		      struct pt_value *val)
+{
+	struct pt_buf enc, nm;
+	int rc = 0;
+
+	pt_buf_init(&enc);
+	pt_buf_init(&nm);
+	for (;;) {
+		const char *dot = memchr(p, '.', n);
+		size_t len = dot ? (size_t)(dot - p) : n;
+		struct dent *e = NULL;
+		unsigned k;
+
+		enc.len = 0;
+		pt_name_encode(&enc, (const uint8_t *)p, len);
+		if (enc.oom) {
+			rc = -ENOMEM;
+			break;
+		}
+		if (!dot) {
+			rc = claim(d, enc.p, enc.len, val);
+			break;
+		}
+		for (k = 1; k < 1000000; k++) {
+			nm.len = 0;
+			pt_buf_add(&nm, enc.p, enc.len);
+			if (k > 1)
+				pt_buf_printf(&nm, "~%u", k);
+			if (nm.oom)
+				break;
+			HASH_FIND(hh, d->byname, nm.p, nm.len, e);
+			if (!e || e->role == R_RECDIR)
+				break;
+		}
+		if (nm.oom || k == 1000000) {
+			rc = nm.oom ? -ENOMEM : -EFBIG;
+			break;
+		}
+		if (!e) {
+			struct dtab *sub = tab_new(d->t);
+
+			e = sub ? tab_add(d, strndup(nm.p, nm.len), R_RECDIR, NULL) : NULL;
+			if (!e) {
+				rc = -ENOMEM;
+				break;
+			}
+			e->sub = sub;
+		}
+		d = e->sub;
+		p = dot + 1;
+		n -= len + 1;
+	}
+	pt_buf_free(&enc);
+	pt_buf_free(&nm);
+	return rc;
+}
+
 static int add_keyed(struct dtab *d, struct pt_value *key,
 		     struct pt_value *val)
 {
@@ -263,11 +332,18 @@ static int add_keyed(struct dtab *d, struct pt_value *key,
 	} else {
 		pt_key_text(&raw, key);
 	}
-	pt_name_encode(&enc, (const uint8_t *)(raw.p ? raw.p : ""), raw.len);
-	if (raw.oom || enc.oom)
+	if (raw.oom) {
 		rc = -ENOMEM;
-	else
-		rc = claim(d, enc.p ? enc.p : "%", enc.p ? enc.len : 1, deref(val));
+	} else if (d->t && d->t->nested && key->kind == PT_V_STR && raw.len &&
+		   memchr(raw.p, '.', raw.len)) {
+		rc = add_dotted(d, raw.p, raw.len, deref(val));
+	} else {
+		pt_name_encode(&enc, (const uint8_t *)(raw.p ? raw.p : ""), raw.len);
+		if (enc.oom)
+			rc = -ENOMEM;
+		else
+			rc = claim(d, enc.p ? enc.p : "%", enc.p ? enc.len : 1, deref(val));
+	}
 	pt_buf_free(&raw);
 	pt_buf_free(&enc);
 	return rc;
@@ -1214,6 +1290,7 @@ int pt__tree_new(struct pt_ckpt *ck, struct pt_error *err)
 	if (!t)
 		return pt_fail(err, -ENOMEM, "out of memory");
 	pthread_mutex_init(&t->lock, NULL);
+	t->nested = ck->opts.nested;
 	ck->tree = t;
 	rc = build_meta(ck, t);
 	if (rc)

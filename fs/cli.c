@@ -15,6 +15,9 @@
 #include "ckpt.h"
 #include "ptfs.h"
 
+/* Options every subcommand takes: --nested. */
+static bool nested_opt;
+
 static int open_or_report(const char *path, struct pt_ckpt **ck)
 {
 	struct pt_ckpt_opts opts;
@@ -22,6 +25,7 @@ static int open_or_report(const char *path, struct pt_ckpt **ck)
 
 	pt_error_clear(&err);
 	pt_ckpt_opts_default(&opts);
+	opts.nested = nested_opt;
 	if (pt_ckpt_open(ck, path, &opts, &err) != 0) {
 		fprintf(stderr, "ptfs: %s: %s\n", path, err.msg);
 		return PTFS_EXIT_ERROR;
@@ -381,6 +385,17 @@ out:
 
 int ptfs_cli(int argc, char **argv)
 {
+	int i, j;
+
+	/* --nested may stand anywhere after the subcommand */
+	for (i = j = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--nested") == 0)
+			nested_opt = true;
+		else
+			argv[j++] = argv[i];
+	}
+	argc = j;
+	argv[argc] = NULL;
 	if (strcmp(argv[0], "ls") == 0)
 		return cmd_ls(argc, argv);
 	if (strcmp(argv[0], "cat") == 0)

@@ -11,8 +11,8 @@
 void ptfs_usage(FILE *f)
 {
 	fputs("usage: ptfs [options] CHECKPOINT MOUNTPOINT\n"
-	      "       ptfs ls [-a] [--max N] CHECKPOINT [PATH]\n"
-	      "       ptfs cat CHECKPOINT PATH\n"
+	      "       ptfs ls [-a] [--max N] [--nested] CHECKPOINT [PATH]\n"
+	      "       ptfs cat [--nested] CHECKPOINT PATH\n"
 	      "       ptfs info CHECKPOINT\n"
 	      "       ptfs set CHECKPOINT PATH < BYTES\n"
 	      "\n"
@@ -29,6 +29,7 @@ void ptfs_usage(FILE *f)
 	      "    -o max_values=N        cap on values one pickle may create\n"
 	      "    -o max_memory=BYTES    cap on memory for the decoded pickle\n"
 	      "    -o max_records=N       cap on ZIP records\n"
+	      "    -o nested              dotted keys (a.b.c) as directories a/b/c\n"
 	      "    -o OPTION              other options are passed to libfuse\n"
 	      "    -h, --help             this text\n"
 	      "    -V, --version          version\n"

@@ -896,6 +896,7 @@ struct cmdline {
 	unsigned long long max_values;
 	unsigned long long max_memory;
 	unsigned long long max_records;
+	int nested;
 };
 
 enum { KEY_HELP, KEY_VERSION, KEY_RO };
@@ -906,6 +907,7 @@ static const struct fuse_opt ptfs_opts[] = {
 	PTFS_OPT("max_values=%llu", max_values),
 	PTFS_OPT("max_memory=%llu", max_memory),
 	PTFS_OPT("max_records=%llu", max_records),
+	PTFS_OPT("nested", nested),
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -1039,6 +1041,7 @@ int ptfs_mount_main(int argc, char **argv)
 		copts.limits.max_memory = c.max_memory;
 	if (c.max_records)
 		copts.limits.max_records = c.max_records;
+	copts.nested = c.nested != 0;
 	pt_error_clear(&err);
 	if (pt_ckpt_open(&fs.ck, c.checkpoint, &copts, &err) != 0) {
 		fprintf(stderr, "ptfs: %s: %s\n", c.checkpoint, err.msg);

@@ -157,6 +157,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	opts.limits.max_memo = 1000000;
 	opts.limits.max_memory = 256u << 20;
 	opts.limits.max_dir_entries = 1000000;
+	opts.nested = size > 0 && (data[size - 1] & 1);
 	rc = pt_ckpt_open_mem(&ck, data, size, "fuzz.pt", &opts, &err);
 	if (rc) {
 		FUZZ_CHECK(rc < 0);

@@ -200,3 +200,30 @@ def test_info(ckdir):
     path = make(ckdir, "optimizer")
     out = run("info", path).stdout.decode()
     assert "torch.save zip" in out and "tensors:" in out and "warnings: none" in out
+
+
+def test_nested_option(tmp_path):
+    """-o nested / --nested: dotted keys as directories; a level a value
+    already took moves to NAME~2 (rule 5); empty parts are %."""
+    p = str(tmp_path / "n.pt")
+    torch.save({"a": 1, "a.b": torch.ones(2), "x.y.z": 2, "x.y": 5,
+                ".lead": 3, "trail.": 4, "enc.w": torch.zeros(3)}, p)
+    def cat(path):
+        r = run("cat", "--nested", p, path)
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+    assert cat("a") == b"1\n"
+    assert cat("a~2/b") == np.ones(2, np.float32).tobytes()
+    assert json.loads(cat("a~2/b.json"))["shape"] == [2]
+    assert cat("x/y/z") == b"2\n" and cat("x/y~2") == b"5\n"
+    assert cat("%/lead") == b"3\n" and cat("trail/%") == b"4\n"
+    # without the option the keys stay single names
+    assert run("cat", p, "x.y.z").stdout == b"2\n"
+    if os.path.exists("/dev/fuse"):
+        with mounted(p, "-o", "nested") as mnt:
+            assert os.listdir(mnt) == [".ptfs", "a", "a~2", "x", "%", "trail", "enc"]
+            assert os.listdir(os.path.join(mnt, "enc")) == ["w", "w.json"]
+            assert np.fromfile(os.path.join(mnt, "enc", "w"), np.float32).tolist() == [0, 0, 0]
+            with open(os.path.join(mnt, "enc", "w"), "r+b") as f:
+                f.write(np.full(3, 7, np.float32).tobytes())
+        assert torch.equal(torch.load(p)["enc.w"], torch.full((3,), 7.0))
