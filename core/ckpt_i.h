@@ -70,7 +70,7 @@ struct pt_storage {
 	uint64_t file_off;              /* PT_ST_FILE */
 	const uint8_t *mem;             /* PT_ST_MEM */
 	const struct pt_zip_entry *entry; /* the record, when there is one */
-	char *location;                 /* "cpu", "cuda:0" ... or NULL */
+	const char *location;           /* "cpu", "cuda:0" ... or NULL */
 	uint64_t id;                    /* creation order */
 	/* The checkpoint whose file (src, zip) holds the bytes, when that is
 	 * not the checkpoint reading them: a sharded index serves tensors of

@@ -28,7 +28,33 @@
 /* Which record folder the pickle being classified resolves pids in. */
 struct zip_state {
 	const char *dir;                /* "data" or "constants" */
+	/* the storage class of the last pid: a pickle memoises the class
+	 * global, so 20,000 pids name one node and the dtype table is
+	 * searched once */
+	const struct pt_value *last_cls;
+	const struct pt_dtype *last_dt;
+	/* storages under data/ by their decimal key ("0", "1", ...: what
+	 * torch writes), so a pid costs an array index, not a hash probe
+	 * that misses; other keys go through ck->storages alone */
+	struct pt_storage **by_num;
+	size_t n_num;
 };
+
+/* The key as a small index: canonical decimal below @n, else SIZE_MAX. */
+static size_t key_index(const char *key, size_t n)
+{
+	size_t v = 0;
+	const char *p;
+
+	if (!key[0] || (key[0] == '0' && key[1]))
+		return SIZE_MAX;
+	for (p = key; *p; p++) {
+		if (*p < '0' || *p > '9' || v >= n)
+			return SIZE_MAX;
+		v = v * 10 + (size_t)(*p - '0');
+	}
+	return v < n ? v : SIZE_MAX;
+}
 
 static bool zip_probe(const struct pt_ckpt *ck, const uint8_t *head, size_t n)
 {
@@ -196,6 +222,10 @@ static int zip_open(struct pt_ckpt *ck, struct pt_error *err)
 	if (!zs || !pt__own(ck, zs))
 		return pt_fail(err, -ENOMEM, "out of memory");
 	zs->dir = "data";
+	zs->n_num = (size_t)pt_zip_info(ck->zip)->n_entries;
+	zs->by_num = calloc(zs->n_num ? zs->n_num : 1, sizeof(*zs->by_num));
+	if (!zs->by_num || !pt__own(ck, zs->by_num))
+		return pt_fail(err, -ENOMEM, "out of memory");
 	ck->fmt_state = zs;
 	pkl = pt_zip_find_rel(ck->zip, "data.pkl");
 	if (!pkl) {
@@ -252,7 +282,7 @@ static bool pid_text(const struct pt_value *v, char *tmp, size_t cap)
 static int zip_storage(struct pt_ckpt *ck, const struct pt_value *pidv,
 		       struct pt_storage **out, struct pt_error *err)
 {
-	const struct zip_state *zs = ck->fmt_state;
+	struct zip_state *zs = ck->fmt_state;
 	const struct pt_value *pid = pidv->u.pid;
 	const struct pt_value *cls;
 	const struct pt_zip_entry *e;
@@ -260,6 +290,7 @@ static int zip_storage(struct pt_ckpt *ck, const struct pt_value *pidv,
 	struct pt_storage *st;
 	char key[256], loc[64], rel[300];
 	const char *hkey;
+	size_t slot;
 	int64_t numel = -1;
 	uint64_t need;
 
@@ -281,14 +312,24 @@ static int zip_storage(struct pt_ckpt *ck, const struct pt_value *pidv,
 	 * "<dir>/<key>" elsewhere (constants/0 is not data/0) */
 	snprintf(rel, sizeof(rel), "%s/%s", zs->dir, key);
 	hkey = strcmp(zs->dir, "data") == 0 ? key : rel;
-	HASH_FIND_STR(ck->storages, hkey, st);
+	slot = hkey == key ? key_index(key, zs->n_num) : SIZE_MAX;
+	if (slot != SIZE_MAX)
+		st = zs->by_num[slot];
+	else
+		HASH_FIND_STR(ck->storages, hkey, st);
 	if (st) {
 		*out = st;
 		return 0;
 	}
 	if (cls->kind != PT_V_GLOBAL)
 		return pt_fail(err, -EBADMSG, "storage '%s': type is not a global", key);
-	dt = pt_dtype_from_storage(cls->u.global.name);
+	if (cls == zs->last_cls) {
+		dt = zs->last_dt;
+	} else {
+		dt = pt_dtype_from_storage(cls->u.global.name);
+		zs->last_cls = cls;
+		zs->last_dt = dt;
+	}
 	if (!dt)
 		return pt_fail(err, -ENOTSUP, "storage '%s': unknown storage type %s.%s",
 			       key, cls->u.global.module, cls->u.global.name);
@@ -301,7 +342,9 @@ static int zip_storage(struct pt_ckpt *ck, const struct pt_value *pidv,
 	if (!st || !pt__own(ck, st))
 		return pt_fail(err, -ENOMEM, "out of memory");
 	st->key = pt__own(ck, strdup(hkey));
-	st->location = loc[0] ? pt__own(ck, strdup(loc)) : NULL;
+	/* nearly every storage says "cpu": share that one */
+	st->location = !loc[0] ? NULL : strcmp(loc, "cpu") == 0 ? "cpu" :
+		       pt__own(ck, strdup(loc));
 	if (!st->key)
 		return pt_fail(err, -ENOMEM, "out of memory");
 	st->dtype = dt;
@@ -324,6 +367,8 @@ static int zip_storage(struct pt_ckpt *ck, const struct pt_value *pidv,
 		st->kind = PT_ST_ZIP;
 	}
 	HASH_ADD_KEYPTR(hh, ck->storages, st->key, strlen(st->key), st);
+	if (slot != SIZE_MAX)
+		zs->by_num[slot] = st;
 	*out = st;
 	return 0;
 }

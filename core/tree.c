@@ -211,43 +211,47 @@ static int claim(struct dtab *d, const char *base, size_t blen,
 		 struct pt_value *val)
 {
 	bool tensor = val && pt__vclass(val) == PT_C_TENSOR;
-	struct pt_buf nm, js;
+	char *nm = NULL, *js = NULL;
+	size_t len;
 	unsigned k;
-	int rc = -ENOMEM;
 
-	pt_buf_init(&nm);
-	pt_buf_init(&js);
+	/* NAME, NAME~2 ... ; the suffix and ".json" need at most 16 bytes */
+	if (blen > SIZE_MAX - 32)
+		return -ENOMEM;
+	nm = malloc(blen + 16);
+	js = tensor ? malloc(blen + 32) : NULL;
+	if (!nm || (tensor && !js))
+		goto oom;
+	memcpy(nm, base, blen);
 	for (k = 1; k < 1000000; k++) {
-		nm.len = 0;
-		pt_buf_add(&nm, base, blen);
+		len = blen;
 		if (k > 1)
-			pt_buf_printf(&nm, "~%u", k);
-		if (nm.oom)
-			goto out;
-		if (tab_has(d, nm.p, nm.len))
+			len += (size_t)snprintf(nm + blen, 16, "~%u", k);
+		nm[len] = '\0';
+		if (tab_has(d, nm, len))
 			continue;
 		if (tensor) {
-			js.len = 0;
-			pt_buf_add(&js, nm.p, nm.len);
-			pt_buf_puts(&js, ".json");
-			if (js.oom)
-				goto out;
-			if (tab_has(d, js.p, js.len))
+			memcpy(js, nm, len);
+			memcpy(js + len, ".json", 6);
+			if (tab_has(d, js, len + 5))
 				continue;
 		}
-		if (!tab_add(d, pt_buf_take(&nm, NULL), R_VALUE, val))
-			goto out;
-		if (tensor &&
-		    !tab_add(d, pt_buf_take(&js, NULL), R_JSON, val))
-			goto out;
-		rc = 0;
-		goto out;
+		/* tab_add takes the names, also when it fails */
+		if (!tab_add(d, nm, R_VALUE, val)) {
+			free(js);
+			return -ENOMEM;
+		}
+		if (tensor && !tab_add(d, js, R_JSON, val))
+			return -ENOMEM;
+		return 0;
 	}
-	rc = -EFBIG;
-out:
-	pt_buf_free(&nm);
-	pt_buf_free(&js);
-	return rc;
+	free(nm);
+	free(js);
+	return -EFBIG;
+oom:
+	free(nm);
+	free(js);
+	return -ENOMEM;
 }
 
 /*
