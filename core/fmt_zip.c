@@ -37,6 +37,7 @@ struct zip_state {
 	 * torch writes), so a pid costs an array index, not a hash probe
 	 * that misses; other keys go through ck->storages alone */
 	struct pt_storage **by_num;
+	const struct pt_zip_entry **rec_num; /* <prefix>/data/<n> records */
 	size_t n_num;
 };
 
@@ -204,6 +205,31 @@ static void ts_note_class(struct pt_ckpt *ck)
 			      v->u.call.callable->u.global.name);
 }
 
+/* One pass over the records: <prefix>/data/<n> by n, so that resolving
+ * 20,000 storages walks an array instead of probing the name hash. */
+static void index_data_records(struct pt_ckpt *ck, struct zip_state *zs)
+{
+	const char *prefix = pt_zip_info(ck->zip)->prefix;
+	size_t plen = strlen(prefix), i;
+
+	for (i = 0; i < zs->n_num; i++) {
+		const struct pt_zip_entry *e = pt_zip_entry_at(ck->zip, i);
+		const char *rest = e->name;
+		size_t k;
+
+		if (plen) {
+			if (strncmp(rest, prefix, plen) != 0 || rest[plen] != '/')
+				continue;
+			rest += plen + 1;
+		}
+		if (strncmp(rest, "data/", 5) != 0)
+			continue;
+		k = key_index(rest + 5, zs->n_num);
+		if (k != SIZE_MAX)
+			zs->rec_num[k] = e;
+	}
+}
+
 static int zip_open(struct pt_ckpt *ck, struct pt_error *err)
 {
 	struct zip_state *zs;
@@ -224,8 +250,11 @@ static int zip_open(struct pt_ckpt *ck, struct pt_error *err)
 	zs->dir = "data";
 	zs->n_num = (size_t)pt_zip_info(ck->zip)->n_entries;
 	zs->by_num = calloc(zs->n_num ? zs->n_num : 1, sizeof(*zs->by_num));
-	if (!zs->by_num || !pt__own(ck, zs->by_num))
+	zs->rec_num = calloc(zs->n_num ? zs->n_num : 1, sizeof(*zs->rec_num));
+	if (!zs->by_num || !pt__own(ck, zs->by_num) ||
+	    !zs->rec_num || !pt__own(ck, zs->rec_num))
 		return pt_fail(err, -ENOMEM, "out of memory");
+	index_data_records(ck, zs);
 	ck->fmt_state = zs;
 	pkl = pt_zip_find_rel(ck->zip, "data.pkl");
 	if (!pkl) {
@@ -333,7 +362,7 @@ static int zip_storage(struct pt_ckpt *ck, const struct pt_value *pidv,
 	if (!dt)
 		return pt_fail(err, -ENOTSUP, "storage '%s': unknown storage type %s.%s",
 			       key, cls->u.global.module, cls->u.global.name);
-	e = pt_zip_find_rel(ck->zip, rel);
+	e = slot != SIZE_MAX ? zs->rec_num[slot] : pt_zip_find_rel(ck->zip, rel);
 	if (!e)
 		return pt_fail(err, -EBADMSG, "storage '%s': record '%s' is missing", key, rel);
 	if (!pt_mul_u64((uint64_t)numel, dt->size, &need))

@@ -81,7 +81,6 @@ struct pt_node {
 struct pt_tree {
 	pthread_mutex_t lock;
 	struct pt_node *root;
-	struct dtab *root_tab;
 	struct dtab *meta_tab;
 	uint64_t next_id;
 	struct dtab **tabs;             /* every table, for freeing */
@@ -704,12 +703,26 @@ static struct pt_node *node_new(struct pt_ckpt *ck, struct pt_node *parent,
 	}
 }
 
+static struct dtab *root_table(struct pt_ckpt *ck, int *rc);
+
 static struct dtab *node_tab(struct pt_ckpt *ck, struct pt_node *dir, int *rc)
 {
+	struct pt_tree *t = ck->tree;
 	struct dtab *d = __atomic_load_n(&dir->tab, __ATOMIC_ACQUIRE);
 
 	if (d)
 		return d;
+	if (dir == t->root) {
+		pthread_mutex_lock(&t->lock);
+		d = dir->tab;
+		if (!d) {
+			d = root_table(ck, rc);
+			if (d)
+				__atomic_store_n(&dir->tab, d, __ATOMIC_RELEASE);
+		}
+		pthread_mutex_unlock(&t->lock);
+		return d;
+	}
 	d = value_tab(ck, dir->val, rc);
 	if (d)
 		__atomic_store_n(&dir->tab, d, __ATOMIC_RELEASE);
@@ -1287,7 +1300,6 @@ static int build_meta(struct pt_ckpt *ck, struct pt_tree *t)
 int pt__tree_new(struct pt_ckpt *ck, struct pt_error *err)
 {
 	struct pt_tree *t = calloc(1, sizeof(*t));
-	struct dtab *root_tab;
 	struct pt_node *root;
 	int rc;
 
@@ -1311,22 +1323,35 @@ int pt__tree_new(struct pt_ckpt *ck, struct pt_error *err)
 	root->type = PT_NT_DIR;
 	root->role = R_VALUE;
 	root->val = deref(ck->root);
-	/* The root table: ".ptfs" first, then the object's entries, or
-	 * the object itself under the file's stem when it is not a
-	 * directory (LAYOUT.md "The root"). */
-	root_tab = tab_new(t);
-	if (!root_tab || !tab_add(root_tab, strdup(".ptfs"), R_META, NULL))
-		return pt_fail(err, -ENOMEM, "out of memory");
-	if (is_dir_class(root->val)) {
-		switch (pt__vclass(root->val)) {
+	return 0;
+}
+
+/*
+ * The root table: ".ptfs" first, then the object's entries, or the object
+ * itself under the file's stem when it is not a directory (LAYOUT.md "The
+ * root").  Built on first use like every other table (`ptfs info` never
+ * needs it); called with the tree lock held.
+ */
+static struct dtab *root_table(struct pt_ckpt *ck, int *rc)
+{
+	struct pt_tree *t = ck->tree;
+	struct pt_value *v = t->root->val;
+	struct dtab *d = tab_new(t);
+
+	if (!d || !tab_add(d, strdup(".ptfs"), R_META, NULL)) {
+		*rc = -ENOMEM;
+		return NULL;
+	}
+	if (is_dir_class(v)) {
+		switch (pt__vclass(v)) {
 		case PT_C_MAP:
-			rc = fill_map(root_tab, root->val);
+			*rc = fill_map(d, v);
 			break;
 		case PT_C_SEQ:
-			rc = fill_seq(root_tab, root->val);
+			*rc = fill_seq(d, v);
 			break;
 		default:
-			rc = fill_object(root_tab, root->val);
+			*rc = fill_object(d, v);
 			break;
 		}
 	} else {
@@ -1334,14 +1359,12 @@ int pt__tree_new(struct pt_ckpt *ck, struct pt_error *err)
 
 		pt_buf_init(&enc);
 		pt_name_encode(&enc, (const uint8_t *)ck->stem, strlen(ck->stem));
-		rc = enc.oom ? -ENOMEM : claim(root_tab, enc.p, enc.len, root->val);
+		*rc = enc.oom ? -ENOMEM : claim(d, enc.p, enc.len, v);
 		pt_buf_free(&enc);
 	}
-	if (rc)
-		return pt_fail(err, rc, "building the tree: %s", strerror(-rc));
-	root->tab = root_tab;
-	t->root_tab = root_tab;
-	return 0;
+	if (*rc == 0 && d->n > ck->opts.limits.max_dir_entries)
+		*rc = -EFBIG;
+	return *rc ? NULL : d;
 }
 
 void pt__tree_free(struct pt_ckpt *ck)
