@@ -2146,6 +2146,13 @@ int pt_vstack_push_children(struct pt_vstack *s, const struct pt_value *v)
 	}
 }
 
+int pt_vstack_push_values(struct pt_vstack *s, const struct pt_value *v)
+{
+	if (v->kind == PT_V_PERSID)
+		return 0;
+	return pt_vstack_push_children(s, v);
+}
+
 void pt_vstack_free(struct pt_vstack *s)
 {
 	free(s->v);

@@ -167,6 +167,10 @@ int pt_vstack_push(struct pt_vstack *s, struct pt_value *v);
  * call; the id of a persistent id.  0 or -ENOMEM. */
 int pt_vstack_push_children(struct pt_vstack *s, const struct pt_value *v);
 
+/* The same without descending into persistent ids (their tuples are not
+ * values of the object, only references to storages). */
+int pt_vstack_push_values(struct pt_vstack *s, const struct pt_value *v);
+
 void pt_vstack_free(struct pt_vstack *s);
 
 #endif /* PTFS_CORE_PICKLE_H */

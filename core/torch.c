@@ -798,8 +798,24 @@ static int classify_one(struct pt_ckpt *ck, struct pt_value *v,
 		pt_buf_printf(&b, "%s.%s\n", v->u.global.module,
 			      v->u.global.name);
 		return set_text(ck, v, &b, err);
-	case PT_V_PERSID:
+	case PT_V_PERSID: {
+		/* the pid tuple is not walked: classify (and so name in the
+		 * summary) its storage class global here */
+		const struct pt_value *pid = v->u.pid;
+		struct pt_value *g = NULL;
+		int rc;
+
+		if (pid && pid->kind == PT_V_TUPLE && pid->u.seq.n >= 2)
+			g = pid->u.seq.v[1];      /* ('storage', class, ...) */
+		else if (pid && pid->kind == PT_V_CALL)
+			g = pid->u.call.callable; /* _load_from_bytes(...) */
+		if (g && g->kind == PT_V_GLOBAL && g->aux16 == PT_C_UNSET) {
+			rc = classify_one(ck, g, err);
+			if (rc)
+				return rc;
+		}
 		return classify_persid(ck, v, err);
+	}
 	case PT_V_CALL:
 	case PT_V_OBJ:
 		return classify_call(ck, v, err);
@@ -843,7 +859,7 @@ int pt__classify_value(struct pt_ckpt *ck, struct pt_value *root,
 		if (v->aux16 == PT_C_UNSET) {
 			/* first visit: children first */
 			v->aux16 = PT_C_BUSY;
-			if (pt_vstack_push_children(&st, v)) {
+			if (pt_vstack_push_values(&st, v)) {
 				rc = pt_fail(err, -ENOMEM, "out of memory");
 				break;
 			}
