@@ -67,12 +67,24 @@ void pt_buf_putc(struct pt_buf *b, char c)
 void pt_buf_printf(struct pt_buf *b, const char *fmt, ...)
 {
 	va_list ap;
+	size_t room;
 	int n;
 
+	if (b->oom)
+		return;
+	/* format straight into the free space; measure first only when it
+	 * does not fit (text here is short: one pass almost always) */
+	room = b->cap > b->len ? b->cap - b->len : 0;
 	va_start(ap, fmt);
-	n = vsnprintf(NULL, 0, fmt, ap);
+	n = vsnprintf(room ? b->p + b->len : NULL, room, fmt, ap);
 	va_end(ap);
-	if (n < 0 || !pt_buf_reserve(b, (size_t)n))
+	if (n < 0)
+		return;
+	if ((size_t)n < room) {
+		b->len += (size_t)n;
+		return;
+	}
+	if (!pt_buf_reserve(b, (size_t)n))
 		return;
 	va_start(ap, fmt);
 	vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
@@ -117,6 +129,15 @@ void pt_buf_json_str(struct pt_buf *b, const uint8_t *p, size_t n)
 		uint8_t c = p[i];
 		size_t k;
 
+		/* a run of plain ASCII in one piece */
+		for (k = i; k < n && p[k] >= 0x20 && p[k] < 0x80 && p[k] != '"' &&
+			    p[k] != '\\'; k++)
+			;
+		if (k > i) {
+			pt_buf_add(b, p + i, k - i);
+			i = k;
+			continue;
+		}
 		if (c == '"' || c == '\\') {
 			pt_buf_putc(b, '\\');
 			pt_buf_putc(b, (char)c);

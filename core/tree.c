@@ -1079,8 +1079,21 @@ void pt_tree_json(struct pt_ckpt *ck, struct pt_buf *out, uint64_t max_entries)
 			n--;
 			continue;
 		}
+		{
+			/* sidecars and /.ptfs are left out: skip them before
+			 * making their nodes (a sidecar's JSON costs more than
+			 * the entry) */
+			int rc = 0;
+			struct dtab *d = node_tab(ck, f->dir, &rc);
+			uint8_t role = d ? d->ents[f->next]->role : R_JSON;
+
+			if (role == R_JSON || role == R_META) {
+				f->next++;
+				continue;
+			}
+		}
 		c = pt_tree_child(ck, f->dir, f->next++);
-		if (!c || c->role == R_JSON || c->role == R_META)
+		if (!c)
 			continue;
 		if (count++ >= max_entries || out->len >= PT_TREE_JSON_MAX) {
 			truncated = true;

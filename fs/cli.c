@@ -126,9 +126,8 @@ static int cmd_ls(int argc, char **argv)
 		if (!all && name[0] == '.')
 			continue;
 		pt_node_attr(c, &a);
-		if (!all && a.type == PT_NT_FILE && !a.tensor &&
-		    pt_node_tensor_json(ck, c))
-			continue; /* a tensor's .json sidecar */
+		if (!all && a.tensor)
+			f->next++; /* its .json sidecar comes next: not listed */
 		if (shown++ >= max) {
 			printf("... (stopped after %llu entries; use --max)\n", max);
 			break;
