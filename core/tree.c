@@ -490,6 +490,27 @@ static int fill_object(struct dtab *d, struct pt_value *v)
 	return add_seq(d, &v->u.call.items, &idx);
 }
 
+/* The entries of a directory value, within the entry cap. */
+static int fill_value(struct pt_ckpt *ck, struct dtab *d, struct pt_value *v)
+{
+	int rc;
+
+	switch (pt__vclass(v)) {
+	case PT_C_MAP:
+		rc = fill_map(d, v);
+		break;
+	case PT_C_SEQ:
+		rc = fill_seq(d, v);
+		break;
+	default:
+		rc = fill_object(d, v);
+		break;
+	}
+	if (rc == 0 && d->n > ck->opts.limits.max_dir_entries)
+		rc = -EFBIG;
+	return rc;
+}
+
 static struct dtab *value_tab(struct pt_ckpt *ck, struct pt_value *v, int *rc)
 {
 	struct pt_tree *t = ck->tree;
@@ -506,19 +527,7 @@ static struct dtab *value_tab(struct pt_ckpt *ck, struct pt_value *v, int *rc)
 		*rc = -ENOMEM;
 		goto out;
 	}
-	switch (pt__vclass(v)) {
-	case PT_C_MAP:
-		*rc = fill_map(d, v);
-		break;
-	case PT_C_SEQ:
-		*rc = fill_seq(d, v);
-		break;
-	default:
-		*rc = fill_object(d, v);
-		break;
-	}
-	if (*rc == 0 && d->n > ck->opts.limits.max_dir_entries)
-		*rc = -EFBIG;
+	*rc = fill_value(ck, d, v);
 	if (*rc) {
 		d = NULL;
 		goto out;
@@ -1356,17 +1365,7 @@ static struct dtab *root_table(struct pt_ckpt *ck, int *rc)
 		return NULL;
 	}
 	if (is_dir_class(v)) {
-		switch (pt__vclass(v)) {
-		case PT_C_MAP:
-			*rc = fill_map(d, v);
-			break;
-		case PT_C_SEQ:
-			*rc = fill_seq(d, v);
-			break;
-		default:
-			*rc = fill_object(d, v);
-			break;
-		}
+		*rc = fill_value(ck, d, v);
 	} else {
 		struct pt_buf enc;
 
@@ -1375,8 +1374,6 @@ static struct dtab *root_table(struct pt_ckpt *ck, int *rc)
 		*rc = enc.oom ? -ENOMEM : claim(d, enc.p, enc.len, v);
 		pt_buf_free(&enc);
 	}
-	if (*rc == 0 && d->n > ck->opts.limits.max_dir_entries)
-		*rc = -EFBIG;
 	return *rc ? NULL : d;
 }
 
