@@ -107,7 +107,10 @@ struct pt_tensor {
 	uint8_t kind;                   /* enum pt_tkind */
 	char byteorder;                 /* '<' little, '>' big, '|' n/a */
 	const char *dtype_name;         /* torch or numpy name for .json */
-	const char *note;               /* e.g. logical dtype, or NULL */
+	const char *note;               /* for the .json, or NULL */
+	const char *logical_dtype;      /* the tensor's own dtype when the
+					 * bytes are another (XLA bfloat16
+					 * saved as float32), or NULL */
 	uint64_t id;                    /* creation order */
 };
 

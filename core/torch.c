@@ -102,6 +102,8 @@ struct tspec {
 	char byteorder;
 	const char *dtype_name;
 	const char *note;
+	const char *logical;            /* the tensor's own dtype, when the
+					 * bytes are stored as another */
 };
 
 /*
@@ -181,6 +183,7 @@ static int make_tensor(struct pt_ckpt *ck, const struct tspec *sp,
 	t->byteorder = es == 1 ? '|' : sp->byteorder;
 	t->dtype_name = sp->dtype_name ? sp->dtype_name : sp->dtype->name;
 	t->note = sp->note;
+	t->logical_dtype = sp->logical;
 	t->id = ck->n_tensors;
 	if (numel == 0) {
 		t->contiguous = true;
@@ -399,8 +402,10 @@ static int tensor_spec(struct pt_ckpt *ck, const struct pt_value *fn,
 		if (d && d->kind == PT_V_GLOBAL) {
 			const struct pt_dtype *dt =
 				pt_dtype_from_torch(d->u.global.name);
-			if (dt && dt != sp->dtype)
-				sp->note = "stored as the dtype shown; the tensor's own dtype is in \"logical_dtype\"";
+			if (dt && dt != sp->dtype) {
+				sp->note = "the bytes are stored as the dtype shown; the tensor's own dtype is logical_dtype";
+				sp->logical = dt->name;
+			}
 			if (dt)
 				sp->dtype_name = sp->dtype->name;
 		}
@@ -1177,8 +1182,13 @@ void pt__tensor_json(struct pt_ckpt *ck, const struct pt_tensor *t,
 			      (unsigned long long)(st->file_off + t->byte_lo));
 	pt_buf_printf(out, ", \"zero_copy\": %s",
 		      st->kind == PT_ST_FILE && t->contiguous ? "true" : "false");
-	if (t->note)
-		pt_buf_printf(out, ", \"note\": \"%s\"", t->note);
+	if (t->logical_dtype)
+		pt_buf_printf(out, ", \"logical_dtype\": \"%s\"", t->logical_dtype);
+	if (t->note) {
+		pt_buf_puts(out, ", \"note\": \"");
+		pt_buf_json_str(out, (const uint8_t *)t->note, strlen(t->note));
+		pt_buf_putc(out, '"');
+	}
 	(void)ck;
 	pt_buf_puts(out, "}\n");
 }
