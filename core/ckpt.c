@@ -257,7 +257,11 @@ static int ckpt_init(struct pt_ckpt **out, const char *path,
 	pt_buf_init(&ck->warnings);
 	pt_buf_init(&ck->notes);
 	pt_buf_init(&ck->globals);
-	ck->path = strdup(path);
+	/* absolute: the daemon chdir()s to / when it detaches, and a commit
+	 * must still find the file (a memory source keeps its name) */
+	ck->path = path[0] == '/' ? strdup(path) : realpath(path, NULL);
+	if (!ck->path)
+		ck->path = strdup(path);
 	ck->stem = make_stem(path);
 	if (!ck->path || !ck->stem) {
 		pt_ckpt_close(ck);

@@ -265,3 +265,25 @@ def test_kill9_during_commit_is_atomic(tmp_path):
         assert d["a"].sum().item() == 0
         with zipfile.ZipFile(p) as z:
             assert z.testzip() is None
+
+
+@needs_fuse
+def test_relative_path_daemon_commits(tmp_path):
+    """The daemon detaches and changes directory; a checkpoint given by a
+    relative path must still be committed in place on unmount."""
+    p = save(str(tmp_path / "rel.pt"), base_obj())
+    mnt = str(tmp_path / "m")
+    os.mkdir(mnt)
+    r = subprocess.run([PTFS, "rel.pt", "m"], cwd=str(tmp_path), capture_output=True)
+    assert r.returncode == 0, r.stderr
+    try:
+        with open(os.path.join(mnt, "b"), "r+b") as f:
+            f.write(np.array([77], np.int64).tobytes())
+    finally:
+        unmount(mnt)
+    for _ in range(200):
+        if torch.load(p)["b"][0].item() == 77:
+            break
+        time.sleep(0.05)
+    assert torch.load(p)["b"][0].item() == 77
+    assert not os.path.exists("/rel.pt")
