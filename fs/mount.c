@@ -20,6 +20,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +28,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/types.h>
+#include <syslog.h>
 #include <unistd.h>
 
 #include <fuse_lowlevel.h>
@@ -989,6 +991,13 @@ static void raise_readahead(const char *mountpoint)
 	fclose(f);
 }
 
+/* Once detached, stderr is /dev/null: the log goes to syslog. */
+__attribute__((format(printf, 2, 0)))
+static void syslog_log(enum fuse_log_level level, const char *fmt, va_list ap)
+{
+	vsyslog((int)level, fmt, ap);
+}
+
 int ptfs_mount_main(int argc, char **argv)
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
@@ -1090,6 +1099,10 @@ int ptfs_mount_main(int argc, char **argv)
 		fuse_session_unmount(se);
 		fuse_remove_signal_handlers(se);
 		goto out;
+	}
+	if (!fopts.foreground) {
+		openlog("ptfs", LOG_PID, LOG_DAEMON);
+		fuse_set_log_func(syslog_log);
 	}
 	if (fopts.singlethread) {
 		rc = fuse_session_loop(se);
