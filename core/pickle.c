@@ -582,6 +582,7 @@ struct pt_vm {
 	 * tensor (offsets, sizes, requires_grad), and sharing them cuts the
 	 * graph by a third. */
 	struct pt_value *none;
+	struct pt_value *empty_tuple;
 	struct pt_value *bools[2];
 	struct pt_value *small[PT_SMALL_INTS];
 };
@@ -1307,11 +1308,17 @@ static int pt_op_empty(struct pt_vm *vm)
 			break;
 	if (i == sizeof(kinds) / sizeof(kinds[0]))
 		return pt_vm_fail(vm, -EBADMSG, "internal: not a constant");
+	/* None and () are immutable: one node each per pickle (every tensor
+	 * of a state dict pickles an empty tuple for its hooks) */
 	if (vm->op == OP_NONE && vm->none)
 		return pt_push(vm, vm->none);
+	if (vm->op == OP_EMPTY_TUPLE && vm->empty_tuple)
+		return pt_push(vm, vm->empty_tuple);
 	rc = pt_new(vm, kinds[i][1], &v);
 	if (rc == 0 && vm->op == OP_NONE)
 		vm->none = v;
+	if (rc == 0 && vm->op == OP_EMPTY_TUPLE)
+		vm->empty_tuple = v;
 	return rc ? rc : pt_push(vm, v);
 }
 
