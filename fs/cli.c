@@ -15,18 +15,53 @@
 #include "ckpt.h"
 #include "ptfs.h"
 
-/* Options every subcommand takes: --nested. */
-static bool nested_opt;
+/* Options every subcommand takes: --nested and -o OPT[,OPT...] with the
+ * mount's limit options (max_depth=N, ...), so that a file the mount
+ * refuses for a limit can be inspected here with a larger one. */
+static struct pt_ckpt_opts cli_opts;
+
+static int parse_o(char *list)
+{
+	char *save = NULL, *o;
+
+	for (o = strtok_r(list, ",", &save); o; o = strtok_r(NULL, ",", &save)) {
+		char *eq = strchr(o, '='), *end = NULL;
+		unsigned long long v = 0;
+
+		if (strcmp(o, "nested") == 0) {
+			cli_opts.nested = true;
+			continue;
+		}
+		if (eq) {
+			*eq = '\0';
+			v = strtoull(eq + 1, &end, 10);
+		}
+		if (!eq || !*(eq + 1) || *end || v == 0) {
+			fprintf(stderr, "ptfs: bad option '%s'\n", o);
+			return -1;
+		}
+		if (strcmp(o, "max_depth") == 0 && v <= UINT32_MAX)
+			cli_opts.limits.max_depth = (uint32_t)v;
+		else if (strcmp(o, "max_values") == 0)
+			cli_opts.limits.max_values = v;
+		else if (strcmp(o, "max_memory") == 0)
+			cli_opts.limits.max_memory = v;
+		else if (strcmp(o, "max_records") == 0)
+			cli_opts.limits.max_records = v;
+		else {
+			fprintf(stderr, "ptfs: unknown option '%s'\n", o);
+			return -1;
+		}
+	}
+	return 0;
+}
 
 static int open_or_report(const char *path, struct pt_ckpt **ck)
 {
-	struct pt_ckpt_opts opts;
 	struct pt_error err;
 
 	pt_error_clear(&err);
-	pt_ckpt_opts_default(&opts);
-	opts.nested = nested_opt;
-	if (pt_ckpt_open(ck, path, &opts, &err) != 0) {
+	if (pt_ckpt_open(ck, path, &cli_opts, &err) != 0) {
 		fprintf(stderr, "ptfs: %s: %s\n", path, err.msg);
 		return PTFS_EXIT_ERROR;
 	}
@@ -386,12 +421,19 @@ int ptfs_cli(int argc, char **argv)
 {
 	int i, j;
 
-	/* --nested may stand anywhere after the subcommand */
+	/* --nested and -o may stand anywhere after the subcommand */
+	pt_ckpt_opts_default(&cli_opts);
 	for (i = j = 1; i < argc; i++) {
-		if (strcmp(argv[i], "--nested") == 0)
-			nested_opt = true;
-		else
+		if (strcmp(argv[i], "--nested") == 0) {
+			cli_opts.nested = true;
+		} else if (strcmp(argv[i], "-o") == 0) {
+			if (i + 1 >= argc || parse_o(argv[++i]) != 0) {
+				ptfs_usage(stderr);
+				return PTFS_EXIT_USAGE;
+			}
+		} else {
 			argv[j++] = argv[i];
+		}
 	}
 	argc = j;
 	argv[argc] = NULL;

@@ -11,9 +11,9 @@
 void ptfs_usage(FILE *f)
 {
 	fputs("usage: ptfs [options] CHECKPOINT MOUNTPOINT\n"
-	      "       ptfs ls [-a] [--max N] [--nested] CHECKPOINT [PATH]\n"
-	      "       ptfs cat [--nested] CHECKPOINT PATH\n"
-	      "       ptfs info CHECKPOINT\n"
+	      "       ptfs ls [-a] [--max N] [--nested] [-o OPTS] CHECKPOINT [PATH]\n"
+	      "       ptfs cat [--nested] [-o OPTS] CHECKPOINT PATH\n"
+	      "       ptfs info [-o OPTS] CHECKPOINT\n"
 	      "       ptfs set CHECKPOINT PATH < BYTES\n"
 	      "\n"
 	      "Mount a PyTorch checkpoint as a directory tree: every tensor is a file\n"
@@ -30,6 +30,8 @@ void ptfs_usage(FILE *f)
 	      "    -o max_memory=BYTES    cap on memory for the decoded pickle\n"
 	      "    -o max_records=N       cap on ZIP records\n"
 	      "    -o nested              dotted keys (a.b.c) as directories a/b/c\n"
+	      "                           (nested and the max_* options also work\n"
+	      "                           with ls, cat, info and set)\n"
 	      "    -o OPTION              other options are passed to libfuse\n"
 	      "    -h, --help             this text\n"
 	      "    -V, --version          version\n"

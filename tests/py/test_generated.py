@@ -227,3 +227,18 @@ def test_nested_option(tmp_path):
             with open(os.path.join(mnt, "enc", "w"), "r+b") as f:
                 f.write(np.full(3, 7, np.float32).tobytes())
         assert torch.equal(torch.load(p)["enc.w"], torch.full((3,), 7.0))
+
+
+def test_cli_limit_options(tmp_path):
+    """The mount's -o limits work for the CLI too: a tree deeper than
+    max_depth stops there with EFBIG; the default reaches the bottom."""
+    x = [7]
+    for _ in range(20):
+        x = [x]
+    p = str(tmp_path / "deep.pt")
+    torch.save({"x": x}, p)
+    deep = "x/" + "0/" * 20 + "0"
+    assert run("cat", p, deep).stdout == b"7\n"
+    r = run("cat", "-o", "max_depth=10", p, deep)
+    assert r.returncode == 1 and b"File too large" in r.stderr
+    assert run("info", "-o", "nonsense", p).returncode == 2
