@@ -398,6 +398,16 @@ bool pt__is_global(const struct pt_value *v, const char *module,
 int pt__tree_new(struct pt_ckpt *ck, struct pt_error *err);
 void pt__tree_free(struct pt_ckpt *ck);
 
+/* fmt_zip.c: a storage over ZIP record @e (stored: served from the file;
+ * deflated: inflated on first read), keyed @key in ck->storages, with
+ * @location (@loc_len bytes, may be NULL) as its device.  Writable only
+ * when the container is written by the ZIP rewriter.  NULL when out of
+ * memory. */
+struct pt_storage *pt__record_storage(struct pt_ckpt *ck,
+				      const struct pt_zip_entry *e,
+				      const char *key, const char *location,
+				      size_t loc_len, const struct pt_dtype *dt);
+
 /* Formats (fmt_*.c). */
 extern const struct pt_format pt_fmt_zip;
 extern const struct pt_format pt_fmt_tar;     /* fmt_tar.c */

@@ -392,22 +392,10 @@ static int p2_value(struct pt_ckpt *ck, struct p2_state *s, const char *dir,
 		return pt_fail(err, -EBADMSG, "'%s': %u sizes but %u strides", fqn, m->rank, m->nstrides);
 	HASH_FIND_STR(ck->storages, rel, st);
 	if (!st) {
-		st = calloc(1, sizeof(*st));
-		if (!st || !pt__own(ck, st) || !(st->key = pt__own(ck, strdup(rel))))
+		st = pt__record_storage(ck, e, rel, (const char *)m->device,
+					m->device ? m->dlen : 0, dt);
+		if (!st)
 			return pt_fail(err, -ENOMEM, "out of memory");
-		if (m->device && m->dlen < 32 && !memchr(m->device, '\0', m->dlen))
-			st->location = pt__own(ck, strndup((const char *)m->device, m->dlen));
-		st->dtype = dt;
-		st->entry = e;
-		st->nbytes = e->usize;
-		st->id = ck->n_storages++;
-		if (e->method == PT_ZIP_STORED) {
-			st->kind = PT_ST_FILE;
-			st->file_off = e->data_off;
-		} else {
-			st->kind = PT_ST_ZIP;
-		}
-		HASH_ADD_KEYPTR(hh, ck->storages, st->key, strlen(st->key), st);
 	}
 	rc = pt__tensor_new(ck, dt, st, m->rank, m->sizes, m->strides, m->offset,
 			    m->requires_grad, &t, err);

@@ -573,22 +573,10 @@ static int tj_storage_of(struct tj *t, const struct tj_tensor *x,
 	if (!e)
 		return pt_fail(err, -EBADMSG, "model.json: tensor record '%s' is missing",
 			       pt__js_printable(x->key, x->klen, nm, sizeof(nm)));
-	st = calloc(1, sizeof(*st));
-	if (!st || !pt__own(ck, st) || !(st->key = pt__own(ck, strdup(rel))))
+	st = pt__record_storage(ck, e, rel, (const char *)x->device,
+				x->device ? x->dlen : 0, x->dtype);
+	if (!st)
 		return pt_fail(err, -ENOMEM, "out of memory");
-	if (x->device && x->dlen < 64 && !memchr(x->device, '\0', x->dlen))
-		st->location = pt__own(ck, strndup((const char *)x->device, x->dlen));
-	st->dtype = x->dtype;
-	st->entry = e;
-	st->nbytes = e->usize;
-	st->id = ck->n_storages++;
-	if (e->method == PT_ZIP_STORED) {
-		st->kind = PT_ST_FILE;
-		st->file_off = e->data_off;
-	} else {
-		st->kind = PT_ST_ZIP;
-	}
-	HASH_ADD_KEYPTR(hh, ck->storages, st->key, strlen(st->key), st);
 	*out = st;
 	return 0;
 }

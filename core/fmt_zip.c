@@ -308,6 +308,36 @@ static bool pid_text(const struct pt_value *v, char *tmp, size_t cap)
 	return true;
 }
 
+struct pt_storage *pt__record_storage(struct pt_ckpt *ck,
+				      const struct pt_zip_entry *e,
+				      const char *key, const char *location,
+				      size_t loc_len, const struct pt_dtype *dt)
+{
+	struct pt_storage *st = calloc(1, sizeof(*st));
+
+	if (!st || !pt__own(ck, st) || !(st->key = pt__own(ck, strdup(key))))
+		return NULL;
+	/* nearly every storage says "cpu": share that one */
+	if (loc_len == 3 && memcmp(location, "cpu", 3) == 0)
+		st->location = "cpu";
+	else if (location && loc_len && loc_len < 64 &&
+		 !memchr(location, '\0', loc_len))
+		st->location = pt__own(ck, strndup(location, loc_len));
+	st->dtype = dt;
+	st->entry = e;
+	st->nbytes = e->usize;
+	st->id = ck->n_storages++;
+	if (e->method == PT_ZIP_STORED) {
+		st->kind = PT_ST_FILE;
+		st->file_off = e->data_off;
+		st->writable = ck->fmt && ck->fmt->write == PT_WRITE_ZIP;
+	} else {
+		st->kind = PT_ST_ZIP;
+	}
+	HASH_ADD_KEYPTR(hh, ck->storages, st->key, strlen(st->key), st);
+	return st;
+}
+
 static int zip_storage(struct pt_ckpt *ck, const struct pt_value *pidv,
 		       struct pt_storage **out, struct pt_error *err)
 {
@@ -367,35 +397,19 @@ static int zip_storage(struct pt_ckpt *ck, const struct pt_value *pidv,
 		return pt_fail(err, -EBADMSG, "storage '%s': record '%s' is missing", key, rel);
 	if (!pt_mul_u64((uint64_t)numel, dt->size, &need))
 		return pt_fail(err, -EBADMSG, "storage '%s': size overflows", key);
-	st = calloc(1, sizeof(*st));
-	if (!st || !pt__own(ck, st))
+	if (e->usize != 0 && e->usize < need)
+		return pt_fail(err, -EBADMSG,
+			       "storage '%s': record '%s' has %" PRIu64 " bytes, the pickle says %" PRIu64,
+			       key, e->name, e->usize, need);
+	st = pt__record_storage(ck, e, hkey, loc, strlen(loc), dt);
+	if (!st)
 		return pt_fail(err, -ENOMEM, "out of memory");
-	st->key = pt__own(ck, strdup(hkey));
-	/* nearly every storage says "cpu": share that one */
-	st->location = !loc[0] ? NULL : strcmp(loc, "cpu") == 0 ? "cpu" :
-		       pt__own(ck, strdup(loc));
-	if (!st->key)
-		return pt_fail(err, -ENOMEM, "out of memory");
-	st->dtype = dt;
-	st->entry = e;
-	st->nbytes = e->usize;
-	st->id = ck->n_storages++;
 	if (e->usize == 0 && need > 0) {
 		/* TorchScript meta tensors: an empty record on purpose */
 		st->kind = PT_ST_NONE;
 		st->nbytes = need;
-	} else if (e->usize < need) {
-		return pt_fail(err, -EBADMSG,
-			       "storage '%s': record '%s' has %" PRIu64 " bytes, the pickle says %" PRIu64,
-			       key, e->name, e->usize, need);
-	} else if (e->method == PT_ZIP_STORED) {
-		st->kind = PT_ST_FILE;
-		st->file_off = e->data_off;
-		st->writable = true;
-	} else {
-		st->kind = PT_ST_ZIP;
+		st->writable = false;
 	}
-	HASH_ADD_KEYPTR(hh, ck->storages, st->key, strlen(st->key), st);
 	if (slot != SIZE_MAX)
 		zs->by_num[slot] = st;
 	*out = st;
