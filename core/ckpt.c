@@ -336,6 +336,20 @@ static int dcp_metadata(const char *dir, char **out, struct pt_error *err)
 	return -ENOENT;
 }
 
+/* Open ck->path read-only and remember what it is (for commits). */
+static int ckpt_attach(struct pt_ckpt *ck, struct pt_error *err)
+{
+	struct stat st;
+
+	ck->fd = open(ck->path, O_RDONLY | O_CLOEXEC);
+	if (ck->fd < 0 || fstat(ck->fd, &st) != 0)
+		return pt_fail(err, -errno, "%s", strerror(errno));
+	ck->mtime = st.st_mtim;
+	ck->dev = st.st_dev;
+	ck->ino = st.st_ino;
+	return pt_source_fd(&ck->src, ck->fd, ck->path, err);
+}
+
 int pt__ckpt_open_raw(struct pt_ckpt **out, const char *path,
 		      const struct pt_ckpt_opts *opts, struct pt_error *err)
 {
@@ -346,14 +360,9 @@ int pt__ckpt_open_raw(struct pt_ckpt **out, const char *path,
 	rc = ckpt_init(&ck, path, opts, err);
 	if (rc)
 		return rc;
-	ck->fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (ck->fd < 0) {
-		rc = pt_fail(err, -errno, "%s: %s", path, strerror(errno));
-		pt_ckpt_close(ck);
-		return rc;
-	}
-	rc = pt_source_fd(&ck->src, ck->fd, ck->path, err);
+	rc = ckpt_attach(ck, err);
 	if (rc) {
+		pt_error_prefix(err, "%s", path);
 		pt_ckpt_close(ck);
 		return rc;
 	}
@@ -372,16 +381,7 @@ int pt_ckpt_open(struct pt_ckpt **out, const char *path,
 	rc = ckpt_init(&ck, path, opts, err);
 	if (rc)
 		return rc;
-	ck->fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (ck->fd < 0) {
-		rc = pt_fail(err, -errno, "%s", strerror(errno));
-		goto out;
-	}
-	if (fstat(ck->fd, &st) != 0) {
-		rc = pt_fail(err, -errno, "%s", strerror(errno));
-		goto out;
-	}
-	if (S_ISDIR(st.st_mode)) {
+	if (stat(ck->path, &st) == 0 && S_ISDIR(st.st_mode)) {
 		/* a distributed checkpoint (a .metadata file, FORMAT.md §0,
 		 * §7): open its .metadata (fmt_dcp.c); else a directory of
 		 * shards: open its *.index.json instead (fmt_sharded.c);
@@ -395,17 +395,8 @@ int pt_ckpt_open(struct pt_ckpt **out, const char *path,
 			goto out;
 		free(ck->path);
 		ck->path = index;
-		close(ck->fd);
-		ck->fd = open(ck->path, O_RDONLY | O_CLOEXEC);
-		if (ck->fd < 0 || fstat(ck->fd, &st) != 0) {
-			rc = pt_fail(err, -errno, "%s: %s", ck->path, strerror(errno));
-			goto out;
-		}
 	}
-	ck->mtime = st.st_mtim;
-	ck->dev = st.st_dev;
-	ck->ino = st.st_ino;
-	rc = pt_source_fd(&ck->src, ck->fd, ck->path, err);
+	rc = ckpt_attach(ck, err);
 	if (rc)
 		goto out;
 	rc = ckpt_load(ck, err);

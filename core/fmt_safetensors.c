@@ -377,6 +377,19 @@ static int js_skip_number(struct pt_js *j)
 	return 0;
 }
 
+/* Skip an object member's key and its ':'. */
+static int js_skip_key(struct pt_js *j)
+{
+	int rc = js_string(j, NULL, NULL, false);
+
+	if (rc)
+		return rc;
+	if (pt__js_peek(j) != ':')
+		return js_fail(j, "expected ':'");
+	j->pos++;
+	return 0;
+}
+
 /* A scalar: string, number, true, false, null. */
 static int js_skip_scalar(struct pt_js *j)
 {
@@ -424,12 +437,9 @@ int pt__js_skip(struct pt_js *j)
 			if (!empty) {
 				stack[d++] = c == '{' ? '}' : ']';
 				if (c == '{') {
-					rc = js_string(j, NULL, NULL, false);
+					rc = js_skip_key(j);
 					if (rc)
 						return rc;
-					if (pt__js_peek(j) != ':')
-						return js_fail(j, "expected ':'");
-					j->pos++;
 				}
 				continue;
 			}
@@ -450,12 +460,9 @@ int pt__js_skip(struct pt_js *j)
 				continue;
 			}
 			if (stack[d - 1] == '}') {
-				rc = js_string(j, NULL, NULL, false);
+				rc = js_skip_key(j);
 				if (rc)
 					return rc;
-				if (pt__js_peek(j) != ':')
-					return js_fail(j, "expected ':'");
-				j->pos++;
 			}
 			break;
 		}
