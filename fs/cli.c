@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ckpt.h"
+#include "ckpt/ckpt.h"
 #include "ptfs.h"
 
 /* Options every subcommand takes: --nested and -o OPT[,OPT...] with the

@@ -36,7 +36,7 @@
 #include <pthread.h>
 #include <uthash.h>
 
-#include "ckpt.h"
+#include "ckpt/ckpt.h"
 #include "overlay.h"
 #include "ptfs.h"
 

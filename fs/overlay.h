@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ckpt.h"
+#include "ckpt/ckpt.h"
 
 #define OV_CHUNK (64u * 1024)
 

@@ -8,8 +8,8 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "buf.h"
-#include "error.h"
+#include "base/buf.h"
+#include "base/error.h"
 
 static void test_printf_and_take(void **state)
 {

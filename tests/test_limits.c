@@ -19,8 +19,8 @@
 #include <time.h>
 #include <cmocka.h>
 
-#include "ckpt.h"
-#include "rd.h"
+#include "ckpt/ckpt.h"
+#include "base/rd.h"
 
 /* Under ASan and a loaded CI machine every case still takes well under a
  * second; a hang or a quadratic walk would take minutes. */

@@ -20,7 +20,7 @@
 #include <sys/stat.h>
 #include <cmocka.h>
 
-#include "pickle.h"
+#include "decode/pickle.h"
 
 /* ---- describing a graph ----------------------------------------------- */
 

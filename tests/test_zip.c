@@ -20,10 +20,10 @@
 
 #include <libdeflate.h>
 
-#include "pt_limits.h"
-#include "rd.h"
-#include "source.h"
-#include "zip.h"
+#include "base/pt_limits.h"
+#include "base/rd.h"
+#include "io/source.h"
+#include "container/zip.h"
 
 /* ---- an in-memory ZIP writer with knobs ------------------------------ */
 

@@ -27,11 +27,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "pt_limits.h"
-#include "rd.h"
-#include "source.h"
-#include "zip.h"
-#include "zipwrite.h"
+#include "base/pt_limits.h"
+#include "base/rd.h"
+#include "io/source.h"
+#include "container/zip.h"
+#include "container/zipwrite.h"
 
 #define PY "/usr/bin/python3"
 

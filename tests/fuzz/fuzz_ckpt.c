@@ -14,7 +14,7 @@
  */
 #include <string.h>
 
-#include "ckpt.h"
+#include "ckpt/ckpt.h"
 #include "fuzz.h"
 
 #define FUZZ_NODES 20000

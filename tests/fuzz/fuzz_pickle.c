@@ -11,8 +11,8 @@
 #include <string.h>
 
 #include "fuzz.h"
-#include "pickle.h"
-#include "pt_limits.h"
+#include "decode/pickle.h"
+#include "base/pt_limits.h"
 
 #define FUZZ_WALK_MAX 20000
 

@@ -12,9 +12,9 @@
 #include <string.h>
 
 #include "fuzz.h"
-#include "pt_limits.h"
-#include "source.h"
-#include "zip.h"
+#include "base/pt_limits.h"
+#include "io/source.h"
+#include "container/zip.h"
 
 /* Inflate at most this much per input: keeps each run fast and small. */
 #define FUZZ_INFLATE_MAX (8u << 20)

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* buf.c -- growable byte buffer; see buf.h. */
-#include "buf.h"
+#include "base/buf.h"
 
 #include <stdarg.h>
 #include <stdio.h>

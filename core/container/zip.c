@@ -15,7 +15,7 @@
  *
  * The file is read with pread() through struct pt_source, never mapped.
  */
-#include "zip.h"
+#include "container/zip.h"
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -24,7 +24,7 @@
 
 #include <libdeflate.h>
 
-#include "rd.h"
+#include "base/rd.h"
 
 /* uthash must not exit() on allocation failure: it sets hash_oom instead,
  * a local variable of every function that adds to a table. */

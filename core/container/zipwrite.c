@@ -12,7 +12,7 @@
  * is what the ".format_version" offset calculation of §2.3 assumes).  The
  * central directory and the ZIP64 end records are always regenerated.
  */
-#include "zipwrite.h"
+#include "container/zipwrite.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -24,7 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "rd.h"
+#include "base/rd.h"
 
 #define ZW_HBUF_SIZE (1u << 20)         /* buffered headers and directory */
 #define ZW_PBUF_SIZE (4u << 20)         /* payload chunks, bounce buffer */

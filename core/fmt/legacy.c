@@ -20,7 +20,7 @@
  * call, which the storage hook below resolves to the storage it rebuilds.
  * The graph is not shared with anyone yet, so this is safe.
  */
-#include "ckpt_i.h"
+#include "ckpt/ckpt_i.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -17,7 +17,7 @@
  * of which was pushed by an earlier opcode, so the run is linear in the
  * input.
  */
-#include "pickle.h"
+#include "decode/pickle.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -25,7 +25,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "rd.h"
+#include "base/rd.h"
 
 /* ---- arena ------------------------------------------------------------ */
 

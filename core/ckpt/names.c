@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* names.c -- LAYOUT.md name rules and Python-compatible value text. */
-#include "names.h"
+#include "ckpt/names.h"
 
 #include <libdeflate.h>
 #include <math.h>

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* limits.c -- default caps; see limits.h and README.md for why these. */
-#include "pt_limits.h"
+#include "base/pt_limits.h"
 
 void pt_limits_default(struct pt_limits *l)
 {

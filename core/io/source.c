@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* source.c -- pread() or memcpy() from the checkpoint. */
-#include "source.h"
+#include "io/source.h"
 
 #include <errno.h>
 #include <stdlib.h>

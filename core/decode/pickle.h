@@ -23,9 +23,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "buf.h"
-#include "error.h"
-#include "pt_limits.h"
+#include "base/buf.h"
+#include "base/error.h"
+#include "base/pt_limits.h"
 
 enum pt_vkind {
 	PT_V_NONE,

@@ -12,8 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "buf.h"
-#include "pickle.h"
+#include "base/buf.h"
+#include "decode/pickle.h"
 
 /* Longest encoded name before rule 4 cuts it, and the kept head. */
 #define PT_NAME_MAX 240

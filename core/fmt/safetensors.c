@@ -20,7 +20,7 @@
  * caller drives by the schema, with no recursion and no tree of nodes, is
  * both the smallest and the most bounded choice.
  */
-#include "ckpt_i.h"
+#include "ckpt/ckpt_i.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -18,9 +18,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "error.h"
-#include "pt_limits.h"
-#include "source.h"
+#include "base/error.h"
+#include "base/pt_limits.h"
+#include "io/source.h"
 
 #define PT_ZIP_STORED 0
 #define PT_ZIP_DEFLATED 8

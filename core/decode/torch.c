@@ -11,7 +11,7 @@
  * window is checked against its storage here, so later reads need no
  * checks on untrusted numbers.
  */
-#include "ckpt_i.h"
+#include "ckpt/ckpt_i.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -20,8 +20,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "names.h"
-#include "rd.h"
+#include "ckpt/names.h"
+#include "base/rd.h"
 
 bool pt__is_global(const struct pt_value *v, const char *module,
 		   const char *name)

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* error.c -- struct pt_error helpers. */
-#include "error.h"
+#include "base/error.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -15,7 +15,7 @@
  *
  * pt__dir_checkpoint() picks the file to open when a directory is given.
  */
-#include "ckpt_i.h"
+#include "ckpt/ckpt_i.h"
 
 #include <dirent.h>
 #include <errno.h>

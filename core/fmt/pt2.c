@@ -27,7 +27,7 @@
  * such blobs too.  Tensors of nested blobs are read-only and not
  * zero-copy (no record of the outer archive holds exactly them).
  */
-#include "ckpt_i.h"
+#include "ckpt/ckpt_i.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -15,7 +15,7 @@
  * release stores and read with acquire loads, so lookups of nodes that
  * already exist, and all reads of file contents, take no lock.
  */
-#include "ckpt_i.h"
+#include "ckpt/ckpt_i.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "names.h"
+#include "ckpt/names.h"
 
 enum role {
 	R_VALUE,        /* a pickle value */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* dtype.c -- the dtype table; see dtype.h and FORMAT.md §3.5. */
-#include "dtype.h"
+#include "decode/dtype.h"
 
 #include <string.h>
 

@@ -3,8 +3,8 @@
  * ckpt.c -- open a checkpoint: detect its container from its bytes, hand it
  * to that format's module, interpret the result and build the tree root.
  */
-#include "ckpt_i.h"
-#include "zipwrite.h"
+#include "ckpt/ckpt_i.h"
+#include "container/zipwrite.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -19,14 +19,14 @@
 
 #include <uthash.h>
 
-#include "buf.h"
-#include "ckpt.h"
-#include "dtype.h"
-#include "pt_limits.h"
-#include "pickle.h"
-#include "rd.h"
-#include "source.h"
-#include "zip.h"
+#include "base/buf.h"
+#include "ckpt/ckpt.h"
+#include "decode/dtype.h"
+#include "base/pt_limits.h"
+#include "decode/pickle.h"
+#include "base/rd.h"
+#include "io/source.h"
+#include "container/zip.h"
 
 /* Where a storage's bytes are. */
 enum pt_stkind {

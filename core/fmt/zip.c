@@ -17,7 +17,7 @@
  * keys outside data/ are hashed as "constants/<key>" so the two folders'
  * "0" do not collide.
  */
-#include "ckpt_i.h"
+#include "ckpt/ckpt_i.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -23,9 +23,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "buf.h"
-#include "error.h"
-#include "pt_limits.h"
+#include "base/buf.h"
+#include "base/error.h"
+#include "base/pt_limits.h"
 
 struct pt_ckpt;
 struct pt_node;

@@ -19,7 +19,7 @@
  * module pid into its class, so that torch.c sees the values torch.load
  * returns.
  */
-#include "ckpt_i.h"
+#include "ckpt/ckpt_i.h"
 
 #include <errno.h>
 #include <inttypes.h>

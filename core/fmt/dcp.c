@@ -33,7 +33,7 @@
  * (pt__ckpt_open_raw), and kept until close.  DCP mounts are read-only
  * (pt_ckpt_writable() is false for every format but torch.save zips).
  */
-#include "ckpt_i.h"
+#include "ckpt/ckpt_i.h"
 
 #include <errno.h>
 #include <inttypes.h>

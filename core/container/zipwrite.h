@@ -29,8 +29,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "error.h"
-#include "zip.h"
+#include "base/error.h"
+#include "container/zip.h"
 
 /* New contents for one record. */
 struct pt_zw_change {

@@ -27,7 +27,7 @@
  * are served from their records without copying.  Nested modules are
  * parsed with an explicit stack (no recursion over the file).
  */
-#include "ckpt_i.h"
+#include "ckpt/ckpt_i.h"
 
 #include <errno.h>
 #include <inttypes.h>
