@@ -248,7 +248,6 @@ static int ckpt_init(struct pt_ckpt **out, const char *path,
 	*out = NULL;
 	if (!ck)
 		return pt_fail(err, -ENOMEM, "out of memory");
-	ck->fd = -1;
 	ck->byteorder = '<';
 	if (opts)
 		ck->opts = *opts;
@@ -274,19 +273,19 @@ static int ckpt_init(struct pt_ckpt **out, const char *path,
 static int ckpt_load(struct pt_ckpt *ck, struct pt_error *err)
 {
 	uint8_t head[512];
-	size_t n = ck->src.size < sizeof(head) ? (size_t)ck->src.size : sizeof(head);
+	size_t n = ck->src->size < sizeof(head) ? (size_t)ck->src->size : sizeof(head);
 	size_t i;
 	int rc;
 
-	if (ck->src.size == 0)
+	if (ck->src->size == 0)
 		return pt_fail(err, -EBADMSG, "empty file, not a checkpoint");
-	rc = pt_source_read(&ck->src, head, n, 0, err);
+	rc = pt_source_read(ck->src, head, n, 0, err);
 	if (rc)
 		return rc;
 	/* the ZIP family is told apart by record names: index it once,
 	 * before probing (struct pt_format.probe) */
 	if (n >= 4 && memcmp(head, "PK\3\4", 4) == 0) {
-		rc = pt_zip_open(&ck->zip, &ck->src, &ck->opts.limits, err);
+		rc = pt_zip_open(&ck->zip, ck->src, &ck->opts.limits, err);
 		if (rc)
 			return rc;
 	}
@@ -336,38 +335,41 @@ static int dcp_metadata(const char *dir, char **out, struct pt_error *err)
 	return -ENOENT;
 }
 
-/* Open ck->path read-only and remember what it is (for commits). */
-static int ckpt_attach(struct pt_ckpt *ck, struct pt_error *err)
-{
-	struct stat st;
-
-	ck->fd = open(ck->path, O_RDONLY | O_CLOEXEC);
-	if (ck->fd < 0 || fstat(ck->fd, &st) != 0)
-		return pt_fail(err, -errno, "%s", strerror(errno));
-	ck->mtime = st.st_mtim;
-	ck->dev = st.st_dev;
-	ck->ino = st.st_ino;
-	return pt_source_fd(&ck->src, ck->fd, ck->path, err);
-}
-
-int pt__ckpt_open_raw(struct pt_ckpt **out, const char *path,
-		      const struct pt_ckpt_opts *opts, struct pt_error *err)
+/* A checkpoint over @src (owned from here on, also on failure): bare, or
+ * loaded (probed and opened) when @load. */
+static int ckpt_of_source(struct pt_ckpt **out, struct pt_source *src,
+			  bool load, const struct pt_ckpt_opts *opts,
+			  struct pt_error *err)
 {
 	struct pt_ckpt *ck = NULL;
 	int rc;
 
 	*out = NULL;
-	rc = ckpt_init(&ck, path, opts, err);
-	if (rc)
-		return rc;
-	rc = ckpt_attach(ck, err);
+	rc = ckpt_init(&ck, src->name, opts, err);
 	if (rc) {
-		pt_error_prefix(err, "%s", path);
+		pt_source_close(src);
+		return rc;
+	}
+	ck->src = src;
+	rc = load ? ckpt_load(ck, err) : 0;
+	if (rc) {
 		pt_ckpt_close(ck);
 		return rc;
 	}
 	*out = ck;
 	return 0;
+}
+
+int pt__ckpt_open_raw(struct pt_ckpt **out, struct pt_source *src,
+		      const struct pt_ckpt_opts *opts, struct pt_error *err)
+{
+	return ckpt_of_source(out, src, false, opts, err);
+}
+
+int pt__ckpt_open_source(struct pt_ckpt **out, struct pt_source *src,
+			 const struct pt_ckpt_opts *opts, struct pt_error *err)
+{
+	return ckpt_of_source(out, src, true, opts, err);
 }
 
 int pt_ckpt_open(struct pt_ckpt **out, const char *path,
@@ -396,7 +398,7 @@ int pt_ckpt_open(struct pt_ckpt **out, const char *path,
 		free(ck->path);
 		ck->path = index;
 	}
-	rc = ckpt_attach(ck, err);
+	rc = pt_source_open_file(ck->path, &ck->src, err);
 	if (rc)
 		goto out;
 	rc = ckpt_load(ck, err);
@@ -420,8 +422,9 @@ int pt_ckpt_open_mem(struct pt_ckpt **out, const void *mem, size_t len,
 	rc = ckpt_init(&ck, name, opts, err);
 	if (rc)
 		return rc;
-	pt_source_mem(&ck->src, mem, len, ck->path);
-	rc = ckpt_load(ck, err);
+	rc = pt_source_mem(mem, len, ck->path, &ck->src, err);
+	if (!rc)
+		rc = ckpt_load(ck, err);
 	if (rc) {
 		pt_ckpt_close(ck);
 		return rc;
@@ -458,8 +461,7 @@ void pt_ckpt_close(struct pt_ckpt *ck)
 	pt_buf_free(&ck->warnings);
 	pt_buf_free(&ck->notes);
 	pt_buf_free(&ck->globals);
-	if (ck->fd >= 0)
-		close(ck->fd);
+	pt_source_close(ck->src);
 	free(ck->path);
 	free(ck->stem);
 	free(ck);
@@ -477,14 +479,31 @@ const char *pt_ckpt_format(const struct pt_ckpt *ck)
 	return ck->fmt ? ck->fmt->name : "unknown";
 }
 
-int pt_ckpt_fd(const struct pt_ckpt *ck)
+int pt_ckpt_read(const struct pt_ckpt *ck, void *buf, size_t n,
+		 uint64_t off, struct pt_error *err)
 {
-	return ck->fd;
+	return pt_source_read(ck->src, buf, n, off, err);
+}
+
+bool pt_ckpt_extent(const struct pt_ckpt *ck, uint64_t off, uint64_t n,
+		    int *fd, uint64_t *file_off)
+{
+	return pt_source_extent(ck->src, off, n, fd, file_off);
+}
+
+int pt_ckpt_check(const struct pt_ckpt *ck, struct pt_error *err)
+{
+	return pt_source_check(ck->src, PT_CHECK_READS, err);
+}
+
+uint64_t pt_ckpt_size(const struct pt_ckpt *ck)
+{
+	return ck->src->size;
 }
 
 struct timespec pt_ckpt_mtime(const struct pt_ckpt *ck)
 {
-	return ck->mtime;
+	return ck->src->mtime;
 }
 
 static void human(struct pt_buf *out, uint64_t n)
@@ -517,7 +536,7 @@ void pt_ckpt_info(struct pt_ckpt *ck, struct pt_buf *out)
 	memset(dt, 0, sizeof(dt));
 	pt_buf_printf(out, "file: %s\n", ck->path);
 	pt_buf_printf(out, "format: %s\n", pt_ckpt_format(ck));
-	pt_buf_printf(out, "size: %llu bytes\n", (unsigned long long)ck->src.size);
+	pt_buf_printf(out, "size: %llu bytes\n", (unsigned long long)ck->src->size);
 	if (ck->zip) {
 		const struct pt_zip_info *zi = pt_zip_info(ck->zip);
 		pt_buf_printf(out, "records: %llu\n", (unsigned long long)zi->n_entries);
@@ -620,7 +639,7 @@ void pt_ckpt_set_storage_hook(struct pt_ckpt *ck, pt_storage_hook fn,
 
 bool pt_ckpt_writable(const struct pt_ckpt *ck)
 {
-	if (ck->fd < 0 || !ck->fmt)
+	if (!pt_source_local_path(ck->src) || !ck->fmt)
 		return false;
 	if (ck->fmt->write == PT_WRITE_ZIP)
 		return ck->zip != NULL;
@@ -640,7 +659,6 @@ static int commit_zip(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
 {
 	struct pt_zw_change *ch = calloc(n, sizeof(*ch));
 	struct pt_commit *cc = calloc(n, sizeof(*cc));
-	struct pt_zw_expect ex;
 	size_t i;
 	int rc;
 
@@ -657,38 +675,32 @@ static int commit_zip(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
 		ch[i].ctx = &cc[i];
 		ch[i].crc_out = &crcs[i];
 	}
-	memset(&ex, 0, sizeof(ex));
-	ex.dev = ck->dev;
-	ex.ino = ck->ino;
-	ex.size = (off_t)ck->src.size;
-	ex.mtime = ck->mtime;
-	rc = pt_zip_rewrite(ck->path, ck->zip, ch, n, &ex, NULL, err);
+	/* the rewriter checks the file against the source it indexed
+	 * (pt_source_check, PT_CHECK_NAME) */
+	rc = pt_zip_rewrite(pt_source_local_path(ck->src), ck->zip, ch, n,
+			    NULL, NULL, err);
 	free(ch);
 	free(cc);
 	return rc;
 }
 
-/* Has the file at the checkpoint's path changed since we opened it? */
-static bool changed_on_disk(const struct pt_ckpt *ck, const struct stat *st)
-{
-	return st->st_dev != ck->dev || st->st_ino != ck->ino ||
-	       (uint64_t)st->st_size != ck->src.size ||
-	       st->st_mtim.tv_sec != ck->mtime.tv_sec ||
-	       st->st_mtim.tv_nsec != ck->mtime.tv_nsec;
-}
-
-/* Copy the whole checkpoint into @out (copy_file_range, so copy-on-write
- * filesystems share extents; read/write where it is not supported). */
+/* Copy the whole checkpoint into @out (copy_file_range from the source's
+ * extent, so copy-on-write filesystems share extents; read/write where it
+ * is not supported). */
 static int copy_all(struct pt_ckpt *ck, int out, const char *tmp,
 		    uint8_t *buf, size_t chunk, struct pt_error *err)
 {
-	uint64_t done = 0;
-	int e;
+	uint64_t done = 0, base = 0;
+	int e, in = -1;
 
-	while (done < ck->src.size) {
-		loff_t from = (loff_t)done, to = (loff_t)done;
-		ssize_t k = copy_file_range(ck->fd, &from, out, &to,
-					    (size_t)(ck->src.size - done), 0);
+	if (!pt_source_extent(ck->src, 0, ck->src->size, &in, &base))
+		return pt_fail(err, -EROFS, "commit: %s: not a local file",
+			       ck->path);
+
+	while (done < ck->src->size) {
+		loff_t from = (loff_t)(base + done), to = (loff_t)done;
+		ssize_t k = copy_file_range(in, &from, out, &to,
+					    (size_t)(ck->src->size - done), 0);
 
 		if (k > 0) {
 			done += (uint64_t)k;
@@ -701,9 +713,9 @@ static int copy_all(struct pt_ckpt *ck, int out, const char *tmp,
 			e = errno;
 			return pt_fail(err, -e, "commit: write to %s: %s", tmp, strerror(e));
 		}
-		k = pread(ck->fd, buf, (size_t)(ck->src.size - done < chunk ?
-						 ck->src.size - done : chunk),
-			  (off_t)done);
+		k = pread(in, buf, (size_t)(ck->src->size - done < chunk ?
+					     ck->src->size - done : chunk),
+			  (off_t)(base + done));
 		if (k <= 0 || pwrite(out, buf, (size_t)k, (off_t)done) != k) {
 			e = k < 0 ? errno : EIO;
 			return pt_fail(err, -e, "commit: write to %s: %s", tmp, strerror(e));
@@ -725,15 +737,18 @@ static int commit_inplace(struct pt_ckpt *ck, const struct pt_commit *c,
 	const size_t chunk = 4u << 20;
 	char *dir = NULL, *tmp = NULL, *base;
 	uint8_t *buf = NULL;
+	struct pt_error e2;
 	struct stat st;
 	size_t i;
 	int out = -1, dfd, rc = 0, e;
 
+	rc = pt_source_check(ck->src, PT_CHECK_NAME, err);
+	if (rc) {
+		pt_error_prefix(err, "commit");
+		return rc;
+	}
 	if (stat(ck->path, &st) != 0)
 		return pt_fail(err, -errno, "commit: %s: %s", ck->path, strerror(errno));
-	if (changed_on_disk(ck, &st))
-		return pt_fail(err, -ESTALE, "commit: %s: checkpoint changed on disk since it was opened",
-			       ck->path);
 	dir = strdup(ck->path);
 	buf = malloc(chunk);
 	if (!dir || !buf) {
@@ -793,7 +808,8 @@ static int commit_inplace(struct pt_ckpt *ck, const struct pt_commit *c,
 		rc = pt_fail(err, -e, "commit: fsync %s: %s", tmp, strerror(e));
 		goto out;
 	}
-	if (stat(ck->path, &st) != 0 || changed_on_disk(ck, &st)) {
+	pt_error_clear(&e2);
+	if (pt_source_check(ck->src, PT_CHECK_NAME, &e2) != 0) {
 		rc = pt_fail(err, -ESTALE, "commit: %s: checkpoint changed on disk during the commit",
 			     ck->path);
 		goto out;
@@ -826,9 +842,8 @@ int pt_ckpt_commit(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
 		   struct pt_error *err)
 {
 	uint32_t *crcs = NULL;
-	struct stat st;
 	size_t i;
-	int fd = -1, rc;
+	int rc;
 
 	if (!pt_ckpt_writable(ck))
 		return pt_fail(err, -EROFS, "%s checkpoints cannot be written",
@@ -854,27 +869,9 @@ int pt_ckpt_commit(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
 	}
 	/* Same sizes, so the same layout: read the new file through the
 	 * same descriptor number from now on. */
-	fd = open(ck->path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0 || fstat(fd, &st) != 0) {
-		rc = pt_fail(err, -errno, "reopening after commit: %s", strerror(errno));
-		goto out;
-	}
-	if ((uint64_t)st.st_size != ck->src.size) {
-		rc = pt_fail(err, -EIO, "reopening after commit: size changed");
-		goto out;
-	}
-	if (dup2(fd, ck->fd) < 0) {
-		rc = pt_fail(err, -errno, "reopening after commit: %s", strerror(errno));
-		goto out;
-	}
-	ck->dev = st.st_dev;
-	ck->ino = st.st_ino;
-	ck->mtime = st.st_mtim;
-	for (i = 0; crcs && i < n; i++)
+	rc = pt_source_reopen(ck->src, err);
+	for (i = 0; !rc && crcs && i < n; i++)
 		pt_zip_set_crc(ck->zip, c[i].st->entry, crcs[i]);
-out:
-	if (fd >= 0)
-		close(fd);
 	free(crcs);
 	return rc;
 }

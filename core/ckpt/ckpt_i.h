@@ -198,11 +198,7 @@ struct pt_tree;
 struct pt_ckpt {
 	char *path;                     /* as given */
 	char *stem;                     /* file name minus last extension */
-	int fd;                         /* -1 for memory */
-	struct pt_source src;
-	struct timespec mtime;
-	dev_t dev;                      /* of the file, for commits */
-	ino_t ino;
+	struct pt_source *src;          /* the bytes (io/source.h) */
 	struct pt_ckpt_opts opts;
 
 	const struct pt_format *fmt;
@@ -417,13 +413,22 @@ extern const struct pt_format pt_fmt_safetensors;
 extern const struct pt_format pt_fmt_sharded;
 extern const struct pt_format pt_fmt_dcp;     /* fmt_dcp.c */
 
-/* ckpt.c: open @path as bare bytes, a checkpoint with only path, fd and
- * src set (no format, pickle or tree), for a format that serves data from
- * files beside its own (the .distcp files of a DCP directory, through
- * struct pt_storage.home or struct pt_chunk.home).  Close it with
- * pt_ckpt_close().  Returns 0 or -errno with "path: reason" in @err. */
-int pt__ckpt_open_raw(struct pt_ckpt **out, const char *path,
+/* ckpt.c: a bare checkpoint over @src (owned from here on, also on
+ * failure): only path and src set (no format, pickle or tree), for a
+ * format that serves data from files beside its own (the .distcp files of
+ * a DCP directory, from pt_source_open_sibling(), through struct
+ * pt_storage.home or struct pt_chunk.home).  Close it with
+ * pt_ckpt_close().  Returns 0 or -ENOMEM. */
+int pt__ckpt_open_raw(struct pt_ckpt **out, struct pt_source *src,
 		      const struct pt_ckpt_opts *opts, struct pt_error *err);
+
+/* ckpt.c: open the checkpoint whose bytes @src holds (a shard of a sharded
+ * index, from pt_source_open_sibling()): probe and open as pt_ckpt_open()
+ * does a file.  @src is owned by the checkpoint from here on, also on
+ * failure. */
+int pt__ckpt_open_source(struct pt_ckpt **out, struct pt_source *src,
+			 const struct pt_ckpt_opts *opts,
+			 struct pt_error *err);
 extern const struct pt_format pt_fmt_ts_json;  /* fmt_torchscript_json.c */
 extern const struct pt_format pt_fmt_pt2;      /* fmt_pt2.c */
 

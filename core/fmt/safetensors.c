@@ -1030,7 +1030,7 @@ static int st_open(struct pt_ckpt *ck, struct pt_error *err)
 	memset(&ps, 0, sizeof(ps));
 	memset(&j, 0, sizeof(j));
 	pt_buf_init(&ps.meta);
-	rc = pt_source_read(&ck->src, lenb, 8, 0, err);
+	rc = pt_source_read(ck->src, lenb, 8, 0, err);
 	if (rc)
 		return rc;
 	hl = pt_le64(lenb);
@@ -1038,12 +1038,12 @@ static int st_open(struct pt_ckpt *ck, struct pt_error *err)
 		return pt_fail(err, -EFBIG,
 			       "safetensors header of %" PRIu64 " bytes exceeds the limit of %u",
 			       hl, ST_MAX_HEADER);
-	if (hl > ck->src.size - 8)
+	if (hl > ck->src->size - 8)
 		return pt_fail(err, -EBADMSG,
 			       "safetensors header of %" PRIu64 " bytes runs past the end of the file (%" PRIu64 " bytes)",
-			       hl, ck->src.size);
-	data_len = ck->src.size - 8 - hl;
-	rc = pt_source_dup(&ck->src, 8, (size_t)hl, &hb, err);
+			       hl, ck->src->size);
+	data_len = ck->src->size - 8 - hl;
+	rc = pt_source_dup(ck->src, 8, (size_t)hl, &hb, err);
 	if (rc)
 		return rc;
 	/* the header as stored is /.ptfs/header.json; ck owns it now */

@@ -240,7 +240,7 @@ static int zip_open(struct pt_ckpt *ck, struct pt_error *err)
 	int rc;
 
 	if (!ck->zip) {
-		rc = pt_zip_open(&ck->zip, &ck->src, &ck->opts.limits, err);
+		rc = pt_zip_open(&ck->zip, ck->src, &ck->opts.limits, err);
 		if (rc)
 			return rc;
 	}
