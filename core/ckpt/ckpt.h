@@ -191,9 +191,10 @@ struct pt_commit {
 };
 
 /*
- * Commit new storage contents into the checkpoint file atomically (ZIP64
- * rewriter: temporary file beside it, fsync, rename, fsync of the
- * directory).  Refuses with -ESTALE when the file changed on disk since it
+ * Commit new storage contents into the checkpoint file atomically, through
+ * its format's commit hook (fmt/fmt.h: the ZIP64 rewriter for torch.save
+ * archives, copy-and-replace for safetensors; both write a temporary file
+ * beside it, fsync, rename, fsync the directory).  Refuses with -ESTALE when the file changed on disk since it
  * was opened (size, mtime or inode), and leaves the original untouched on
  * any failure.  On success the checkpoint reads the new file from then on
  * (same layout: sizes never change) and later commits compare against it.

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fmt_dcp.c -- distributed checkpoints (torch.distributed.checkpoint, and
+ * dcp.c -- distributed checkpoints (torch.distributed.checkpoint, and
  * 1.13's prototype torch.distributed._shard.checkpoint): a directory
  * holding `.metadata` and `*.distcp` files (FORMAT.md §7).
  *
@@ -40,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define DCP_MAX_FILES 65536             /* distinct .distcp files */
 #define DCP_MAX_CHUNKS (1u << 20)       /* chunks of all tensors */
@@ -1032,12 +1033,14 @@ static int dcp_value(struct pt_ckpt *ck, struct dcp_state *s,
 
 /* ---- the format ---- */
 
-static bool dcp_probe(const struct pt_ckpt *ck, const uint8_t *head, size_t n)
+static int dcp_probe(struct pt_ckpt *ck, const uint8_t *head, size_t n,
+		      struct pt_error *err)
 {
 	const char *base = strrchr(ck->path, '/');
 
 	(void)head;
 	(void)n;
+	(void)err;
 	base = base ? base + 1 : ck->path;
 	return strcmp(base, ".metadata") == 0;
 }
@@ -1200,9 +1203,27 @@ static int dcp_open(struct pt_ckpt *ck, struct pt_error *err)
 	return rc;
 }
 
+/* struct pt_format.probe_dir: a directory with a regular file .metadata
+ * (FORMAT.md §0, §7) opens that file. */
+static int dcp_probe_dir(const char *dir, char **file, struct pt_error *err)
+{
+	struct stat st;
+
+	if (asprintf(file, "%s/.metadata", dir) < 0) {
+		*file = NULL;
+		return pt_fail(err, -ENOMEM, "out of memory");
+	}
+	if (stat(*file, &st) == 0 && S_ISREG(st.st_mode))
+		return 1;
+	free(*file);
+	*file = NULL;
+	return 0;
+}
+
 const struct pt_format pt_fmt_dcp = {
 	.name = "torch.distributed.checkpoint (DCP)",
 	.probe = dcp_probe,
+	.probe_dir = dcp_probe_dir,
 	.open = dcp_open,
 	.storage = NULL,
 	.close = dcp_close,

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fmt_legacy.c -- the legacy pickle-stream format of torch.save
+ * legacy.c -- the legacy pickle-stream format of torch.save
  * (_use_new_zipfile_serialization=False, the default before torch 1.6;
  * FORMAT.md §4.1-§4.4), and plain pickles whose storages are embedded as
  * torch.storage._load_from_bytes(bytes) calls (§3.7), each of which holds
@@ -599,12 +599,13 @@ struct lg_state {
 	struct lg_stream s;
 };
 
-static bool legacy_probe(const struct pt_ckpt *ck, const uint8_t *head,
-			 size_t n)
+static int legacy_probe(struct pt_ckpt *ck, const uint8_t *head, size_t n,
+		         struct pt_error *err)
 {
 	struct pt_pickle *pk = NULL;
 	bool yes;
 
+	(void)err;
 	if (pt_pickle_load(&pk, head, n, NULL, &ck->opts.limits, NULL))
 		return false;
 	yes = lg_is_magic(pt_pickle_root(pk));
@@ -736,11 +737,12 @@ const struct pt_format pt_fmt_legacy = {
  * decodes completely within the probed head, so that text and other
  * formats are not mistaken for one.
  */
-static bool plain_probe(const struct pt_ckpt *ck, const uint8_t *head,
-			size_t n)
+static int plain_probe(struct pt_ckpt *ck, const uint8_t *head, size_t n,
+		        struct pt_error *err)
 {
 	struct pt_pickle *pk = NULL;
 
+	(void)err;
 	if (n >= 3 && head[0] == 0x80 && head[1] >= 2 && head[1] <= 5 &&
 	    head[2] != 0x00)
 		return true;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fmt_pt2.c -- torch.export archives (FORMAT.md §6).
+ * pt2.c -- torch.export archives (FORMAT.md §6).
  *
  * PT2 archive (archive_format = "pt2", ~2.6+), one folder <prefix>/:
  *   models/<model>.json                       the serialized program
@@ -507,11 +507,14 @@ static int p2_config(struct pt_ckpt *ck, struct p2_state *s,
 
 /* ---- the archive ---- */
 
-static bool p2_probe(const struct pt_ckpt *ck, const uint8_t *head, size_t n)
+static int p2_probe(struct pt_ckpt *ck, const uint8_t *head, size_t n,
+		     struct pt_error *err)
 {
-	(void)head;
-	(void)n;
-	return ck->zip && !pt_zip_find_rel(ck->zip, "data.pkl") &&
+	int rc = pt__zip_probe(ck, head, n, err);
+
+	if (rc <= 0)
+		return rc;
+	return !pt_zip_find_rel(ck->zip, "data.pkl") &&
 	       (pt_zip_find_rel(ck->zip, "archive_format") ||
 		pt_zip_find(ck->zip, "serialized_exported_program.json"));
 }

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fmt_sharded.c -- sharded checkpoints: a *.index.json (Hugging Face's
+ * sharded.c -- sharded checkpoints: a *.index.json (Hugging Face's
  * save_pretrained: pytorch_model.bin.index.json,
  * model.safetensors.index.json) and the shard files beside it.
  *
@@ -13,7 +13,7 @@
  * must be plain file names in the index's directory.  The index itself is
  * /.ptfs/index.json.
  *
- * pt__dir_checkpoint() picks the file to open when a directory is given.
+ * sh_probe_dir() picks the file to open when a directory is given.
  */
 #include "ckpt/ckpt_i.h"
 
@@ -62,7 +62,8 @@ struct tkey {                           /* a shard's tensors by key */
  * another index) as a shard would otherwise recurse without end. */
 static _Thread_local int sh_opening;
 
-static bool sh_probe(const struct pt_ckpt *ck, const uint8_t *head, size_t n)
+static int sh_probe(struct pt_ckpt *ck, const uint8_t *head, size_t n,
+		     struct pt_error *err)
 {
 	static const char key[] = "\"weight_map\"";
 	struct pt_error e;
@@ -70,6 +71,7 @@ static bool sh_probe(const struct pt_ckpt *ck, const uint8_t *head, size_t n)
 	size_t i = 0, scan;
 	bool hit;
 
+	(void)err;
 	while (i < n && (head[i] == ' ' || head[i] == '\t' || head[i] == '\n' ||
 			 head[i] == '\r'))
 		i++;
@@ -477,14 +479,6 @@ out:
 	return rc;
 }
 
-const struct pt_format pt_fmt_sharded = {
-	.name = "sharded checkpoint index",
-	.probe = sh_probe,
-	.open = sh_open,
-	.storage = NULL,
-	.close = sh_close,
-};
-
 /* ---- a directory given as the checkpoint ---- */
 
 static bool ends_with(const char *s, const char *suffix)
@@ -520,12 +514,20 @@ static int keep_min(char **best, const char *name)
  * safetensors shards first, then the smallest name), or else its only
  * weights file (*.safetensors, *.bin, *.pt, *.pth).
  */
-int pt__dir_checkpoint(const char *dir, char **out, struct pt_error *err)
+/*
+ * struct pt_format.probe_dir: the index file to open for directory @dir (a
+ * sharded checkpoint's *.index.json, or its only weights file).  A
+ * directory with a .metadata file is left to DCP (fmt/dcp.c); any other
+ * is claimed, with a message saying why it is not a checkpoint when there
+ * is nothing to open in it.
+ */
+static int sh_probe_dir(const char *dir, char **out, struct pt_error *err)
 {
 	char *st_index = NULL, *index = NULL, *weights = NULL, *pick;
 	size_t n_weights = 0, seen = 0;
 	bool dcp = false;
 	struct dirent *de;
+	struct stat mst;
 	DIR *d;
 	int rc = 0;
 
@@ -533,6 +535,11 @@ int pt__dir_checkpoint(const char *dir, char **out, struct pt_error *err)
 	d = opendir(dir);
 	if (!d)
 		return pt_fail(err, -errno, "%s", strerror(errno));
+	if (fstatat(dirfd(d), ".metadata", &mst, 0) == 0 &&
+	    S_ISREG(mst.st_mode)) {
+		closedir(d);
+		return 0;
+	}
 	while ((de = readdir(d)) != NULL) {
 		struct stat st;
 
@@ -593,5 +600,14 @@ out:
 	free(st_index);
 	free(index);
 	free(weights);
-	return rc;
+	return rc ? rc : 1;
 }
+
+const struct pt_format pt_fmt_sharded = {
+	.name = "sharded checkpoint index",
+	.probe = sh_probe,
+	.probe_dir = sh_probe_dir,
+	.open = sh_open,
+	.storage = NULL,
+	.close = sh_close,
+};

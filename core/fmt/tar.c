@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fmt_tar.c -- the tar container of torch <= 0.1.9 (FORMAT.md §4.5),
+ * tar.c -- the tar container of torch <= 0.1.9 (FORMAT.md §4.5),
  * which torch.load still reads.
  *
  * An uncompressed tar with the members sys_info (a pickle), pickle (the
@@ -657,9 +657,11 @@ static int tar_rewrite(struct pt_ckpt *ck, struct tar_state *ts,
 
 /* ---- the format ---- */
 
-static bool tar_probe(const struct pt_ckpt *ck, const uint8_t *head, size_t n)
+static int tar_probe(struct pt_ckpt *ck, const uint8_t *head, size_t n,
+		      struct pt_error *err)
 {
 	(void)ck;
+	(void)err;
 	return n >= 262 && memcmp(head + 257, "ustar", 5) == 0;
 }
 

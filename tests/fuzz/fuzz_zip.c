@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fuzz_zip.c -- libFuzzer target for the ZIP index (core/zip.c).
+ * fuzz_zip.c -- libFuzzer target for the ZIP index (core/container/zip.c).
  *
  * Opens the input as an archive over a memory source and, when the index
  * accepts it, reads every entry whole (pt_zip_read) and in pieces
