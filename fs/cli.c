@@ -296,17 +296,13 @@ static int set_read(void *ctx, void *buf, size_t n, uint64_t off)
 	struct set_ctx *c = ctx;
 	uint8_t *p = buf;
 	uint64_t base = pt_storage_file_offset(c->st), end = off + n;
-	size_t done = 0;
+	struct pt_error err;
+	int rc;
 
-	while (done < n) {
-		ssize_t got = pread(pt_ckpt_fd(c->ck), p + done, n - done,
-				    (off_t)(base + off + done));
-		if (got < 0 && errno == EINTR)
-			continue;
-		if (got <= 0)
-			return got < 0 ? -errno : -EIO;
-		done += (size_t)got;
-	}
+	pt_error_clear(&err);
+	rc = pt_ckpt_read(c->ck, p, n, base + off, &err);
+	if (rc)
+		return rc;
 	if (off < c->lo + c->len && end > c->lo) {
 		uint64_t a = off > c->lo ? off : c->lo;
 		uint64_t b = end < c->lo + c->len ? end : c->lo + c->len;

@@ -97,7 +97,6 @@ struct ptfs {
 	gid_t gid;
 	struct fuse_session *se;
 	struct ov *ov;
-	uint64_t size;                  /* of the checkpoint file */
 	bool warned_changed;            /* logged that it changed (atomic) */
 	pthread_mutex_t wlock;          /* guards wfiles */
 	struct wfile *wfiles;
@@ -481,16 +480,25 @@ static void read_overlay(fuse_req_t req, struct ptfs *fs, struct fh *h,
 	n = ov_read_begin(ov, h->lo + (uint64_t)off, size, segs, 40);
 	bv->count = n;
 	for (i = 0; i < n; i++) {
+		int fd;
+		uint64_t pos;
+
 		bv->buf[i].size = segs[i].len;
 		if (segs[i].mem) {
 			bv->buf[i].mem = (void *)(uintptr_t)segs[i].mem;
-		} else {
+		} else if (pt_ckpt_extent(fs->ck, segs[i].file_off,
+					  segs[i].len, &fd, &pos)) {
 			bv->buf[i].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
-			bv->buf[i].fd = pt_ckpt_fd(fs->ck);
-			bv->buf[i].pos = (off_t)segs[i].file_off;
+			bv->buf[i].fd = fd;
+			bv->buf[i].pos = (off_t)pos;
+		} else {
+			break;  /* writable checkpoints are local files */
 		}
 	}
-	fuse_reply_data(req, bv, 0);
+	if (i < n)
+		fuse_reply_err(req, EIO);
+	else
+		fuse_reply_data(req, bv, 0);
 	ov_read_done(ov);
 	free(bv);
 }
@@ -505,13 +513,10 @@ static void read_overlay(fuse_req_t req, struct ptfs *fs, struct fh *h,
  */
 static bool stat_differs(struct ptfs *fs)
 {
-	struct timespec mt = pt_ckpt_mtime(fs->ck);
-	struct stat st;
+	struct pt_error err;
 
-	if (fstat(pt_ckpt_fd(fs->ck), &st) != 0)
-		return true;
-	return (uint64_t)st.st_size != fs->size ||
-	       st.st_mtim.tv_sec != mt.tv_sec || st.st_mtim.tv_nsec != mt.tv_nsec;
+	pt_error_clear(&err);
+	return pt_ckpt_check(fs->ck, &err) != 0;
 }
 
 static bool checkpoint_changed(struct ptfs *fs)
@@ -554,8 +559,7 @@ static void ptfs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 	}
 	if (size > a.size - (uint64_t)off)
 		size = (size_t)(a.size - (uint64_t)off);
-	if (pt_ckpt_fd(fs->ck) >= 0 &&
-	    (a.tensor || pt_node_extent(fs->ck, n, (uint64_t)off, size, &fd, &file_off)) &&
+	if ((a.tensor || pt_node_extent(fs->ck, n, (uint64_t)off, size, &fd, &file_off)) &&
 	    checkpoint_changed(fs)) {
 		fuse_reply_err(req, EIO);
 		return;
@@ -1069,11 +1073,6 @@ int ptfs_mount_main(int argc, char **argv)
 		fprintf(stderr, "ptfs: %s: %s: mounted read-only\n", c.checkpoint,
 			pt_ckpt_format(fs.ck));
 	fs.singlethread = fopts.singlethread;
-	{
-		struct stat st;
-		if (fstat(pt_ckpt_fd(fs.ck), &st) == 0)
-			fs.size = (uint64_t)st.st_size;
-	}
 	pthread_mutex_init(&fs.wlock, NULL);
 	fs.ov = ov_new(fs.ck);
 	if (!fs.ov)

@@ -125,23 +125,14 @@ bool ov_any_dirty(struct ov *o)
 	return false;
 }
 
-static int pread_full(int fd, void *buf, size_t n, uint64_t off)
+/* @n bytes at @off of the checkpoint's file; 0 or -errno. */
+static int pread_full(const struct pt_ckpt *ck, void *buf, size_t n,
+		      uint64_t off)
 {
-	uint8_t *p = buf;
+	struct pt_error err;
 
-	while (n > 0) {
-		ssize_t got = pread(fd, p, n, (off_t)off);
-		if (got < 0 && errno == EINTR)
-			continue;
-		if (got < 0)
-			return -errno;
-		if (got == 0)
-			return -EIO;
-		p += got;
-		n -= (size_t)got;
-		off += (uint64_t)got;
-	}
-	return 0;
+	pt_error_clear(&err);
+	return pt_ckpt_read(ck, buf, n, off, &err);
 }
 
 /* The chunk @ci, loaded from the file on first use.  Write lock held. */
@@ -165,7 +156,7 @@ static uint8_t *chunk(struct ov *o, struct ov_st *s, size_t ci, int *rc)
 		*rc = -ENOMEM;
 		return NULL;
 	}
-	*rc = pread_full(pt_ckpt_fd(o->ck), c, len, s->file_off + start);
+	*rc = pread_full(o->ck, c, len, s->file_off + start);
 	if (*rc) {
 		free(c);
 		return NULL;
@@ -240,7 +231,7 @@ int ov_revert(struct ov *o, struct ov_st *s, uint64_t off, uint64_t n)
 				free(s->chunks[ci]);
 				s->chunks[ci] = NULL;
 			} else {
-				rc = pread_full(pt_ckpt_fd(o->ck), s->chunks[ci] + in,
+				rc = pread_full(o->ck, s->chunks[ci] + in,
 						k, s->file_off + off);
 				if (rc)
 					break;
@@ -308,7 +299,7 @@ int ov_read_copy(struct ov *o, struct ov_st *s, void *buf, size_t n,
 			if (segs[i].mem)
 				memcpy(p, segs[i].mem, segs[i].len);
 			else
-				rc = pread_full(pt_ckpt_fd(o->ck), p, segs[i].len,
+				rc = pread_full(o->ck, p, segs[i].len,
 						segs[i].file_off);
 			p += segs[i].len;
 		}

@@ -291,22 +291,40 @@ static void tz_build(struct tzip *t, const struct trec *recs, size_t n,
 /* ---- helpers ---------------------------------------------------------- */
 
 struct opened {
-	struct pt_source src;
+	struct pt_source *src;
 	struct pt_limits lim;
 	struct pt_error err;
 	struct pt_zip *z;
 	int rc;
 };
 
-static void open_mem(struct opened *o, const void *p, size_t len)
+/* Index @len bytes at @p under the limits in o->lim; on failure the source
+ * is closed at once, else by close_opened(). */
+static void open_mem_lim(struct opened *o, const void *p, size_t len)
 {
-	pt_source_mem(&o->src, p, len, "test.zip");
-	pt_limits_default(&o->lim);
 	pt_error_clear(&o->err);
 	o->z = NULL;
-	o->rc = pt_zip_open(&o->z, &o->src, &o->lim, &o->err);
-	if (o->rc)
+	assert_int_equal(pt_source_mem(p, len, "test.zip", &o->src, &o->err), 0);
+	o->rc = pt_zip_open(&o->z, o->src, &o->lim, &o->err);
+	if (o->rc) {
 		assert_null(o->z);
+		pt_source_close(o->src);
+		o->src = NULL;
+	}
+}
+
+static void open_mem(struct opened *o, const void *p, size_t len)
+{
+	pt_limits_default(&o->lim);
+	open_mem_lim(o, p, len);
+}
+
+static void close_opened(struct opened *o)
+{
+	pt_zip_close(o->z);
+	pt_source_close(o->src);
+	o->z = NULL;
+	o->src = NULL;
 }
 
 static void open_ok(struct opened *o, const struct tzip *t)
@@ -378,7 +396,7 @@ static void test_torch_like(void **state)
 	assert_int_equal(in->cd_off, t.cd_off);
 	assert_int_equal(in->cd_size, t.cd_size);
 	assert_int_equal(in->eocd_off, t.eocd_off);
-	assert_ptr_equal(pt_zip_source(o.z), &o.src);
+	assert_ptr_equal(pt_zip_source(o.z), o.src);
 
 	for (i = 0; i < 3; i++) {
 		e = pt_zip_entry_at(o.z, i);
@@ -428,7 +446,7 @@ static void test_torch_like(void **state)
 		assert_int_equal(pt_zip_inflated(o.z, e, &inf, &o.err), -EINVAL);
 		assert_null(inf);
 	}
-	pt_zip_close(o.z);
+	close_opened(&o);
 	tz_free(&t);
 }
 
@@ -492,7 +510,7 @@ static void test_prefix_rules(void **state)
 		} else {
 			assert_null(e);
 		}
-		pt_zip_close(o.z);
+		close_opened(&o);
 		tz_free(&t);
 	}
 }
@@ -510,7 +528,7 @@ static void test_empty_archive(void **state)
 	assert_string_equal(pt_zip_info(o.z)->prefix, "");
 	assert_null(pt_zip_entry_at(o.z, 0));
 	assert_null(pt_zip_find_rel(o.z, "data.pkl"));
-	pt_zip_close(o.z);
+	close_opened(&o);
 	tz_free(&t);
 	pt_zip_close(NULL);
 }
@@ -550,7 +568,7 @@ static void test_zip64_extra(void **state)
 		assert_true(e->has_descriptor);
 		assert_int_equal(e->end, e->data_end + 24);
 	}
-	pt_zip_close(o.z);
+	close_opened(&o);
 	tz_free(&t);
 
 	/* Wide descriptor on a non-ZIP64 entry, narrow on a ZIP64 one, and
@@ -566,7 +584,7 @@ static void test_zip64_extra(void **state)
 	assert_int_equal(pt_zip_entry_at(o.z, 0)->end, t.data_end[0] + 24);
 	assert_int_equal(pt_zip_entry_at(o.z, 1)->end, t.data_end[1] + 16);
 	assert_int_equal(pt_zip_entry_at(o.z, 2)->end, t.data_end[2] + 12);
-	pt_zip_close(o.z);
+	close_opened(&o);
 	tz_free(&t);
 
 	/* Bit 3 set but no descriptor: lenient, end = data_end. */
@@ -580,7 +598,7 @@ static void test_zip64_extra(void **state)
 		assert_false(e->has_descriptor);
 		assert_int_equal(e->end, e->data_end);
 	}
-	pt_zip_close(o.z);
+	close_opened(&o);
 	tz_free(&t);
 }
 
@@ -661,14 +679,12 @@ static void test_many_entries(void **state)
 	assert_non_null(e);
 	assert_int_equal(e->index, 69999);
 	assert_int_equal(e->data_off, t.data_off[69999]);
-	pt_zip_close(o.z);
+	close_opened(&o);
 
 	/* The same archive under a smaller record cap. */
-	pt_source_mem(&o.src, t.p, t.len, "test.zip");
 	pt_limits_default(&o.lim);
 	o.lim.max_records = 65536;
-	pt_error_clear(&o.err);
-	o.rc = pt_zip_open(&o.z, &o.src, &o.lim, &o.err);
+	open_mem_lim(&o, t.p, t.len);
 	expect_fail(&o, -EFBIG, "70000 entries exceed the limit of 65536");
 	assert_null(o.z);
 
@@ -735,14 +751,13 @@ static void test_deflate(void **state)
 	e = pt_zip_find_rel(o.z, "version");
 	assert_int_equal(pt_zip_pread(o.z, e, buf, 1, 1, &o.err), 1);
 	assert_int_equal(buf[0], '\n');
-	pt_zip_close(o.z);
+	close_opened(&o);
 
 	/* A cap below the record's size. */
-	pt_source_mem(&o.src, t.p, t.len, "test.zip");
 	pt_limits_default(&o.lim);
 	o.lim.max_inflate_bytes = 1000;
-	pt_error_clear(&o.err);
-	assert_int_equal(pt_zip_open(&o.z, &o.src, &o.lim, &o.err), 0);
+	open_mem_lim(&o, t.p, t.len);
+	assert_int_equal(o.rc, 0);
 	e = pt_zip_find_rel(o.z, "data/0");
 	assert_int_equal(pt_zip_read(o.z, e, &rd, &len, &o.err), -EFBIG);
 	assert_null(rd);
@@ -758,9 +773,9 @@ static void test_deflate(void **state)
 		e2 = pt_zip_find_rel(o2.z, "data/0");
 		pt_error_clear(&o.err);
 		assert_int_equal(pt_zip_read(o.z, e2, &rd, &len, &o.err), -EINVAL);
-		pt_zip_close(o2.z);
+		close_opened(&o2);
 	}
-	pt_zip_close(o.z);
+	close_opened(&o);
 
 	/* usize one more or one less than the stream holds. */
 	for (i = 0; i < 2; i++) {
@@ -773,7 +788,7 @@ static void test_deflate(void **state)
 		assert_int_equal(pt_zip_read(o.z, e, &rd, &len, &o.err), -EBADMSG);
 		assert_non_null(strstr(o.err.msg, i == 0 ? "inflates to 100000 bytes, expected 100001" :
 						       "inflates to more than 99999 bytes"));
-		pt_zip_close(o.z);
+		close_opened(&o);
 		pt_put32(t.p + cde + 24, us);
 	}
 
@@ -783,7 +798,7 @@ static void test_deflate(void **state)
 	e = pt_zip_find_rel(o.z, "data/0");
 	assert_int_equal(pt_zip_read(o.z, e, &rd, &len, &o.err), -EBADMSG);
 	assert_non_null(strstr(o.err.msg, "corrupt deflate stream"));
-	pt_zip_close(o.z);
+	close_opened(&o);
 
 	tz_free(&t);
 	free(data);
@@ -840,7 +855,7 @@ static void test_inflate_threads(void **state)
 		assert_ptr_equal(ra[i].got, ra[0].got);
 	}
 	assert_memory_equal(ra[0].got, data, big);
-	pt_zip_close(o.z);
+	close_opened(&o);
 	tz_free(&t);
 	free(data);
 }
@@ -1175,7 +1190,7 @@ static void test_corrupt_table(void **state)
 		tz_build(&t, r, 3, &opt);
 		/* the unmutated base must open */
 		open_ok(&o, &t);
-		pt_zip_close(o.z);
+		close_opened(&o);
 		row->mut(&t);
 		open_mem(&o, t.p, t.len);
 		if (o.rc != row->code || !strstr(o.err.msg, row->msg))
@@ -1220,21 +1235,17 @@ static bool verbose(void)
 static int open_file(const char *path, struct pt_error *err, bool verbose)
 {
 	struct pt_limits lim;
-	struct pt_source src;
+	struct pt_source *src = NULL;
 	struct pt_zip *z = NULL;
 	uint64_t i;
-	int fd;
 	int rc;
 
 	pt_limits_default(&lim);
 	pt_error_clear(err);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return pt_fail(err, -errno, "cannot open");
-	rc = pt_source_fd(&src, fd, path, err);
+	rc = pt_source_open_file(path, &src, err);
 	if (rc)
 		goto out;
-	rc = pt_zip_open(&z, &src, &lim, err);
+	rc = pt_zip_open(&z, src, &lim, err);
 	if (rc)
 		goto out;
 	for (i = 0; i < pt_zip_info(z)->n_entries; i++) {
@@ -1280,7 +1291,7 @@ static int open_file(const char *path, struct pt_error *err, bool verbose)
 			      (unsigned long long)pt_zip_info(z)->n_entries);
 out:
 	pt_zip_close(z);
-	close(fd);
+	pt_source_close(src);
 	return rc;
 }
 

@@ -4,7 +4,6 @@
  * to that format's module, interpret the result and build the tree root.
  */
 #include "ckpt/ckpt_i.h"
-#include "container/zipwrite.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -15,20 +14,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-/* Probed in order; the first that claims the file opens it. */
-static const struct pt_format *const pt_formats[] = {
-	&pt_fmt_ts_json,        /* ZIP with model.json and no data.pkl */
-	&pt_fmt_pt2,            /* ZIP with archive_format or the 2.1-2.5
-				 * serialized_exported_program.json */
-	&pt_fmt_zip,            /* any other ZIP */
-	&pt_fmt_tar,
-	&pt_fmt_legacy,
-	&pt_fmt_safetensors,
-	&pt_fmt_sharded,
-	&pt_fmt_dcp,            /* before pickle: a DCP .metadata is one */
-	&pt_fmt_pickle,         /* last: claims any pickle */
-};
 
 void pt_ckpt_opts_default(struct pt_ckpt_opts *o)
 {
@@ -248,7 +233,6 @@ static int ckpt_init(struct pt_ckpt **out, const char *path,
 	*out = NULL;
 	if (!ck)
 		return pt_fail(err, -ENOMEM, "out of memory");
-	ck->fd = -1;
 	ck->byteorder = '<';
 	if (opts)
 		ck->opts = *opts;
@@ -273,28 +257,25 @@ static int ckpt_init(struct pt_ckpt **out, const char *path,
 
 static int ckpt_load(struct pt_ckpt *ck, struct pt_error *err)
 {
-	uint8_t head[512];
-	size_t n = ck->src.size < sizeof(head) ? (size_t)ck->src.size : sizeof(head);
+	uint8_t head[PT_PROBE_HEAD];
+	size_t n = ck->src->size < sizeof(head) ? (size_t)ck->src->size : sizeof(head);
 	size_t i;
 	int rc;
 
-	if (ck->src.size == 0)
+	if (ck->src->size == 0)
 		return pt_fail(err, -EBADMSG, "empty file, not a checkpoint");
-	rc = pt_source_read(&ck->src, head, n, 0, err);
+	rc = pt_source_read(ck->src, head, n, 0, err);
 	if (rc)
 		return rc;
-	/* the ZIP family is told apart by record names: index it once,
-	 * before probing (struct pt_format.probe) */
-	if (n >= 4 && memcmp(head, "PK\3\4", 4) == 0) {
-		rc = pt_zip_open(&ck->zip, &ck->src, &ck->opts.limits, err);
-		if (rc)
+	for (i = 0; pt_formats[i]; i++) {
+		rc = pt_formats[i]->probe(ck, head, n, err);
+		if (rc < 0)
 			return rc;
-	}
-	for (i = 0; i < sizeof(pt_formats) / sizeof(pt_formats[0]); i++)
-		if (pt_formats[i]->probe(ck, head, n)) {
+		if (rc > 0) {
 			ck->fmt = pt_formats[i];
 			break;
 		}
+	}
 	if (!ck->fmt)
 		return pt_fail(err, -ENOTSUP,
 			       "not a PyTorch checkpoint (unrecognised format, first bytes %02x %02x %02x %02x)",
@@ -318,56 +299,59 @@ static int ckpt_load(struct pt_ckpt *ck, struct pt_error *err)
 	return pt__tree_new(ck, err);
 }
 
-/* @dir/.metadata when it is a regular file (malloc()ed in *@out), else
- * -ENOENT without a message. */
-static int dcp_metadata(const char *dir, char **out, struct pt_error *err)
+/* The file to open for directory @dir, from the first format whose
+ * probe_dir() claims it (malloc()ed in *@out). */
+static int probe_dir(const char *dir, char **out, struct pt_error *err)
 {
-	size_t len = strlen(dir) + sizeof("/.metadata");
-	struct stat st;
+	size_t i;
+	int rc;
 
-	*out = malloc(len);
-	if (!*out)
-		return pt_fail(err, -ENOMEM, "out of memory");
-	snprintf(*out, len, "%s/.metadata", dir);
-	if (stat(*out, &st) == 0 && S_ISREG(st.st_mode))
-		return 0;
-	free(*out);
 	*out = NULL;
-	return -ENOENT;
+	for (i = 0; pt_formats[i]; i++) {
+		if (!pt_formats[i]->probe_dir)
+			continue;
+		rc = pt_formats[i]->probe_dir(dir, out, err);
+		if (rc)
+			return rc < 0 ? rc : 0;
+	}
+	return pt_fail(err, -EISDIR, "is a directory, not a checkpoint");
 }
 
-/* Open ck->path read-only and remember what it is (for commits). */
-static int ckpt_attach(struct pt_ckpt *ck, struct pt_error *err)
-{
-	struct stat st;
-
-	ck->fd = open(ck->path, O_RDONLY | O_CLOEXEC);
-	if (ck->fd < 0 || fstat(ck->fd, &st) != 0)
-		return pt_fail(err, -errno, "%s", strerror(errno));
-	ck->mtime = st.st_mtim;
-	ck->dev = st.st_dev;
-	ck->ino = st.st_ino;
-	return pt_source_fd(&ck->src, ck->fd, ck->path, err);
-}
-
-int pt__ckpt_open_raw(struct pt_ckpt **out, const char *path,
-		      const struct pt_ckpt_opts *opts, struct pt_error *err)
+/* A checkpoint over @src (owned from here on, also on failure): bare, or
+ * loaded (probed and opened) when @load. */
+static int ckpt_of_source(struct pt_ckpt **out, struct pt_source *src,
+			  bool load, const struct pt_ckpt_opts *opts,
+			  struct pt_error *err)
 {
 	struct pt_ckpt *ck = NULL;
 	int rc;
 
 	*out = NULL;
-	rc = ckpt_init(&ck, path, opts, err);
-	if (rc)
-		return rc;
-	rc = ckpt_attach(ck, err);
+	rc = ckpt_init(&ck, src->name, opts, err);
 	if (rc) {
-		pt_error_prefix(err, "%s", path);
+		pt_source_close(src);
+		return rc;
+	}
+	ck->src = src;
+	rc = load ? ckpt_load(ck, err) : 0;
+	if (rc) {
 		pt_ckpt_close(ck);
 		return rc;
 	}
 	*out = ck;
 	return 0;
+}
+
+int pt__ckpt_open_raw(struct pt_ckpt **out, struct pt_source *src,
+		      const struct pt_ckpt_opts *opts, struct pt_error *err)
+{
+	return ckpt_of_source(out, src, false, opts, err);
+}
+
+int pt__ckpt_open_source(struct pt_ckpt **out, struct pt_source *src,
+			 const struct pt_ckpt_opts *opts, struct pt_error *err)
+{
+	return ckpt_of_source(out, src, true, opts, err);
 }
 
 int pt_ckpt_open(struct pt_ckpt **out, const char *path,
@@ -383,20 +367,18 @@ int pt_ckpt_open(struct pt_ckpt **out, const char *path,
 		return rc;
 	if (stat(ck->path, &st) == 0 && S_ISDIR(st.st_mode)) {
 		/* a distributed checkpoint (a .metadata file, FORMAT.md §0,
-		 * §7): open its .metadata (fmt_dcp.c); else a directory of
-		 * shards: open its *.index.json instead (fmt_sharded.c);
-		 * ck->path names that file from here on */
+		 * §7) opens its .metadata (fmt/dcp.c), a directory of shards
+		 * its *.index.json (fmt/sharded.c); ck->path names that file
+		 * from here on */
 		char *index = NULL;
 
-		rc = dcp_metadata(path, &index, err);
-		if (rc == -ENOENT)
-			rc = pt__dir_checkpoint(path, &index, err);
+		rc = probe_dir(path, &index, err);
 		if (rc)
 			goto out;
 		free(ck->path);
 		ck->path = index;
 	}
-	rc = ckpt_attach(ck, err);
+	rc = pt_source_open_file(ck->path, &ck->src, err);
 	if (rc)
 		goto out;
 	rc = ckpt_load(ck, err);
@@ -420,8 +402,9 @@ int pt_ckpt_open_mem(struct pt_ckpt **out, const void *mem, size_t len,
 	rc = ckpt_init(&ck, name, opts, err);
 	if (rc)
 		return rc;
-	pt_source_mem(&ck->src, mem, len, ck->path);
-	rc = ckpt_load(ck, err);
+	rc = pt_source_mem(mem, len, ck->path, &ck->src, err);
+	if (!rc)
+		rc = ckpt_load(ck, err);
 	if (rc) {
 		pt_ckpt_close(ck);
 		return rc;
@@ -458,8 +441,7 @@ void pt_ckpt_close(struct pt_ckpt *ck)
 	pt_buf_free(&ck->warnings);
 	pt_buf_free(&ck->notes);
 	pt_buf_free(&ck->globals);
-	if (ck->fd >= 0)
-		close(ck->fd);
+	pt_source_close(ck->src);
 	free(ck->path);
 	free(ck->stem);
 	free(ck);
@@ -477,14 +459,31 @@ const char *pt_ckpt_format(const struct pt_ckpt *ck)
 	return ck->fmt ? ck->fmt->name : "unknown";
 }
 
-int pt_ckpt_fd(const struct pt_ckpt *ck)
+int pt_ckpt_read(const struct pt_ckpt *ck, void *buf, size_t n,
+		 uint64_t off, struct pt_error *err)
 {
-	return ck->fd;
+	return pt_source_read(ck->src, buf, n, off, err);
+}
+
+bool pt_ckpt_extent(const struct pt_ckpt *ck, uint64_t off, uint64_t n,
+		    int *fd, uint64_t *file_off)
+{
+	return pt_source_extent(ck->src, off, n, fd, file_off);
+}
+
+int pt_ckpt_check(const struct pt_ckpt *ck, struct pt_error *err)
+{
+	return pt_source_check(ck->src, PT_CHECK_READS, err);
+}
+
+uint64_t pt_ckpt_size(const struct pt_ckpt *ck)
+{
+	return ck->src->size;
 }
 
 struct timespec pt_ckpt_mtime(const struct pt_ckpt *ck)
 {
-	return ck->mtime;
+	return ck->src->mtime;
 }
 
 static void human(struct pt_buf *out, uint64_t n)
@@ -517,7 +516,7 @@ void pt_ckpt_info(struct pt_ckpt *ck, struct pt_buf *out)
 	memset(dt, 0, sizeof(dt));
 	pt_buf_printf(out, "file: %s\n", ck->path);
 	pt_buf_printf(out, "format: %s\n", pt_ckpt_format(ck));
-	pt_buf_printf(out, "size: %llu bytes\n", (unsigned long long)ck->src.size);
+	pt_buf_printf(out, "size: %llu bytes\n", (unsigned long long)ck->src->size);
 	if (ck->zip) {
 		const struct pt_zip_info *zi = pt_zip_info(ck->zip);
 		pt_buf_printf(out, "records: %llu\n", (unsigned long long)zi->n_entries);
@@ -620,215 +619,14 @@ void pt_ckpt_set_storage_hook(struct pt_ckpt *ck, pt_storage_hook fn,
 
 bool pt_ckpt_writable(const struct pt_ckpt *ck)
 {
-	if (ck->fd < 0 || !ck->fmt)
-		return false;
-	if (ck->fmt->write == PT_WRITE_ZIP)
-		return ck->zip != NULL;
-	return ck->fmt->write == PT_WRITE_INPLACE;
-}
-
-static int commit_read(void *ctx, void *buf, size_t n, uint64_t off)
-{
-	const struct pt_commit *c = ctx;
-
-	return c->read(c->ctx, buf, n, off);
-}
-
-/* Through the ZIP64 rewriter; @crcs gets each record's new CRC-32. */
-static int commit_zip(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
-		      uint32_t *crcs, struct pt_error *err)
-{
-	struct pt_zw_change *ch = calloc(n, sizeof(*ch));
-	struct pt_commit *cc = calloc(n, sizeof(*cc));
-	struct pt_zw_expect ex;
-	size_t i;
-	int rc;
-
-	if (!ch || !cc) {
-		free(ch);
-		free(cc);
-		return pt_fail(err, -ENOMEM, "out of memory");
-	}
-	memcpy(cc, c, n * sizeof(*cc));
-	for (i = 0; i < n; i++) {
-		ch[i].entry = c[i].st->entry;
-		ch[i].size = c[i].st->nbytes;
-		ch[i].read = commit_read;
-		ch[i].ctx = &cc[i];
-		ch[i].crc_out = &crcs[i];
-	}
-	memset(&ex, 0, sizeof(ex));
-	ex.dev = ck->dev;
-	ex.ino = ck->ino;
-	ex.size = (off_t)ck->src.size;
-	ex.mtime = ck->mtime;
-	rc = pt_zip_rewrite(ck->path, ck->zip, ch, n, &ex, NULL, err);
-	free(ch);
-	free(cc);
-	return rc;
-}
-
-/* Has the file at the checkpoint's path changed since we opened it? */
-static bool changed_on_disk(const struct pt_ckpt *ck, const struct stat *st)
-{
-	return st->st_dev != ck->dev || st->st_ino != ck->ino ||
-	       (uint64_t)st->st_size != ck->src.size ||
-	       st->st_mtim.tv_sec != ck->mtime.tv_sec ||
-	       st->st_mtim.tv_nsec != ck->mtime.tv_nsec;
-}
-
-/* Copy the whole checkpoint into @out (copy_file_range, so copy-on-write
- * filesystems share extents; read/write where it is not supported). */
-static int copy_all(struct pt_ckpt *ck, int out, const char *tmp,
-		    uint8_t *buf, size_t chunk, struct pt_error *err)
-{
-	uint64_t done = 0;
-	int e;
-
-	while (done < ck->src.size) {
-		loff_t from = (loff_t)done, to = (loff_t)done;
-		ssize_t k = copy_file_range(ck->fd, &from, out, &to,
-					    (size_t)(ck->src.size - done), 0);
-
-		if (k > 0) {
-			done += (uint64_t)k;
-			continue;
-		}
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k < 0 && errno != EXDEV && errno != ENOSYS &&
-		    errno != EINVAL && errno != EOPNOTSUPP) {
-			e = errno;
-			return pt_fail(err, -e, "commit: write to %s: %s", tmp, strerror(e));
-		}
-		k = pread(ck->fd, buf, (size_t)(ck->src.size - done < chunk ?
-						 ck->src.size - done : chunk),
-			  (off_t)done);
-		if (k <= 0 || pwrite(out, buf, (size_t)k, (off_t)done) != k) {
-			e = k < 0 ? errno : EIO;
-			return pt_fail(err, -e, "commit: write to %s: %s", tmp, strerror(e));
-		}
-		done += (uint64_t)k;
-	}
-	return 0;
-}
-
-/*
- * Containers without checksums (safetensors): copy the file beside itself,
- * replace each storage's bytes where they are, fsync, rename over the
- * original, fsync the directory.  Any failure removes the copy and leaves
- * the original untouched.
- */
-static int commit_inplace(struct pt_ckpt *ck, const struct pt_commit *c,
-			  size_t n, struct pt_error *err)
-{
-	const size_t chunk = 4u << 20;
-	char *dir = NULL, *tmp = NULL, *base;
-	uint8_t *buf = NULL;
-	struct stat st;
-	size_t i;
-	int out = -1, dfd, rc = 0, e;
-
-	if (stat(ck->path, &st) != 0)
-		return pt_fail(err, -errno, "commit: %s: %s", ck->path, strerror(errno));
-	if (changed_on_disk(ck, &st))
-		return pt_fail(err, -ESTALE, "commit: %s: checkpoint changed on disk since it was opened",
-			       ck->path);
-	dir = strdup(ck->path);
-	buf = malloc(chunk);
-	if (!dir || !buf) {
-		rc = pt_fail(err, -ENOMEM, "out of memory");
-		goto out;
-	}
-	base = strrchr(dir, '/');
-	if (base) {
-		*base++ = '\0';
-	} else {
-		base = dir;
-	}
-	if (asprintf(&tmp, "%s/.%s.ptfs-XXXXXX", base == dir ? "." : dir, base) < 0) {
-		tmp = NULL;
-		rc = pt_fail(err, -ENOMEM, "out of memory");
-		goto out;
-	}
-	out = mkstemp(tmp);
-	if (out < 0) {
-		e = errno;
-		free(tmp);
-		tmp = NULL;
-		rc = pt_fail(err, -e, "commit: cannot create a file beside %s: %s",
-			     ck->path, strerror(e));
-		goto out;
-	}
-	if (fchmod(out, st.st_mode & 07777) != 0 ||
-	    (fchown(out, st.st_uid, st.st_gid) != 0 && errno != EPERM)) {
-		e = errno;
-		rc = pt_fail(err, -e, "commit: %s: %s", tmp, strerror(e));
-		goto out;
-	}
-	rc = copy_all(ck, out, tmp, buf, chunk, err);
-	for (i = 0; rc == 0 && i < n; i++) {
-		uint64_t off;
-
-		for (off = 0; rc == 0 && off < c[i].st->nbytes; off += chunk) {
-			size_t k = c[i].st->nbytes - off < chunk ?
-				   (size_t)(c[i].st->nbytes - off) : chunk;
-
-			rc = c[i].read(c[i].ctx, buf, k, off);
-			if (rc) {
-				pt_fail(err, rc, "commit: reading new contents: %s",
-					strerror(-rc));
-			} else if (pwrite(out, buf, k, (off_t)(c[i].st->file_off + off)) !=
-				   (ssize_t)k) {
-				e = errno ? errno : EIO;
-				rc = pt_fail(err, -e, "commit: write to %s: %s", tmp,
-					     strerror(e));
-			}
-		}
-	}
-	if (rc)
-		goto out;
-	if (fsync(out) != 0) {
-		e = errno;
-		rc = pt_fail(err, -e, "commit: fsync %s: %s", tmp, strerror(e));
-		goto out;
-	}
-	if (stat(ck->path, &st) != 0 || changed_on_disk(ck, &st)) {
-		rc = pt_fail(err, -ESTALE, "commit: %s: checkpoint changed on disk during the commit",
-			     ck->path);
-		goto out;
-	}
-	if (rename(tmp, ck->path) != 0) {
-		e = errno;
-		rc = pt_fail(err, -e, "commit: rename %s: %s", tmp, strerror(e));
-		goto out;
-	}
-	free(tmp);
-	tmp = NULL;
-	dfd = open(base == dir ? "." : dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd >= 0) {
-		(void)fsync(dfd); /* renamed already: that is success */
-		close(dfd);
-	}
-out:
-	if (out >= 0)
-		close(out);
-	if (tmp) {
-		unlink(tmp);
-		free(tmp);
-	}
-	free(dir);
-	free(buf);
-	return rc;
+	return pt_source_local_path(ck->src) && ck->fmt && ck->fmt->commit;
 }
 
 int pt_ckpt_commit(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
 		   struct pt_error *err)
 {
-	uint32_t *crcs = NULL;
-	struct stat st;
 	size_t i;
-	int fd = -1, rc;
+	int rc;
 
 	if (!pt_ckpt_writable(ck))
 		return pt_fail(err, -EROFS, "%s checkpoints cannot be written",
@@ -836,45 +634,13 @@ int pt_ckpt_commit(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
 	if (n == 0)
 		return 0;
 	for (i = 0; i < n; i++)
-		if (!c[i].st->writable || c[i].st->kind != PT_ST_FILE ||
-		    (ck->fmt->write == PT_WRITE_ZIP && !c[i].st->entry))
+		if (!c[i].st->writable || c[i].st->kind != PT_ST_FILE)
 			return pt_fail(err, -EROFS, "storage '%s' cannot be written",
 				       c[i].st->key);
-	if (ck->fmt->write == PT_WRITE_ZIP) {
-		crcs = calloc(n, sizeof(*crcs));
-		if (!crcs)
-			return pt_fail(err, -ENOMEM, "out of memory");
-		rc = commit_zip(ck, c, n, crcs, err);
-	} else {
-		rc = commit_inplace(ck, c, n, err);
-	}
-	if (rc) {
-		free(crcs);
+	rc = ck->fmt->commit(ck, c, n, err);
+	if (rc)
 		return rc;
-	}
 	/* Same sizes, so the same layout: read the new file through the
 	 * same descriptor number from now on. */
-	fd = open(ck->path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0 || fstat(fd, &st) != 0) {
-		rc = pt_fail(err, -errno, "reopening after commit: %s", strerror(errno));
-		goto out;
-	}
-	if ((uint64_t)st.st_size != ck->src.size) {
-		rc = pt_fail(err, -EIO, "reopening after commit: size changed");
-		goto out;
-	}
-	if (dup2(fd, ck->fd) < 0) {
-		rc = pt_fail(err, -errno, "reopening after commit: %s", strerror(errno));
-		goto out;
-	}
-	ck->dev = st.st_dev;
-	ck->ino = st.st_ino;
-	ck->mtime = st.st_mtim;
-	for (i = 0; crcs && i < n; i++)
-		pt_zip_set_crc(ck->zip, c[i].st->entry, crcs[i]);
-out:
-	if (fd >= 0)
-		close(fd);
-	free(crcs);
-	return rc;
+	return pt_source_reopen(ck->src, err);
 }

@@ -63,10 +63,27 @@ const char *pt_ckpt_warnings(const struct pt_ckpt *ck);
 /* Container name: "torch.save zip", "legacy", ... (static string). */
 const char *pt_ckpt_format(const struct pt_ckpt *ck);
 
-/* File descriptor of the checkpoint (read-only), or -1 for memory. */
-int pt_ckpt_fd(const struct pt_ckpt *ck);
+/* Read exactly @n bytes at @off of the checkpoint's file (its source,
+ * io/source.h); 0 or -errno with a message in @err. */
+int pt_ckpt_read(const struct pt_ckpt *ck, void *buf, size_t n,
+		 uint64_t off, struct pt_error *err);
 
-/* Modification time of the checkpoint when it was opened. */
+/* Where bytes [@off, @off + @n) of the checkpoint's file lie in a local
+ * file, for zero copy: descriptor (owned by the checkpoint) and offset,
+ * and true; false when they are not in a local file (memory, remote). */
+bool pt_ckpt_extent(const struct pt_ckpt *ck, uint64_t off, uint64_t n,
+		    int *fd, uint64_t *file_off);
+
+/* 0 while the bytes the checkpoint reads are those it opened (or last
+ * committed); -ESTALE when another program rewrote or truncated the file
+ * in place; another -errno when that cannot be told.  One fstat. */
+int pt_ckpt_check(const struct pt_ckpt *ck, struct pt_error *err);
+
+/* Size in bytes of the checkpoint's file. */
+uint64_t pt_ckpt_size(const struct pt_ckpt *ck);
+
+/* Modification time of the checkpoint when it was opened (or last
+ * committed); 0 when unknown. */
 struct timespec pt_ckpt_mtime(const struct pt_ckpt *ck);
 
 /* ---- the tree ---- */
@@ -174,9 +191,10 @@ struct pt_commit {
 };
 
 /*
- * Commit new storage contents into the checkpoint file atomically (ZIP64
- * rewriter: temporary file beside it, fsync, rename, fsync of the
- * directory).  Refuses with -ESTALE when the file changed on disk since it
+ * Commit new storage contents into the checkpoint file atomically, through
+ * its format's commit hook (fmt/fmt.h: the ZIP64 rewriter for torch.save
+ * archives, copy-and-replace for safetensors; both write a temporary file
+ * beside it, fsync, rename, fsync the directory).  Refuses with -ESTALE when the file changed on disk since it
  * was opened (size, mtime or inode), and leaves the original untouched on
  * any failure.  On success the checkpoint reads the new file from then on
  * (same layout: sizes never change) and later commits compare against it.

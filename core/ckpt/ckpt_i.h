@@ -3,11 +3,8 @@
  * ckpt_i.h -- internals shared by the checkpoint, its formats, the torch
  * interpreter and the tree.  Not part of the front ends' API.
  *
- * A container format is one file in core/ (fmt_*.c) that defines a
- * struct pt_format and is listed in pt_formats[] (ckpt.c).  Its open()
- * decodes the container's pickle(s), sets ck->root and resolves persistent
- * ids to storages through its storage() hook; everything after that (tensor
- * interpretation, the tree, metadata) is shared.
+ * The format plug-in contract (struct pt_format, the list of formats)
+ * lives in fmt/fmt.h.
  */
 #ifndef PTFS_CORE_CKPT_I_H
 #define PTFS_CORE_CKPT_I_H
@@ -27,6 +24,7 @@
 #include "base/rd.h"
 #include "io/source.h"
 #include "container/zip.h"
+#include "fmt/fmt.h"
 
 /* Where a storage's bytes are. */
 enum pt_stkind {
@@ -35,7 +33,7 @@ enum pt_stkind {
 	PT_ST_ZIP,      /* a deflated record, inflated on first use */
 	PT_ST_NONE,     /* no data (meta tensors, empty records) */
 	PT_ST_CHUNKS,   /* a C-order tensor assembled from boxes stored in
-			 * files (DCP, fmt_dcp.c): see struct pt_chunks */
+			 * files (DCP, fmt/dcp.c): see struct pt_chunks */
 };
 
 /*
@@ -74,7 +72,7 @@ struct pt_storage {
 	uint64_t id;                    /* creation order */
 	/* The checkpoint whose file (src, zip) holds the bytes, when that is
 	 * not the checkpoint reading them: a sharded index serves tensors of
-	 * its shards (fmt_sharded.c).  NULL means the reader itself. */
+	 * its shards (fmt/sharded.c).  NULL means the reader itself. */
 	struct pt_ckpt *home;
 	const struct pt_chunks *chunks; /* PT_ST_CHUNKS */
 	bool writable;                  /* a commit may replace its bytes
@@ -134,27 +132,6 @@ struct pt_bytes {
 
 struct pt_ckpt;
 
-struct pt_format {
-	const char *name;               /* "torch.save zip", ... */
-	/* Does this format claim the file?  @head: its first bytes.  For a
-	 * ZIP file (PK\3\4) ck->zip is already open (ckpt.c), so the ZIP
-	 * family (TorchScript 2019 layout, .pt2, torch.save) tells itself
-	 * apart by record names. */
-	bool (*probe)(const struct pt_ckpt *ck, const uint8_t *head, size_t n);
-	/* Decode the container: set ck->root (and ck->pickle_*). */
-	int (*open)(struct pt_ckpt *ck, struct pt_error *err);
-	/* Resolve a persistent id (the pid value) to a storage of
-	 * @dtype (from the pid) and @numel elements of it. */
-	int (*storage)(struct pt_ckpt *ck, const struct pt_value *pid,
-		       struct pt_storage **out, struct pt_error *err);
-	/* Free format state (may be NULL). */
-	void (*close)(struct pt_ckpt *ck);
-	/* How pt_ckpt_commit() writes this container: not at all, through
-	 * the ZIP64 rewriter, or by copying the file and replacing storage
-	 * bytes where they are (no checksums: safetensors). */
-	enum { PT_WRITE_NONE, PT_WRITE_ZIP, PT_WRITE_INPLACE } write;
-};
-
 struct pt_pickled {                     /* one decoded pickle we keep */
 	struct pt_pickle *pk;
 	uint8_t *buf;                   /* its bytes (owned unless borrowed) */
@@ -198,18 +175,14 @@ struct pt_tree;
 struct pt_ckpt {
 	char *path;                     /* as given */
 	char *stem;                     /* file name minus last extension */
-	int fd;                         /* -1 for memory */
-	struct pt_source src;
-	struct timespec mtime;
-	dev_t dev;                      /* of the file, for commits */
-	ino_t ino;
+	struct pt_source *src;          /* the bytes (io/source.h) */
 	struct pt_ckpt_opts opts;
 
 	const struct pt_format *fmt;
 	const char *kind_name;          /* overrides fmt->name in messages */
 	void *fmt_state;
-	struct pt_zip *zip;             /* zip-based formats; opened by
-					 * ckpt.c before probing */
+	struct pt_zip *zip;             /* ZIP family: indexed by the first
+					 * probe (pt__zip_probe, fmt.h) */
 
 	struct pt_pickled pickles[PT_MAX_PICKLES];
 	int n_pickles;
@@ -255,7 +228,7 @@ int pt__add_meta_file(struct pt_ckpt *ck, const char *name, void *data,
 int pt__add_meta_dir(struct pt_ckpt *ck, const char *name,
 		     struct pt_value *root, const char *records);
 
-/* fmt_safetensors.c: a PT_V_DICT of @n str keys -> tensors made outside any
+/* fmt/safetensors.c: a PT_V_DICT of @n str keys -> tensors made outside any
  * pickle (safetensors, sharded indexes).  Keys come out classified
  * PT_C_SCALAR and values PT_C_TENSOR (a PT_V_PERSID node with a NULL pid
  * and aux -> the tensor); the dict itself is left for pt__classify() to
@@ -265,7 +238,7 @@ struct pt_value *pt__flat_dict(struct pt_ckpt *ck, size_t n);
 void pt__flat_dict_set(struct pt_value *d, size_t i, const uint8_t *name,
 		       size_t len, struct pt_tensor *t);
 
-/* fmt_torchscript_json.c: value trees made outside any pickle (JSON
+/* fmt/torchscript_json.c: value trees made outside any pickle (JSON
  * described formats).  pt__value_dict(): a PT_V_DICT of @n entries whose
  * keys are str nodes (classified PT_C_SCALAR); set entry @i with
  * pt__value_dict_set() (@name borrowed: it must live as long as ck; @val
@@ -278,7 +251,7 @@ void pt__value_dict_set(struct pt_value *d, size_t i, const uint8_t *name,
 struct pt_value *pt__tensor_value(struct pt_ckpt *ck, struct pt_tensor *t);
 
 /*
- * fmt_safetensors.c: a strict JSON scanner (RFC 8259) for the small JSON
+ * fmt/safetensors.c: a strict JSON scanner (RFC 8259) for the small JSON
  * documents some formats carry (safetensors headers, sharded indexes).  It
  * reads one token at a time for a caller that knows the schema, never
  * recurses, and skips unknown values with a nesting cap.  Strings are
@@ -342,7 +315,7 @@ int pt__add_pickle(struct pt_ckpt *ck, struct pt_pickle *pk, uint8_t *buf,
 		   size_t len, const char *label, uint64_t file_off,
 		   struct pt_error *err);
 
-/* fmt_legacy.c: every persistent-id node reachable from @root (not looking
+/* fmt/legacy.c: every persistent-id node reachable from @root (not looking
  * inside pids) and every torch.storage._load_from_bytes call, each once,
  * in creation (= unpickling) order, in a malloc()ed array *@out.  @count
  * is pt_pickle_count() of the pickle. */
@@ -350,7 +323,7 @@ int pt__legacy_refs(struct pt_value *root, uint32_t count,
 		    struct pt_value ***out, size_t *n_out,
 		    struct pt_error *err);
 
-/* fmt_legacy.c: turn node @v (a module's persistent id) into the GLOBAL
+/* fmt/legacy.c: turn node @v (a module's persistent id) into the GLOBAL
  * @cls, which is what torch's persistent_load returns for it. */
 void pt__legacy_to_global(struct pt_value *v, const struct pt_value *cls);
 
@@ -398,7 +371,7 @@ bool pt__is_global(const struct pt_value *v, const char *module,
 int pt__tree_new(struct pt_ckpt *ck, struct pt_error *err);
 void pt__tree_free(struct pt_ckpt *ck);
 
-/* fmt_zip.c: a storage over ZIP record @e (stored: served from the file;
+/* fmt/zip.c: a storage over ZIP record @e (stored: served from the file;
  * deflated: inflated on first read), keyed @key in ck->storages, with
  * @location (@loc_len bytes, may be NULL) as its device.  Writable only
  * when the container is written by the ZIP rewriter.  NULL when out of
@@ -408,28 +381,21 @@ struct pt_storage *pt__record_storage(struct pt_ckpt *ck,
 				      const char *key, const char *location,
 				      size_t loc_len, const struct pt_dtype *dt);
 
-/* Formats (fmt_*.c). */
-extern const struct pt_format pt_fmt_zip;
-extern const struct pt_format pt_fmt_tar;     /* fmt_tar.c */
-extern const struct pt_format pt_fmt_legacy;  /* fmt_legacy.c */
-extern const struct pt_format pt_fmt_pickle;  /* fmt_legacy.c */
-extern const struct pt_format pt_fmt_safetensors;
-extern const struct pt_format pt_fmt_sharded;
-extern const struct pt_format pt_fmt_dcp;     /* fmt_dcp.c */
-
-/* ckpt.c: open @path as bare bytes, a checkpoint with only path, fd and
- * src set (no format, pickle or tree), for a format that serves data from
- * files beside its own (the .distcp files of a DCP directory, through
- * struct pt_storage.home or struct pt_chunk.home).  Close it with
- * pt_ckpt_close().  Returns 0 or -errno with "path: reason" in @err. */
-int pt__ckpt_open_raw(struct pt_ckpt **out, const char *path,
+/* ckpt.c: a bare checkpoint over @src (owned from here on, also on
+ * failure): only path and src set (no format, pickle or tree), for a
+ * format that serves data from files beside its own (the .distcp files of
+ * a DCP directory, from pt_source_open_sibling(), through struct
+ * pt_storage.home or struct pt_chunk.home).  Close it with
+ * pt_ckpt_close().  Returns 0 or -ENOMEM. */
+int pt__ckpt_open_raw(struct pt_ckpt **out, struct pt_source *src,
 		      const struct pt_ckpt_opts *opts, struct pt_error *err);
-extern const struct pt_format pt_fmt_ts_json;  /* fmt_torchscript_json.c */
-extern const struct pt_format pt_fmt_pt2;      /* fmt_pt2.c */
 
-/* fmt_sharded.c: the index file to open for directory @dir (a sharded
- * checkpoint's *.index.json, or its only weights file), malloc()ed in
- * *@out; -ENOENT with a message when there is none. */
-int pt__dir_checkpoint(const char *dir, char **out, struct pt_error *err);
+/* ckpt.c: open the checkpoint whose bytes @src holds (a shard of a sharded
+ * index, from pt_source_open_sibling()): probe and open as pt_ckpt_open()
+ * does a file.  @src is owned by the checkpoint from here on, also on
+ * failure. */
+int pt__ckpt_open_source(struct pt_ckpt **out, struct pt_source *src,
+			 const struct pt_ckpt_opts *opts,
+			 struct pt_error *err);
 
 #endif /* PTFS_CORE_CKPT_I_H */

@@ -940,18 +940,15 @@ bool pt_node_extent(struct pt_ckpt *ck, const struct pt_node *node,
 	if (node->role == R_VALUE && t) {
 		const struct pt_ckpt *home = t->st->home ? t->st->home : ck;
 
-		if (!t->contiguous || t->st->kind != PT_ST_FILE || home->fd < 0)
+		if (!t->contiguous || t->st->kind != PT_ST_FILE)
 			return false;
-		*fd = home->fd;
-		*file_off = t->st->file_off + t->byte_lo + off;
-		return true;
+		return pt_source_extent(home->src,
+					t->st->file_off + t->byte_lo + off, n,
+					fd, file_off);
 	}
-	if (node->role == R_RECORD && node->entry->method == PT_ZIP_STORED &&
-	    ck->fd >= 0) {
-		*fd = ck->fd;
-		*file_off = node->entry->data_off + off;
-		return true;
-	}
+	if (node->role == R_RECORD && node->entry->method == PT_ZIP_STORED)
+		return pt_source_extent(ck->src, node->entry->data_off + off,
+					n, fd, file_off);
 	return false;
 }
 

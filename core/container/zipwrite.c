@@ -714,7 +714,7 @@ static int zw_check_same(const struct pt_zip *z, const char *path,
 			 struct pt_error *err)
 {
 	const struct pt_source *src = pt_zip_source(z);
-	struct stat sst;
+	struct pt_error e;
 	bool stale = false;
 
 	if (!S_ISREG(st->st_mode))
@@ -733,8 +733,8 @@ static int zw_check_same(const struct pt_zip *z, const char *path,
 	}
 	if (src->size != (uint64_t)st->st_size)
 		stale = true;
-	if (src->fd >= 0 && fstat(src->fd, &sst) == 0 &&
-	    (sst.st_dev != st->st_dev || sst.st_ino != st->st_ino))
+	pt_error_clear(&e);
+	if (pt_source_check(src, PT_CHECK_NAME, &e) == -ESTALE)
 		stale = true;
 	if (stale)
 		return pt_fail(err, -ESTALE,

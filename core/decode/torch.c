@@ -1000,7 +1000,7 @@ static ssize_t chunks_read(struct pt_ckpt *ck, const struct pt_chunks *cs,
 		if (take > n - done)
 			take = n - done;
 		h = c->home ? c->home : ck;
-		rc = pt_source_read(&h->src, buf + done, (size_t)take,
+		rc = pt_source_read(h->src, buf + done, (size_t)take,
 				    c->file_off + lin * es + skip, err);
 		if (rc)
 			return rc;
@@ -1029,7 +1029,7 @@ static ssize_t storage_read(struct pt_ckpt *ck, const struct pt_storage *st,
 			if (rc <= 0)
 				return rc ? rc : (ssize_t)n;
 		}
-		rc = pt_source_read(&ck->src, buf, n, st->file_off + off, err);
+		rc = pt_source_read(ck->src, buf, n, st->file_off + off, err);
 		return rc ? rc : (ssize_t)n;
 	case PT_ST_MEM:
 		memcpy(buf, st->mem + off, n);

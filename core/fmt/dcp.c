@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fmt_dcp.c -- distributed checkpoints (torch.distributed.checkpoint, and
+ * dcp.c -- distributed checkpoints (torch.distributed.checkpoint, and
  * 1.13's prototype torch.distributed._shard.checkpoint): a directory
  * holding `.metadata` and `*.distcp` files (FORMAT.md §7).
  *
@@ -40,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define DCP_MAX_FILES 65536             /* distinct .distcp files */
 #define DCP_MAX_CHUNKS (1u << 20)       /* chunks of all tensors */
@@ -347,9 +348,10 @@ static int dcp_file(struct pt_ckpt *ck, struct dcp_state *s,
 		    struct pt_error *err)
 {
 	const uint8_t *p = name->u.s.p;
-	size_t n = name->u.s.len, len;
+	size_t n = name->u.s.len;
+	struct pt_source *src;
 	struct dcp_file *f;
-	char nb[100], *path;
+	char nb[100];
 	int rc;
 
 	HASH_FIND(hh, s->files, p, n, f);
@@ -368,17 +370,15 @@ static int dcp_file(struct pt_ckpt *ck, struct dcp_state *s,
 	if (!f)
 		return pt_fail(err, -ENOMEM, "out of memory");
 	f->name = strndup((const char *)p, n);
-	len = strlen(s->dir) + 1 + n + 1;
-	path = malloc(len);
-	if (!f->name || !path) {
-		free(f->name);
+	if (!f->name) {
 		free(f);
-		free(path);
 		return pt_fail(err, -ENOMEM, "out of memory");
 	}
-	snprintf(path, len, "%s/%s", s->dir, f->name);
-	rc = pt__ckpt_open_raw(&f->ck, path, &ck->opts, err);
-	free(path);
+	rc = pt_source_open_sibling(ck->src, f->name, &src, err);
+	if (rc)
+		pt_error_prefix(err, "%s/%s", s->dir, f->name);
+	else
+		rc = pt__ckpt_open_raw(&f->ck, src, &ck->opts, err);
 	if (rc) {
 		free(f->name);
 		free(f);
@@ -393,7 +393,7 @@ static int dcp_file(struct pt_ckpt *ck, struct dcp_state *s,
 /* ---- blobs: torch.save zips inside a .distcp ---- */
 
 struct blob {                           /* an opened torch.save blob */
-	struct pt_source src;
+	struct pt_source *src;          /* the blob's range of its file */
 	struct pt_zip *z;
 	uint8_t *pkl;                   /* data.pkl */
 	struct pt_pickle *pk;
@@ -405,6 +405,7 @@ static void blob_close(struct blob *b)
 	pt_pickle_free(b->pk);
 	free(b->pkl);
 	pt_zip_close(b->z);
+	pt_source_close(b->src);
 	memset(b, 0, sizeof(*b));
 }
 
@@ -415,7 +416,7 @@ static bool blob_is_zip(const struct dcp_file *f, uint64_t off, uint64_t len)
 
 	pt_error_clear(&e);
 	return len >= 4 &&
-	       pt_source_read(&f->ck->src, m, 4, off, &e) == 0 &&
+	       pt_source_read(f->ck->src, m, 4, off, &e) == 0 &&
 	       memcmp(m, "PK\3\4", 4) == 0;
 }
 
@@ -429,9 +430,9 @@ static int blob_open(struct pt_ckpt *ck, const struct dcp_file *f,
 	int rc;
 
 	memset(b, 0, sizeof(*b));
-	rc = pt_source_sub(&b->src, &f->ck->src, off, len, f->name, err);
+	rc = pt_source_sub(f->ck->src, off, len, f->name, &b->src, err);
 	if (!rc)
-		rc = pt_zip_open(&b->z, &b->src, &ck->opts.limits, err);
+		rc = pt_zip_open(&b->z, b->src, &ck->opts.limits, err);
 	if (rc)
 		return rc;
 	e = pt_zip_find_rel(b->z, "data.pkl");
@@ -779,10 +780,10 @@ static int dcp_tensor(struct pt_ckpt *ck, struct dcp_state *s,
 			pt_error_prefix(err, "tensor '%s'", who);
 			return rc;
 		}
-		if (e->off > f->ck->src.size || e->len > f->ck->src.size - e->off)
+		if (e->off > f->ck->src->size || e->len > f->ck->src->size - e->off)
 			return pt_fail(err, -EBADMSG,
 				       "tensor '%s': chunk %zu at [%" PRIu64 ", +%" PRIu64 ") lies outside %s (%" PRIu64 " bytes)",
-				       who, i, e->off, e->len, f->name, f->ck->src.size);
+				       who, i, e->off, e->len, f->name, f->ck->src->size);
 		if (blob_is_zip(f, e->off, e->len)) {
 			rc = blob_open(ck, f, e->off, e->len, &b, err);
 			if (!rc)
@@ -991,10 +992,10 @@ static int dcp_value(struct pt_ckpt *ck, struct dcp_state *s,
 		pt_error_prefix(err, "value '%s'", who);
 		return rc;
 	}
-	if (e->off > f->ck->src.size || e->len > f->ck->src.size - e->off)
+	if (e->off > f->ck->src->size || e->len > f->ck->src->size - e->off)
 		return pt_fail(err, -EBADMSG,
 			       "value '%s' at [%" PRIu64 ", +%" PRIu64 ") lies outside %s (%" PRIu64 " bytes)",
-			       who, e->off, e->len, f->name, f->ck->src.size);
+			       who, e->off, e->len, f->name, f->ck->src->size);
 	if (blob_is_zip(f, e->off, e->len)) {
 		/* a torch.save blob: its value when simple, else its bytes */
 		pt_error_clear(&e2);
@@ -1010,7 +1011,7 @@ static int dcp_value(struct pt_ckpt *ck, struct dcp_state *s,
 	if (e->len > DCP_MAX_INLINE ||
 	    s->inline_bytes + e->len > DCP_MAX_INLINE_ALL)
 		return raw_tensor(ck, v, fqn, f, e, err);
-	rc = pt_source_dup(&f->ck->src, e->off, (size_t)e->len, &raw, err);
+	rc = pt_source_dup(f->ck->src, e->off, (size_t)e->len, &raw, err);
 	if (rc)
 		return rc;
 	if (!pt__own(ck, raw))
@@ -1032,12 +1033,14 @@ static int dcp_value(struct pt_ckpt *ck, struct dcp_state *s,
 
 /* ---- the format ---- */
 
-static bool dcp_probe(const struct pt_ckpt *ck, const uint8_t *head, size_t n)
+static int dcp_probe(struct pt_ckpt *ck, const uint8_t *head, size_t n,
+		      struct pt_error *err)
 {
 	const char *base = strrchr(ck->path, '/');
 
 	(void)head;
 	(void)n;
+	(void)err;
 	base = base ? base + 1 : ck->path;
 	return strcmp(base, ".metadata") == 0;
 }
@@ -1155,13 +1158,13 @@ static int dcp_open(struct pt_ckpt *ck, struct pt_error *err)
 	uint8_t *buf = NULL;
 	int rc;
 
-	if (ck->fd < 0)
+	if (!pt_source_has_siblings(ck->src))
 		return pt_fail(err, -ENOTSUP,
 			       "distributed checkpoint in memory: its .distcp files lie beside it, open its directory");
-	if (ck->src.size > ck->opts.limits.max_pickle_bytes)
+	if (ck->src->size > ck->opts.limits.max_pickle_bytes)
 		return pt_fail(err, -EFBIG,
 			       ".metadata of %" PRIu64 " bytes exceeds the pickle limit of %" PRIu64,
-			       ck->src.size, ck->opts.limits.max_pickle_bytes);
+			       ck->src->size, ck->opts.limits.max_pickle_bytes);
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return pt_fail(err, -ENOMEM, "out of memory");
@@ -1176,10 +1179,10 @@ static int dcp_open(struct pt_ckpt *ck, struct pt_error *err)
 	}
 	if (!s->dir)
 		return pt_fail(err, -ENOMEM, "out of memory");
-	rc = pt_source_dup(&ck->src, 0, (size_t)ck->src.size, &buf, err);
+	rc = pt_source_dup(ck->src, 0, (size_t)ck->src->size, &buf, err);
 	if (rc)
 		return rc;
-	rc = pt__load_pickle(ck, buf, (size_t)ck->src.size, ".metadata", 0,
+	rc = pt__load_pickle(ck, buf, (size_t)ck->src->size, ".metadata", 0,
 			     &root, NULL, err);
 	if (rc)
 		return rc;
@@ -1200,9 +1203,27 @@ static int dcp_open(struct pt_ckpt *ck, struct pt_error *err)
 	return rc;
 }
 
+/* struct pt_format.probe_dir: a directory with a regular file .metadata
+ * (FORMAT.md §0, §7) opens that file. */
+static int dcp_probe_dir(const char *dir, char **file, struct pt_error *err)
+{
+	struct stat st;
+
+	if (asprintf(file, "%s/.metadata", dir) < 0) {
+		*file = NULL;
+		return pt_fail(err, -ENOMEM, "out of memory");
+	}
+	if (stat(*file, &st) == 0 && S_ISREG(st.st_mode))
+		return 1;
+	free(*file);
+	*file = NULL;
+	return 0;
+}
+
 const struct pt_format pt_fmt_dcp = {
 	.name = "torch.distributed.checkpoint (DCP)",
 	.probe = dcp_probe,
+	.probe_dir = dcp_probe_dir,
 	.open = dcp_open,
 	.storage = NULL,
 	.close = dcp_close,

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fmt_legacy.c -- the legacy pickle-stream format of torch.save
+ * legacy.c -- the legacy pickle-stream format of torch.save
  * (_use_new_zipfile_serialization=False, the default before torch 1.6;
  * FORMAT.md §4.1-§4.4), and plain pickles whose storages are embedded as
  * torch.storage._load_from_bytes(bytes) calls (§3.7), each of which holds
@@ -543,7 +543,7 @@ static int lg_lfb_storage(struct pt_ckpt *ck, const struct pt_value *pidv,
 	struct pt_value **refs = NULL;
 	struct lg_stream s;
 	struct lg_base b = { UINT64_MAX, NULL };
-	struct pt_source src;
+	struct pt_source *src = NULL;
 	const uint8_t *p = NULL;
 	size_t len = 0, nrefs = 0;
 	bool retry;
@@ -571,8 +571,9 @@ static int lg_lfb_storage(struct pt_ckpt *ck, const struct pt_value *pidv,
 			       "torch.storage._load_from_bytes: argument is not bytes");
 	}
 	b.mem = p;
-	pt_source_mem(&src, p, len, "_load_from_bytes");
-	rc = lg_pickles(ck, p, len, &s, &retry, "_load_from_bytes", err);
+	rc = pt_source_mem(p, len, "_load_from_bytes", &src, err);
+	if (!rc)
+		rc = lg_pickles(ck, p, len, &s, &retry, "_load_from_bytes", err);
 	if (!rc)
 		rc = pt__legacy_refs(s.obj, pt_pickle_count(s.pk[3]), &refs,
 				     &nrefs, err);
@@ -580,7 +581,7 @@ static int lg_lfb_storage(struct pt_ckpt *ck, const struct pt_value *pidv,
 		rc = lg_roots(s.pk[3], refs, nrefs, &s, false,
 			      "_load_from_bytes", err);
 	if (!rc)
-		rc = lg_layout(&src, &s, "_load_from_bytes", err);
+		rc = lg_layout(src, &s, "_load_from_bytes", err);
 	if (!rc && (!s.obj || s.obj->kind != PT_V_PERSID))
 		rc = pt_fail(err, -ENOTSUP,
 			     "torch.storage._load_from_bytes: the embedded object is not a storage");
@@ -588,6 +589,7 @@ static int lg_lfb_storage(struct pt_ckpt *ck, const struct pt_value *pidv,
 		rc = lg_storage(ck, &s, &b, s.obj->u.pid, true, out, err);
 	free(refs);
 	lg_stream_free(&s);
+	pt_source_close(src);
 	return rc;
 }
 
@@ -597,12 +599,13 @@ struct lg_state {
 	struct lg_stream s;
 };
 
-static bool legacy_probe(const struct pt_ckpt *ck, const uint8_t *head,
-			 size_t n)
+static int legacy_probe(struct pt_ckpt *ck, const uint8_t *head, size_t n,
+		         struct pt_error *err)
 {
 	struct pt_pickle *pk = NULL;
 	bool yes;
 
+	(void)err;
 	if (pt_pickle_load(&pk, head, n, NULL, &ck->opts.limits, NULL))
 		return false;
 	yes = lg_is_magic(pt_pickle_root(pk));
@@ -621,7 +624,7 @@ static int legacy_open(struct pt_ckpt *ck, struct pt_error *err)
 		"magic", "protocol_version", "sys_info", "object",
 		"storage_keys",
 	};
-	uint64_t size = ck->src.size, win, cap;
+	uint64_t size = ck->src->size, win, cap;
 	struct pt_value **refs = NULL;
 	struct lg_state *state;
 	struct lg_stream *s;
@@ -642,7 +645,7 @@ static int legacy_open(struct pt_ckpt *ck, struct pt_error *err)
 		cap = SIZE_MAX;
 	win = size < LG_FIRST_WINDOW ? size : LG_FIRST_WINDOW;
 	for (;;) {
-		rc = pt_source_dup(&ck->src, 0, (size_t)win, &buf, err);
+		rc = pt_source_dup(ck->src, 0, (size_t)win, &buf, err);
 		if (rc)
 			return rc;
 		rc = lg_pickles(ck, buf, (size_t)win, s, &retry, "legacy", err);
@@ -684,7 +687,7 @@ static int legacy_open(struct pt_ckpt *ck, struct pt_error *err)
 	free(refs);
 	if (rc)
 		return rc;
-	rc = lg_layout(&ck->src, s, "legacy", err);
+	rc = lg_layout(ck->src, s, "legacy", err);
 	if (rc)
 		return rc;
 	if (s->data_end < size)
@@ -734,11 +737,12 @@ const struct pt_format pt_fmt_legacy = {
  * decodes completely within the probed head, so that text and other
  * formats are not mistaken for one.
  */
-static bool plain_probe(const struct pt_ckpt *ck, const uint8_t *head,
-			size_t n)
+static int plain_probe(struct pt_ckpt *ck, const uint8_t *head, size_t n,
+		        struct pt_error *err)
 {
 	struct pt_pickle *pk = NULL;
 
+	(void)err;
 	if (n >= 3 && head[0] == 0x80 && head[1] >= 2 && head[1] <= 5 &&
 	    head[2] != 0x00)
 		return true;
@@ -800,7 +804,7 @@ static void scan_trailing(struct pt_ckpt *ck, const uint8_t *buf, size_t len,
 static int plain_open(struct pt_ckpt *ck, struct pt_error *err)
 {
 	struct pt_value **refs = NULL;
-	uint64_t size = ck->src.size;
+	uint64_t size = ck->src->size;
 	uint8_t *buf = NULL;
 	size_t used = 0, nrefs = 0, i;
 	int rc;
@@ -809,7 +813,7 @@ static int plain_open(struct pt_ckpt *ck, struct pt_error *err)
 		return pt_fail(err, -EFBIG,
 			       "pickle of %" PRIu64 " bytes exceeds the pickle limit of %" PRIu64,
 			       size, ck->opts.limits.max_pickle_bytes);
-	rc = pt_source_dup(&ck->src, 0, (size_t)size, &buf, err);
+	rc = pt_source_dup(ck->src, 0, (size_t)size, &buf, err);
 	if (rc)
 		return rc;
 	rc = pt__load_pickle(ck, buf, (size_t)size, "plain pickle", 0, &ck->root,

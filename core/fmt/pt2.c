@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fmt_pt2.c -- torch.export archives (FORMAT.md §6).
+ * pt2.c -- torch.export archives (FORMAT.md §6).
  *
  * PT2 archive (archive_format = "pt2", ~2.6+), one folder <prefix>/:
  *   models/<model>.json                       the serialized program
@@ -40,7 +40,7 @@
 /* A torch.save blob inside the archive. */
 struct p2_nested {
 	struct pt_zip *zip;
-	struct pt_source src;
+	struct pt_source *src;          /* over mem */
 	const uint8_t *mem;             /* the blob's bytes */
 	uint64_t file_off;              /* of mem[0] in the file, or
 					 * UINT64_MAX (the blob is deflated) */
@@ -143,7 +143,7 @@ static int p2_blob(struct pt_ckpt *ck, struct p2_state *s,
 	nb = &s->nested[s->n_nested++];
 	snprintf(nb->tag, sizeof(nb->tag), "%s", tag);
 	if (e->method == PT_ZIP_STORED) {
-		rc = pt_source_dup(&ck->src, e->data_off, (size_t)e->usize, &copy, err);
+		rc = pt_source_dup(ck->src, e->data_off, (size_t)e->usize, &copy, err);
 		if (rc)
 			return rc;
 		if (!pt__own(ck, copy))
@@ -156,8 +156,9 @@ static int p2_blob(struct pt_ckpt *ck, struct p2_state *s,
 			return rc;
 		nb->file_off = UINT64_MAX;
 	}
-	pt_source_mem(&nb->src, nb->mem, e->usize, e->name);
-	rc = pt_zip_open(&nb->zip, &nb->src, &ck->opts.limits, err);
+	rc = pt_source_mem(nb->mem, e->usize, e->name, &nb->src, err);
+	if (!rc)
+		rc = pt_zip_open(&nb->zip, nb->src, &ck->opts.limits, err);
 	if (rc) {
 		pt_error_prefix(err, "%s (nested torch.save archive)", e->name);
 		return rc;
@@ -506,11 +507,14 @@ static int p2_config(struct pt_ckpt *ck, struct p2_state *s,
 
 /* ---- the archive ---- */
 
-static bool p2_probe(const struct pt_ckpt *ck, const uint8_t *head, size_t n)
+static int p2_probe(struct pt_ckpt *ck, const uint8_t *head, size_t n,
+		     struct pt_error *err)
 {
-	(void)head;
-	(void)n;
-	return ck->zip && !pt_zip_find_rel(ck->zip, "data.pkl") &&
+	int rc = pt__zip_probe(ck, head, n, err);
+
+	if (rc <= 0)
+		return rc;
+	return !pt_zip_find_rel(ck->zip, "data.pkl") &&
 	       (pt_zip_find_rel(ck->zip, "archive_format") ||
 		pt_zip_find(ck->zip, "serialized_exported_program.json"));
 }
@@ -722,8 +726,10 @@ static void p2_close(struct pt_ckpt *ck)
 
 	if (!s)
 		return;
-	for (i = 0; i < s->n_nested; i++)
+	for (i = 0; i < s->n_nested; i++) {
 		pt_zip_close(s->nested[i].zip);
+		pt_source_close(s->nested[i].src);
+	}
 	free(s);
 	ck->fmt_state = NULL;
 }

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fmt_safetensors.c -- safetensors files (FORMAT.md §8), and the small
+ * safetensors.c -- safetensors files (FORMAT.md §8), and the small
  * strict JSON scanner that reads their header (and sharded indexes,
- * fmt_sharded.c).
+ * fmt/sharded.c).
  *
  * A file is [u64le N][N bytes of JSON][data].  The header is one object:
  * "name": {"dtype", "shape", "data_offsets": [begin, end]} per tensor, in
@@ -21,6 +21,7 @@
  * both the smallest and the most bounded choice.
  */
 #include "ckpt/ckpt_i.h"
+#include "container/replace.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -1007,11 +1008,13 @@ static int st_build(struct pt_ckpt *ck, struct st_parse *ps,
 	return 0;
 }
 
-static bool st_probe(const struct pt_ckpt *ck, const uint8_t *head, size_t n)
+static int st_probe(struct pt_ckpt *ck, const uint8_t *head, size_t n,
+		     struct pt_error *err)
 {
 	uint64_t hl;
 
 	(void)ck;
+	(void)err;
 	if (n < 9 || head[8] != '{')
 		return false;
 	hl = pt_le64(head);
@@ -1030,7 +1033,7 @@ static int st_open(struct pt_ckpt *ck, struct pt_error *err)
 	memset(&ps, 0, sizeof(ps));
 	memset(&j, 0, sizeof(j));
 	pt_buf_init(&ps.meta);
-	rc = pt_source_read(&ck->src, lenb, 8, 0, err);
+	rc = pt_source_read(ck->src, lenb, 8, 0, err);
 	if (rc)
 		return rc;
 	hl = pt_le64(lenb);
@@ -1038,12 +1041,12 @@ static int st_open(struct pt_ckpt *ck, struct pt_error *err)
 		return pt_fail(err, -EFBIG,
 			       "safetensors header of %" PRIu64 " bytes exceeds the limit of %u",
 			       hl, ST_MAX_HEADER);
-	if (hl > ck->src.size - 8)
+	if (hl > ck->src->size - 8)
 		return pt_fail(err, -EBADMSG,
 			       "safetensors header of %" PRIu64 " bytes runs past the end of the file (%" PRIu64 " bytes)",
-			       hl, ck->src.size);
-	data_len = ck->src.size - 8 - hl;
-	rc = pt_source_dup(&ck->src, 8, (size_t)hl, &hb, err);
+			       hl, ck->src->size);
+	data_len = ck->src->size - 8 - hl;
+	rc = pt_source_dup(ck->src, 8, (size_t)hl, &hb, err);
 	if (rc)
 		return rc;
 	/* the header as stored is /.ptfs/header.json; ck owns it now */
@@ -1085,11 +1088,34 @@ out:
 	return rc;
 }
 
+/* struct pt_format.commit: no checksums in the container, so each
+ * storage's new bytes go where the old ones were, in a copy of the file
+ * renamed over it (container/replace.h). */
+static int st_commit(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
+		     struct pt_error *err)
+{
+	struct pt_replace *r = calloc(n, sizeof(*r));
+	size_t i;
+	int rc;
+
+	if (!r)
+		return pt_fail(err, -ENOMEM, "out of memory");
+	for (i = 0; i < n; i++) {
+		r[i].off = c[i].st->file_off;
+		r[i].len = c[i].st->nbytes;
+		r[i].read = c[i].read;
+		r[i].ctx = c[i].ctx;
+	}
+	rc = pt_replace_ranges(ck->src, r, n, err);
+	free(r);
+	return rc;
+}
+
 const struct pt_format pt_fmt_safetensors = {
-	.write = PT_WRITE_INPLACE,
 	.name = "safetensors",
 	.probe = st_probe,
 	.open = st_open,
 	.storage = NULL,
 	.close = NULL,
+	.commit = st_commit,
 };

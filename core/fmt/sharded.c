@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fmt_sharded.c -- sharded checkpoints: a *.index.json (Hugging Face's
+ * sharded.c -- sharded checkpoints: a *.index.json (Hugging Face's
  * save_pretrained: pytorch_model.bin.index.json,
  * model.safetensors.index.json) and the shard files beside it.
  *
@@ -13,7 +13,7 @@
  * must be plain file names in the index's directory.  The index itself is
  * /.ptfs/index.json.
  *
- * pt__dir_checkpoint() picks the file to open when a directory is given.
+ * sh_probe_dir() picks the file to open when a directory is given.
  */
 #include "ckpt/ckpt_i.h"
 
@@ -62,7 +62,8 @@ struct tkey {                           /* a shard's tensors by key */
  * another index) as a shard would otherwise recurse without end. */
 static _Thread_local int sh_opening;
 
-static bool sh_probe(const struct pt_ckpt *ck, const uint8_t *head, size_t n)
+static int sh_probe(struct pt_ckpt *ck, const uint8_t *head, size_t n,
+		     struct pt_error *err)
 {
 	static const char key[] = "\"weight_map\"";
 	struct pt_error e;
@@ -70,6 +71,7 @@ static bool sh_probe(const struct pt_ckpt *ck, const uint8_t *head, size_t n)
 	size_t i = 0, scan;
 	bool hit;
 
+	(void)err;
 	while (i < n && (head[i] == ' ' || head[i] == '\t' || head[i] == '\n' ||
 			 head[i] == '\r'))
 		i++;
@@ -77,14 +79,14 @@ static bool sh_probe(const struct pt_ckpt *ck, const uint8_t *head, size_t n)
 		return false;
 	if (memmem(head, n, key, sizeof(key) - 1))
 		return true;
-	if (ck->src.size <= n)
+	if (ck->src->size <= n)
 		return false;
-	scan = ck->src.size < SH_PROBE_SCAN ? (size_t)ck->src.size : SH_PROBE_SCAN;
+	scan = ck->src->size < SH_PROBE_SCAN ? (size_t)ck->src->size : SH_PROBE_SCAN;
 	buf = malloc(scan);
 	if (!buf)
 		return false;
 	pt_error_clear(&e);
-	hit = pt_source_read(&ck->src, buf, scan, 0, &e) == 0 &&
+	hit = pt_source_read(ck->src, buf, scan, 0, &e) == 0 &&
 	      memmem(buf, scan, key, sizeof(key) - 1) != NULL;
 	free(buf);
 	return hit;
@@ -308,42 +310,29 @@ static int shard_tensors(const struct pt_ckpt *sub, struct tkey **map)
 	return tkey_pairs(map, &r->u.call.kv);
 }
 
-/* The directory part of @path ("." when there is none), malloc()ed. */
-static char *dir_of(const char *path)
-{
-	const char *slash = strrchr(path, '/');
-
-	if (!slash)
-		return strdup(".");
-	if (slash == path)
-		return strdup("/");
-	return strndup(path, (size_t)(slash - path));
-}
-
-static int open_shard(struct pt_ckpt *ck, const char *dir, struct shard *sh,
+/* Open shard @sh, a file beside the index. */
+static int open_shard(struct pt_ckpt *ck, struct shard *sh,
 		      struct pt_error *err)
 {
+	struct pt_source *src = NULL;
 	char nb[100];
-	char *path = NULL;
-	size_t len;
+	char *name;
 	int rc;
 
 	if (!plain_name(sh->name, sh->name_len))
 		return pt_fail(err, -EBADMSG,
 			       "index: shard '%s' is not a plain file name in the index's directory",
 			       printable(sh->name, sh->name_len, nb, sizeof(nb)));
-	len = strlen(dir) + 1 + sh->name_len + 1;
-	path = malloc(len);
-	if (!path)
+	name = strndup((const char *)sh->name, sh->name_len);
+	if (!name)
 		return pt_fail(err, -ENOMEM, "out of memory");
-	memcpy(path, dir, strlen(dir));
-	path[strlen(dir)] = '/';
-	memcpy(path + strlen(dir) + 1, sh->name, sh->name_len);
-	path[len - 1] = '\0';
-	sh_opening = 1;
-	rc = pt_ckpt_open(&sh->ck, path, &ck->opts, err);
-	sh_opening = 0;
-	free(path);
+	rc = pt_source_open_sibling(ck->src, name, &src, err);
+	free(name);
+	if (!rc) {
+		sh_opening = 1;
+		rc = pt__ckpt_open_source(&sh->ck, src, &ck->opts, err);
+		sh_opening = 0;
+	}
 	if (rc)
 		pt_error_prefix(err, "shard '%s'",
 				printable(sh->name, sh->name_len, nb, sizeof(nb)));
@@ -367,7 +356,7 @@ static void sh_report(struct pt_ckpt *ck, const struct sh_state *s,
 		if (i < 64)
 			pt_buf_printf(&ck->notes, "shard %s: %s, %" PRIu64 " bytes, %" PRIu64 " tensors used\n",
 				      nb, pt_ckpt_format(sh->ck),
-				      sh->ck->src.size, sh->n_tensors);
+				      sh->ck->src->size, sh->n_tensors);
 		while (*w) {
 			const char *e = strchr(w, '\n');
 			int len = (int)(e ? (size_t)(e - w) : strlen(w));
@@ -402,7 +391,6 @@ static int sh_open(struct pt_ckpt *ck, struct pt_error *err)
 	struct pt_value *root;
 	struct pt_js j;
 	uint8_t *text = NULL;
-	char *dir = NULL;
 	char nb[100], sb[100];
 	size_t n = 0, i;
 	int rc;
@@ -411,24 +399,24 @@ static int sh_open(struct pt_ckpt *ck, struct pt_error *err)
 	if (sh_opening)
 		return pt_fail(err, -EBADMSG,
 			       "is itself a sharded index (an index may only name weights files)");
-	if (ck->fd < 0)
+	if (!pt_source_has_siblings(ck->src))
 		return pt_fail(err, -ENOTSUP,
 			       "sharded index in memory: its shards are files beside it, open it from its directory");
-	if (ck->src.size > SH_MAX_INDEX)
+	if (ck->src->size > SH_MAX_INDEX)
 		return pt_fail(err, -EFBIG,
 			       "index of %" PRIu64 " bytes exceeds the limit of %u",
-			       ck->src.size, SH_MAX_INDEX);
+			       ck->src->size, SH_MAX_INDEX);
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return pt_fail(err, -ENOMEM, "out of memory");
 	ck->fmt_state = s;      /* sh_close() frees it, also on failure */
-	rc = pt_source_dup(&ck->src, 0, (size_t)ck->src.size, &text, err);
+	rc = pt_source_dup(ck->src, 0, (size_t)ck->src->size, &text, err);
 	if (rc)
 		return rc;
-	rc = pt__add_meta_file(ck, "index.json", text, (size_t)ck->src.size);
+	rc = pt__add_meta_file(ck, "index.json", text, (size_t)ck->src->size);
 	if (rc)
 		return pt_fail(err, rc, "out of memory");
-	rc = pt__js_init(&j, text, (size_t)ck->src.size, "index", err);
+	rc = pt__js_init(&j, text, (size_t)ck->src->size, "index", err);
 	if (!rc)
 		rc = parse_index(&j, &ents, &n, &s->shards, &s->n,
 				 &ck->opts.limits);
@@ -436,16 +424,15 @@ static int sh_open(struct pt_ckpt *ck, struct pt_error *err)
 		rc = pt__js_keep(&j, ck);
 	if (rc)
 		goto out;
-	dir = dir_of(ck->path);
 	maps = calloc(s->n + 1, sizeof(*maps));
-	if (!dir || !maps) {
+	if (!maps) {
 		rc = pt_fail(err, -ENOMEM, "out of memory");
 		goto out;
 	}
 	for (i = 0; i < s->n; i++) {
 		struct shard *sh = &s->shards[i];
 
-		rc = open_shard(ck, dir, sh, err);
+		rc = open_shard(ck, sh, err);
 		if (rc)
 			goto out;
 		rc = shard_tensors(sh->ck, &maps[i]);
@@ -488,18 +475,9 @@ out:
 			tkeys_free(&maps[i]);
 	free(maps);
 	free(ents);
-	free(dir);
 	pt__js_free(&j);
 	return rc;
 }
-
-const struct pt_format pt_fmt_sharded = {
-	.name = "sharded checkpoint index",
-	.probe = sh_probe,
-	.open = sh_open,
-	.storage = NULL,
-	.close = sh_close,
-};
 
 /* ---- a directory given as the checkpoint ---- */
 
@@ -536,12 +514,20 @@ static int keep_min(char **best, const char *name)
  * safetensors shards first, then the smallest name), or else its only
  * weights file (*.safetensors, *.bin, *.pt, *.pth).
  */
-int pt__dir_checkpoint(const char *dir, char **out, struct pt_error *err)
+/*
+ * struct pt_format.probe_dir: the index file to open for directory @dir (a
+ * sharded checkpoint's *.index.json, or its only weights file).  A
+ * directory with a .metadata file is left to DCP (fmt/dcp.c); any other
+ * is claimed, with a message saying why it is not a checkpoint when there
+ * is nothing to open in it.
+ */
+static int sh_probe_dir(const char *dir, char **out, struct pt_error *err)
 {
 	char *st_index = NULL, *index = NULL, *weights = NULL, *pick;
 	size_t n_weights = 0, seen = 0;
 	bool dcp = false;
 	struct dirent *de;
+	struct stat mst;
 	DIR *d;
 	int rc = 0;
 
@@ -549,6 +535,11 @@ int pt__dir_checkpoint(const char *dir, char **out, struct pt_error *err)
 	d = opendir(dir);
 	if (!d)
 		return pt_fail(err, -errno, "%s", strerror(errno));
+	if (fstatat(dirfd(d), ".metadata", &mst, 0) == 0 &&
+	    S_ISREG(mst.st_mode)) {
+		closedir(d);
+		return 0;
+	}
 	while ((de = readdir(d)) != NULL) {
 		struct stat st;
 
@@ -609,5 +600,14 @@ out:
 	free(st_index);
 	free(index);
 	free(weights);
-	return rc;
+	return rc ? rc : 1;
 }
+
+const struct pt_format pt_fmt_sharded = {
+	.name = "sharded checkpoint index",
+	.probe = sh_probe,
+	.probe_dir = sh_probe_dir,
+	.open = sh_open,
+	.storage = NULL,
+	.close = sh_close,
+};

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fmt_tar.c -- the tar container of torch <= 0.1.9 (FORMAT.md §4.5),
+ * tar.c -- the tar container of torch <= 0.1.9 (FORMAT.md §4.5),
  * which torch.load still reads.
  *
  * An uncompressed tar with the members sys_info (a pickle), pickle (the
@@ -121,7 +121,7 @@ static int tar_scan(struct pt_ckpt *ck, struct tar_state *ts,
 		rc = pt_fail(err, -ENOMEM, "out of memory");
 		goto out;
 	}
-	io->src = &ck->src;
+	io->src = ck->src;
 	archive_read_support_format_tar(a);
 	archive_read_support_filter_none(a);
 	if (archive_read_open2(a, io, NULL, tar_read_cb, tar_skip_cb, NULL) !=
@@ -156,8 +156,8 @@ static int tar_scan(struct pt_ckpt *ck, struct tar_state *ts,
 			continue;
 		pos = archive_filter_bytes(a, 0);
 		size = archive_entry_size(e);
-		if (pos < 0 || size < 0 || (uint64_t)size > ck->src.size ||
-		    (uint64_t)pos > ck->src.size - (uint64_t)size) {
+		if (pos < 0 || size < 0 || (uint64_t)size > ck->src->size ||
+		    (uint64_t)pos > ck->src->size - (uint64_t)size) {
 			rc = pt_fail(err, -EBADMSG,
 				     "tar: member '%s' lies outside the file", name);
 			goto out;
@@ -169,7 +169,7 @@ static int tar_scan(struct pt_ckpt *ck, struct tar_state *ts,
 				     k < 0 ? archive_error_string(a) : "short read");
 			goto out;
 		}
-		rc = pt_source_read(&ck->src, want, chk, (uint64_t)pos, err);
+		rc = pt_source_read(ck->src, want, chk, (uint64_t)pos, err);
 		if (rc)
 			goto out;
 		if (memcmp(want, got, chk) != 0) {
@@ -204,7 +204,7 @@ static int tar_pickle_at(struct pt_ckpt *ck, uint64_t off, uint64_t end,
 
 	win = left < TAR_SMALL_WINDOW ? left : TAR_SMALL_WINDOW;
 	for (;;) {
-		rc = pt_source_dup(&ck->src, off, (size_t)win, buf, err);
+		rc = pt_source_dup(ck->src, off, (size_t)win, buf, err);
 		if (rc)
 			return rc;
 		rc = pt_pickle_load(pk, *buf, (size_t)win, used,
@@ -358,7 +358,7 @@ static int tar_storages(struct pt_ckpt *ck, struct tar_state *ts,
 				     "tar: storage '%s': element count past the end of the member", key);
 			break;
 		}
-		rc = pt_source_read(&ck->src, b8, 8, pos, err);
+		rc = pt_source_read(ck->src, b8, 8, pos, err);
 		if (rc)
 			break;
 		numel = pt_le64(b8);
@@ -492,7 +492,7 @@ static int tar_tensor_call(struct pt_ckpt *ck, struct pt_pickle *pk,
 
 	if (end - *pos < 8)
 		return pt_fail(err, -EBADMSG, "tar: tensors: metadata past the end of the member");
-	rc = pt_source_read(&ck->src, hdr, 8, *pos, err);
+	rc = pt_source_read(ck->src, hdr, 8, *pos, err);
 	if (rc)
 		return rc;
 	ndim = pt_le32(hdr);
@@ -505,7 +505,7 @@ static int tar_tensor_call(struct pt_ckpt *ck, struct pt_pickle *pk,
 	meta = malloc((size_t)need);
 	if (!meta)
 		return pt_fail(err, -ENOMEM, "out of memory");
-	rc = pt_source_read(&ck->src, meta, (size_t)need, *pos + 8, err);
+	rc = pt_source_read(ck->src, meta, (size_t)need, *pos + 8, err);
 	if (rc)
 		goto out;
 	fn = tar_node(pk, PT_V_GLOBAL);
@@ -657,9 +657,11 @@ static int tar_rewrite(struct pt_ckpt *ck, struct tar_state *ts,
 
 /* ---- the format ---- */
 
-static bool tar_probe(const struct pt_ckpt *ck, const uint8_t *head, size_t n)
+static int tar_probe(struct pt_ckpt *ck, const uint8_t *head, size_t n,
+		      struct pt_error *err)
 {
 	(void)ck;
+	(void)err;
 	return n >= 262 && memcmp(head + 257, "ustar", 5) == 0;
 }
 
@@ -674,7 +676,7 @@ static int tar_load_pickle(struct pt_ckpt *ck, const struct tar_member *m,
 		return pt_fail(err, -EFBIG,
 			       "tar: member '%s' of %" PRIu64 " bytes exceeds the pickle limit",
 			       label, m->size);
-	rc = pt_source_dup(&ck->src, m->off, (size_t)m->size, &buf, err);
+	rc = pt_source_dup(ck->src, m->off, (size_t)m->size, &buf, err);
 	if (rc)
 		return rc;
 	return pt__load_pickle(ck, buf, (size_t)m->size, label, m->off, root,

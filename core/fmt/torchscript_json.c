@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fmt_torchscript_json.c -- TorchScript archives in the 2019 layout
+ * torchscript_json.c -- TorchScript archives in the 2019 layout
  * (torch 1.0/1.1: <prefix>/model.json + tensors/<n> + code/<name>.py +
  * attributes.pkl; no data.pkl).  FORMAT.md §5.3 calls it out of scope for
  * torch; it is shown here because current torch cannot read it at all.
@@ -35,7 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- value nodes made outside any pickle (shared with fmt_pt2.c) ---- */
+/* ---- value nodes made outside any pickle (shared with fmt/pt2.c) ---- */
 
 struct pt_value *pt__value_dict(struct pt_ckpt *ck, size_t n)
 {
@@ -728,11 +728,14 @@ out:
 
 /* ---- the format ---- */
 
-static bool tj_probe(const struct pt_ckpt *ck, const uint8_t *head, size_t n)
+static int tj_probe(struct pt_ckpt *ck, const uint8_t *head, size_t n,
+		     struct pt_error *err)
 {
-	(void)head;
-	(void)n;
-	return ck->zip && pt_zip_find_rel(ck->zip, "model.json") &&
+	int rc = pt__zip_probe(ck, head, n, err);
+
+	if (rc <= 0)
+		return rc;
+	return pt_zip_find_rel(ck->zip, "model.json") &&
 	       !pt_zip_find_rel(ck->zip, "data.pkl");
 }
 

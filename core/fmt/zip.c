@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fmt_zip.c -- the torch.save ZIP container (FORMAT.md §1-§3), and the
+ * zip.c -- the torch.save ZIP container (FORMAT.md §1-§3), and the
  * TorchScript archives that share it (§5: data.pkl + data/<key>).
  *
  * The object is the pickle in <prefix>/data.pkl; each persistent id
@@ -18,6 +18,7 @@
  * "0" do not collide.
  */
 #include "ckpt/ckpt_i.h"
+#include "container/zipwrite.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -57,11 +58,26 @@ static size_t key_index(const char *key, size_t n)
 	return v < n ? v : SIZE_MAX;
 }
 
-static bool zip_probe(const struct pt_ckpt *ck, const uint8_t *head, size_t n)
+int pt__zip_probe(struct pt_ckpt *ck, const uint8_t *head, size_t n,
+		  struct pt_error *err)
 {
-	(void)ck;
-	return n >= 4 && head[0] == 'P' && head[1] == 'K' && head[2] == 3 &&
-	       head[3] == 4;
+	int rc;
+
+	if (n < 4 || memcmp(head, "PK\3\4", 4) != 0)
+		return 0;
+	if (!ck->zip) {
+		rc = pt_zip_open(&ck->zip, ck->src, &ck->opts.limits, err);
+		if (rc)
+			return rc;
+	}
+	return 1;
+}
+
+/* Any ZIP the other formats of the family left. */
+static int zip_probe(struct pt_ckpt *ck, const uint8_t *head, size_t n,
+		     struct pt_error *err)
+{
+	return pt__zip_probe(ck, head, n, err);
 }
 
 /* A small text record ("version", "byteorder"), trimmed; NULL if absent. */
@@ -240,7 +256,7 @@ static int zip_open(struct pt_ckpt *ck, struct pt_error *err)
 	int rc;
 
 	if (!ck->zip) {
-		rc = pt_zip_open(&ck->zip, &ck->src, &ck->opts.limits, err);
+		rc = pt_zip_open(&ck->zip, ck->src, &ck->opts.limits, err);
 		if (rc)
 			return rc;
 	}
@@ -259,7 +275,7 @@ static int zip_open(struct pt_ckpt *ck, struct pt_error *err)
 	pkl = pt_zip_find_rel(ck->zip, "data.pkl");
 	if (!pkl) {
 		/* the 2019 TorchScript layout and .pt2 archives are claimed
-		 * by their own formats (fmt_torchscript_json.c, fmt_pt2.c) */
+		 * by their own formats (fmt/torchscript_json.c, fmt/pt2.c) */
 		if (pt_zip_find_rel(ck->zip, ".data/extern_modules"))
 			return pt_fail(err, -ENOTSUP,
 				       "torch.package archive: not supported");
@@ -297,6 +313,58 @@ static int zip_open(struct pt_ckpt *ck, struct pt_error *err)
 	return rc;
 }
 
+/* ---- commits: through the ZIP64 rewriter (container/zipwrite.h) ---- */
+
+static int commit_read(void *ctx, void *buf, size_t n, uint64_t off)
+{
+	const struct pt_commit *c = ctx;
+
+	return c->read(c->ctx, buf, n, off);
+}
+
+/* struct pt_format.commit: rewrite the archive with the storages' records
+ * replaced, then take their new CRC-32s into ck->zip. */
+static int zip_commit(struct pt_ckpt *ck, const struct pt_commit *c,
+		      size_t n, struct pt_error *err)
+{
+	struct pt_zw_change *ch;
+	struct pt_commit *cc;
+	uint32_t *crcs;
+	size_t i;
+	int rc;
+
+	for (i = 0; i < n; i++)
+		if (!c[i].st->entry)
+			return pt_fail(err, -EROFS, "storage '%s' cannot be written",
+				       c[i].st->key);
+	ch = calloc(n, sizeof(*ch));
+	cc = calloc(n, sizeof(*cc));
+	crcs = calloc(n, sizeof(*crcs));
+	if (!ch || !cc || !crcs) {
+		rc = pt_fail(err, -ENOMEM, "out of memory");
+		goto out;
+	}
+	memcpy(cc, c, n * sizeof(*cc));
+	for (i = 0; i < n; i++) {
+		ch[i].entry = c[i].st->entry;
+		ch[i].size = c[i].st->nbytes;
+		ch[i].read = commit_read;
+		ch[i].ctx = &cc[i];
+		ch[i].crc_out = &crcs[i];
+	}
+	/* the rewriter checks the file against the source it indexed
+	 * (pt_source_check, PT_CHECK_NAME) */
+	rc = pt_zip_rewrite(pt_source_local_path(ck->src), ck->zip, ch, n,
+			    NULL, NULL, err);
+	for (i = 0; !rc && i < n; i++)
+		pt_zip_set_crc(ck->zip, c[i].st->entry, crcs[i]);
+out:
+	free(ch);
+	free(cc);
+	free(crcs);
+	return rc;
+}
+
 /* The text of a str (or Python 2 bytes) value, NUL-terminated in @tmp. */
 static bool pid_text(const struct pt_value *v, char *tmp, size_t cap)
 {
@@ -330,7 +398,7 @@ struct pt_storage *pt__record_storage(struct pt_ckpt *ck,
 	if (e->method == PT_ZIP_STORED) {
 		st->kind = PT_ST_FILE;
 		st->file_off = e->data_off;
-		st->writable = ck->fmt && ck->fmt->write == PT_WRITE_ZIP;
+		st->writable = ck->fmt && ck->fmt->commit == zip_commit;
 	} else {
 		st->kind = PT_ST_ZIP;
 	}
@@ -417,10 +485,10 @@ static int zip_storage(struct pt_ckpt *ck, const struct pt_value *pidv,
 }
 
 const struct pt_format pt_fmt_zip = {
-	.write = PT_WRITE_ZIP,
 	.name = "torch.save zip",
 	.probe = zip_probe,
 	.open = zip_open,
 	.storage = zip_storage,
 	.close = NULL,
+	.commit = zip_commit,
 };

@@ -1,91 +1,37 @@
 /* SPDX-License-Identifier: MIT */
-/* source.c -- pread() or memcpy() from the checkpoint. */
+/*
+ * source.c -- what every source shares: range checks around the ops, and
+ * reading into a new buffer.  The sources themselves live in file.c (local
+ * files) and mem.c (memory, sub-ranges).
+ */
 #include "io/source.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-int pt_source_fd(struct pt_source *s, int fd, const char *name,
-		 struct pt_error *err)
+static bool in_range(const struct pt_source *s, uint64_t off, uint64_t n)
 {
-	struct stat st;
-
-	if (fstat(fd, &st) != 0)
-		return pt_fail(err, -errno, "%s: %s", name, strerror(errno));
-	if (!S_ISREG(st.st_mode))
-		return pt_fail(err, -EINVAL, "%s: not a regular file", name);
-	s->fd = fd;
-	s->mem = NULL;
-	s->size = (uint64_t)st.st_size;
-	s->name = name;
-	s->base = 0;
-	return 0;
+	return off <= s->size && n <= s->size - off;
 }
 
-void pt_source_mem(struct pt_source *s, const void *mem, uint64_t len,
-		   const char *name)
+void pt_source_close(struct pt_source *s)
 {
-	s->fd = -1;
-	s->mem = mem;
-	s->size = len;
-	s->name = name;
-	s->base = 0;
-}
-
-int pt_source_sub(struct pt_source *s, const struct pt_source *parent,
-		  uint64_t off, uint64_t len, const char *name,
-		  struct pt_error *err)
-{
-	if (off > parent->size || len > parent->size - off)
-		return pt_fail(err, -EIO,
-			       "%s: bytes [%llu, +%llu) lie beyond the end of %s (%llu bytes)",
-			       name, (unsigned long long)off,
-			       (unsigned long long)len, parent->name,
-			       (unsigned long long)parent->size);
-	s->fd = parent->fd;
-	s->mem = parent->fd < 0 ? parent->mem + off : NULL;
-	s->size = len;
-	s->name = name;
-	s->base = parent->fd < 0 ? 0 : parent->base + off;
-	return 0;
+	if (s)
+		s->ops->close(s);
 }
 
 int pt_source_read(const struct pt_source *s, void *buf, size_t n,
 		   uint64_t off, struct pt_error *err)
 {
-	uint8_t *dst = buf;
-	size_t done = 0;
-
-	if (off > s->size || n > s->size - off)
+	if (!in_range(s, off, n))
 		return pt_fail(err, -EIO,
 			       "read of %zu bytes at 0x%llx beyond end of file (%llu bytes)",
 			       n, (unsigned long long)off,
 			       (unsigned long long)s->size);
-	if (s->fd < 0) {
-		if (n)
-			memcpy(dst, s->mem + off, n);
+	if (n == 0)
 		return 0;
-	}
-	while (done < n) {
-		ssize_t got = pread(s->fd, dst + done, n - done,
-				    (off_t)(s->base + off + done));
-		if (got < 0) {
-			if (errno == EINTR)
-				continue;
-			return pt_fail(err, -errno, "read at 0x%llx: %s",
-				       (unsigned long long)(off + done),
-				       strerror(errno));
-		}
-		if (got == 0)
-			return pt_fail(err, -EIO,
-				       "read at 0x%llx: file shrank while open",
-				       (unsigned long long)(off + done));
-		done += (size_t)got;
-	}
-	return 0;
+	return s->ops->read(s, buf, n, off, err);
 }
 
 int pt_source_dup(const struct pt_source *s, uint64_t off, size_t n,
@@ -108,4 +54,39 @@ int pt_source_dup(const struct pt_source *s, uint64_t off, size_t n,
 	b[n] = 0;
 	*out = b;
 	return 0;
+}
+
+void pt_source_prefetch(const struct pt_source *s, uint64_t off, uint64_t n)
+{
+	if (s->ops->prefetch && in_range(s, off, n))
+		s->ops->prefetch(s, off, n);
+}
+
+bool pt_source_extent(const struct pt_source *s, uint64_t off, uint64_t n,
+		      int *fd, uint64_t *file_off)
+{
+	return s->ops->extent && in_range(s, off, n) &&
+	       s->ops->extent(s, off, n, fd, file_off);
+}
+
+int pt_source_check(const struct pt_source *s, enum pt_check how,
+		    struct pt_error *err)
+{
+	return s->ops->check ? s->ops->check(s, how, err) : 0;
+}
+
+bool pt_source_has_siblings(const struct pt_source *s)
+{
+	return s->ops->open_sibling != NULL;
+}
+
+int pt_source_open_sibling(const struct pt_source *s, const char *rel,
+			   struct pt_source **out, struct pt_error *err)
+{
+	*out = NULL;
+	if (!s->ops->open_sibling)
+		return pt_fail(err, -ENOTSUP,
+			       "%s: has no files beside it (not a local file)",
+			       s->name);
+	return s->ops->open_sibling(s, rel, out, err);
 }

@@ -1,46 +1,111 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * source.h -- the input: a file descriptor, or a memory buffer.
+ * source.h -- the input: where a checkpoint's bytes come from.
  *
- * Core reads the checkpoint with pread() into its own buffers and never maps
- * it: a file truncated under a mount then gives a short read (-EIO), not a
- * SIGBUS.  The in-memory form serves unit tests and fuzzers.
+ * A source is a small vtable (struct pt_source_ops) so that a local file,
+ * a memory buffer, a byte range of another source and, later, an HTTP
+ * range reader are interchangeable.  Nothing above core/io knows which one
+ * it holds: bytes are read with pt_source_read(), zero copy asks for an
+ * extent (a local fd range, or nothing), "has it changed?" is a check.
+ *
+ * Local files are read with pread() into our own buffers and never mapped:
+ * a file truncated under a mount then gives a short read (-EIO), not a
+ * SIGBUS.  Memory sources serve unit tests and fuzzers.
+ *
+ * Sources are not thread-safe objects by themselves, but every built-in
+ * op is safe to call from several threads at once (pread, memcpy, fstat);
+ * remote sources must keep that promise too.
  */
 #ifndef PTFS_CORE_SOURCE_H
 #define PTFS_CORE_SOURCE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "base/error.h"
 
-struct pt_source {
-	int fd;                 /* file to pread, or -1 */
-	const uint8_t *mem;     /* else bytes in memory (borrowed) */
-	uint64_t size;          /* bytes in the input */
-	const char *name;       /* for messages (borrowed) */
-	uint64_t base;          /* fd sources: file offset of byte 0 (0 but
-				 * for pt_source_sub()) */
+struct pt_source;
+
+/* What pt_source_check() compares with the state at open. */
+enum pt_check {
+	/* the bytes this source reads: a local file rewritten or truncated
+	 * in place (fstat of our descriptor: size, mtime); a file replaced
+	 * by rename still reads its old, consistent bytes and passes */
+	PT_CHECK_READS,
+	/* the name: the object the source's name designates now is still the
+	 * one opened (stat of the path: device, inode, size, mtime; for
+	 * remote sources the ETag); commits check this before replacing */
+	PT_CHECK_NAME,
 };
 
-/* A source over @fd; fstat gives the size.  Returns 0 or -errno. */
-int pt_source_fd(struct pt_source *s, int fd, const char *name,
-		 struct pt_error *err);
+struct pt_source_ops {
+	/* Exactly @n bytes at @off into @buf; 0, or -errno with one line in
+	 * @err.  pt_source_read() has checked that the range lies inside
+	 * the source.  May block; must be thread-safe. */
+	int (*read)(const struct pt_source *s, void *buf, size_t n,
+		    uint64_t off, struct pt_error *err);
+	/* Hint: [@off, @off + @n) will be read soon.  Never blocks, never
+	 * fails.  NULL when the source gains nothing from hints. */
+	void (*prefetch)(const struct pt_source *s, uint64_t off, uint64_t n);
+	/* Where [@off, @off + @n) lies in a local file, for zero copy
+	 * (splice, copy_file_range): its descriptor in *@fd (owned by the
+	 * source) and offset in *@file_off, and true; false when the bytes
+	 * are not in a local file (memory, remote).  NULL means never. */
+	bool (*extent)(const struct pt_source *s, uint64_t off, uint64_t n,
+		       int *fd, uint64_t *file_off);
+	/* 0 when unchanged since open in the sense of @how (enum pt_check),
+	 * -ESTALE (one line in @err) when changed, another -errno when it
+	 * cannot tell.  Safe to call on every read (one fstat). */
+	int (*check)(const struct pt_source *s, enum pt_check how,
+		     struct pt_error *err);
+	/* A new source for the object @rel (a plain relative name) beside
+	 * this one: a shard named by *.index.json, a DCP .distcp file.  A
+	 * local file opens "<directory of its path>/@rel".  NULL when the
+	 * source has no neighbours (memory). */
+	int (*open_sibling)(const struct pt_source *s, const char *rel,
+			    struct pt_source **out, struct pt_error *err);
+	/* Free the source and its state (not its parent, for sub-ranges). */
+	void (*close)(struct pt_source *s);
+};
 
-/* A source over @len bytes at @mem (borrowed for the source's life). */
-void pt_source_mem(struct pt_source *s, const void *mem, uint64_t len,
-		   const char *name);
+struct pt_source {
+	const struct pt_source_ops *ops;
+	uint64_t size;                  /* bytes in the source */
+	const char *name;               /* for messages: the file's path, or
+					 * the name given at creation */
+	struct timespec mtime;          /* last modification; 0 unknown */
+	void *priv;                     /* the implementation's state */
+};
 
 /*
- * A source over bytes [@off, @off + @len) of @parent (a blob inside a
- * file, e.g. a torch.save zip embedded in a DCP .distcp file): offsets
- * given to pt_source_read() count from @off.  Borrows @parent's fd or
- * memory, which must outlive @s.  -EIO (with a message naming @name) when
- * the range does not lie inside @parent.
+ * Open the local file @path read-only (O_CLOEXEC) and record what it is
+ * (device, inode, size, mtime) for pt_source_check().  The source's name
+ * is a copy of @path.  -errno with a message naming the error (ENOENT,
+ * EACCES...), or "@path: not a regular file" (-EINVAL).
  */
-int pt_source_sub(struct pt_source *s, const struct pt_source *parent,
-		  uint64_t off, uint64_t len, const char *name,
+int pt_source_open_file(const char *path, struct pt_source **out,
+			struct pt_error *err);
+
+/* A source over @len bytes at @mem (borrowed for the source's life),
+ * named @name (borrowed).  0 or -ENOMEM. */
+int pt_source_mem(const void *mem, uint64_t len, const char *name,
+		  struct pt_source **out, struct pt_error *err);
+
+/*
+ * A source over bytes [@off, @off + @len) of @parent (a blob inside a file,
+ * e.g. a torch.save zip embedded in a DCP .distcp file): offsets count
+ * from @off; extents, checks and siblings are the parent's.  Borrows
+ * @parent and @name, which must outlive it.  -EIO (with a message naming
+ * @name) when the range does not lie inside @parent.
+ */
+int pt_source_sub(const struct pt_source *parent, uint64_t off,
+		  uint64_t len, const char *name, struct pt_source **out,
 		  struct pt_error *err);
+
+/* Close @s (NULL is fine). */
+void pt_source_close(struct pt_source *s);
 
 /*
  * Read exactly @n bytes at @off into @buf.  A range outside the source, or a
@@ -53,5 +118,40 @@ int pt_source_read(const struct pt_source *s, void *buf, size_t n,
  * One extra NUL byte is appended (not counted in @n) for text records. */
 int pt_source_dup(const struct pt_source *s, uint64_t off, size_t n,
 		  uint8_t **out, struct pt_error *err);
+
+/* ops->prefetch when there is one and the range lies inside @s. */
+void pt_source_prefetch(const struct pt_source *s, uint64_t off, uint64_t n);
+
+/* ops->extent, false when there is none or the range leaves @s. */
+bool pt_source_extent(const struct pt_source *s, uint64_t off, uint64_t n,
+		      int *fd, uint64_t *file_off);
+
+/* ops->check; 0 when the source cannot change (memory). */
+int pt_source_check(const struct pt_source *s, enum pt_check how,
+		    struct pt_error *err);
+
+/* Can @s open siblings (pt_source_open_sibling)?  False for memory. */
+bool pt_source_has_siblings(const struct pt_source *s);
+
+/* ops->open_sibling; -ENOTSUP with a message when @s has no neighbours. */
+int pt_source_open_sibling(const struct pt_source *s, const char *rel,
+			   struct pt_source **out, struct pt_error *err);
+
+/*
+ * For the commit engines, which replace the file itself: the path of the
+ * local file @s reads (a pt_source_open_file() source), else NULL (memory,
+ * sub-range and remote sources are read-only).
+ */
+const char *pt_source_local_path(const struct pt_source *s);
+
+/*
+ * After a commit replaced the local file @s reads by one of the same size:
+ * reopen its path and read the new file through the same descriptor number
+ * from now on (dup2, so zero-copy replies in flight stay valid), and
+ * record its identity for pt_source_check().  -EIO when the size changed,
+ * -EINVAL when @s is not a local file, else -errno; messages name the
+ * problem.
+ */
+int pt_source_reopen(struct pt_source *s, struct pt_error *err);
 
 #endif /* PTFS_CORE_SOURCE_H */

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fuzz_pickle.c -- libFuzzer target for the safe pickle machine
- * (core/pickle.c) and its disassembler.
+ * (core/decode/pickle.c) and its disassembler.
  *
  * Loads the input with small limits (so that hostile counts hit a cap
  * quickly rather than exhausting memory), checks the result's contract and

@@ -1,0 +1,99 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fmt.h -- the format plug-in contract.
+ *
+ * A container format is one file in core/fmt/ that defines a struct
+ * pt_format and is listed in pt_formats[] (fmt.c), in probe order.  ckpt.c
+ * drives it:
+ *
+ *   1. a directory is offered to every probe_dir() in order; the first that
+ *      claims it names the file to open in it (DCP: .metadata; sharded:
+ *      the *.index.json);
+ *   2. the file's source (io/source.h) and its first bytes are offered to
+ *      every probe() in order; the first that claims it opens it;
+ *   3. open() decodes the container: sets ck->root (and the pickles,
+ *      meta files...) and resolves persistent ids to storages through
+ *      storage() while ckpt.c classifies the values;
+ *   4. a write is committed through commit(), after which ckpt.c reopens
+ *      the source (pt_source_reopen); NULL commit means read-only;
+ *   5. close() frees what open() kept in ck->fmt_state.
+ *
+ * Everything after open() -- tensor interpretation, the tree, metadata --
+ * is shared.  A format reads its bytes only through ck->src (never a path
+ * or a descriptor) and finds files beside its own with
+ * pt_source_open_sibling(ck->src, ...), so it works the same over a local
+ * file, a memory buffer or a remote object.
+ */
+#ifndef PTFS_CORE_FMT_H
+#define PTFS_CORE_FMT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/error.h"
+
+struct pt_ckpt;
+struct pt_commit;
+struct pt_storage;
+struct pt_value;
+
+#define PT_PROBE_HEAD 512       /* bytes of the file given to probe() */
+
+struct pt_format {
+	const char *name;               /* "torch.save zip", ... */
+	/* Does this format claim the file?  @head: its first @n bytes (@n <
+	 * PT_PROBE_HEAD only for shorter files; never 0); ck->src the whole
+	 * file.  1 claims it, 0 leaves it to the next format, -errno (with
+	 * a message) stops probing: the file cannot be opened.  The ZIP
+	 * family (TorchScript 2019 layout, .pt2, torch.save) indexes the
+	 * archive through pt__zip_probe() and tells itself apart by record
+	 * names.  Must not be NULL. */
+	int (*probe)(struct pt_ckpt *ck, const uint8_t *head, size_t n,
+		     struct pt_error *err);
+	/* Does this format claim the directory @dir?  1 with the path of
+	 * the file to open instead in *@file (malloc()ed), 0 when not, or
+	 * -errno with a message saying why @dir is no checkpoint.  NULL
+	 * for formats that are one file. */
+	int (*probe_dir)(const char *dir, char **file, struct pt_error *err);
+	/* Decode the container: set ck->root.  0 or -errno with a message. */
+	int (*open)(struct pt_ckpt *ck, struct pt_error *err);
+	/* Resolve the persistent id value @pid (a PT_V_PERSID's payload,
+	 * as the pickle gave it) to the storage it names, created on first
+	 * use; 0 or -errno with a message.  NULL when the format makes its
+	 * tensors itself (no pickle persistent ids). */
+	int (*storage)(struct pt_ckpt *ck, const struct pt_value *pid,
+		       struct pt_storage **out, struct pt_error *err);
+	/* Free ck->fmt_state (may be NULL). */
+	void (*close)(struct pt_ckpt *ck);
+	/* Replace the bytes of the @n storages in @c (each writable, a
+	 * PT_ST_FILE of this checkpoint; the list checked by ckpt.c) in the
+	 * local file atomically: the original untouched on any failure,
+	 * -ESTALE when it changed on disk since it was opened.  ckpt.c
+	 * reopens the source afterwards.  NULL: the format is read-only. */
+	int (*commit)(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
+		      struct pt_error *err);
+};
+
+/* Every format, in probe order (fmt.c); NULL-terminated. */
+extern const struct pt_format *const pt_formats[];
+
+extern const struct pt_format pt_fmt_ts_json;     /* torchscript_json.c */
+extern const struct pt_format pt_fmt_pt2;         /* pt2.c */
+extern const struct pt_format pt_fmt_zip;         /* zip.c */
+extern const struct pt_format pt_fmt_tar;         /* tar.c */
+extern const struct pt_format pt_fmt_legacy;      /* legacy.c */
+extern const struct pt_format pt_fmt_pickle;      /* legacy.c */
+extern const struct pt_format pt_fmt_safetensors; /* safetensors.c */
+extern const struct pt_format pt_fmt_sharded;     /* sharded.c */
+extern const struct pt_format pt_fmt_dcp;         /* dcp.c */
+
+/*
+ * zip.c: the first step of every ZIP-family probe.  0 when @head is not a
+ * ZIP local header; else index the archive into ck->zip once (later calls
+ * reuse it) and return 1, or -errno with the index's message (a corrupt
+ * archive stops probing).
+ */
+int pt__zip_probe(struct pt_ckpt *ck, const uint8_t *head, size_t n,
+		  struct pt_error *err);
+
+#endif /* PTFS_CORE_FMT_H */
