@@ -19,6 +19,7 @@
 #include <dirent.h>
 #include <sys/stat.h>
 #include <cmocka.h>
+#include "require.h"
 
 #include "decode/pickle.h"
 
@@ -1158,18 +1159,16 @@ static void try_dir(const char *dir, bool good)
 
 static void test_fixtures(void **state)
 {
-	const char *shared = getenv("PTFS_SHARED");
-	char real[2048], sub[4096];
+	const char *shared = ptfs_shared_dir();
+	char real[4200], sub[4600];
 	struct dirent *e;
 	DIR *d;
 
 	(void)state;
-	if (!shared)
-		shared = "/work/shared";
 	snprintf(real, sizeof(real), "%s/fixtures/real", shared);
 	d = opendir(real);
 	if (!d)
-		skip();
+		PTFS_SKIP("PTFS_REQUIRE_FIXTURES", "no fixture corpus (%s)", real);
 	while ((e = readdir(d)) != NULL) {
 		if (e->d_name[0] == '.')
 			continue;
