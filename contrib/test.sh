@@ -12,12 +12,21 @@ status=0
 # clone, no Python with torch, not root) would skip; in CI that is a
 # failure, so a green run means everything ran.
 export PTFS_REQUIRE_FUSE=1 PTFS_REQUIRE_FIXTURES=1 PTFS_REQUIRE_PYTHON=1 PTFS_REQUIRE_ROOT=1
+# Features the configure summary must list as enabled.
+ci_features="tar-format unit-tests integration-tests werror"
 for cfg in release asan; do
 	dir=build-test-$cfg
 	flags=(-DPTFS_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo)
 	[ "$cfg" = asan ] && flags+=(-DPTFS_SANITIZE=ON -DCMAKE_BUILD_TYPE=Debug)
 	echo "== $cfg build"
-	cmake -S . -B "$dir" "${flags[@]}" >/dev/null
+	mkdir -p "$dir"
+	cmake -S . -B "$dir" "${flags[@]}" >"$dir/configure.log" || { cat "$dir/configure.log"; exit 1; }
+	# The configure summary must say every feature CI tests is on.
+	sed -n '/build configuration:/,/^-- Configuring done/p' "$dir/configure.log"
+	enabled=$(sed -n '/features have been enabled/,/features have been disabled/p' "$dir/configure.log")
+	for feature in $ci_features; do
+		grep -q "^ \* $feature," <<<"$enabled" || { echo "FAIL: feature $feature is off"; status=1; }
+	done
 	cmake --build "$dir" -j "$jobs"
 	echo "== $cfg tests"
 	export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1

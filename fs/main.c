@@ -52,7 +52,7 @@ int main(int argc, char **argv)
 		return PTFS_EXIT_OK;
 	}
 	if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0) {
-		printf("ptfs %s\n", PTFS_VERSION);
+		ptfs_version(stdout);
 		return PTFS_EXIT_OK;
 	}
 	if (strcmp(argv[1], "ls") == 0 || strcmp(argv[1], "cat") == 0 ||

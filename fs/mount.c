@@ -1029,7 +1029,7 @@ int ptfs_mount_main(int argc, char **argv)
 		return PTFS_EXIT_OK;
 	}
 	if (c.version) {
-		printf("ptfs %s\n", PTFS_VERSION);
+		ptfs_version(stdout);
 		fuse_opt_free_args(&args);
 		return PTFS_EXIT_OK;
 	}

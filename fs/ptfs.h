@@ -19,5 +19,8 @@ int ptfs_mount_main(int argc, char **argv);
 
 /* Print the usage text to @f. */
 void ptfs_usage(FILE *f);
+/* Print the version, the formats this build reads and its libraries to @f
+ * (fs/version.c). */
+void ptfs_version(FILE *f);
 
 #endif /* PTFS_FS_PTFS_H */
