@@ -898,6 +898,7 @@ struct cmdline {
 	bool help;
 	bool version;
 	bool bad;
+	bool fsname;
 	unsigned max_depth;
 	unsigned long long max_values;
 	unsigned long long max_memory;
@@ -905,7 +906,7 @@ struct cmdline {
 	int nested;
 };
 
-enum { KEY_HELP, KEY_VERSION, KEY_RO };
+enum { KEY_HELP, KEY_VERSION, KEY_RO, KEY_RW, KEY_IGNORE, KEY_FSNAME };
 
 #define PTFS_OPT(t, p) { t, offsetof(struct cmdline, p), 1 }
 static const struct fuse_opt ptfs_opts[] = {
@@ -919,6 +920,40 @@ static const struct fuse_opt ptfs_opts[] = {
 	FUSE_OPT_KEY("-V", KEY_VERSION),
 	FUSE_OPT_KEY("--version", KEY_VERSION),
 	FUSE_OPT_KEY("ro", KEY_RO),
+	FUSE_OPT_KEY("rw", KEY_RW),
+	FUSE_OPT_KEY("fsname=", KEY_FSNAME),
+	/*
+	 * mount(8) and fstab options that mean nothing to a FUSE daemon:
+	 * mount.fuse3 strips some (user, _netdev, nofail, ...), mount(8)
+	 * others (defaults, x-*), but not when called another way, and
+	 * libfuse rejects what it does not know.  The atime family is moot:
+	 * every file shows the checkpoint's own times.
+	 */
+	FUSE_OPT_KEY("defaults", KEY_IGNORE),
+	FUSE_OPT_KEY("auto", KEY_IGNORE),
+	FUSE_OPT_KEY("noauto", KEY_IGNORE),
+	FUSE_OPT_KEY("user", KEY_IGNORE),
+	FUSE_OPT_KEY("nouser", KEY_IGNORE),
+	FUSE_OPT_KEY("users", KEY_IGNORE),
+	FUSE_OPT_KEY("owner", KEY_IGNORE),
+	FUSE_OPT_KEY("group", KEY_IGNORE),
+	FUSE_OPT_KEY("nofail", KEY_IGNORE),
+	FUSE_OPT_KEY("_netdev", KEY_IGNORE),
+	FUSE_OPT_KEY("comment=", KEY_IGNORE),
+	FUSE_OPT_KEY("relatime", KEY_IGNORE),
+	FUSE_OPT_KEY("norelatime", KEY_IGNORE),
+	FUSE_OPT_KEY("strictatime", KEY_IGNORE),
+	FUSE_OPT_KEY("nostrictatime", KEY_IGNORE),
+	FUSE_OPT_KEY("lazytime", KEY_IGNORE),
+	FUSE_OPT_KEY("nolazytime", KEY_IGNORE),
+	FUSE_OPT_KEY("diratime", KEY_IGNORE),
+	FUSE_OPT_KEY("nodiratime", KEY_IGNORE),
+	FUSE_OPT_KEY("iversion", KEY_IGNORE),
+	FUSE_OPT_KEY("noiversion", KEY_IGNORE),
+	FUSE_OPT_KEY("mand", KEY_IGNORE),
+	FUSE_OPT_KEY("nomand", KEY_IGNORE),
+	FUSE_OPT_KEY("silent", KEY_IGNORE),
+	FUSE_OPT_KEY("loud", KEY_IGNORE),
 	FUSE_OPT_END
 };
 
@@ -938,6 +973,14 @@ static int opt_proc(void *data, const char *arg, int key,
 	case KEY_RO:
 		c->ro = true;
 		return 1; /* also a kernel mount option */
+	case KEY_RW:
+		c->ro = false; /* the last of ro/rw wins, as in mount(8) */
+		return 1;
+	case KEY_FSNAME:
+		c->fsname = true;
+		return 1;
+	case KEY_IGNORE:
+		return 0;
 	case FUSE_OPT_KEY_NONOPT:
 		if (c->nonopts == 0)
 			c->checkpoint = arg;
@@ -948,6 +991,8 @@ static int opt_proc(void *data, const char *arg, int key,
 		c->nonopts++;
 		return 0;
 	default:
+		if (strncmp(arg, "x-", 2) == 0)
+			return 0; /* fstab notes for other tools (x-systemd.*) */
 		if (arg[0] == '-' && strcmp(arg, "-f") != 0 &&
 		    strcmp(arg, "-d") != 0 && strcmp(arg, "-s") != 0 &&
 		    strcmp(arg, "-o") != 0 && strncmp(arg, "-o", 2) != 0) {
@@ -993,6 +1038,28 @@ static void raise_readahead(const char *mountpoint)
 		}
 	}
 	fclose(f);
+}
+
+/*
+ * Name the mount after the checkpoint (-o fsname=/abs/model.pt), as
+ * sshfs names it after the remote path: mount(8), findmnt and df then show
+ * which file is mounted.  The user's own fsname= wins.
+ */
+static int add_fsname(struct fuse_args *args, const char *checkpoint)
+{
+	char real[PATH_MAX + 8] = "fsname=";
+	char *opts = NULL;
+	int rc;
+
+	if (!realpath(checkpoint, real + 7))
+		return 0; /* pt_ckpt_open reports the problem */
+	rc = fuse_opt_add_opt_escaped(&opts, real);
+	if (rc == 0)
+		rc = fuse_opt_add_arg(args, "-o");
+	if (rc == 0)
+		rc = fuse_opt_add_arg(args, opts);
+	free(opts);
+	return rc;
 }
 
 /* Once detached, stderr is /dev/null: the log goes to syslog. */
@@ -1044,6 +1111,10 @@ int ptfs_mount_main(int argc, char **argv)
 		ptfs_usage(stderr);
 		fuse_opt_free_args(&args);
 		return PTFS_EXIT_USAGE;
+	}
+	if (!c.fsname && add_fsname(&args, c.checkpoint) != 0) {
+		fuse_opt_free_args(&args);
+		return PTFS_EXIT_ERROR;
 	}
 	pt_ckpt_opts_default(&copts);
 	if (c.max_depth)
