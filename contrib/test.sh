@@ -13,7 +13,7 @@ status=0
 # failure, so a green run means everything ran.
 export PTFS_REQUIRE_FUSE=1 PTFS_REQUIRE_FIXTURES=1 PTFS_REQUIRE_PYTHON=1 PTFS_REQUIRE_ROOT=1
 # Features the configure summary must list as enabled.
-ci_features="tar-format unit-tests integration-tests werror"
+ci_features="tar-format unit-tests integration-tests man-check werror"
 for cfg in release asan; do
 	dir=build-test-$cfg
 	flags=(-DPTFS_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo)
