@@ -5,7 +5,7 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config clang libclang-rt-14-dev
       libfuse3-dev fuse3 libarchive-dev uthash-dev libdeflate-dev
       libcmocka-dev python3-pytest python3-torch python3-numpy attr
-      strace man-db bsdextrautils)
+      strace man-db bsdextrautils dpkg-dev bash-completion)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
