@@ -6,14 +6,17 @@
  * so a tar checkpoint of torch <= 0.1.9 fails with one line saying what is
  * missing instead of "unrecognised format".
  */
-#include "ckpt/ckpt_i.h"
+#include "fmt/fmt.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <string.h>
 
-static bool tar_absent_probe(const struct pt_ckpt *ck, const uint8_t *head, size_t n)
+static int tar_absent_probe(struct pt_ckpt *ck, const uint8_t *head, size_t n,
+			    struct pt_error *err)
 {
 	(void)ck;
+	(void)err;
 	return n >= 262 && memcmp(head + 257, "ustar", 5) == 0;
 }
 
