@@ -24,10 +24,12 @@
 #include "container/replace.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* The reference implementation's cap on the header (FORMAT.md §8). */
 #define ST_MAX_HEADER 100000000u
@@ -1088,27 +1090,67 @@ out:
 	return rc;
 }
 
+/* Stream one storage's new bytes into the replacement at its offset. */
+static int st_write_storage(struct pt_replace *r, const struct pt_commit *c,
+			    uint8_t *buf, size_t chunk, struct pt_error *err)
+{
+	uint64_t off;
+	int rc = 0;
+
+	for (off = 0; rc == 0 && off < c->st->nbytes; off += chunk) {
+		size_t k = c->st->nbytes - off < chunk ?
+			   (size_t)(c->st->nbytes - off) : chunk;
+
+		rc = c->read(c->ctx, buf, k, off);
+		if (rc)
+			return pt_fail(err, rc, "new contents of '%s': %s",
+				       c->st->key, strerror(-rc));
+		rc = pt_replace_write(r, buf, k, c->st->file_off + off, err);
+	}
+	return rc;
+}
+
 /* struct pt_format.commit: no checksums in the container, so each
  * storage's new bytes go where the old ones were, in a copy of the file
- * renamed over it (container/replace.h). */
+ * renamed over it through the safe-replace module (container/replace.h:
+ * the real file behind symlinks, owner then mode then xattrs, checked
+ * writes, fsync and close, the real errno). */
 static int st_commit(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
 		     struct pt_error *err)
 {
-	struct pt_replace *r = calloc(n, sizeof(*r));
+	const char *path = pt_source_local_path(ck->src);
+	const size_t chunk = 4u << 20;
+	struct pt_replace r;
+	uint8_t *buf;
 	size_t i;
+	int in;
 	int rc;
 
-	if (!r)
-		return pt_fail(err, -ENOMEM, "out of memory");
-	for (i = 0; i < n; i++) {
-		r[i].off = c[i].st->file_off;
-		r[i].len = c[i].st->nbytes;
-		r[i].read = c[i].read;
-		r[i].ctx = c[i].ctx;
+	if (!path)
+		return pt_fail(err, -EROFS, "commit: %s: not a local file", ck->src->name);
+	rc = pt_source_check(ck->src, PT_CHECK_NAME, err);
+	if (rc)
+		return rc;
+	rc = pt_replace_begin(&r, path, NULL, err);
+	if (rc)
+		return rc;
+	buf = malloc(chunk);
+	in = open(r.real, O_RDONLY | O_CLOEXEC);
+	if (!buf || in < 0)
+		rc = pt_fail(err, buf ? -errno : -ENOMEM, "%s: %s", r.real,
+			     buf ? strerror(errno) : "out of memory");
+	if (!rc)
+		rc = pt_replace_copy(&r, in, 0, (uint64_t)r.st.st_size, 0, err);
+	for (i = 0; rc == 0 && i < n; i++)
+		rc = st_write_storage(&r, &c[i], buf, chunk, err);
+	if (in >= 0)
+		close(in);
+	free(buf);
+	if (rc) {
+		pt_replace_abort(&r);
+		return rc;
 	}
-	rc = pt_replace_ranges(ck->src, r, n, err);
-	free(r);
-	return rc;
+	return pt_replace_commit(&r, err);
 }
 
 const struct pt_format pt_fmt_safetensors = {
