@@ -93,8 +93,9 @@ struct ptfs {
 	const char *ckpath;             /* as given on the command line */
 	bool ro;
 	bool singlethread;
-	uid_t uid;
+	uid_t uid;                      /* the checkpoint's owner ... */
 	gid_t gid;
+	mode_t mode;                    /* ... and permission bits */
 	struct fuse_session *se;
 	struct ov *ov;
 	bool warned_changed;            /* logged that it changed (atomic) */
@@ -137,6 +138,22 @@ static fuse_ino_t ino_of(struct ptfs *fs, struct pt_node *n)
 	return (fuse_ino_t)(uintptr_t)n;
 }
 
+/*
+ * Permissions (the kernel enforces them: the mount always passes
+ * default_permissions).  Every file and directory is owned by the
+ * checkpoint's owner and group; a tensor file has the checkpoint's read
+ * and write bits (write only when it can be written and the mount is not
+ * read-only), other files its read bits, a directory its read bits plus
+ * search where it may be read.  A 0600 checkpoint gives 0600 tensors and
+ * 0500 directories: other users see nothing, even with allow_other.
+ */
+static mode_t dir_mode(mode_t m)
+{
+	mode_t r = m & 0444;
+
+	return r | (r >> 2);
+}
+
 static void fill_stat(struct ptfs *fs, struct pt_node *n, struct stat *st)
 {
 	struct timespec mt = pt_ckpt_mtime(fs->ck);
@@ -157,7 +174,7 @@ static void fill_stat(struct ptfs *fs, struct pt_node *n, struct stat *st)
 	st->st_ctim = mt;
 	switch (a.type) {
 	case PT_NT_DIR:
-		st->st_mode = S_IFDIR | 0555;
+		st->st_mode = S_IFDIR | dir_mode(fs->mode);
 		st->st_nlink = 2;
 		st->st_size = 0;
 		st->st_blocks = 0;
@@ -167,7 +184,7 @@ static void fill_stat(struct ptfs *fs, struct pt_node *n, struct stat *st)
 		st->st_nlink = 1;
 		break;
 	case PT_NT_FILE:
-		st->st_mode = S_IFREG | (a.writable && !fs->ro ? 0644 : 0444);
+		st->st_mode = S_IFREG | (fs->mode & (a.writable && !fs->ro ? 0666 : 0444));
 		st->st_nlink = 1;
 		break;
 	}
@@ -1078,8 +1095,26 @@ int ptfs_mount_main(int argc, char **argv)
 	if (!fs.ov)
 		goto out;
 	pt_ckpt_set_storage_hook(fs.ck, storage_hook, &fs);
-	fs.uid = getuid();
-	fs.gid = getgid();
+	{
+		struct stat st;
+
+		/* the mount shows the checkpoint's owner and modes */
+		if (fstat(pt_ckpt_fd(fs.ck), &st) != 0) {
+			fprintf(stderr, "ptfs: %s: %s\n", c.checkpoint, strerror(errno));
+			goto out;
+		}
+		fs.uid = st.st_uid;
+		fs.gid = st.st_gid;
+		fs.mode = st.st_mode & 0777;
+	}
+	if (!fs.ro && faccessat(AT_FDCWD, c.checkpoint, W_OK, AT_EACCESS) != 0) {
+		fprintf(stderr, "ptfs: %s: not writable by this user: mounted read-only\n",
+			c.checkpoint);
+		fs.ro = true;
+	}
+	/* let the kernel check every caller against those modes */
+	if (fuse_opt_add_arg(&args, "-odefault_permissions") != 0)
+		goto out;
 	se = fuse_session_new(&args, &ptfs_ops, sizeof(ptfs_ops), &fs);
 	if (!se) {
 		rc = PTFS_EXIT_USAGE;
