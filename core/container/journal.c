@@ -91,6 +91,39 @@ fail:
 	return rc;
 }
 
+int pt_patch_copy(const char *path, const struct pt_patch *p, size_t n,
+		  const struct pt_replace_expect *expect, struct pt_error *err)
+{
+	struct pt_replace r;
+	uint8_t *buf = NULL;
+	size_t i;
+	int in;
+	int rc;
+
+	rc = pt_replace_begin(&r, path, expect, err);
+	if (rc)
+		return rc;
+	in = open(r.real, O_RDONLY | O_CLOEXEC);
+	if (in < 0) {
+		rc = pt_fail(err, -errno, "%s: %s", r.real, strerror(errno));
+		goto fail;
+	}
+	rc = pt_replace_copy(&r, in, 0, (uint64_t)r.st.st_size, 0, err);
+	close(in);
+	buf = rc ? NULL : malloc(J_CHUNK);
+	if (!rc && !buf)
+		rc = pt_fail(err, -ENOMEM, "out of memory");
+	for (i = 0; i < n && rc == 0; i++)
+		rc = write_patch(r.fd, &p[i], buf, r.tmp, err);
+	free(buf);
+	if (rc)
+		goto fail;
+	return pt_replace_commit(&r, err);
+fail:
+	pt_replace_abort(&r);
+	return rc;
+}
+
 char *pt_journal_path(const char *path)
 {
 	struct pt_error err;

@@ -61,6 +61,14 @@ int pt_patch_clone(const char *path, const struct pt_patch *p, size_t n,
 		   struct pt_error *err);
 
 /*
+ * The full rewrite: copy the whole file to a temporary beside it
+ * (copy_file_range(): shared extents where the filesystem can), patch the
+ * copy, fsync, rename (pt_replace_*).  0 or -errno, the file untouched.
+ */
+int pt_patch_copy(const char *path, const struct pt_patch *p, size_t n,
+		  const struct pt_replace_expect *expect, struct pt_error *err);
+
+/*
  * Patch the file at @path (symlinks resolved) in place behind the undo
  * journal described above.  Ranges must not overlap and must lie inside
  * the file.  On failure the file is as it was (rolled back at once, or by
