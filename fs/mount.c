@@ -789,7 +789,8 @@ static int commit_all(struct ptfs *fs, const char *why)
 			 fs->ckpath, why, err.msg);
 		return rc == -ENOSPC || rc == -EDQUOT ? -rc : EIO;
 	}
-	fuse_log(FUSE_LOG_INFO, "ptfs: %s: committed (%s)\n", fs->ckpath, why);
+	fuse_log(FUSE_LOG_INFO, "ptfs: %s: committed on %s (%s)\n", fs->ckpath, why,
+		 pt_ckpt_last_commit(fs->ck));
 	return 0;
 }
 
@@ -920,6 +921,7 @@ struct cmdline {
 	unsigned long long max_memory;
 	unsigned long long max_records;
 	int nested;
+	char *commit;                   /* -o commit=WAY */
 };
 
 enum { KEY_HELP, KEY_VERSION, KEY_RO };
@@ -931,6 +933,7 @@ static const struct fuse_opt ptfs_opts[] = {
 	PTFS_OPT("max_memory=%llu", max_memory),
 	PTFS_OPT("max_records=%llu", max_records),
 	PTFS_OPT("nested", nested),
+	PTFS_OPT("commit=%s", commit),
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -1072,11 +1075,19 @@ int ptfs_mount_main(int argc, char **argv)
 	if (c.max_records)
 		copts.limits.max_records = c.max_records;
 	copts.nested = c.nested != 0;
+	if (c.commit && pt_commit_way_parse(c.commit, &copts.commit) != 0) {
+		fprintf(stderr, "ptfs: bad option 'commit=%s' (auto, rewrite, clone or inplace)\n",
+			c.commit);
+		rc = PTFS_EXIT_USAGE;
+		goto out;
+	}
 	pt_error_clear(&err);
 	if (pt_ckpt_open(&fs.ck, c.checkpoint, &copts, &err) != 0) {
 		fprintf(stderr, "ptfs: %s: %s\n", c.checkpoint, err.msg);
 		goto out;
 	}
+	if (*pt_ckpt_recovery(fs.ck))
+		fprintf(stderr, "ptfs: %s\n", pt_ckpt_recovery(fs.ck));
 	warn = pt_ckpt_warnings(fs.ck);
 	while (*warn) {
 		const char *e = strchr(warn, '\n');
@@ -1099,7 +1110,7 @@ int ptfs_mount_main(int argc, char **argv)
 		struct stat st;
 
 		/* the mount shows the checkpoint's owner and modes */
-		if (fstat(pt_ckpt_fd(fs.ck), &st) != 0) {
+		if (stat(c.checkpoint, &st) != 0) {
 			fprintf(stderr, "ptfs: %s: %s\n", c.checkpoint, strerror(errno));
 			goto out;
 		}
@@ -1175,6 +1186,7 @@ out:
 	}
 	pt_ckpt_close(fs.ck);
 	free(fopts.mountpoint);
+	free(c.commit);
 	fuse_opt_free_args(&args);
 	return rc;
 }

@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "rd.h"
+#include "base/rd.h"
 
 #define J_MAGIC "PTFSJRNL"
 #define J_DONE "PTFSDONE"
@@ -122,6 +122,59 @@ int pt_patch_copy(const char *path, const struct pt_patch *p, size_t n,
 fail:
 	pt_replace_abort(&r);
 	return rc;
+}
+
+static const char *const way_names[] = {
+	[PT_COMMIT_AUTO] = "auto", [PT_COMMIT_REWRITE] = "rewrite",
+	[PT_COMMIT_CLONE] = "clone", [PT_COMMIT_INPLACE] = "inplace",
+};
+
+int pt_commit_way_parse(const char *s, enum pt_commit_way *out)
+{
+	size_t i;
+
+	for (i = 0; i < sizeof(way_names) / sizeof(way_names[0]); i++)
+		if (strcmp(s, way_names[i]) == 0) {
+			*out = (enum pt_commit_way)i;
+			return 0;
+		}
+	return -EINVAL;
+}
+
+const char *pt_commit_way_name(enum pt_commit_way w)
+{
+	return (size_t)w < sizeof(way_names) / sizeof(way_names[0]) ?
+	       way_names[w] : "?";
+}
+
+int pt_patch_apply(const char *path, enum pt_commit_way way,
+		   const struct pt_patch *p, size_t n,
+		   const struct pt_replace_expect *expect, bool own_rewrite,
+		   bool *no_clone, enum pt_commit_way *used,
+		   struct pt_error *err)
+{
+	int rc;
+
+	if (way == PT_COMMIT_CLONE || (way == PT_COMMIT_AUTO && !*no_clone)) {
+		*used = PT_COMMIT_CLONE;
+		rc = pt_patch_clone(path, p, n, expect, err);
+		if (rc != -EOPNOTSUPP && rc != -EXDEV && rc != -EINVAL &&
+		    rc != -ENOTTY)
+			return rc;
+		if (way == PT_COMMIT_CLONE)
+			return pt_fail(err, -EOPNOTSUPP,
+				       "the filesystem of %s cannot clone files (%s); use commit=inplace or commit=rewrite",
+				       path, strerror(-rc));
+		*no_clone = true;
+	}
+	if (way == PT_COMMIT_INPLACE) {
+		*used = PT_COMMIT_INPLACE;
+		return pt_patch_inplace(path, p, n, expect, err);
+	}
+	*used = PT_COMMIT_REWRITE;
+	if (own_rewrite)
+		return 1;
+	return pt_patch_copy(path, p, n, expect, err);
 }
 
 char *pt_journal_path(const char *path)

@@ -37,7 +37,19 @@
 #include <stdint.h>
 
 #include "container/replace.h"
-#include "error.h"
+#include "base/error.h"
+
+/* How a commit writes (README "Commits"; -o commit=WAY). */
+enum pt_commit_way {
+	PT_COMMIT_AUTO = 0,     /* clone where the filesystem can, else rewrite */
+	PT_COMMIT_REWRITE,      /* a whole new file beside, renamed over */
+	PT_COMMIT_CLONE,        /* FICLONE, patch the clone, rename; or fail */
+	PT_COMMIT_INPLACE,      /* patch the file behind the undo journal */
+};
+
+/* "auto", "rewrite", "clone", "inplace" <-> the enum; parse: 0 or -EINVAL. */
+int pt_commit_way_parse(const char *s, enum pt_commit_way *out);
+const char *pt_commit_way_name(enum pt_commit_way w);
 
 /* New bytes for [off, off + len) of a file. */
 struct pt_patch {
@@ -78,6 +90,21 @@ int pt_patch_copy(const char *path, const struct pt_patch *p, size_t n,
 int pt_patch_inplace(const char *path, const struct pt_patch *p, size_t n,
 		     const struct pt_replace_expect *expect,
 		     struct pt_error *err);
+
+/*
+ * Apply @p to the file at @path the way @way says: CLONE (or AUTO unless
+ * *@no_clone) by pt_patch_clone(), INPLACE by pt_patch_inplace(), else the
+ * rewrite: 1 (nothing done) when @own_rewrite (the caller has its own,
+ * e.g. the ZIP64 rewriter), pt_patch_copy() otherwise.  AUTO falls back
+ * from clone to the rewrite where the filesystem cannot clone, and sets
+ * *@no_clone so later commits do not try again; CLONE fails there with a
+ * message.  *@used gets the way taken.
+ */
+int pt_patch_apply(const char *path, enum pt_commit_way way,
+		   const struct pt_patch *p, size_t n,
+		   const struct pt_replace_expect *expect, bool own_rewrite,
+		   bool *no_clone, enum pt_commit_way *used,
+		   struct pt_error *err);
 
 /* "<real path>.ptfs-journal" for @path (malloc), NULL without memory or
  * when @path cannot be resolved. */

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "container/crc.h"
-#include "rd.h"
+#include "base/rd.h"
 
 #define ZP_CHUNK (1u << 20)
 #define ZP_SIG_CD 0x02014b50u
@@ -46,7 +46,7 @@ static int cd_offsets(const struct pt_zip *z, int fd, uint64_t *offs,
 	int rc;
 
 	if (info->cd_size > ZP_MAX_CD)
-		return -ENOTSUP;
+		return 1;
 	cd = malloc(info->cd_size ? (size_t)info->cd_size : 1);
 	if (!cd)
 		return pt_fail(err, -ENOMEM, "out of memory");
@@ -57,7 +57,7 @@ static int cd_offsets(const struct pt_zip *z, int fd, uint64_t *offs,
 		if (info->cd_size - pos < 46 || pt_le32(cd + pos) != ZP_SIG_CD ||
 		    pt_le16(cd + pos + 28) != e->name_len ||
 		    pt_le32(cd + pos + 16) != e->crc32) {
-			rc = -ENOTSUP;  /* not what we indexed: rewrite */
+			rc = 1;         /* not what we indexed: rewrite */
 			break;
 		}
 		offs[i] = info->cd_off + pos;
@@ -65,7 +65,7 @@ static int cd_offsets(const struct pt_zip *z, int fd, uint64_t *offs,
 		       pt_le16(cd + pos + 32);
 	}
 	free(cd);
-	if (rc && rc != -ENOTSUP)
+	if (rc < 0)
 		return pt_fail(err, rc, "read the central directory: %s",
 			       strerror(-rc));
 	return rc;
@@ -148,7 +148,7 @@ static int zp_count(const struct pt_zp_change *c, size_t n, size_t *np)
 
 		if (e->method != PT_ZIP_STORED || e->csize != e->usize ||
 		    c[i].size != e->usize || (c[i].ranges && c[i].n_ranges > (1u << 24)))
-			return -ENOTSUP;
+			return 1;
 		*np += (c[i].ranges ? c[i].n_ranges : 1) + 3;
 	}
 	return 0;
@@ -186,6 +186,8 @@ int pt_zip_plan(const struct pt_zip *z, int fd, const struct pt_zp_change *c,
 		goto fail;
 	}
 	rc = cd_offsets(z, fd, cd, err);
+	if (rc)
+		goto fail;
 	for (i = 0; rc == 0 && i < n; i++) {
 		const struct pt_zip_entry *e = c[i].entry;
 		size_t nr = c[i].ranges ? c[i].n_ranges : 1;

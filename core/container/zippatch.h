@@ -14,8 +14,8 @@
 #include <stdint.h>
 
 #include "container/journal.h"
-#include "error.h"
-#include "zip.h"
+#include "base/error.h"
+#include "container/zip.h"
 
 /* New contents of one record. */
 struct pt_zp_change {
@@ -41,9 +41,9 @@ struct pt_zp_plan {
 
 /*
  * Plan the patches for @n changes of the archive @z, read through @fd
- * (the same file).  -ENOTSUP without a message when some change cannot be
- * a patch (a deflated record, a size that changes): the caller rewrites
- * the archive instead.  Reads the changed ranges' old and new bytes once
+ * (the same file).  1 (not an error, no message) when some change cannot
+ * be a patch (a deflated record, a size that changes, a central directory
+ * other than the one indexed): the caller rewrites the archive instead.  Reads the changed ranges' old and new bytes once
  * and the central directory; nothing else.
  */
 int pt_zip_plan(const struct pt_zip *z, int fd, const struct pt_zp_change *c,

@@ -21,15 +21,13 @@
  * both the smallest and the most bounded choice.
  */
 #include "ckpt/ckpt_i.h"
-#include "container/replace.h"
+#include "container/journal.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 /* The reference implementation's cap on the header (FORMAT.md §8). */
 #define ST_MAX_HEADER 100000000u
@@ -1090,67 +1088,91 @@ out:
 	return rc;
 }
 
-/* Stream one storage's new bytes into the replacement at its offset. */
-static int st_write_storage(struct pt_replace *r, const struct pt_commit *c,
-			    uint8_t *buf, size_t chunk, struct pt_error *err)
+/* A storage's changed range, read through its commit (offsets from the
+ * range's start). */
+struct st_sub {
+	const struct pt_commit *c;
+	uint64_t base;
+};
+
+static int st_sub_read(void *ctx, void *buf, size_t n, uint64_t at)
 {
-	uint64_t off;
-	int rc = 0;
+	const struct st_sub *s = ctx;
 
-	for (off = 0; rc == 0 && off < c->st->nbytes; off += chunk) {
-		size_t k = c->st->nbytes - off < chunk ?
-			   (size_t)(c->st->nbytes - off) : chunk;
-
-		rc = c->read(c->ctx, buf, k, off);
-		if (rc)
-			return pt_fail(err, rc, "new contents of '%s': %s",
-				       c->st->key, strerror(-rc));
-		rc = pt_replace_write(r, buf, k, c->st->file_off + off, err);
-	}
-	return rc;
+	return s->c->read(s->c->ctx, buf, n, s->base + at);
 }
 
-/* struct pt_format.commit: no checksums in the container, so each
- * storage's new bytes go where the old ones were, in a copy of the file
- * renamed over it through the safe-replace module (container/replace.h:
- * the real file behind symlinks, owner then mode then xattrs, checked
- * writes, fsync and close, the real errno). */
+static int st_patch_cmp(const void *a, const void *b)
+{
+	const struct pt_patch *x = a, *y = b;
+
+	return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* The patches: each storage's changed ranges (all of it when the commit
+ * does not say), in file order. */
+static int st_plan(const struct pt_commit *c, size_t n, struct pt_patch **p,
+		   struct st_sub **subs, size_t *np, uint64_t *bytes)
+{
+	size_t i, j, k = 0, total = 0;
+
+	for (i = 0; i < n; i++)
+		total += c[i].ranges ? c[i].n_ranges : 1;
+	*p = calloc(total ? total : 1, sizeof(**p));
+	*subs = calloc(total ? total : 1, sizeof(**subs));
+	if (!*p || !*subs)
+		return -ENOMEM;
+	*bytes = 0;
+	for (i = 0; i < n; i++)
+		for (j = 0; j < (c[i].ranges ? c[i].n_ranges : 1); j++, k++) {
+			(*subs)[k].c = &c[i];
+			(*subs)[k].base = c[i].ranges ? c[i].ranges[j][0] : 0;
+			(*p)[k].off = c[i].st->file_off + (*subs)[k].base;
+			(*p)[k].len = c[i].ranges ? c[i].ranges[j][1] : c[i].st->nbytes;
+			(*p)[k].read = st_sub_read;
+			(*p)[k].ctx = &(*subs)[k];
+			*bytes += (*p)[k].len;
+		}
+	*np = k;
+	qsort(*p, k, sizeof(**p), st_patch_cmp);
+	return 0;
+}
+
+/* struct pt_format.commit: no checksums in the container, so a commit is
+ * each storage's changed bytes where the old ones were: in a clone, in
+ * place behind the journal, or in a full copy, as -o commit says
+ * (container/journal.h; every way through container/replace.c: the real
+ * file behind symlinks, owner then mode then xattrs, the real errno). */
 static int st_commit(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
 		     struct pt_error *err)
 {
-	const char *path = pt_source_local_path(ck->src);
-	const size_t chunk = 4u << 20;
-	struct pt_replace r;
-	uint8_t *buf;
-	size_t i;
-	int in;
+	enum pt_commit_way used = PT_COMMIT_REWRITE;
+	struct pt_patch *p = NULL;
+	struct st_sub *subs = NULL;
+	uint64_t bytes = 0;
+	size_t np = 0;
 	int rc;
 
-	if (!path)
-		return pt_fail(err, -EROFS, "commit: %s: not a local file", ck->src->name);
 	rc = pt_source_check(ck->src, PT_CHECK_NAME, err);
 	if (rc)
 		return rc;
-	rc = pt_replace_begin(&r, path, NULL, err);
-	if (rc)
-		return rc;
-	buf = malloc(chunk);
-	in = open(r.real, O_RDONLY | O_CLOEXEC);
-	if (!buf || in < 0)
-		rc = pt_fail(err, buf ? -errno : -ENOMEM, "%s: %s", r.real,
-			     buf ? strerror(errno) : "out of memory");
-	if (!rc)
-		rc = pt_replace_copy(&r, in, 0, (uint64_t)r.st.st_size, 0, err);
-	for (i = 0; rc == 0 && i < n; i++)
-		rc = st_write_storage(&r, &c[i], buf, chunk, err);
-	if (in >= 0)
-		close(in);
-	free(buf);
+	if (st_plan(c, n, &p, &subs, &np, &bytes) != 0)
+		rc = pt_fail(err, -ENOMEM, "out of memory");
+	else
+		rc = pt_patch_apply(pt_source_local_path(ck->src), ck->opts.commit,
+				    p, np, NULL, false, &ck->no_clone, &used, err);
 	if (rc) {
-		pt_replace_abort(&r);
-		return rc;
+		pt_error_prefix(err, "commit (%s)", pt_commit_way_name(used));
+	} else {
+		if (used == PT_COMMIT_REWRITE)
+			bytes = ck->src->size;
+		snprintf(ck->last_commit, sizeof(ck->last_commit),
+			 "%s, %llu bytes written", pt_commit_way_name(used),
+			 (unsigned long long)bytes);
 	}
-	return pt_replace_commit(&r, err);
+	free(p);
+	free(subs);
+	return rc;
 }
 
 const struct pt_format pt_fmt_safetensors = {
