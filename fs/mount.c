@@ -1015,6 +1015,65 @@ static void raise_readahead(const char *mountpoint)
 	fclose(f);
 }
 
+/* The command line's checkpoint options. -1 (said on stderr) when bad. */
+static int ckpt_opts_of(const struct cmdline *c, struct pt_ckpt_opts *o)
+{
+	pt_ckpt_opts_default(o);
+	if (c->max_depth)
+		o->limits.max_depth = c->max_depth;
+	if (c->max_values)
+		o->limits.max_values = c->max_values;
+	if (c->max_memory)
+		o->limits.max_memory = c->max_memory;
+	if (c->max_records)
+		o->limits.max_records = c->max_records;
+	o->nested = c->nested != 0;
+	if (c->commit && pt_commit_way_parse(c->commit, &o->commit) != 0) {
+		fprintf(stderr, "ptfs: bad option 'commit=%s' (auto, rewrite, clone or inplace)\n",
+			c->commit);
+		return -1;
+	}
+	return 0;
+}
+
+/* Before detaching: a rolled-back commit, then the checkpoint's warnings. */
+static void print_open_notes(struct pt_ckpt *ck, const char *ckpath)
+{
+	const char *warn = pt_ckpt_warnings(ck);
+
+	if (*pt_ckpt_recovery(ck))
+		fprintf(stderr, "ptfs: %s\n", pt_ckpt_recovery(ck));
+	while (*warn) {
+		const char *e = strchr(warn, '\n');
+		int len = e ? (int)(e - warn) : (int)strlen(warn);
+
+		fprintf(stderr, "ptfs: %s: warning: %.*s\n", ckpath, len, warn);
+		warn += len + (e ? 1 : 0);
+	}
+}
+
+/* The mount shows the checkpoint's owner and modes (see dir_mode()), and
+ * the kernel checks every caller against them (default_permissions). */
+static int take_permissions(struct ptfs *fs, const char *ckpath,
+			    struct fuse_args *args)
+{
+	struct stat st;
+
+	if (stat(ckpath, &st) != 0) {
+		fprintf(stderr, "ptfs: %s: %s\n", ckpath, strerror(errno));
+		return -1;
+	}
+	fs->uid = st.st_uid;
+	fs->gid = st.st_gid;
+	fs->mode = st.st_mode & 0777;
+	if (!fs->ro && faccessat(AT_FDCWD, ckpath, W_OK, AT_EACCESS) != 0) {
+		fprintf(stderr, "ptfs: %s: not writable by this user: mounted read-only\n",
+			ckpath);
+		fs->ro = true;
+	}
+	return fuse_opt_add_arg(args, "-odefault_permissions");
+}
+
 /* Once detached, stderr is /dev/null: the log goes to syslog. */
 __attribute__((format(printf, 2, 0)))
 static void syslog_log(enum fuse_log_level level, const char *fmt, va_list ap)
@@ -1032,7 +1091,6 @@ int ptfs_mount_main(int argc, char **argv)
 	struct cmdline c;
 	struct pt_error err;
 	struct ptfs fs;
-	const char *warn;
 	int rc = PTFS_EXIT_ERROR;
 
 	memset(&c, 0, sizeof(c));
@@ -1065,19 +1123,7 @@ int ptfs_mount_main(int argc, char **argv)
 		fuse_opt_free_args(&args);
 		return PTFS_EXIT_USAGE;
 	}
-	pt_ckpt_opts_default(&copts);
-	if (c.max_depth)
-		copts.limits.max_depth = c.max_depth;
-	if (c.max_values)
-		copts.limits.max_values = c.max_values;
-	if (c.max_memory)
-		copts.limits.max_memory = c.max_memory;
-	if (c.max_records)
-		copts.limits.max_records = c.max_records;
-	copts.nested = c.nested != 0;
-	if (c.commit && pt_commit_way_parse(c.commit, &copts.commit) != 0) {
-		fprintf(stderr, "ptfs: bad option 'commit=%s' (auto, rewrite, clone or inplace)\n",
-			c.commit);
+	if (ckpt_opts_of(&c, &copts) != 0) {
 		rc = PTFS_EXIT_USAGE;
 		goto out;
 	}
@@ -1086,15 +1132,7 @@ int ptfs_mount_main(int argc, char **argv)
 		fprintf(stderr, "ptfs: %s: %s\n", c.checkpoint, err.msg);
 		goto out;
 	}
-	if (*pt_ckpt_recovery(fs.ck))
-		fprintf(stderr, "ptfs: %s\n", pt_ckpt_recovery(fs.ck));
-	warn = pt_ckpt_warnings(fs.ck);
-	while (*warn) {
-		const char *e = strchr(warn, '\n');
-		int len = e ? (int)(e - warn) : (int)strlen(warn);
-		fprintf(stderr, "ptfs: %s: warning: %.*s\n", c.checkpoint, len, warn);
-		warn += len + (e ? 1 : 0);
-	}
+	print_open_notes(fs.ck, c.checkpoint);
 	fs.ckpath = c.checkpoint;
 	fs.ro = c.ro || !pt_ckpt_writable(fs.ck);
 	if (!c.ro && !pt_ckpt_writable(fs.ck))
@@ -1106,25 +1144,7 @@ int ptfs_mount_main(int argc, char **argv)
 	if (!fs.ov)
 		goto out;
 	pt_ckpt_set_storage_hook(fs.ck, storage_hook, &fs);
-	{
-		struct stat st;
-
-		/* the mount shows the checkpoint's owner and modes */
-		if (stat(c.checkpoint, &st) != 0) {
-			fprintf(stderr, "ptfs: %s: %s\n", c.checkpoint, strerror(errno));
-			goto out;
-		}
-		fs.uid = st.st_uid;
-		fs.gid = st.st_gid;
-		fs.mode = st.st_mode & 0777;
-	}
-	if (!fs.ro && faccessat(AT_FDCWD, c.checkpoint, W_OK, AT_EACCESS) != 0) {
-		fprintf(stderr, "ptfs: %s: not writable by this user: mounted read-only\n",
-			c.checkpoint);
-		fs.ro = true;
-	}
-	/* let the kernel check every caller against those modes */
-	if (fuse_opt_add_arg(&args, "-odefault_permissions") != 0)
+	if (take_permissions(&fs, c.checkpoint, &args) != 0)
 		goto out;
 	se = fuse_session_new(&args, &ptfs_ops, sizeof(ptfs_ops), &fs);
 	if (!se) {
