@@ -19,6 +19,7 @@
  * mount's limit options (max_depth=N, ...), so that a file the mount
  * refuses for a limit can be inspected here with a larger one. */
 static struct pt_ckpt_opts cli_opts;
+static bool cli_verbose;        /* -v: say how a commit wrote */
 
 static int parse_o(char *list)
 {
@@ -30,6 +31,13 @@ static int parse_o(char *list)
 
 		if (strcmp(o, "nested") == 0) {
 			cli_opts.nested = true;
+			continue;
+		}
+		if (strncmp(o, "commit=", 7) == 0) {
+			if (pt_commit_way_parse(o + 7, &cli_opts.commit) != 0) {
+				fprintf(stderr, "ptfs: bad option '%s' (commit=auto, rewrite, clone or inplace)\n", o);
+				return -1;
+			}
 			continue;
 		}
 		if (eq) {
@@ -65,6 +73,8 @@ static int open_or_report(const char *path, struct pt_ckpt **ck)
 		fprintf(stderr, "ptfs: %s: %s\n", path, err.msg);
 		return PTFS_EXIT_ERROR;
 	}
+	if (*pt_ckpt_recovery(*ck))
+		fprintf(stderr, "ptfs: %s\n", pt_ckpt_recovery(*ck));
 	return 0;
 }
 
@@ -398,6 +408,7 @@ static int cmd_set(int argc, char **argv)
 	c.ck = ck;
 	c.data = data;
 	c.len = len;
+	memset(&cm, 0, sizeof(cm));
 	cm.st = c.st;
 	cm.read = set_read;
 	cm.ctx = &c;
@@ -406,6 +417,9 @@ static int cmd_set(int argc, char **argv)
 		fprintf(stderr, "ptfs: %s: %s\n", argv[1], err.msg);
 		goto out;
 	}
+	if (cli_verbose)
+		fprintf(stderr, "ptfs: %s: committed (%s)\n", argv[1],
+			pt_ckpt_last_commit(ck));
 	rc = PTFS_EXIT_OK;
 out:
 	free(data);
@@ -422,6 +436,9 @@ int ptfs_cli(int argc, char **argv)
 	for (i = j = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--nested") == 0) {
 			cli_opts.nested = true;
+		} else if (strcmp(argv[i], "-v") == 0 ||
+			   strcmp(argv[i], "--verbose") == 0) {
+			cli_verbose = true;
 		} else if (strcmp(argv[i], "-o") == 0) {
 			if (i + 1 >= argc || parse_o(argv[++i]) != 0) {
 				ptfs_usage(stderr);

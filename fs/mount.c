@@ -93,8 +93,9 @@ struct ptfs {
 	const char *ckpath;             /* as given on the command line */
 	bool ro;
 	bool singlethread;
-	uid_t uid;
+	uid_t uid;                      /* the checkpoint's owner ... */
 	gid_t gid;
+	mode_t mode;                    /* ... and permission bits */
 	struct fuse_session *se;
 	struct ov *ov;
 	bool warned_changed;            /* logged that it changed (atomic) */
@@ -137,6 +138,22 @@ static fuse_ino_t ino_of(struct ptfs *fs, struct pt_node *n)
 	return (fuse_ino_t)(uintptr_t)n;
 }
 
+/*
+ * Permissions (the kernel enforces them: the mount always passes
+ * default_permissions).  Every file and directory is owned by the
+ * checkpoint's owner and group; a tensor file has the checkpoint's read
+ * and write bits (write only when it can be written and the mount is not
+ * read-only), other files its read bits, a directory its read bits plus
+ * search where it may be read.  A 0600 checkpoint gives 0600 tensors and
+ * 0500 directories: other users see nothing, even with allow_other.
+ */
+static mode_t dir_mode(mode_t m)
+{
+	mode_t r = m & 0444;
+
+	return r | (r >> 2);
+}
+
 static void fill_stat(struct ptfs *fs, struct pt_node *n, struct stat *st)
 {
 	struct timespec mt = pt_ckpt_mtime(fs->ck);
@@ -157,7 +174,7 @@ static void fill_stat(struct ptfs *fs, struct pt_node *n, struct stat *st)
 	st->st_ctim = mt;
 	switch (a.type) {
 	case PT_NT_DIR:
-		st->st_mode = S_IFDIR | 0555;
+		st->st_mode = S_IFDIR | dir_mode(fs->mode);
 		st->st_nlink = 2;
 		st->st_size = 0;
 		st->st_blocks = 0;
@@ -167,7 +184,7 @@ static void fill_stat(struct ptfs *fs, struct pt_node *n, struct stat *st)
 		st->st_nlink = 1;
 		break;
 	case PT_NT_FILE:
-		st->st_mode = S_IFREG | (a.writable && !fs->ro ? 0644 : 0444);
+		st->st_mode = S_IFREG | (fs->mode & (a.writable && !fs->ro ? 0666 : 0444));
 		st->st_nlink = 1;
 		break;
 	}
@@ -772,7 +789,8 @@ static int commit_all(struct ptfs *fs, const char *why)
 			 fs->ckpath, why, err.msg);
 		return rc == -ENOSPC || rc == -EDQUOT ? -rc : EIO;
 	}
-	fuse_log(FUSE_LOG_INFO, "ptfs: %s: committed (%s)\n", fs->ckpath, why);
+	fuse_log(FUSE_LOG_INFO, "ptfs: %s: committed on %s (%s)\n", fs->ckpath, why,
+		 pt_ckpt_last_commit(fs->ck));
 	return 0;
 }
 
@@ -904,6 +922,7 @@ struct cmdline {
 	unsigned long long max_memory;
 	unsigned long long max_records;
 	int nested;
+	char *commit;                   /* -o commit=WAY */
 };
 
 enum { KEY_HELP, KEY_VERSION, KEY_RO, KEY_RW, KEY_IGNORE, KEY_FSNAME };
@@ -915,6 +934,7 @@ static const struct fuse_opt ptfs_opts[] = {
 	PTFS_OPT("max_memory=%llu", max_memory),
 	PTFS_OPT("max_records=%llu", max_records),
 	PTFS_OPT("nested", nested),
+	PTFS_OPT("commit=%s", commit),
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -1062,6 +1082,65 @@ static int add_fsname(struct fuse_args *args, const char *checkpoint)
 	return rc;
 }
 
+/* The command line's checkpoint options. -1 (said on stderr) when bad. */
+static int ckpt_opts_of(const struct cmdline *c, struct pt_ckpt_opts *o)
+{
+	pt_ckpt_opts_default(o);
+	if (c->max_depth)
+		o->limits.max_depth = c->max_depth;
+	if (c->max_values)
+		o->limits.max_values = c->max_values;
+	if (c->max_memory)
+		o->limits.max_memory = c->max_memory;
+	if (c->max_records)
+		o->limits.max_records = c->max_records;
+	o->nested = c->nested != 0;
+	if (c->commit && pt_commit_way_parse(c->commit, &o->commit) != 0) {
+		fprintf(stderr, "ptfs: bad option 'commit=%s' (auto, rewrite, clone or inplace)\n",
+			c->commit);
+		return -1;
+	}
+	return 0;
+}
+
+/* Before detaching: a rolled-back commit, then the checkpoint's warnings. */
+static void print_open_notes(struct pt_ckpt *ck, const char *ckpath)
+{
+	const char *warn = pt_ckpt_warnings(ck);
+
+	if (*pt_ckpt_recovery(ck))
+		fprintf(stderr, "ptfs: %s\n", pt_ckpt_recovery(ck));
+	while (*warn) {
+		const char *e = strchr(warn, '\n');
+		int len = e ? (int)(e - warn) : (int)strlen(warn);
+
+		fprintf(stderr, "ptfs: %s: warning: %.*s\n", ckpath, len, warn);
+		warn += len + (e ? 1 : 0);
+	}
+}
+
+/* The mount shows the checkpoint's owner and modes (see dir_mode()), and
+ * the kernel checks every caller against them (default_permissions). */
+static int take_permissions(struct ptfs *fs, const char *ckpath,
+			    struct fuse_args *args)
+{
+	struct stat st;
+
+	if (stat(ckpath, &st) != 0) {
+		fprintf(stderr, "ptfs: %s: %s\n", ckpath, strerror(errno));
+		return -1;
+	}
+	fs->uid = st.st_uid;
+	fs->gid = st.st_gid;
+	fs->mode = st.st_mode & 0777;
+	if (!fs->ro && faccessat(AT_FDCWD, ckpath, W_OK, AT_EACCESS) != 0) {
+		fprintf(stderr, "ptfs: %s: not writable by this user: mounted read-only\n",
+			ckpath);
+		fs->ro = true;
+	}
+	return fuse_opt_add_arg(args, "-odefault_permissions");
+}
+
 /* Once detached, stderr is /dev/null: the log goes to syslog. */
 __attribute__((format(printf, 2, 0)))
 static void syslog_log(enum fuse_log_level level, const char *fmt, va_list ap)
@@ -1079,7 +1158,6 @@ int ptfs_mount_main(int argc, char **argv)
 	struct cmdline c;
 	struct pt_error err;
 	struct ptfs fs;
-	const char *warn;
 	int rc = PTFS_EXIT_ERROR;
 
 	memset(&c, 0, sizeof(c));
@@ -1116,28 +1194,16 @@ int ptfs_mount_main(int argc, char **argv)
 		fuse_opt_free_args(&args);
 		return PTFS_EXIT_ERROR;
 	}
-	pt_ckpt_opts_default(&copts);
-	if (c.max_depth)
-		copts.limits.max_depth = c.max_depth;
-	if (c.max_values)
-		copts.limits.max_values = c.max_values;
-	if (c.max_memory)
-		copts.limits.max_memory = c.max_memory;
-	if (c.max_records)
-		copts.limits.max_records = c.max_records;
-	copts.nested = c.nested != 0;
+	if (ckpt_opts_of(&c, &copts) != 0) {
+		rc = PTFS_EXIT_USAGE;
+		goto out;
+	}
 	pt_error_clear(&err);
 	if (pt_ckpt_open(&fs.ck, c.checkpoint, &copts, &err) != 0) {
 		fprintf(stderr, "ptfs: %s: %s\n", c.checkpoint, err.msg);
 		goto out;
 	}
-	warn = pt_ckpt_warnings(fs.ck);
-	while (*warn) {
-		const char *e = strchr(warn, '\n');
-		int len = e ? (int)(e - warn) : (int)strlen(warn);
-		fprintf(stderr, "ptfs: %s: warning: %.*s\n", c.checkpoint, len, warn);
-		warn += len + (e ? 1 : 0);
-	}
+	print_open_notes(fs.ck, c.checkpoint);
 	fs.ckpath = c.checkpoint;
 	fs.ro = c.ro || !pt_ckpt_writable(fs.ck);
 	if (!c.ro && !pt_ckpt_writable(fs.ck))
@@ -1149,8 +1215,8 @@ int ptfs_mount_main(int argc, char **argv)
 	if (!fs.ov)
 		goto out;
 	pt_ckpt_set_storage_hook(fs.ck, storage_hook, &fs);
-	fs.uid = getuid();
-	fs.gid = getgid();
+	if (take_permissions(&fs, c.checkpoint, &args) != 0)
+		goto out;
 	se = fuse_session_new(&args, &ptfs_ops, sizeof(ptfs_ops), &fs);
 	if (!se) {
 		rc = PTFS_EXIT_USAGE;
@@ -1211,6 +1277,7 @@ out:
 	}
 	pt_ckpt_close(fs.ck);
 	free(fopts.mountpoint);
+	free(c.commit);
 	fuse_opt_free_args(&args);
 	return rc;
 }

@@ -23,6 +23,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "container/journal.h"  /* enum pt_commit_way */
 #include "base/buf.h"
 #include "base/error.h"
 #include "base/pt_limits.h"
@@ -32,6 +33,7 @@ struct pt_node;
 
 struct pt_ckpt_opts {
 	struct pt_limits limits;   /* caps; pt_ckpt_opts_default() fills them */
+	enum pt_commit_way commit; /* -o commit=WAY */
 	bool nested;               /* show dotted str keys ("a.b.c") as
 				    * directories a/b/c (LAYOUT.md allows it
 				    * as an option; off by default) */
@@ -188,6 +190,11 @@ struct pt_commit {
 	 * a negative errno.  May be called more than once for a range. */
 	int (*read)(void *ctx, void *buf, size_t n, uint64_t off);
 	void *ctx;
+	/* Optional: the only bytes that may differ from the file, as
+	 * @n_ranges sorted, disjoint (offset, length) pairs inside the
+	 * storage; NULL: any byte may.  Commits then cost these bytes. */
+	const uint64_t (*ranges)[2];
+	size_t n_ranges;
 };
 
 /*
@@ -216,6 +223,14 @@ typedef int (*pt_storage_hook)(void *ctx, const struct pt_storage *st,
 			       void *buf, size_t n, uint64_t off);
 void pt_ckpt_set_storage_hook(struct pt_ckpt *ck, pt_storage_hook fn,
 			      void *ctx);
+
+/* How the last successful pt_ckpt_commit() wrote, one line ("clone, 12296
+ * bytes written"), or "" before any. */
+const char *pt_ckpt_last_commit(const struct pt_ckpt *ck);
+
+/* What opening did about an interrupted commit's journal (one line: rolled
+ * back, removed, set aside), or "". */
+const char *pt_ckpt_recovery(const struct pt_ckpt *ck);
 
 /* Whether pt_ckpt_commit() can work for this container. */
 bool pt_ckpt_writable(const struct pt_ckpt *ck);

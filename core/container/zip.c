@@ -1155,3 +1155,96 @@ long long pt_zip_pread(struct pt_zip *z, const struct pt_zip_entry *e,
 	memcpy(buf, inf + off, (size_t)m);
 	return (long long)m;
 }
+
+/* ---- after a commit rewrote the archive (issue 13) ---- */
+
+static int remap_cmp(const void *a, const void *b, void *arg)
+{
+	const struct pt_zip_ent *ents = arg;
+	uint64_t x = ents[*(const uint64_t *)a].e.data_off;
+	uint64_t y = ents[*(const uint64_t *)b].e.data_off;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Move the file offset *@p that pointed into a record's payload in @z's
+ * layout to the same byte in @fresh's. */
+static void remap_one(const struct pt_zip *z, const struct pt_zip *fresh,
+		      const uint64_t *order, uint64_t *p)
+{
+	uint64_t lo = 0;
+	uint64_t hi = z->info.n_entries;
+
+	if (*p == UINT64_MAX)
+		return;
+	while (lo < hi) {               /* last record starting at or before */
+		uint64_t mid = lo + (hi - lo) / 2;
+
+		if (z->ents[order[mid]].e.data_off <= *p)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == 0)
+		return;
+	{
+		const struct pt_zip_entry *o = &z->ents[order[lo - 1]].e;
+		const struct pt_zip_entry *nw = &fresh->ents[order[lo - 1]].e;
+
+		if (*p <= o->data_end)
+			*p = *p - o->data_off + nw->data_off;
+	}
+}
+
+int pt_zip_adopt_layout(struct pt_zip *z, const struct pt_zip *fresh,
+			uint64_t **offs, size_t n_offs, struct pt_error *err)
+{
+	uint64_t count = z->info.n_entries;
+	uint64_t *order;
+	uint64_t i;
+
+	if (fresh->info.n_entries != count)
+		return pt_fail(err, -EIO, "reindex after commit: %llu records, expected %llu",
+			       (unsigned long long)fresh->info.n_entries,
+			       (unsigned long long)count);
+	for (i = 0; i < count; i++) {
+		const struct pt_zip_entry *a = &z->ents[i].e;
+		const struct pt_zip_entry *b = &fresh->ents[i].e;
+
+		if (a->name_len != b->name_len || memcmp(a->name, b->name, a->name_len) ||
+		    a->usize != b->usize || a->method != b->method)
+			return pt_fail(err, -EIO, "reindex after commit: record %llu differs",
+				       (unsigned long long)i);
+	}
+	order = malloc((count ? (size_t)count : 1) * sizeof(*order));
+	if (!order)
+		return pt_fail(err, -ENOMEM, "out of memory");
+	for (i = 0; i < count; i++)
+		order[i] = i;
+	qsort_r(order, (size_t)count, sizeof(*order), remap_cmp, z->ents);
+	for (i = 0; i < n_offs; i++)
+		remap_one(z, fresh, order, offs[i]);
+	free(order);
+	for (i = 0; i < count; i++) {
+		struct pt_zip_entry *a = &z->ents[i].e;
+		const struct pt_zip_entry *b = &fresh->ents[i].e;
+
+		a->flags = b->flags;
+		a->version_needed = b->version_needed;
+		a->crc32 = b->crc32;
+		a->csize = b->csize;
+		a->lho = b->lho;
+		a->data_off = b->data_off;
+		a->data_end = b->data_end;
+		a->end = b->end;
+		a->lh_extra_len = b->lh_extra_len;
+		a->has_descriptor = b->has_descriptor;
+		a->zip64 = b->zip64;
+	}
+	z->info.cd_off = fresh->info.cd_off;
+	z->info.cd_size = fresh->info.cd_size;
+	z->info.eocd_off = fresh->info.eocd_off;
+	z->info.zip64 = fresh->info.zip64;
+	z->end_start = fresh->end_start;
+	return 0;
+}
