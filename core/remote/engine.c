@@ -53,9 +53,15 @@ static const char *rm_env(const char *name)
 	return v && *v ? v : NULL;
 }
 
-/* S3: SigV4 by libcurl (CURLOPT_AWS_SIGV4); anonymous without keys. */
-static void rm_setup_s3(CURL *h, const struct pt_remote *r,
-			struct curl_slist **hdrs)
+/*
+ * AWS SigV4 by libcurl (CURLOPT_AWS_SIGV4) with the keys of AWS_ACCESS_KEY_ID
+ * and AWS_SECRET_ACCESS_KEY (anonymous without them), AWS_SESSION_TOKEN as
+ * x-amz-security-token.  For S3 the payload hash header is signed too (a
+ * GET's body is empty).  Custom headers, the Range header among them, are
+ * signed; libcurl takes X-Amz-Date from the headers when one is given.
+ */
+void rm_sigv4(CURL *h, const char *region, const char *service,
+	      struct curl_slist **hdrs)
 {
 	const char *id = rm_env("AWS_ACCESS_KEY_ID");
 	const char *secret = rm_env("AWS_SECRET_ACCESS_KEY");
@@ -64,13 +70,13 @@ static void rm_setup_s3(CURL *h, const struct pt_remote *r,
 
 	if (!id || !secret)
 		return;
-	snprintf(buf, sizeof(buf), "aws:amz:%s:s3", r->u.region);
+	snprintf(buf, sizeof(buf), "aws:amz:%s:%s", region, service);
 	curl_easy_setopt(h, CURLOPT_AWS_SIGV4, buf);
 	curl_easy_setopt(h, CURLOPT_USERNAME, id);
 	curl_easy_setopt(h, CURLOPT_PASSWORD, secret);
-	/* S3 wants the payload hash header; a GET has an empty body. */
-	*hdrs = curl_slist_append(*hdrs, "x-amz-content-sha256: "
-		"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+	if (!strcmp(service, "s3"))
+		*hdrs = curl_slist_append(*hdrs, "x-amz-content-sha256: "
+			"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
 	if (token) {
 		snprintf(buf, sizeof(buf), "x-amz-security-token: %s", token);
 		*hdrs = curl_slist_append(*hdrs, buf);
@@ -115,7 +121,7 @@ int rm_http_setup(CURL *h, const struct pt_remote *r, const char *url,
 	if (ca)
 		curl_easy_setopt(h, CURLOPT_CAINFO, ca);
 	if (r->u.kind == RM_S3)
-		rm_setup_s3(h, r, hdrs);
+		rm_sigv4(h, r->u.region, "s3", hdrs);
 	else if (r->u.kind == RM_HF)
 		rm_setup_hf(r, url, hdrs);
 	return 0;
@@ -188,7 +194,7 @@ static size_t rm_on_body(char *p, size_t size, size_t nmemb, void *ud)
 
 static int rm_job_start(struct rm_job *j)
 {
-	char range[64];
+	char range[80];
 	char cond[200];
 	char *url = j->r->url;
 
@@ -200,13 +206,16 @@ static int rm_job_start(struct rm_job *j)
 	j->cerr[0] = '\0';
 	j->status = 0;
 	j->linked[0] = j->commit[0] = '\0';
-	rm_http_setup(j->h, j->r, url, &j->hdrs);
+	curl_slist_free_all(j->hdrs);
+	j->hdrs = NULL;
+	/* a header rather than CURLOPT_RANGE: SigV4 then signs it */
 	if (j->probe && j->tail)
-		snprintf(range, sizeof(range), "-%" PRIu64, j->len);
+		snprintf(range, sizeof(range), "Range: bytes=-%" PRIu64, j->len);
 	else
-		snprintf(range, sizeof(range), "%" PRIu64 "-%" PRIu64,
+		snprintf(range, sizeof(range), "Range: bytes=%" PRIu64 "-%" PRIu64,
 			 j->off + j->got, j->off + j->len - 1);
-	curl_easy_setopt(j->h, CURLOPT_RANGE, range);
+	j->hdrs = curl_slist_append(j->hdrs, range);
+	rm_http_setup(j->h, j->r, url, &j->hdrs);
 	if (j->r->etag[0]) {
 		snprintf(cond, sizeof(cond), "%s: %s",
 			 j->conditional ? "If-None-Match" : "If-Match",

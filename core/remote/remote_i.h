@@ -92,6 +92,8 @@ void rm_engine_cancel(struct pt_remote *r);
 int rm_http_setup(CURL *h, const struct pt_remote *r, const char *url,
 		  struct curl_slist **hdrs);
 double rm_now(void);
+void rm_sigv4(CURL *h, const char *region, const char *service,
+	      struct curl_slist **hdrs);
 
 /* The block cache of one object (cache.c). */
 struct rm_cache {
