@@ -96,9 +96,9 @@ static void rm_meta_write(int dirfd, const char *name, const struct rm_meta *m)
 		close(fd);
 		return;
 	}
-	fprintf(f, "size %llu\netag %s\nident %s\ncommit %s\nurl %s\n",
-		(unsigned long long)m->size, m->etag, m->ident, m->commit,
-		m->url);
+	fprintf(f, "size %llu\nmtime %lld\netag %s\nident %s\ncommit %s\nurl %s\n",
+		(unsigned long long)m->size, (long long)m->mtime, m->etag,
+		m->ident, m->commit, m->url);
 	if (fclose(f) == 0)
 		renameat(dirfd, tmp, dirfd, name);
 	else
@@ -132,6 +132,8 @@ static int rm_meta_read(int dirfd, const char *name, struct rm_meta *m)
 	while (fgets(line, sizeof(line), f)) {
 		if (!strncmp(line, "size ", 5))
 			m->size = strtoull(line + 5, NULL, 10);
+		else if (!strncmp(line, "mtime ", 6))
+			m->mtime = strtoll(line + 6, NULL, 10);
 		else if (!strncmp(line, "etag ", 5))
 			rm_meta_field(m->etag, sizeof(m->etag), line, 5);
 		else if (!strncmp(line, "ident ", 6))

@@ -20,6 +20,9 @@
 
 static struct {
 	pthread_mutex_t lock;
+	pthread_cond_t cond;     /* fork: the thread parks, see rm_atfork_* */
+	bool pause;
+	bool parked;
 	pthread_t thread;
 	CURLM *m;
 	int refs;
@@ -28,14 +31,52 @@ static struct {
 	struct rm_job *queue;    /* waiting to start */
 	struct rm_job *running;  /* in the multi handle */
 	unsigned seed;
-} E = { .lock = PTHREAD_MUTEX_INITIALIZER };
+} E = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
 
 static pthread_once_t rm_once = PTHREAD_ONCE_INIT;
 static CURLcode rm_global_rc;
 
+static void *rm_loop(void *arg);
+
+/*
+ * fork() (fuse_daemonize after the checkpoint was opened) keeps only the
+ * forking thread: the engine's thread parks outside libcurl before the
+ * fork, and the child starts a new one over the same multi handle.
+ */
+static void rm_atfork_prepare(void)
+{
+	pthread_mutex_lock(&E.lock);
+	if (E.refs == 0)
+		return;
+	E.pause = true;
+	curl_multi_wakeup(E.m);
+	while (!E.parked)
+		pthread_cond_wait(&E.cond, &E.lock);
+}
+
+static void rm_atfork_parent(void)
+{
+	E.pause = false;
+	pthread_cond_broadcast(&E.cond);
+	pthread_mutex_unlock(&E.lock);
+}
+
+static void rm_atfork_child(void)
+{
+	bool run = E.refs > 0;
+
+	E.pause = false;
+	E.parked = false;
+	pthread_cond_init(&E.cond, NULL);
+	pthread_mutex_unlock(&E.lock);
+	if (run && pthread_create(&E.thread, NULL, rm_loop, NULL) != 0)
+		abort();    /* nothing could be read any more */
+}
+
 static void rm_global_init(void)
 {
 	rm_global_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+	pthread_atfork(rm_atfork_prepare, rm_atfork_parent, rm_atfork_child);
 }
 
 double rm_now(void)
@@ -174,6 +215,11 @@ static size_t rm_on_header(char *p, size_t size, size_t nitems, void *ud)
 		} else if (sscanf(v, "bytes */%llu", &t) == 1) {
 			j->total = t;
 		}
+	} else if (kl == 13 && !strncasecmp(p, "last-modified", 13)) {
+		time_t t = curl_getdate(v, NULL);
+
+		if (t > 0)
+			j->mtime = (int64_t)t;
 	} else if (kl == 11 && !strncasecmp(p, "retry-after", 11)) {
 		j->retry_after = strtod(v, NULL);
 	}
@@ -446,9 +492,20 @@ static void *rm_loop(void *arg)
 	pthread_mutex_lock(&E.lock);
 	while (!E.stop) {
 		struct rm_job *failed = NULL;
-		int wait_ms = rm_start_due(&failed);
+		struct rm_job *gone;
+		int wait_ms;
 		int running = 0;
-		struct rm_job *gone = rm_take_cancelled();
+
+		if (E.pause) {
+			E.parked = true;
+			pthread_cond_broadcast(&E.cond);
+			while (E.pause)
+				pthread_cond_wait(&E.cond, &E.lock);
+			E.parked = false;
+			continue;
+		}
+		wait_ms = rm_start_due(&failed);
+		gone = rm_take_cancelled();
 
 		pthread_mutex_unlock(&E.lock);
 		while (gone) {

@@ -41,6 +41,13 @@ uint64_t pt_remote_size(const struct pt_remote *r)
 	return r->size;
 }
 
+struct timespec pt_remote_mtime(const struct pt_remote *r)
+{
+	struct timespec ts = { .tv_sec = (time_t)r->mtime, .tv_nsec = 0 };
+
+	return ts;
+}
+
 const char *pt_remote_name(const struct pt_remote *r)
 {
 	return r->u.display;
@@ -72,7 +79,7 @@ static size_t rm_probe_body(struct rm_job *j, const char *p, size_t n)
 {
 	uint8_t *nm;
 
-	if (j->mem_len + n > RM_FIRST + RM_BLOCK) {
+	if (j->mem_len + n > j->len + RM_BLOCK) {
 		snprintf(j->msg, sizeof(j->msg),
 			 "the server ignores range requests (HTTP 200 for a range)");
 		j->rc = -ENOTSUP;
@@ -150,7 +157,8 @@ void rm_job_done(struct rm_job *j)
 	pthread_mutex_lock(&r->lock);
 	r->jobs--;
 	if (j->probe) {
-		r->probe = j;
+		j->next = r->probes;
+		r->probes = j;
 		pthread_cond_broadcast(&r->cond);
 		pthread_mutex_unlock(&r->lock);
 		return;
@@ -270,7 +278,9 @@ static bool rm_all_held(const struct pt_remote *r, uint64_t b0, uint64_t b1,
 static void rm_read_ahead(struct pt_remote *r, uint64_t off, uint64_t end,
 			  bool missed, struct rm_job **list)
 {
-	bool seq = off <= r->seq_next && r->seq_next - off <= r->window + RM_MISS;
+	/* continues the previous read (FUSE may reorder a little) */
+	bool seq = r->seq_next && off <= r->seq_next &&
+		   r->seq_next - off <= RM_MISS && end > r->seq_next;
 
 	if (seq)
 		r->window = r->window < RM_CHUNK ? RM_CHUNK :
@@ -281,7 +291,7 @@ static void rm_read_ahead(struct pt_remote *r, uint64_t off, uint64_t end,
 	r->seq_next = end;
 	if (r->ahead < end || r->ahead > end + RM_WINDOW_MAX)
 		r->ahead = end;
-	if ((seq || missed) && r->ahead < end + r->window / 2 &&
+	if (seq && r->ahead < end + r->window / 2 &&
 	    r->ahead < r->size) {
 		uint64_t to = end + r->window;
 
@@ -342,6 +352,9 @@ int pt_remote_read(struct pt_remote *r, void *buf, size_t n, uint64_t off,
 			       r->u.display, n, (unsigned long long)off,
 			       (unsigned long long)r->size);
 	b1 = (off + n - 1) / RM_BLOCK + 1;
+	if (getenv("PTFS_REMOTE_TRACE"))
+		fprintf(stderr, "remote: read %zu at %llu\n", n,
+			(unsigned long long)off);
 	pthread_mutex_lock(&r->lock);
 	seq0 = r->fail_seq;
 	if (!r->stale && !rm_all_held(r, b0, b1, &lost)) {
@@ -387,6 +400,9 @@ void pt_remote_prefetch(struct pt_remote *r, uint64_t off, uint64_t n)
 		n = r->size - off;
 	if (n > RM_PREFETCH_CAP)
 		n = RM_PREFETCH_CAP;
+	if (getenv("PTFS_REMOTE_TRACE"))
+		fprintf(stderr, "remote: prefetch %llu at %llu\n",
+			(unsigned long long)n, (unsigned long long)off);
 	pthread_mutex_lock(&r->lock);
 	if (!r->stale && !r->closing) {
 		rm_fetch(r, off, off + n, false, &list);
@@ -444,25 +460,46 @@ static int rm_open_fail(struct pt_remote *r, const struct rm_job *j,
 		       r->u.rel, j->msg, hint);
 }
 
-/* Send the open request and wait for it. */
+/*
+ * Send the open requests and wait for them: the last RM_TAIL bytes (a ZIP's
+ * end records and central directory) and, in parallel, the first RM_FIRST
+ * (the format's magic, a ZIP's data.pkl); only the head for .safetensors and
+ * .json; only one conditional request when the cache has the object.
+ * *@main is the one that decides, *@extra the other (or NULL).
+ */
 static int rm_probe(struct pt_remote *r, bool conditional,
-		    struct rm_job **out, struct pt_error *err)
+		    struct rm_job **main, struct rm_job **extra,
+		    struct pt_error *err)
 {
-	struct rm_job *j = rm_job_new(r, 0, RM_FIRST, true);
+	bool head = rm_head_first(&r->u);
+	int want = head || conditional ? 1 : 2, got = 0;
+	struct rm_job *j = rm_job_new(r, 0, head ? RM_FIRST : RM_TAIL, true);
+	struct rm_job *h = want == 2 ? rm_job_new(r, 0, RM_FIRST, true) : NULL;
 
-	*out = NULL;
-	if (!j)
+	*main = *extra = NULL;
+	if (!j || (want == 2 && !h)) {
+		free(j);
+		free(h);
 		return pt_fail(err, -ENOMEM, "out of memory");
+	}
 	j->probe = true;
-	j->tail = !rm_head_first(&r->u);
+	j->tail = !head;
 	j->conditional = conditional;
 	rm_engine_submit(j);
+	if (h) {
+		h->probe = true;
+		rm_engine_submit(h);
+	}
 	pthread_mutex_lock(&r->lock);
-	while (!r->probe)
-		pthread_cond_wait(&r->cond, &r->lock);
-	r->probe = NULL;
+	while (got < want) {
+		while (!r->probes)
+			pthread_cond_wait(&r->cond, &r->lock);
+		r->probes = r->probes->next;
+		got++;
+	}
 	pthread_mutex_unlock(&r->lock);
-	*out = j;
+	*main = j;
+	*extra = h;
 	if (j->rc)
 		return rm_open_fail(r, j, err);
 	if (j->status == 304 && !conditional)
@@ -488,6 +525,7 @@ static int rm_probe_meta(struct pt_remote *r, const struct rm_job *j,
 			       "%s: HTTP %ld with a bad Content-Range",
 			       r->u.display, j->status);
 	snprintf(m->etag, sizeof(m->etag), "%s", j->etag);
+	m->mtime = j->mtime;
 	if (j->linked[0])
 		snprintf(m->ident, sizeof(m->ident), "%s", j->linked);
 	else if (j->etag[0])
@@ -550,7 +588,7 @@ static int rm_pin(struct pt_remote *r, const struct rm_job *j,
 static int rm_open_common(struct pt_remote *r, struct pt_error *err)
 {
 	struct rm_meta m;
-	struct rm_job *j = NULL;
+	struct rm_job *j = NULL, *h = NULL;
 	int rc;
 
 	rc = rm_engine_get(err);
@@ -565,13 +603,14 @@ static int rm_open_common(struct pt_remote *r, struct pt_error *err)
 	r->url = rm_url_request(&r->u);
 	if (!r->url)
 		return pt_fail(err, -ENOMEM, "out of memory");
-	rc = rm_probe(r, m.etag[0] != '\0', &j, err);
+	rc = rm_probe(r, m.etag[0] != '\0', &j, &h, err);
 	if (!rc)
 		rc = rm_probe_meta(r, j, &m, err);
 	if (!rc && rm_pin(r, j, &m))
 		rc = pt_fail(err, -ENOMEM, "out of memory");
 	if (!rc) {
 		r->size = m.size;
+		r->mtime = m.mtime;
 		rc = rm_cache_open(&r->c, r->cache_root, r->u.key, &m, err);
 	}
 	if (!rc) {
@@ -584,10 +623,17 @@ static int rm_open_common(struct pt_remote *r, struct pt_error *err)
 	if (!rc) {
 		rm_cache_load_map(&r->c, r->held, 0, r->nblocks);
 		rm_store_probe(r, j);
+		/* the head, when it is the same version */
+		if (h && !h->rc && !strcmp(h->etag, j->etag) &&
+		    (h->status == 200 ? h->mem_len == r->size :
+		     h->status == 206 && h->total == r->size))
+			rm_store_probe(r, h);
 		rm_cache_evict(r->cache_root, r->o.cache_size, r->c.dir);
 	}
 	if (j)
 		rm_job_free(j);
+	if (h)
+		rm_job_free(h);
 	return rc;
 }
 

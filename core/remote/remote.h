@@ -20,6 +20,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include "base/error.h"
 
@@ -63,6 +64,8 @@ int pt_remote_open_sibling(struct pt_remote *r, const char *rel,
 			   struct pt_remote **out, struct pt_error *err);
 
 uint64_t pt_remote_size(const struct pt_remote *r);
+/* Last-Modified of the object (0 when the server gave none). */
+struct timespec pt_remote_mtime(const struct pt_remote *r);
 const char *pt_remote_name(const struct pt_remote *r);
 
 /* Exactly @n bytes at @off; blocks until they are held.  0 or -errno. */

@@ -16,7 +16,8 @@
 #include "remote/remote.h"
 
 #define RM_BLOCK ((uint64_t)64 << 10)      /* cache granule */
-#define RM_FIRST ((uint64_t)1 << 20)       /* open: first or last MiB */
+#define RM_FIRST ((uint64_t)1 << 20)       /* open: the first MiB */
+#define RM_TAIL ((uint64_t)2 << 20)        /* open: the last 2 MiB */
 #define RM_MISS ((uint64_t)1 << 20)        /* least fetched by a miss */
 #define RM_CHUNK ((uint64_t)8 << 20)       /* one parallel range */
 #define RM_PREFETCH_CAP ((uint64_t)256 << 20)
@@ -73,6 +74,7 @@ struct rm_job {
 	char etag[160];
 	char linked[160];       /* X-Linked-Etag (the hub) */
 	char commit[64];        /* X-Repo-Commit (the hub) */
+	int64_t mtime;          /* Last-Modified */
 	char *eff_url;
 	uint8_t *mem;           /* probe body */
 	uint64_t mem_len;
@@ -109,6 +111,7 @@ struct rm_meta {
 	char etag[160];
 	char ident[160];
 	char commit[64];
+	int64_t mtime;
 	char url[2048];
 };
 
@@ -131,6 +134,7 @@ struct pt_remote {
 	char *cache_root;
 	char *url;                /* request URL (the CDN's after a redirect) */
 	uint64_t size;
+	int64_t mtime;
 	char etag[160];           /* validator: If-Match / If-None-Match */
 	struct rm_cache c;
 	pthread_mutex_t lock;
@@ -147,7 +151,7 @@ struct pt_remote {
 	bool stale;
 	bool closing;
 	bool engine;              /* holds a reference to the engine */
-	struct rm_job *probe;     /* the open request, once done */
+	struct rm_job *probes;    /* the open requests, once done */
 	int jobs;                 /* jobs in the engine */
 	struct pt_remote_stats st;
 };
