@@ -360,8 +360,11 @@ int pt_remote_read(struct pt_remote *r, void *buf, size_t n, uint64_t off,
 	if (!r->stale && !rm_all_held(r, b0, b1, &lost)) {
 		/* another process may have fetched them */
 		rm_cache_load_map(&r->c, r->held, b0, b1);
-		if (!rm_all_held(r, b0, b1, &lost)) {
+		if (!rm_all_held(r, b0, b1, &lost))
 			missed = true;
+		/* blocks nobody fetches yet: at least RM_MISS from here
+		 * (those in flight are waited for) */
+		if (lost) {
 			want = b0 * RM_BLOCK + RM_MISS;
 			rm_fetch(r, off, want > off + n ? want : off + n, true,
 				 &list);

@@ -206,6 +206,8 @@ class FaultProxy:
     def _serve(self, c):
         buf = b""
         upstream = None
+        if self.delay:
+            time.sleep(2 * self.delay)      # the TCP handshake's round trip
         try:
             while True:
                 head, buf = self._read_head(c, buf)
