@@ -3,7 +3,7 @@
 """Remote checkpoints (issue 16), measured side by side in one run.
 
 nginx serves checkpoints made here by torch.save on 127.0.0.1; every client
-goes through tests/py/remote_servers.FaultProxy with DELAY added each way
+goes through tests/py/remote_servers.FaultProxy (its own process) with DELAY added each way
 (default 25 ms: a 50 ms round trip, on connect too), so ptfs and curl see
 the same network.  Prints a table (medians of --reps) and the ratios:
 
@@ -94,7 +94,7 @@ def main():
     try:
         print("generating checkpoints in %s ..." % work, flush=True)
         make(work, a.gib)
-        with rs.Nginx(work) as n, rs.FaultProxy(n.port, delay=a.delay) as p:
+        with rs.Nginx(work) as n, rs.ProxyProcess(n.port, delay=a.delay) as p:
             rtt = 2 * a.delay
             res.update(bench_ls(ptfs, n, p, work, a.reps, rtt))
             res.update(bench_read(ptfs, n, p, work, a.reps))

@@ -333,3 +333,38 @@ class HubStandIn:
     def __exit__(self, *exc):
         self.server.shutdown()
         self.server.server_close()
+
+
+class ProxyProcess:
+    """A FaultProxy (delay only) in a process of its own: a client that
+    blocks in a page fault on a FUSE file (numpy.memmap) holds its process's
+    memory map lock, so a proxy thread in that process could not even start
+    a thread to serve the daemon's request."""
+
+    def __init__(self, up, delay=0.0):
+        self.up, self.delay = up, delay
+
+    def __enter__(self):
+        import sys
+        self.proc = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "proxy", str(self.up),
+             str(self.delay)], stdout=subprocess.PIPE)
+        self.port = int(self.proc.stdout.readline())
+        wait_port(self.port, self.proc)
+        return self
+
+    def __exit__(self, *exc):
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+
+    def url(self, name):
+        return "http://127.0.0.1:%d/%s" % (self.port, name)
+
+
+if __name__ == "__main__":
+    import sys
+    if len(sys.argv) == 4 and sys.argv[1] == "proxy":
+        with FaultProxy(int(sys.argv[2]), delay=float(sys.argv[3])) as _p:
+            print(_p.port, flush=True)
+            while True:
+                time.sleep(3600)
