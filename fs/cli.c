@@ -29,6 +29,12 @@ static int parse_o(char *list)
 		char *eq = strchr(o, '='), *end = NULL;
 		unsigned long long v = 0;
 
+		int remote = ptfs_remote_option(o);
+
+		if (remote < 0)
+			return -1;
+		if (remote > 0)
+			continue;
 		if (strcmp(o, "nested") == 0) {
 			cli_opts.nested = true;
 			continue;
@@ -69,8 +75,8 @@ static int open_or_report(const char *path, struct pt_ckpt **ck)
 	struct pt_error err;
 
 	pt_error_clear(&err);
-	if (pt_ckpt_open(ck, path, &cli_opts, &err) != 0) {
-		fprintf(stderr, "ptfs: %s: %s\n", path, err.msg);
+	if (ptfs_open_checkpoint(path, &cli_opts, ck, &err) != 0) {
+		ptfs_report_open(path, &err);
 		return PTFS_EXIT_ERROR;
 	}
 	if (*pt_ckpt_recovery(*ck))

@@ -923,6 +923,7 @@ struct cmdline {
 	unsigned long long max_records;
 	int nested;
 	char *commit;                   /* -o commit=WAY */
+	char *remote_opt[5];    /* cache_dir= ... s3_endpoint= (fs/remote.c) */
 };
 
 enum { KEY_HELP, KEY_VERSION, KEY_RO, KEY_RW, KEY_IGNORE, KEY_FSNAME };
@@ -935,6 +936,11 @@ static const struct fuse_opt ptfs_opts[] = {
 	PTFS_OPT("max_records=%llu", max_records),
 	PTFS_OPT("nested", nested),
 	PTFS_OPT("commit=%s", commit),
+	PTFS_OPT("cache_dir=%s", remote_opt[0]),
+	PTFS_OPT("cache_size=%s", remote_opt[1]),
+	PTFS_OPT("timeout=%s", remote_opt[2]),
+	PTFS_OPT("cafile=%s", remote_opt[3]),
+	PTFS_OPT("s3_endpoint=%s", remote_opt[4]),
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -1148,6 +1154,25 @@ static void syslog_log(enum fuse_log_level level, const char *fmt, va_list ap)
 	vsyslog((int)level, fmt, ap);
 }
 
+/* The remote options given with -o, to fs/remote.c ("key=value"). */
+static int remote_options(const struct cmdline *c)
+{
+	static const char *const keys[] = { "cache_dir", "cache_size",
+		"timeout", "cafile", "s3_endpoint" };
+	static char buf[5][4200];   /* kept: the options point into it */
+	size_t k;
+
+	for (k = 0; k < 5; k++) {
+		if (!c->remote_opt[k])
+			continue;
+		snprintf(buf[k], sizeof(buf[k]), "%s=%s", keys[k],
+			 c->remote_opt[k]);
+		if (ptfs_remote_option(buf[k]) != 1)
+			return -1;
+	}
+	return 0;
+}
+
 int ptfs_mount_main(int argc, char **argv)
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
@@ -1198,15 +1223,22 @@ int ptfs_mount_main(int argc, char **argv)
 		rc = PTFS_EXIT_USAGE;
 		goto out;
 	}
+	if (remote_options(&c) != 0) {
+		rc = PTFS_EXIT_USAGE;
+		goto out;
+	}
 	pt_error_clear(&err);
-	if (pt_ckpt_open(&fs.ck, c.checkpoint, &copts, &err) != 0) {
-		fprintf(stderr, "ptfs: %s: %s\n", c.checkpoint, err.msg);
+	if (ptfs_open_checkpoint(c.checkpoint, &copts, &fs.ck, &err) != 0) {
+		ptfs_report_open(c.checkpoint, &err);
 		goto out;
 	}
 	print_open_notes(fs.ck, c.checkpoint);
 	fs.ckpath = c.checkpoint;
 	fs.ro = c.ro || !pt_ckpt_writable(fs.ck);
-	if (!c.ro && !pt_ckpt_writable(fs.ck))
+	if (!c.ro && ptfs_is_url(c.checkpoint))
+		fprintf(stderr, "ptfs: %s: remote checkpoint: mounted read-only\n",
+			c.checkpoint);
+	else if (!c.ro && !pt_ckpt_writable(fs.ck))
 		fprintf(stderr, "ptfs: %s: %s: mounted read-only\n", c.checkpoint,
 			pt_ckpt_format(fs.ck));
 	fs.singlethread = fopts.singlethread;
@@ -1276,6 +1308,8 @@ out:
 		}
 	}
 	pt_ckpt_close(fs.ck);
+	for (size_t k = 0; k < 5; k++)
+		free(c.remote_opt[k]);
 	free(fopts.mountpoint);
 	free(c.commit);
 	fuse_opt_free_args(&args);

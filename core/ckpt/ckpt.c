@@ -354,6 +354,12 @@ int pt__ckpt_open_source(struct pt_ckpt **out, struct pt_source *src,
 	return ckpt_of_source(out, src, true, opts, err);
 }
 
+int pt_ckpt_open_source(struct pt_ckpt **out, struct pt_source *src,
+			const struct pt_ckpt_opts *opts, struct pt_error *err)
+{
+	return ckpt_of_source(out, src, true, opts, err);
+}
+
 int pt_ckpt_open(struct pt_ckpt **out, const char *path,
 		 const struct pt_ckpt_opts *opts, struct pt_error *err)
 {

@@ -54,6 +54,16 @@ int pt_ckpt_open_mem(struct pt_ckpt **out, const void *mem, size_t len,
 		     const char *name, const struct pt_ckpt_opts *opts,
 		     struct pt_error *err);
 
+/*
+ * Open the checkpoint whose bytes @src gives (any source: a remote object,
+ * core/remote).  @src is owned from here on, also on failure; a directory
+ * form (DCP, a directory of shards) needs a path: open its .metadata or
+ * *.index.json instead.
+ */
+struct pt_source;
+int pt_ckpt_open_source(struct pt_ckpt **out, struct pt_source *src,
+			const struct pt_ckpt_opts *opts, struct pt_error *err);
+
 void pt_ckpt_close(struct pt_ckpt *ck);
 
 /* Human-readable summary (what `ptfs info` prints), appended to @out. */

@@ -70,6 +70,8 @@ struct pt_zip_ent {
 	UT_hash_handle hh;              /* in pt_zip.by_name, keyed by e.name */
 	uint8_t *inflated;              /* usize bytes once inflated, or NULL;
 					 * guarded by pt_zip.lock */
+	bool unchecked;                 /* local header not read yet (see
+					 * zip_predict_local); pt_zip.lock */
 };
 
 struct pt_zip {
@@ -854,13 +856,126 @@ static int zip_set_prefix(struct pt_zip *z, struct pt_error *err)
 	return 0;
 }
 
+/*
+ * Sources whose every read costs a round trip (src->costly_reads, a remote
+ * object) should not have every local header read at open.  When a stored
+ * entry's place fits torch's layout exactly (FORMAT.md §1.4: payload at the
+ * first multiple of 64 after the name, the optional ZIP64 block and the FB
+ * block; a data descriptor of 16 or 24 bytes; the next record or the
+ * central directory right after it), take data_off from that layout and
+ * read the real local header on the entry's first use (zip_check_lazy).
+ * Anything else is read at open as usual.
+ */
+static bool zip_predict_local(struct pt_zip_entry *e, uint64_t next)
+{
+	uint64_t z64 = 0, start, data, desc;
+
+	if (e->method != PT_ZIP_STORED || !(e->flags & ZIP_FLAG_DESCRIPTOR))
+		return false;
+	if (e->usize >= ZIP_U32_SENTINEL || e->lho >= ZIP_U32_SENTINEL) {
+		z64 = 4;
+		if (e->usize >= ZIP_U32_SENTINEL)
+			z64 += 16;
+		if (e->lho >= ZIP_U32_SENTINEL)
+			z64 += 8;
+	}
+	start = e->lho + ZIP_LOCAL_LEN + e->name_len + z64 + 4;
+	data = (start + 63) / 64 * 64;
+	desc = e->csize == 0 ? 0 : e->zip64 ? 24 : 16;
+	if (next < data || next - data < desc || next - data - desc != e->csize)
+		return false;
+	e->data_off = data;
+	e->data_end = data + e->csize;
+	e->end = e->data_end + desc;
+	e->has_descriptor = desc != 0;
+	e->lh_extra_len = (uint16_t)(data - e->lho - ZIP_LOCAL_LEN - e->name_len);
+	return true;
+}
+
+static int zip_cmp_ent_lho(const void *a, const void *b)
+{
+	const struct pt_zip_entry *x = &(*(struct pt_zip_ent *const *)a)->e;
+	const struct pt_zip_entry *y = &(*(struct pt_zip_ent *const *)b)->e;
+
+	return zip_cmp_lho(&x, &y);
+}
+
+/* The open-time walk over local headers, or the prediction above. */
+static int zip_check_locals(struct pt_zip *z, uint8_t *lbuf,
+			    struct pt_error *err)
+{
+	const uint64_t n = z->info.n_entries;
+	struct pt_zip_ent **v = NULL;
+	uint64_t i;
+	int rc = 0;
+
+	if (z->src->costly_reads && n)
+		v = calloc((size_t)n, sizeof(*v));
+	if (v) {
+		for (i = 0; i < n; i++)
+			v[i] = &z->ents[i];
+		qsort(v, (size_t)n, sizeof(*v), zip_cmp_ent_lho);
+		for (i = 0; i < n; i++) {
+			uint64_t next = i + 1 < n ? v[i + 1]->e.lho : z->info.cd_off;
+
+			v[i]->unchecked = zip_predict_local(&v[i]->e, next);
+		}
+		free(v);
+	}
+	for (i = 0; i < n && !rc; i++)
+		if (!z->ents[i].unchecked)
+			rc = zip_check_local(z, &z->ents[i].e, lbuf, err);
+	return rc;
+}
+
+/* First use of a predicted entry: its local header must say the same. */
+static int zip_check_lazy(struct pt_zip *z, const struct pt_zip_entry *e,
+			  struct pt_error *err)
+{
+	struct pt_zip_ent *ze = zip_own(z, e);
+	struct pt_zip_entry real;
+	struct zip_quote q;
+	uint8_t *lbuf;
+	bool todo;
+	int rc;
+
+	if (!ze)
+		return 0;
+	pthread_mutex_lock(&z->lock);
+	todo = ze->unchecked;
+	pthread_mutex_unlock(&z->lock);
+	if (!todo)
+		return 0;
+	/* one request for the header, the payload and the read window that
+	 * looks for the data descriptor after it */
+	pt_source_prefetch(z->src, e->lho, e->end - e->lho + ZIP_WIN_SIZE);
+	lbuf = malloc(ZIP_LOCAL_LEN + 65535);
+	if (!lbuf)
+		return pt_fail(err, -ENOMEM, "zip: out of memory");
+	real = *e;
+	pthread_mutex_lock(&z->lock);   /* zip_read_win's window */
+	rc = zip_check_local(z, &real, lbuf, err);
+	pthread_mutex_unlock(&z->lock);
+	free(lbuf);
+	if (rc)
+		return rc;
+	if (real.data_off != e->data_off || real.end != e->end)
+		return pt_fail(err, -EBADMSG,
+			       "zip: entry '%s': local header at 0x%llx puts the data at 0x%llx, not where the central directory's layout does (0x%llx)",
+			       zip_quote(&q, e->name, e->name_len), ull(e->lho),
+			       ull(real.data_off), ull(e->data_off));
+	pthread_mutex_lock(&z->lock);
+	ze->unchecked = false;
+	pthread_mutex_unlock(&z->lock);
+	return 0;
+}
+
 int pt_zip_open(struct pt_zip **out, const struct pt_source *src,
 		const struct pt_limits *lim, struct pt_error *err)
 {
 	struct pt_zip *z = NULL;
 	uint8_t *cd = NULL;
 	uint8_t *lbuf = NULL;
-	uint64_t i;
 	int rc;
 
 	*out = NULL;
@@ -896,11 +1011,9 @@ int pt_zip_open(struct pt_zip **out, const struct pt_source *src,
 		rc = pt_fail(err, -ENOMEM, "zip: out of memory");
 		goto out;
 	}
-	for (i = 0; i < z->info.n_entries; i++) {
-		rc = zip_check_local(z, &z->ents[i].e, lbuf, err);
-		if (rc)
-			goto out;
-	}
+	rc = zip_check_locals(z, lbuf, err);
+	if (rc)
+		goto out;
 	rc = zip_check_overlaps(z, err);
 	if (rc)
 		goto out;
@@ -1065,6 +1178,9 @@ int pt_zip_inflated(struct pt_zip *z, const struct pt_zip_entry *e,
 	if (e->method != PT_ZIP_DEFLATED)
 		return pt_fail(err, -EINVAL, "zip: entry '%s' is not deflated",
 			       zip_quote(&q, e->name, e->name_len));
+	rc = zip_check_lazy(z, e, err);
+	if (rc)
+		return rc;
 	pthread_mutex_lock(&z->lock);
 	cached = ze->inflated;
 	pthread_mutex_unlock(&z->lock);
@@ -1104,8 +1220,10 @@ int pt_zip_read(struct pt_zip *z, const struct pt_zip_entry *e, uint8_t **out,
 			       zip_quote(&q, e->name, e->name_len),
 			       ull(e->usize));
 	if (e->method == PT_ZIP_STORED) {
-		rc = pt_source_dup(z->src, e->data_off, (size_t)e->usize, out,
-				   err);
+		rc = zip_check_lazy(z, e, err);
+		if (!rc)
+			rc = pt_source_dup(z->src, e->data_off,
+					   (size_t)e->usize, out, err);
 		if (rc)
 			return rc;
 		*len = (size_t)e->usize;
@@ -1143,8 +1261,10 @@ long long pt_zip_pread(struct pt_zip *z, const struct pt_zip_entry *e,
 		m = n;
 	if (e->method == PT_ZIP_STORED) {
 		/* data_off + usize <= size <= INT64_MAX was checked at open. */
-		rc = pt_source_read(z->src, buf, (size_t)m, e->data_off + off,
-				    err);
+		rc = zip_check_lazy(z, e, err);
+		if (!rc)
+			rc = pt_source_read(z->src, buf, (size_t)m,
+					    e->data_off + off, err);
 		if (rc)
 			return rc;
 		return (long long)m;

@@ -1029,6 +1029,10 @@ static ssize_t storage_read(struct pt_ckpt *ck, const struct pt_storage *st,
 			if (rc <= 0)
 				return rc ? rc : (ssize_t)n;
 		}
+		/* the rest of the storage is likely read next (a source
+		 * that gains from it fetches ahead; a no-op for files) */
+		pt_source_prefetch(ck->src, st->file_off + off,
+				   st->nbytes - off);
 		rc = pt_source_read(ck->src, buf, n, st->file_off + off, err);
 		return rc ? rc : (ssize_t)n;
 	case PT_ST_MEM:

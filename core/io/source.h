@@ -77,6 +77,9 @@ struct pt_source {
 					 * the name given at creation */
 	struct timespec mtime;          /* last modification; 0 unknown */
 	void *priv;                     /* the implementation's state */
+	bool costly_reads;              /* each read may cost a round trip
+					 * (a remote object): formats defer
+					 * what they can to first use */
 };
 
 /*
