@@ -424,7 +424,7 @@ static int fill_map(struct dtab *d, const struct pt_value *v)
 				return rc;
 		}
 	}
-	return add_pairs(d, &v->u.call.kv);
+	return add_pairs(d, pt_call_kv(v));
 }
 
 static int fill_seq(struct dtab *d, const struct pt_value *v)
@@ -443,7 +443,7 @@ static int fill_seq(struct dtab *d, const struct pt_value *v)
 				return rc;
 		}
 	}
-	return add_seq(d, &v->u.call.items, &idx);
+	return add_seq(d, pt_call_items(v), &idx);
 }
 
 static int add_named(struct dtab *d, const char *name, struct pt_value *val)
@@ -456,15 +456,15 @@ static int add_named(struct dtab *d, const char *name, struct pt_value *val)
  * appended onto it. */
 static int fill_object(struct dtab *d, struct pt_value *v)
 {
-	struct pt_value *st = deref(v->u.call.state);
+	struct pt_value *st = deref(pt_call_state(v));
 	const struct pt_vseq *pair;
 	size_t idx = 0;
 	int rc = 0;
 
 	if (v->u.call.args && v->u.call.args->u.seq.n)
 		rc = add_named(d, "args", v->u.call.args);
-	if (!rc && v->u.call.kwargs)
-		rc = add_named(d, "kwargs", v->u.call.kwargs);
+	if (!rc && pt_call_kwargs(v))
+		rc = add_named(d, "kwargs", pt_call_kwargs(v));
 	if (rc)
 		return rc;
 	if (st) {
@@ -484,10 +484,10 @@ static int fill_object(struct dtab *d, struct pt_value *v)
 		if (rc)
 			return rc;
 	}
-	rc = add_pairs(d, &v->u.call.kv);
+	rc = add_pairs(d, pt_call_kv(v));
 	if (rc)
 		return rc;
-	return add_seq(d, &v->u.call.items, &idx);
+	return add_seq(d, pt_call_items(v), &idx);
 }
 
 /* The entries of a directory value, within the entry cap. */
