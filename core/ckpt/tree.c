@@ -656,8 +656,8 @@ static struct pt_node *node_new(struct pt_ckpt *ck, struct pt_node *parent,
 		n->size = t->scratch.len;
 		return n;
 	case R_META:
+		/* its table is built on first use (node_tab) */
 		n->type = PT_NT_DIR;
-		n->tab = t->meta_tab;
 		return n;
 	case R_RECDIR:
 		n->type = PT_NT_DIR;
@@ -735,6 +735,23 @@ static struct pt_node *node_new(struct pt_ckpt *ck, struct pt_node *parent,
 }
 
 static struct dtab *root_table(struct pt_ckpt *ck, int *rc);
+static int build_meta(struct pt_ckpt *ck, struct pt_tree *t);
+
+/* The table of /.ptfs, built the first time it is listed or searched:
+ * its records folder has one entry per archive record (20,000 for a
+ * 20,000-tensor torch.save file), which most mounts never look at.
+ * Call under the tree lock. */
+static struct dtab *meta_table(struct pt_ckpt *ck, int *rc)
+{
+	struct pt_tree *t = ck->tree;
+
+	if (!t->meta_tab) {
+		*rc = build_meta(ck, t);
+		if (*rc)
+			t->meta_tab = NULL; /* its tables are freed with t */
+	}
+	return t->meta_tab;
+}
 
 static struct dtab *node_tab(struct pt_ckpt *ck, struct pt_node *dir, int *rc)
 {
@@ -743,11 +760,11 @@ static struct dtab *node_tab(struct pt_ckpt *ck, struct pt_node *dir, int *rc)
 
 	if (d)
 		return d;
-	if (dir == t->root) {
+	if (dir == t->root || dir->role == R_META) {
 		pthread_mutex_lock(&t->lock);
 		d = dir->tab;
 		if (!d) {
-			d = root_table(ck, rc);
+			d = dir == t->root ? root_table(ck, rc) : meta_table(ck, rc);
 			if (d)
 				__atomic_store_n(&dir->tab, d, __ATOMIC_RELEASE);
 		}
@@ -1347,16 +1364,12 @@ int pt__tree_new(struct pt_ckpt *ck, struct pt_error *err)
 {
 	struct pt_tree *t = calloc(1, sizeof(*t));
 	struct pt_node *root;
-	int rc;
 
 	if (!t)
 		return pt_fail(err, -ENOMEM, "out of memory");
 	pthread_mutex_init(&t->lock, NULL);
 	t->nested = ck->opts.nested;
 	ck->tree = t;
-	rc = build_meta(ck, t);
-	if (rc)
-		return pt_fail(err, rc, "building /.ptfs: %s", strerror(-rc));
 	pt_buf_init(&t->scratch);
 	root = node_alloc(t);
 	if (!root)
