@@ -76,17 +76,17 @@ static void d_call(struct desc *d, const struct pt_value *v)
 	d_val(d, v->u.call.callable);
 	pt_buf_putc(&d->b, ',');
 	d_val(d, v->u.call.args);
-	if (v->u.call.kwargs) {
+	if (pt_call_kwargs(v)) {
 		pt_buf_puts(&d->b, ",kw=");
-		d_val(d, v->u.call.kwargs);
+		d_val(d, pt_call_kwargs(v));
 	}
-	if (v->u.call.items.n)
-		d_seq(d, &v->u.call.items, ",items=[", NULL, "]");
-	if (v->u.call.kv.n)
-		d_seq(d, &v->u.call.kv, ",kv={", ":", "}");
-	if (v->u.call.state) {
+	if (pt_call_items(v)->n)
+		d_seq(d, pt_call_items(v), ",items=[", NULL, "]");
+	if (pt_call_kv(v)->n)
+		d_seq(d, pt_call_kv(v), ",kv={", ":", "}");
+	if (pt_call_state(v)) {
 		pt_buf_puts(&d->b, ",state=");
-		d_val(d, v->u.call.state);
+		d_val(d, pt_call_state(v));
 	}
 	pt_buf_putc(&d->b, ')');
 }
@@ -581,12 +581,12 @@ static void test_ordered_dict(void **state)
 	assert_string_equal(fn->u.global.name, "OrderedDict");
 	assert_int_equal(v->u.call.args->kind, PT_V_TUPLE);
 	assert_int_equal(v->u.call.args->u.seq.n, 0);
-	assert_null(v->u.call.kwargs);
-	assert_null(v->u.call.state);
-	assert_int_equal(v->u.call.kv.n, 4);
-	assert_int_equal(v->u.call.kv.v[0]->kind, PT_V_STR);
-	assert_memory_equal(v->u.call.kv.v[0]->u.s.p, "a", 1);
-	assert_int_equal(v->u.call.kv.v[3]->u.i, 2);
+	assert_null(pt_call_kwargs(v));
+	assert_null(pt_call_state(v));
+	assert_int_equal(pt_call_kv(v)->n, 4);
+	assert_int_equal(pt_call_kv(v)->v[0]->kind, PT_V_STR);
+	assert_memory_equal(pt_call_kv(v)->v[0]->u.s.p, "a", 1);
+	assert_int_equal(pt_call_kv(v)->v[3]->u.i, 2);
 	pt_pickle_free(pk);
 }
 
@@ -599,7 +599,7 @@ static void test_build_newobj(void **state)
 	assert_int_equal(v->kind, PT_V_OBJ);
 	assert_string_equal(v->u.call.callable->u.global.module, "argparse");
 	assert_string_equal(v->u.call.callable->u.global.name, "Namespace");
-	st = v->u.call.state;
+	st = pt_call_state(v);
 	assert_non_null(st);
 	assert_int_equal(st->kind, PT_V_DICT);
 	assert_int_equal(st->u.dict.kv.n, 2);

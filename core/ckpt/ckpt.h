@@ -154,9 +154,10 @@ ssize_t pt_node_read(struct pt_ckpt *ck, struct pt_node *node, void *buf,
 bool pt_node_extent(struct pt_ckpt *ck, const struct pt_node *node,
 		    uint64_t off, uint64_t n, int *fd, uint64_t *file_off);
 
-/* The tensor metadata JSON of a tensor file (borrowed, NUL-terminated), or
- * NULL for other nodes. */
-const char *pt_node_tensor_json(struct pt_ckpt *ck, struct pt_node *node);
+/* Append the tensor metadata JSON (NAME.json's text) of a tensor file or
+ * its sidecar to @out; false (nothing appended) for other nodes. */
+bool pt_node_tensor_json(struct pt_ckpt *ck, const struct pt_node *node,
+			 struct pt_buf *out);
 
 /* Extended attributes of a tensor file: fill @out with "name\0value\0"...
  * pairs (user.ptfs.dtype, user.ptfs.shape, ...).  Returns the count. */
