@@ -1170,6 +1170,15 @@ static int take_permissions(struct ptfs *fs, const char *ckpath,
 {
 	struct stat st;
 
+	if (ptfs_is_url(ckpath)) {
+		/* a remote object has no owner here: the mounting user's,
+		 * readable by all (remote mounts are read-only) */
+		fs->uid = getuid();
+		fs->gid = getgid();
+		fs->mode = 0444;
+		fs->ro = true;
+		return fuse_opt_add_arg(args, "-odefault_permissions");
+	}
 	if (stat(ckpath, &st) != 0) {
 		fprintf(stderr, "ptfs: %s: %s\n", ckpath, strerror(errno));
 		return -1;
