@@ -58,6 +58,10 @@ echo "== demo with the installed ptfs"
 PTFS=/usr/bin/ptfs PTFS_DEMO_DIR="$mnt/demo" contrib/demo.sh --umount
 
 echo "== mount -t fuse.ptfs with the installed ptfs"
+# mount.fuse3 runs ptfs through /bin/sh with its default PATH, where
+# /usr/local comes first: an earlier `cmake --install` would shadow us
+helper=$(env -i /bin/sh -c 'command -v ptfs')
+[ "$helper" = /usr/bin/ptfs ] || fail "mount.fuse3 would run $helper, not /usr/bin/ptfs"
 mkdir "$mnt/mnt"
 mount -t fuse.ptfs "$mnt/demo/model.pt" "$mnt/mnt" -o ro,noatime
 findmnt -n -o FSTYPE,SOURCE,OPTIONS "$mnt/mnt"
