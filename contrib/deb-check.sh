@@ -24,7 +24,7 @@ deb=$(realpath "${debs[0]}")
 echo "$(basename "$deb"): $(stat -c %s "$deb") bytes"
 depends=$(dpkg-deb -f "$deb" Depends)
 echo "Depends: $depends"
-for d in fuse3 libfuse3-3 libdeflate0 libarchive13 libc6; do
+for d in fuse3 libfuse3-3 libdeflate0 libarchive13 libcurl4 libc6; do
 	grep -qE "(^|, )$d( |,|$)" <<<"$depends" || fail "Depends lacks $d"
 done
 files=$(dpkg-deb -c "$deb" | awk '{print $NF}')
