@@ -42,13 +42,19 @@ def test_commands_and_options(ck):
                                         "-V", "--version"}
     assert set(complete(PTFS, "ls", "-")) == {"-a", "--max", "--nested", "-o"}
     assert complete(PTFS, "info", "-") == ["-o"]
+    assert set(complete(PTFS, "set", "-")) == {"-v", "-o"}
 
 
 def test_o_names():
     assert complete(PTFS, "-o", "allow") == ["allow_other"]
     assert complete(PTFS, "-o", "ro,max_d") == ["ro,max_depth="]
-    # the subcommands take only the limit options and nested
+    assert set(complete(PTFS, "-o", "commit=")) == {
+        "commit=auto", "commit=rewrite", "commit=clone", "commit=inplace"}
+    assert complete(PTFS, "set", "-o", "com") == ["commit="]
+    assert complete(PTFS, "info", "-o", "cache_s") == ["cache_size="]
+    # the subcommands take no mount options
     assert complete(PTFS, "ls", "-o", "r") == []
+    assert complete(PTFS, "ls", "-o", "com") == []
     assert set(complete(PTFS, "cat", "-o", "max_")) == {
         "max_depth=", "max_values=", "max_memory=", "max_records="}
 
