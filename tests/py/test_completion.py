@@ -82,3 +82,10 @@ def test_paths_inside_the_checkpoint(ck):
     # nothing after the path, nothing for a file that is not a checkpoint
     assert complete(PTFS, "cat", "model.pt", "opt/0", "", cwd=ck) == []
     assert complete(PTFS, "cat", "missing.pt", "m", cwd=ck) == []
+
+
+def test_names_with_spaces(tmp_path):
+    torch.save({"a key": torch.ones(1)}, str(tmp_path / "my model.pt"))
+    assert complete(PTFS, "info", "my", cwd=tmp_path) == ["my model.pt"]
+    # a path inside the checkpoint comes back shell-quoted
+    assert complete(PTFS, "cat", "my model.pt", "a", cwd=tmp_path) == [r"a\ key", r"a\ key.json"]
