@@ -89,3 +89,8 @@ def test_names_with_spaces(tmp_path):
     assert complete(PTFS, "info", "my", cwd=tmp_path) == ["my model.pt"]
     # a path inside the checkpoint comes back shell-quoted
     assert complete(PTFS, "cat", "my model.pt", "a", cwd=tmp_path) == [r"a\ key", r"a\ key.json"]
+    assert complete(PTFS, "cat", "my model.pt", r"a\ key.", cwd=tmp_path) == [r"a\ key.json"]
+    assert complete(PTFS, "cat", "my model.pt", '"a k', cwd=tmp_path) == [r"a\ key", r"a\ key.json"]
+    # the checkpoint as bash passes it, escaped or quoted
+    assert complete(PTFS, "cat", r"my\ model.pt", "a", cwd=tmp_path) == [r"a\ key", r"a\ key.json"]
+    assert complete(PTFS, "ls", "'my model.pt'", "a", cwd=tmp_path) == [r"a\ key", r"a\ key.json"]
