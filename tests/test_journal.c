@@ -330,6 +330,61 @@ static void test_damaged_journal(void **state)
 	}
 }
 
+/* The journal is input too: 300 random damages of a complete journal
+ * (one flipped byte anywhere, a random truncation, random garbage) never
+ * crash recovery and never change the checkpoint, which that journal's
+ * commit had not touched yet. */
+static void test_fuzzed_journal(void **state)
+{
+	struct pt_error err;
+	char note[512];
+	char aside[200];
+	uint8_t *good;
+	size_t n;
+	pid_t pid;
+	int st;
+	int i;
+	uint64_t x = 88172645463325252ull;
+
+	(void)state;
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		pt_fault_set("patch", 1, -1);
+		_exit(pt_patch_inplace(g_file, g_p, 3, NULL, &err) ? 1 : 0);
+	}
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	good = read_file(g_jrnl, &n);
+	snprintf(aside, sizeof(aside), "%s.invalid", g_jrnl);
+	for (i = 0; i < 300; i++) {
+		uint8_t *j = malloc(n);
+		size_t len = n;
+		int rc;
+
+		assert_non_null(j);
+		memcpy(j, good, n);
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		if (i % 3 == 0)
+			j[x % n] ^= (uint8_t)(1u << (x >> 40) % 8);
+		else if (i % 3 == 1)
+			len = (size_t)(x % n);
+		else
+			memset(j + x % n, (int)(x >> 32), (size_t)((x >> 20) % 64) < n - x % n ?
+			       (size_t)((x >> 20) % 64) : n - x % n);
+		write_file(g_jrnl, j, len);
+		free(j);
+		pt_error_clear(&err);
+		rc = pt_journal_recover(g_file, note, sizeof(note), &err);
+		assert_true(rc == 1);   /* rolled back (no-op) or set aside */
+		assert_int_equal(which(), 0);
+		assert_false(exists(g_jrnl));
+		(void)unlink(aside);
+	}
+	free(good);
+}
+
 static void test_foreign_journal(void **state)
 {
 	struct pt_error err;
@@ -392,6 +447,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_crash_everywhere, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_incomplete_journal, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_damaged_journal, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fuzzed_journal, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_foreign_journal, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_symlink_and_clone, setup, teardown),
 	};

@@ -446,7 +446,7 @@ static int journal_read(int jfd, struct jinfo *j, char *why, size_t cap)
 	j->done = memcmp(h, J_DONE, 8) == 0;
 	if ((!j->done && memcmp(h, J_MAGIC, 8) != 0) ||
 	    pt_le32(h + 8) != J_VERSION || pt_le32(h + 12) != J_HDR ||
-	    pt_le32(h + 56) != libdeflate_crc32(0, h, 56)) {
+	    pt_le32(h + 56) != libdeflate_crc32(0, h, 56) || pt_le32(h + 60) != 0) {
 		snprintf(why, cap, "bad header");
 		return j->done ? 0 : -EBADMSG;
 	}
