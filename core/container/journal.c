@@ -551,9 +551,12 @@ static int roll_back(const char *jpath, const char *real, int fd,
 		rc = restore(jfd, fd, &j, real, err);
 	else if (rc)
 		pt_fail(err, rc, "%s: %s", jpath, why);
-	if (rc == 0 && journal_finish(jfd, jpath) != 0)
-		rc = pt_fail(err, -errno, "remove journal %s after rolling back: %s",
-			     jpath, strerror(errno));
+	if (rc == 0) {
+		rc = journal_finish(jfd, jpath);
+		if (rc)
+			pt_fail(err, rc, "remove journal %s after rolling back: %s",
+				jpath, strerror(-rc));
+	}
 	free(j.ranges);
 	close(jfd);
 	return rc;
