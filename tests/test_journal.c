@@ -385,6 +385,42 @@ static void test_fuzzed_journal(void **state)
 	free(good);
 }
 
+/* A recovery while another process is in the middle of an in-place
+ * commit (stopped after its journal, holding the lock) waits and then
+ * refuses (-EBUSY), touching neither the journal nor the file; the
+ * committer then finishes normally. */
+static void test_live_committer(void **state)
+{
+	struct pt_error err;
+	char note[512];
+	pid_t pid;
+	int st;
+
+	(void)state;
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		pt_fault_set("patch", 2, -2);
+		_exit(pt_patch_inplace(g_file, g_p, 3, NULL, &err) ? 1 : 0);
+	}
+	assert_int_equal(waitpid(pid, &st, WUNTRACED), pid);
+	assert_true(WIFSTOPPED(st));
+	assert_true(exists(g_jrnl));
+	pt_journal_lock_wait_ms = 200;
+	pt_error_clear(&err);
+	assert_int_equal(pt_journal_recover(g_file, note, sizeof(note), &err), -EBUSY);
+	assert_non_null(strstr(err.msg, "another process"));
+	assert_true(exists(g_jrnl));
+	assert_int_equal(which(), -1);  /* half-patched, as the committer left it */
+	assert_int_equal(kill(pid, SIGCONT), 0);
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	assert_int_equal(which(), 1);
+	assert_false(exists(g_jrnl));
+	assert_int_equal(pt_journal_recover(g_file, note, sizeof(note), &err), 0);
+	pt_journal_lock_wait_ms = 30000;
+}
+
 static void test_foreign_journal(void **state)
 {
 	struct pt_error err;
@@ -448,6 +484,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_incomplete_journal, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_damaged_journal, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fuzzed_journal, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_live_committer, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_foreign_journal, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_symlink_and_clone, setup, teardown),
 	};

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -51,6 +52,38 @@ static int write_patch(int fd, const struct pt_patch *p, uint8_t *buf,
 		return pt_fail(err, rc, "write to %s at %llu: %s", what,
 			       (unsigned long long)p->off, strerror(-rc));
 	return 0;
+}
+
+unsigned pt_journal_lock_wait_ms = 30000;
+
+/*
+ * The lock that keeps a live in-place commit and a recovery apart: an
+ * exclusive flock() on the checkpoint itself, held by the committer from
+ * before it creates the journal until the journal is gone, and taken by
+ * pt_journal_recover() before it reads one.  Without it, a `ptfs ls` run
+ * during a mount's commit would take the journal being written for an
+ * incomplete one (or the complete one for an interrupted commit) and roll
+ * back or set aside under the committer's feet.  The kernel drops the lock
+ * of a killed committer.  Waits up to pt_journal_lock_wait_ms: -EBUSY then.
+ */
+static int lock_ckpt(int fd, const char *real, struct pt_error *err)
+{
+	unsigned waited = 0;
+
+	for (;;) {
+		if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+			return 0;
+		if (errno == EINTR)
+			continue;
+		if (errno != EWOULDBLOCK)
+			return pt_fail(err, -errno, "lock %s: %s", real, strerror(errno));
+		if (waited >= pt_journal_lock_wait_ms)
+			return pt_fail(err, -EBUSY,
+				       "%s: another process is committing to it in place (locked for %u ms); try again",
+				       real, waited);
+		usleep(10000);
+		waited += 10;
+	}
 }
 
 int pt_patch_clone(const char *path, const struct pt_patch *p, size_t n,
@@ -360,6 +393,9 @@ int pt_patch_inplace(const char *path, const struct pt_patch *p, size_t n,
 		rc = pt_fail(err, -errno, "%s: %s", real, strerror(errno));
 		goto out;
 	}
+	rc = lock_ckpt(fd, real, err);   /* released by close() */
+	if (rc)
+		goto out;
 	if ((expect->dev && expect->dev != st.st_dev) ||
 	    (expect->ino && expect->ino != st.st_ino) ||
 	    (expect->size && expect->size != st.st_size) ||
@@ -592,6 +628,7 @@ int pt_journal_recover(const char *path, char *note, size_t cap,
 	struct stat st;
 	int jfd = -1;
 	int fd = -1;
+	int lfd = -1;
 	int rc;
 
 	note[0] = '\0';
@@ -603,7 +640,21 @@ int pt_journal_recover(const char *path, char *note, size_t cap,
 	rc = pt_resolve_path(path, &real, err);
 	if (rc)
 		goto out;
+	/* a live committer holds the lock: wait for it to finish (its
+	 * journal is then gone) rather than take its journal for ours */
+	lfd = open(real, O_RDONLY | O_CLOEXEC);
+	if (lfd < 0) {
+		rc = pt_fail(err, -errno, "%s: %s", real, strerror(errno));
+		goto out;
+	}
+	rc = lock_ckpt(lfd, real, err);
+	if (rc)
+		goto out;
 	jfd = open(jpath, O_RDONLY | O_CLOEXEC);
+	if (jfd < 0 && errno == ENOENT) {
+		rc = 0;                 /* that commit finished meanwhile */
+		goto out;
+	}
 	if (jfd < 0) {
 		rc = pt_fail(err, -errno, "%s: %s", jpath, strerror(errno));
 		goto out;
@@ -645,6 +696,8 @@ int pt_journal_recover(const char *path, char *note, size_t cap,
 		rc = 1;
 	}
 out:
+	if (lfd >= 0)
+		close(lfd);
 	if (fd >= 0)
 		close(fd);
 	if (jfd >= 0)
