@@ -424,6 +424,9 @@ int pt_patch_inplace(const char *path, const struct pt_patch *p, size_t n,
 		rc = rc == -EEXIST ? -EBUSY : rc;
 		goto out;
 	}
+	/* the checkpoint's owner must be able to roll it back after a crash
+	 * (best effort: only root can give a file away) */
+	(void)fchown(jfd, st.st_uid, st.st_gid);
 	rc = journal_write(jfd, fd, &st, p, n, buf, jpath, err);
 	if (!rc) {
 		rc = pt_fsync_parent(jpath);
