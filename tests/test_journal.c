@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -421,6 +422,48 @@ static void test_live_committer(void **state)
 	pt_journal_lock_wait_ms = 30000;
 }
 
+static void *resume_later(void *arg)
+{
+	usleep(300000);
+	kill(*(pid_t *)arg, SIGCONT);
+	return NULL;
+}
+
+/* Two in-place commits of one file: the second waits for the first's lock
+ * and then finds the file changed (-ESTALE) instead of patching it with
+ * CRCs and bytes planned against the old one. */
+static void test_second_committer(void **state)
+{
+	struct pt_replace_expect ex;
+	struct pt_error err;
+	struct stat st;
+	pthread_t t;
+	pid_t pid;
+	int ws;
+
+	(void)state;
+	assert_int_equal(stat(g_file, &st), 0);
+	memset(&ex, 0, sizeof(ex));
+	ex.size = st.st_size;
+	ex.mtime = st.st_mtim;
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		pt_fault_set("patch", 1, -2);
+		_exit(pt_patch_inplace(g_file, g_p, 3, NULL, &err) ? 1 : 0);
+	}
+	assert_int_equal(waitpid(pid, &ws, WUNTRACED), pid);
+	assert_true(WIFSTOPPED(ws));
+	assert_int_equal(pthread_create(&t, NULL, resume_later, &pid), 0);
+	pt_error_clear(&err);
+	assert_int_equal(pt_patch_inplace(g_file, g_p, 1, &ex, &err), -ESTALE);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	assert_int_equal(waitpid(pid, &ws, 0), pid);
+	assert_true(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+	assert_int_equal(which(), 1);
+	assert_false(exists(g_jrnl));
+}
+
 static void test_foreign_journal(void **state)
 {
 	struct pt_error err;
@@ -485,6 +528,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_damaged_journal, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fuzzed_journal, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_live_committer, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_second_committer, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_foreign_journal, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_symlink_and_clone, setup, teardown),
 	};

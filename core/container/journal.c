@@ -389,13 +389,18 @@ int pt_patch_inplace(const char *path, const struct pt_patch *p, size_t n,
 	if (rc)
 		return rc;
 	fd = open(real, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-	if (fd < 0 || fstat(fd, &st) != 0) {
+	if (fd < 0) {
 		rc = pt_fail(err, -errno, "%s: %s", real, strerror(errno));
 		goto out;
 	}
 	rc = lock_ckpt(fd, real, err);   /* released by close() */
 	if (rc)
 		goto out;
+	/* after the lock: another commit may have finished while we waited */
+	if (fstat(fd, &st) != 0) {
+		rc = pt_fail(err, -errno, "%s: %s", real, strerror(errno));
+		goto out;
+	}
 	if ((expect->dev && expect->dev != st.st_dev) ||
 	    (expect->ino && expect->ino != st.st_ino) ||
 	    (expect->size && expect->size != st.st_size) ||
