@@ -66,7 +66,7 @@ unsigned pt_journal_lock_wait_ms = 30000;
  * back or set aside under the committer's feet.  The kernel drops the lock
  * of a killed committer.  Waits up to pt_journal_lock_wait_ms: -EBUSY then.
  */
-static int lock_ckpt(int fd, const char *real, struct pt_error *err)
+int pt_journal_lock(int fd, const char *real, struct pt_error *err)
 {
 	unsigned waited = 0;
 
@@ -104,7 +104,10 @@ int pt_patch_clone(const char *path, const struct pt_patch *p, size_t n,
 		rc = pt_fail(err, -errno, "%s: %s", r.real, strerror(errno));
 		goto fail;
 	}
-	rc = pt_replace_clone(&r, in, err);
+	/* not in the middle of another process's in-place commit */
+	rc = pt_journal_lock(in, r.real, err);
+	if (!rc)
+		rc = pt_replace_clone(&r, in, err);
 	close(in);
 	if (rc)
 		goto fail;
@@ -141,7 +144,9 @@ int pt_patch_copy(const char *path, const struct pt_patch *p, size_t n,
 		rc = pt_fail(err, -errno, "%s: %s", r.real, strerror(errno));
 		goto fail;
 	}
-	rc = pt_replace_copy(&r, in, 0, (uint64_t)r.st.st_size, 0, err);
+	rc = pt_journal_lock(in, r.real, err);
+	if (!rc)
+		rc = pt_replace_copy(&r, in, 0, (uint64_t)r.st.st_size, 0, err);
 	close(in);
 	buf = rc ? NULL : malloc(J_CHUNK);
 	if (!rc && !buf)
@@ -393,7 +398,7 @@ int pt_patch_inplace(const char *path, const struct pt_patch *p, size_t n,
 		rc = pt_fail(err, -errno, "%s: %s", real, strerror(errno));
 		goto out;
 	}
-	rc = lock_ckpt(fd, real, err);   /* released by close() */
+	rc = pt_journal_lock(fd, real, err);   /* released by close() */
 	if (rc)
 		goto out;
 	/* after the lock: another commit may have finished while we waited */
@@ -655,7 +660,7 @@ int pt_journal_recover(const char *path, char *note, size_t cap,
 		rc = pt_fail(err, -errno, "%s: %s", real, strerror(errno));
 		goto out;
 	}
-	rc = lock_ckpt(lfd, real, err);
+	rc = pt_journal_lock(lfd, real, err);
 	if (rc)
 		goto out;
 	jfd = open(jpath, O_RDONLY | O_CLOEXEC);
