@@ -547,7 +547,7 @@ def commit_ways(ctx, R, sec, ck, ways):
     for w in ways:
         label = "ptfs set -o commit=%s" % w
         R.add(sec, label, samples[w], extra="(%s)" % said[w],
-              ref=None if label == ref else ref, target=None if w == ref else ("speed", 20.0))
+              ref=None if label == ref else ref, target=None if label == ref else ("speed", 20.0))
 
 
 def memmap_flush(ctx, R, sec, ck, ways, mnt):
@@ -568,7 +568,7 @@ def memmap_flush(ctx, R, sec, ck, ways, mnt):
     for w in ways:
         label = "flush(), -o commit=%s" % w
         R.add(sec, label, samples[w],
-              ref=None if label == ref else ref, target=None if w == ref else ("time", 0.2))
+              ref=None if label == ref else ref, target=None if label == ref else ("time", 0.2))
 
 
 def bench_commit_ways(ctx, R):

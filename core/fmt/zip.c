@@ -384,8 +384,14 @@ static int zip_patch(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
 	if (e && pt_source_extent(ck->src, 0, ck->src->size, &fd, &base) && base == 0)
 		rc = pt_zip_plan(ck->zip, fd, ch, n, &plan, err);
 	if (rc == 0) {
+		struct pt_replace_expect ex;
+
+		/* the file must still be the one the plan read */
+		memset(&ex, 0, sizeof(ex));
+		ex.size = (off_t)ck->src->size;
+		ex.mtime = ck->src->mtime;
 		rc = pt_patch_apply(pt_source_local_path(ck->src), ck->opts.commit,
-				    plan.p, plan.n, NULL, true, &ck->no_clone, used, err);
+				    plan.p, plan.n, &ex, true, &ck->no_clone, used, err);
 		*bytes = plan.bytes;
 		if (rc == 0)
 			memcpy(crcs, plan.crcs, n * sizeof(*crcs));
