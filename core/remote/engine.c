@@ -235,7 +235,7 @@ static size_t rm_on_body(char *p, size_t size, size_t nmemb, void *ud)
 	if (code != 200 && code != 206)
 		return size * nmemb;    /* an error page: dropped */
 	j->status = code;
-	return rm_job_body(j, p, size * nmemb);
+	return j->on_body(j, p, size * nmemb);
 }
 
 static int rm_job_start(struct rm_job *j)
@@ -420,7 +420,7 @@ static void rm_reap(void)
 		}
 		pthread_mutex_unlock(&E.lock);
 		if (!again)
-			rm_job_done(j);
+			j->on_done(j);
 	}
 }
 
@@ -514,13 +514,13 @@ static void *rm_loop(void *arg)
 			gone = j->next;
 			rm_job_release(j);
 			j->rc = -ECANCELED;
-			rm_job_done(j);
+			j->on_done(j);
 		}
 		while (failed) {
 			struct rm_job *j = failed;
 
 			failed = j->next;
-			rm_job_done(j);
+			j->on_done(j);
 		}
 		curl_multi_perform(E.m, &running);
 		rm_reap();
@@ -626,7 +626,7 @@ void rm_engine_cancel(struct pt_remote *r)
 
 		drop = j->next;
 		j->rc = -ECANCELED;
-		rm_job_done(j);
+		j->on_done(j);
 	}
 	curl_multi_wakeup(E.m);
 }

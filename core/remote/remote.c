@@ -96,7 +96,7 @@ static size_t rm_probe_body(struct rm_job *j, const char *p, size_t n)
 	return n;
 }
 
-size_t rm_job_body(struct rm_job *j, const char *p, size_t n)
+static size_t rm_job_body(struct rm_job *j, const char *p, size_t n)
 {
 	struct pt_remote *r = j->r;
 	ssize_t w;
@@ -147,7 +147,7 @@ static void rm_job_free(struct rm_job *j)
 	free(j);
 }
 
-void rm_job_done(struct rm_job *j)
+static void rm_job_done(struct rm_job *j)
 {
 	struct pt_remote *r = j->r;
 	uint64_t b, end = (j->off + j->len + RM_BLOCK - 1) / RM_BLOCK;
@@ -193,6 +193,8 @@ static struct rm_job *rm_job_new(struct pt_remote *r, uint64_t off,
 	if (!j)
 		return NULL;
 	j->r = r;
+	j->on_body = rm_job_body;
+	j->on_done = rm_job_done;
 	j->off = j->start = off;
 	j->len = len;
 	j->marked = off / RM_BLOCK;

@@ -83,6 +83,11 @@ struct rm_job {
 	CURL *h;
 	struct curl_slist *hdrs;
 	char cerr[CURL_ERROR_SIZE];
+	/* the owner's callbacks, run on the engine's thread without locks:
+	 * body bytes (returns @n to go on, else stops the transfer), and
+	 * the end (after which the engine forgets the job) */
+	size_t (*on_body)(struct rm_job *j, const char *p, size_t n);
+	void (*on_done)(struct rm_job *j);
 	struct rm_job *next;
 };
 
@@ -156,9 +161,6 @@ struct pt_remote {
 	struct pt_remote_stats st;
 };
 
-/* remote.c, called by the engine (without r->lock held) */
-size_t rm_job_body(struct rm_job *j, const char *p, size_t n);
-void rm_job_done(struct rm_job *j);
 
 static inline bool rm_bit(const uint8_t *m, uint64_t b)
 {
