@@ -326,3 +326,59 @@ def test_hub_branch_pinned_for_the_mount(served, cache):
     finally:
         shutil.rmtree(os.path.join(n.root, c1))
         shutil.rmtree(os.path.join(n.root, c2))
+
+
+def test_s3_endpoint_path_style_signed(served, cache):
+    """s3://BUCKET/KEY against an S3-compatible endpoint: path style,
+    signed with SigV4 (the signature itself: tests/remote/test_sigv4.c)."""
+    n, objs, _ = served
+    os.makedirs(os.path.join(n.root, "bkt", "run"), exist_ok=True)
+    shutil.copy(os.path.join(n.root, "model.pt"), os.path.join(n.root, "bkt", "run", "model.pt"))
+    env = {"AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "secret/key",
+           "AWS_REGION": "eu-west-3", "AWS_ENDPOINT_URL": "http://127.0.0.1:%d" % n.port}
+    try:
+        m = n.mark()
+        r = ptfs("cat", *o(cache), "s3://bkt/run/model.pt", "enc.bias", env=env)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout == oracle.tensor_bytes(objs["model.pt"]["enc.bias"])
+        log = n.since(m)
+        assert log and all(e["path"] == "/bkt/run/model.pt" for e in log), log
+        assert all(e["authorization"].startswith(
+            "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/") and "/eu-west-3/s3/aws4_request" in
+            e["authorization"] for e in log), log
+        assert "secret" not in "".join(e["authorization"] for e in log)
+        # -o s3_endpoint= wins over the environment
+        env["AWS_ENDPOINT_URL"] = "http://127.0.0.1:1"
+        r = ptfs("ls", *o(cache, "s3_endpoint=http://127.0.0.1:%d" % n.port),
+                 "s3://bkt/run/model.pt", env=env)
+        assert r.returncode == 0, r.stderr
+    finally:
+        shutil.rmtree(os.path.join(n.root, "bkt"))
+
+
+def test_cache_size_evicts_least_recently_used(served, cache):
+    n, _, _ = served
+    v1 = os.path.join(cache, "v1")
+    assert ptfs("cat", *o(cache, "cache_size=20M"), n.url("big.pt"), "w").returncode == 0
+    dirs = [os.path.join(v1, k, v) for k in os.listdir(v1)
+            if os.path.isdir(os.path.join(v1, k)) for v in os.listdir(os.path.join(v1, k))
+            if os.path.isdir(os.path.join(v1, k, v))]
+    assert len(dirs) == 1
+    time.sleep(0.05)
+    # a second object pushes the cache over 20 MiB: the first version goes
+    assert ptfs("cat", *o(cache, "cache_size=20M"), n.url("model.pt"), "half").returncode == 0
+    assert ptfs("cat", *o(cache, "cache_size=20M"), n.url("model.safetensors"), "b").returncode == 0
+    assert not os.path.exists(dirs[0])
+    used = sum(os.stat(os.path.join(dp, f)).st_blocks * 512
+               for dp, _, fs in os.walk(cache) for f in fs)
+    assert used <= 20 << 20, used
+
+
+@needs_fuse
+def test_daemonized_mount_reads(served, cache):
+    """The mount detaches (fork) after opening: the request engine's thread
+    must live on in the daemon."""
+    n, objs, _ = served
+    with mounted(n.url("big.pt"), *o(cache), foreground=False) as mnt:
+        with open(os.path.join(mnt, "w"), "rb") as f:
+            assert f.read() == oracle.tensor_bytes(objs["big.pt"]["w"])
