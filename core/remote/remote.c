@@ -409,6 +409,16 @@ void pt_remote_prefetch(struct pt_remote *r, uint64_t off, uint64_t n)
 		fprintf(stderr, "remote: prefetch %llu at %llu\n",
 			(unsigned long long)n, (unsigned long long)off);
 	pthread_mutex_lock(&r->lock);
+	/* a hint repeated by every read of a tensor: new requests only once
+	 * the reads got through half of what was asked before, so that they
+	 * stay RM_CHUNK ranges instead of one small range per read */
+	if (off >= r->pf_off && off < r->pf_end &&
+	    r->pf_end - off >= (n < RM_PREFETCH_CAP ? n : RM_PREFETCH_CAP) / 2) {
+		pthread_mutex_unlock(&r->lock);
+		return;
+	}
+	r->pf_off = off;
+	r->pf_end = off + n;
 	if (!r->stale && !r->closing) {
 		rm_fetch(r, off, off + n, false, &list);
 		if (r->ahead < off + n && r->ahead + RM_WINDOW_MAX >= off)

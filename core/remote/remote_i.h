@@ -150,6 +150,7 @@ struct pt_remote {
 	uint64_t seq_next;        /* end of the last read */
 	uint64_t window;          /* sequential read-ahead */
 	uint64_t ahead;           /* read-ahead requested up to here */
+	uint64_t pf_off, pf_end;  /* the last prefetch hint's range */
 	int fail_rc;
 	char fail_msg[2048];
 	uint64_t fail_seq;

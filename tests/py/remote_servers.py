@@ -251,6 +251,8 @@ class FaultProxy:
             time.sleep(self.delay)
         c.sendall(head + b"\r\n\r\n")
         cut = length // 2 if fault == "drop" else None
+        if cut is None and hasattr(os, "splice"):
+            return self._splice(up, c, body, length)
         sent = 0
         while sent < length:
             if not body:
@@ -266,6 +268,28 @@ class FaultProxy:
                 return False
             c.sendall(chunk)
             sent += len(chunk)
+        return True
+
+
+    @staticmethod
+    def _splice(up, c, body, length):
+        """Relay @length body bytes (@body already read) without copying
+        them through Python: socket -> pipe -> socket (os.splice)."""
+        if body:
+            c.sendall(body[:length])
+        left = length - min(len(body), length)
+        r, w = os.pipe()
+        try:
+            while left:
+                n = os.splice(up.fileno(), w, min(left, 1 << 20))
+                if n == 0:
+                    return False
+                left -= n
+                while n:
+                    n -= os.splice(r, c.fileno(), n)
+        finally:
+            os.close(r)
+            os.close(w)
         return True
 
 
