@@ -342,7 +342,7 @@ int pt_remote_read(struct pt_remote *r, void *buf, size_t n, uint64_t off,
 {
 	uint64_t b0 = off / RM_BLOCK, b1, seq0, want;
 	struct rm_job *list = NULL;
-	bool lost, missed = false;
+	bool lost, missed = false, evict;
 	size_t done = 0;
 	int rc;
 
@@ -381,7 +381,12 @@ int pt_remote_read(struct pt_remote *r, void *buf, size_t n, uint64_t off,
 	rc = r->stale ? -1 : rm_wait(r, off, off + n, seq0);
 	if (rc)
 		rc = rm_read_fail(r, err);
+	evict = r->c.written > r->o.cache_size / 8;
+	if (evict)
+		r->c.written = 0;
 	pthread_mutex_unlock(&r->lock);
+	if (evict)  /* keep the bound while a mount streams (not this one) */
+		rm_cache_evict(r->cache_root, r->o.cache_size, r->c.dir);
 	while (!rc && done < n) {
 		ssize_t got = pread(r->c.data_fd, (char *)buf + done, n - done,
 				    (off_t)(off + done));
