@@ -138,7 +138,7 @@ class Nginx:
                 head, _, rest = line.partition('"')
                 parts = head.split()
                 q = rest.split('"')
-                out.append({"method": parts[0], "path": parts[1],
+                out.append({"method": parts[0], "path": parts[1], "proto": parts[2],
                             "status": int(parts[3]), "bytes": int(parts[4]),
                             "range": q[0], "if_none_match": q[2],
                             "if_match": q[4], "authorization": q[6]})

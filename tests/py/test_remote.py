@@ -160,9 +160,12 @@ def test_https_self_signed(served, cache):
     assert r.returncode == 1
     err = r.stderr.decode()
     assert err.count("\n") == 1 and url in err, err
+    m = n.mark()
     r = ptfs("cat", *o(cache, "cafile=" + n.cert), url, "enc.bias")
     assert r.returncode == 0, r.stderr
     assert r.stdout == oracle.tensor_bytes(objs["model.pt"]["enc.bias"])
+    log = n.since(m, "model.pt")
+    assert log and all(e["proto"] == "HTTP/2.0" for e in log), log   # ALPN h2
     r = ptfs("cat", *o(cache + "2"), url, "half", env={"CURL_CA_BUNDLE": n.cert})
     assert r.returncode == 0, r.stderr
     assert r.stdout == oracle.tensor_bytes(objs["model.pt"]["half"])
