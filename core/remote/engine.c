@@ -159,6 +159,8 @@ int rm_http_setup(CURL *h, const struct pt_remote *r, const char *url,
 	curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
 	curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, slow ? slow : 1L);
 	curl_easy_setopt(h, CURLOPT_USERAGENT, "ptfs/" PTFS_VERSION);
+	/* fewer, larger writes into the cache (default 16 KiB) */
+	curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 512L * 1024);
 	if (ca)
 		curl_easy_setopt(h, CURLOPT_CAINFO, ca);
 	if (r->u.kind == RM_S3)

@@ -68,6 +68,8 @@ static void rm_job_mark(struct rm_job *j, uint64_t end)
 	struct pt_remote *r = j->r;
 	uint64_t upto = end == r->size ? r->nblocks : end / RM_BLOCK;
 
+	if (j->marked >= upto)
+		return;
 	for (; j->marked < upto; j->marked++) {
 		rm_set(r->held, j->marked);
 		rm_clr(r->busy, j->marked);
