@@ -152,7 +152,9 @@ int rm_http_setup(CURL *h, const struct pt_remote *r, const char *url,
 	curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
 	curl_easy_setopt(h, CURLOPT_MAXREDIRS, 10L);
 	curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
-	curl_easy_setopt(h, CURLOPT_PIPEWAIT, 1L);
+	/* over TLS, wait for the connection's ALPN answer and multiplex on
+	 * it when it is HTTP/2; plain http:// is HTTP/1.1: open in parallel */
+	curl_easy_setopt(h, CURLOPT_PIPEWAIT, strncmp(url, "https:", 6) ? 0L : 1L);
 	curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
 	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, slow ? slow : 1L);
@@ -280,6 +282,8 @@ static int rm_job_start(struct rm_job *j)
 	curl_easy_setopt(j->h, CURLOPT_PRIVATE, j);
 	if (curl_multi_add_handle(E.m, j->h) != CURLM_OK)
 		return -EIO;
+	if (getenv("PTFS_REMOTE_TRACE"))
+		fprintf(stderr, "remote: %.3f start %s\n", rm_now(), range);
 	pthread_mutex_lock(&j->r->lock);
 	j->r->st.requests++;
 	if (j->attempt)
@@ -413,6 +417,9 @@ static void rm_reap(void)
 			continue;
 		curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&j);
 		again = rm_job_finished(j, msg->data.result);
+		if (getenv("PTFS_REMOTE_TRACE"))
+			fprintf(stderr, "remote: %.3f done %ld\n", rm_now(),
+				j->status);
 		rm_job_release(j);
 		pthread_mutex_lock(&E.lock);
 		rm_unlink_running(j);
@@ -554,6 +561,10 @@ int rm_engine_get(struct pt_error *err)
 					  (long)CURLPIPE_MULTIPLEX);
 			curl_multi_setopt(E.m, CURLMOPT_MAX_HOST_CONNECTIONS,
 					  (long)RM_MAX_INFLIGHT + 2);
+			/* keep idle connections for the next request: the
+			 * default cache shrinks with the handles in use */
+			curl_multi_setopt(E.m, CURLMOPT_MAXCONNECTS,
+					  (long)RM_MAX_INFLIGHT * 2);
 			if (pthread_create(&E.thread, NULL, rm_loop, NULL)) {
 				curl_multi_cleanup(E.m);
 				E.m = NULL;

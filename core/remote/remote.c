@@ -357,7 +357,7 @@ int pt_remote_read(struct pt_remote *r, void *buf, size_t n, uint64_t off,
 			       (unsigned long long)r->size);
 	b1 = (off + n - 1) / RM_BLOCK + 1;
 	if (getenv("PTFS_REMOTE_TRACE"))
-		fprintf(stderr, "remote: read %zu at %llu\n", n,
+		fprintf(stderr, "remote: %.3f read %zu at %llu\n", rm_now(), n,
 			(unsigned long long)off);
 	pthread_mutex_lock(&r->lock);
 	seq0 = r->fail_seq;
