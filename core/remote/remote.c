@@ -402,6 +402,31 @@ int pt_remote_read(struct pt_remote *r, void *buf, size_t n, uint64_t off,
 	return rc;
 }
 
+bool pt_remote_extent(struct pt_remote *r, uint64_t off, uint64_t n, int *fd,
+		      uint64_t *file_off)
+{
+	struct rm_job *list = NULL;
+	bool lost, held;
+
+	if (n == 0 || off > r->size || n > r->size - off)
+		return false;
+	pthread_mutex_lock(&r->lock);
+	held = !r->stale && rm_all_held(r, off / RM_BLOCK,
+					(off + n - 1) / RM_BLOCK + 1, &lost);
+	if (held) {
+		/* served without pt_remote_read: keep the read-ahead going */
+		r->st.cache_hits++;
+		rm_read_ahead(r, off, off + n, false, &list);
+	}
+	pthread_mutex_unlock(&r->lock);
+	rm_submit(list);
+	if (held) {
+		*fd = r->c.data_fd;
+		*file_off = off;
+	}
+	return held;
+}
+
 void pt_remote_prefetch(struct pt_remote *r, uint64_t off, uint64_t n)
 {
 	struct rm_job *list = NULL;
