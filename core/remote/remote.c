@@ -604,6 +604,61 @@ static void rm_store_probe(struct pt_remote *r, const struct rm_job *j)
 	r->st.bytes += j->mem_len;
 }
 
+static size_t rm_api_body(char *p, size_t size, size_t n, void *ud)
+{
+	char *buf = ud;
+	size_t have = strlen(buf), add = size * n;
+
+	if (have + add >= 65536)
+		add = 65535 - have;
+	memcpy(buf + have, p, add);
+	buf[have + add] = '\0';
+	return size * n;
+}
+
+/*
+ * The hub's commit for a branch or tag, when the resolve answer had no
+ * X-Repo-Commit: GET <endpoint>/api/models/ORG/REPO/revision/REV, whose
+ * JSON has "sha": "<40 hex digits>".  Into @commit ("" when unknown).
+ */
+static void rm_hf_api_commit(struct pt_remote *r, char *commit, size_t cap)
+{
+	struct curl_slist *hdrs = NULL;
+	char *body = calloc(1, 65536);
+	char *url = malloc(strlen(r->u.hf_api) + strlen(r->u.rev) + 1);
+	CURL *h = curl_easy_init();
+	const char *sha;
+	long code = 0;
+
+	commit[0] = '\0';
+	if (body && url && h) {
+		strcpy(url, r->u.hf_api);
+		strcat(url, r->u.rev);
+		rm_http_setup(h, r, url, &hdrs);
+		if (hdrs)
+			curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+		curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, rm_api_body);
+		curl_easy_setopt(h, CURLOPT_WRITEDATA, body);
+		curl_easy_setopt(h, CURLOPT_TIMEOUT, (long)r->o.timeout_s);
+		if (curl_easy_perform(h) == CURLE_OK &&
+		    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code) == CURLE_OK &&
+		    code == 200 && (sha = strstr(body, "\"sha\"")) != NULL) {
+			sha = strchr(sha + 5, '"');
+			if (sha && strspn(sha + 1, "0123456789abcdef") == 40 &&
+			    sha[41] == '"')
+				snprintf(commit, cap, "%.40s", sha + 1);
+		}
+		pthread_mutex_lock(&r->lock);
+		r->st.requests++;
+		pthread_mutex_unlock(&r->lock);
+	}
+	if (h)
+		curl_easy_cleanup(h);
+	curl_slist_free_all(hdrs);
+	free(url);
+	free(body);
+}
+
 /* Pin the version: the hub's commit, the URL requests go to. */
 static int rm_pin(struct pt_remote *r, const struct rm_job *j,
 		  struct rm_meta *m)
@@ -613,6 +668,8 @@ static int rm_pin(struct pt_remote *r, const struct rm_job *j,
 	if (r->u.kind == RM_HF && !r->u.pinned) {
 		if (j->commit[0])
 			snprintf(m->commit, sizeof(m->commit), "%s", j->commit);
+		else if (j->status != 304)
+			rm_hf_api_commit(r, m->commit, sizeof(m->commit));
 		if (m->commit[0])
 			rm_url_pin(&r->u, m->commit);
 	}

@@ -36,6 +36,7 @@ struct rm_url {
 	char *display;  /* the URL for messages: as given, without query */
 	char *region;   /* s3: signing region */
 	char *hf_base;  /* hf: "<endpoint>/[datasets/]ORG/REPO/resolve/" */
+	char *hf_api;   /* hf: "<endpoint>/api/models/ORG/REPO/revision/" */
 	char *rev;      /* hf: revision as given, then its commit */
 	bool pinned;    /* hf: rev is a commit id */
 };

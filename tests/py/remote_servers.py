@@ -299,10 +299,11 @@ class HubStandIn:
     X-Linked-Etag; REV may be a branch (branches: name -> commit) or a
     commit.  Records every request (path, Authorization) in .seen."""
 
-    def __init__(self, cdn, branches, token=None):
+    def __init__(self, cdn, branches, token=None, commit_header=True):
         self.cdn = cdn              # Nginx
         self.branches = branches
         self.token = token
+        self.commit_header = commit_header   # else only /api/.../revision
         self.seen = []
 
     def __enter__(self):
@@ -319,6 +320,8 @@ class HubStandIn:
 
             def do_GET(self, body=True):
                 hub.seen.append((self.path, self.headers.get("Authorization")))
+                if self.path.startswith("/api/models/"):
+                    return self._api(body)
                 parts = self.path.split("/", 5)
                 if len(parts) < 6 or parts[3] != "resolve":
                     return self._reply(404)
@@ -333,12 +336,29 @@ class HubStandIn:
                     return self._reply(404)
                 self.send_response(302)
                 self.send_header("Location", hub.cdn.url("%s/%s?X-Amz-Signature=cdn" % (commit, path)))
-                self.send_header("X-Repo-Commit", commit)
+                if hub.commit_header:
+                    self.send_header("X-Repo-Commit", commit)
                 with open(local, "rb") as f:
                     sha = hashlib.sha256(f.read()).hexdigest()
                 self.send_header("X-Linked-Etag", '"%s"' % sha)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
+
+            def _api(self, body):
+                # /api/models/ORG/REPO/revision/REV
+                parts = self.path.split("/")
+                commit = hub.branches.get(parts[-1], parts[-1])
+                if len(parts) != 7 or parts[5] != "revision" or \
+                        commit not in hub.branches.values():
+                    return self._reply(404)
+                data = ('{"id": "%s/%s", "sha": "%s", "siblings": []}'
+                        % (parts[3], parts[4], commit)).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if body:
+                    self.wfile.write(data)
 
             def _reply(self, code):
                 self.send_response(code)

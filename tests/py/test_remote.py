@@ -306,7 +306,10 @@ def test_hub_resolve_pin_and_token(served, cache, tmp_path):
 
 
 @needs_fuse
-def test_hub_branch_pinned_for_the_mount(served, cache):
+@pytest.mark.parametrize("commit_header", [True, False])
+def test_hub_branch_pinned_for_the_mount(served, cache, commit_header):
+    """The branch is resolved once: from X-Repo-Commit, or without it from
+    /api/models/REPO/revision/BRANCH; the mount then reads that commit."""
     n, _, _ = served
     c1, c2 = "a" * 40, "b" * 40
     for c, val in ((c1, 1.0), (c2, 2.0)):
@@ -315,7 +318,7 @@ def test_hub_branch_pinned_for_the_mount(served, cache):
                    os.path.join(n.root, c, "m.pt"))
     try:
         branches = {"main": c1}
-        with rs.HubStandIn(n, branches) as hub:
+        with rs.HubStandIn(n, branches, commit_header=commit_header) as hub:
             env = {"HF_ENDPOINT": hub.endpoint}
             os.environ.update(env)
             try:
@@ -323,6 +326,9 @@ def test_hub_branch_pinned_for_the_mount(served, cache):
                     branches["main"] = c2          # the branch moves on
                     with open(os.path.join(mnt, "y"), "rb") as f:
                         assert f.read() == torch.full((1 << 20,), 1.0).numpy().tobytes()
+                api = [p for p, _ in hub.seen if p.startswith("/api/")]
+                assert api == ([] if commit_header else
+                               ["/api/models/org/repo/revision/main"]), hub.seen
             finally:
                 for k in env:
                     os.environ.pop(k, None)
