@@ -246,7 +246,7 @@ static int rm_job_start(struct rm_job *j)
 {
 	char range[80];
 	char cond[200];
-	char *url = j->r->url;
+	char *url = j->via_origin && j->r->origin ? j->r->origin : j->r->url;
 
 	j->h = curl_easy_init();
 	if (!j->h)
@@ -351,6 +351,15 @@ static bool rm_job_finished(struct rm_job *j, CURLcode cc)
 	if (cc == CURLE_OK && (code == 200 || code == 206 || code == 304)) {
 		j->rc = 0;
 		return false;
+	}
+	if (cc == CURLE_OK && (code == 403 || code == 410) && !j->probe &&
+	    j->r->origin && !j->via_origin) {
+		/* the CDN's signed URL expired: ask the origin again, which
+		 * redirects to a fresh one (the version is still If-Match'ed) */
+		j->via_origin = true;
+		j->not_before = 0;
+		j->rc = 0;
+		return true;
 	}
 	if (cc == CURLE_OK) {
 		transient = code == 408 || code == 429 || code >= 500;

@@ -679,9 +679,11 @@ static int rm_pin(struct pt_remote *r, const struct rm_job *j,
 	free(r->url);
 	if (j->eff_url && strcmp(j->eff_url, req) &&
 	    strncmp(j->eff_url, r->u.prefix, strlen(r->u.prefix))) {
-		/* redirected to another place (the hub's CDN): go there */
+		/* redirected to another place (the hub's CDN): go there; a
+		 * signed CDN URL expires, then requests go through @req again */
 		r->url = strdup(j->eff_url);
-		free(req);
+		free(r->origin);
+		r->origin = req;
 	} else {
 		r->url = req;
 	}
@@ -828,6 +830,7 @@ void pt_remote_close(struct pt_remote *r)
 	rm_url_free(&r->u);
 	free(r->cache_root);
 	free(r->url);
+	free(r->origin);
 	free(r->held);
 	free(r->busy);
 	free(r->own[0]);

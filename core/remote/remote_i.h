@@ -64,6 +64,7 @@ struct rm_job {
 	bool urgent;            /* a reader waits: before prefetches */
 	bool conditional;       /* probe: If-None-Match r->etag */
 	bool cancel;            /* its object closes: stop it */
+	bool via_origin;        /* sent to r->origin (the CDN's URL expired) */
 	unsigned attempt;
 	double deadline;        /* monotonic seconds */
 	double not_before;      /* retry time */
@@ -139,6 +140,7 @@ struct pt_remote {
 	char *own[3];
 	char *cache_root;
 	char *url;                /* request URL (the CDN's after a redirect) */
+	char *origin;             /* the URL that redirected there, or NULL */
 	uint64_t size;
 	int64_t mtime;
 	char etag[160];           /* validator: If-Match / If-None-Match */

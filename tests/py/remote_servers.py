@@ -77,6 +77,8 @@ http {{
     listen 127.0.0.1:{port};
     {tls}
     root {root};
+    # a "CDN" URL whose signature the test expired
+    if (-f $document_root/.expired-$arg_sig) {{ return 403; }}
   }}
 }}
 """
@@ -305,6 +307,7 @@ class HubStandIn:
         self.token = token
         self.commit_header = commit_header   # else only /api/.../revision
         self.seen = []
+        self.sig = "1"              # the CDN URLs' signature generation
 
     def __enter__(self):
         hub = self
@@ -335,7 +338,7 @@ class HubStandIn:
                 if not os.path.exists(local):
                     return self._reply(404)
                 self.send_response(302)
-                self.send_header("Location", hub.cdn.url("%s/%s?X-Amz-Signature=cdn" % (commit, path)))
+                self.send_header("Location", hub.cdn.url("%s/%s?sig=%s" % (commit, path, hub.sig)))
                 if hub.commit_header:
                     self.send_header("X-Repo-Commit", commit)
                 with open(local, "rb") as f:

@@ -391,3 +391,35 @@ def test_daemonized_mount_reads(served, cache):
     with mounted(n.url("big.pt"), *o(cache), foreground=False) as mnt:
         with open(os.path.join(mnt, "w"), "rb") as f:
             assert f.read() == oracle.tensor_bytes(objs["big.pt"]["w"])
+
+
+@needs_fuse
+def test_hub_cdn_url_expiry_goes_back_to_the_hub(served, cache):
+    """A signed CDN URL that expires under a mount (403) is replaced by
+    asking the hub again; the reads go on."""
+    n, _, _ = served
+    c1 = "c" * 40
+    os.makedirs(os.path.join(n.root, c1), exist_ok=True)
+    torch.save({"x": torch.full((4,), 3.0), "y": torch.full((1 << 20,), 4.0)},
+               os.path.join(n.root, c1, "m.pt"))
+    expired = os.path.join(n.root, ".expired-1")
+    try:
+        with rs.HubStandIn(n, {"main": c1}) as hub:
+            os.environ["HF_ENDPOINT"] = hub.endpoint
+            try:
+                with mounted("hf://org/repo/m.pt", *o(cache)) as mnt:
+                    with open(os.path.join(mnt, "x"), "rb") as f:
+                        assert f.read() == torch.full((4,), 3.0).numpy().tobytes()
+                    open(expired, "w").close()
+                    hub.sig = "2"
+                    m = n.mark()
+                    with open(os.path.join(mnt, "y"), "rb") as f:
+                        assert f.read() == torch.full((1 << 20,), 4.0).numpy().tobytes()
+                    codes = [e["status"] for e in n.since(m, "m.pt")]
+                    assert 403 in codes and codes[-1] == 206, codes
+            finally:
+                os.environ.pop("HF_ENDPOINT", None)
+    finally:
+        shutil.rmtree(os.path.join(n.root, c1))
+        if os.path.exists(expired):
+            os.unlink(expired)
