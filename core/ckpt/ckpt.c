@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +37,54 @@ void *pt__own(struct pt_ckpt *ck, void *p)
 		ck->cap_owned = nc;
 	}
 	ck->owned[ck->n_owned++] = p;
+	return p;
+}
+
+/* pt__alloc() blocks: 64 KiB, or one of its own for a big request. */
+#define PT_BLK_SIZE (64u << 10)
+
+struct pt_blk {
+	struct pt_blk *next;
+	size_t used, size;
+	max_align_t data[];
+};
+
+void *pt__alloc(struct pt_ckpt *ck, size_t n)
+{
+	struct pt_blk *b = ck->blks;
+	size_t need = n ? (n + 15) & ~(size_t)15 : 16;
+	uint8_t *p;
+
+	if (need < n)
+		return NULL;
+	if (need > PT_BLK_SIZE / 4) {
+		if (need > SIZE_MAX - sizeof(*b))
+			return NULL;
+		b = malloc(sizeof(*b) + need);
+		if (!b)
+			return NULL;
+		b->used = b->size = need;
+		/* behind the head, which keeps filling */
+		b->next = ck->blks ? ck->blks->next : NULL;
+		if (ck->blks)
+			ck->blks->next = b;
+		else
+			ck->blks = b;
+		memset(b->data, 0, n);
+		return b->data;
+	}
+	if (!b || b->size - b->used < need) {
+		b = malloc(sizeof(*b) + PT_BLK_SIZE);
+		if (!b)
+			return NULL;
+		b->used = 0;
+		b->size = PT_BLK_SIZE;
+		b->next = ck->blks;
+		ck->blks = b;
+	}
+	p = (uint8_t *)b->data + b->used;
+	b->used += need;
+	memset(p, 0, n);
 	return p;
 }
 
@@ -451,6 +500,12 @@ void pt_ckpt_close(struct pt_ckpt *ck)
 	for (i = 0; i < ck->n_owned; i++)
 		free(ck->owned[i]);
 	free(ck->owned);
+	while (ck->blks) {
+		struct pt_blk *b = ck->blks;
+
+		ck->blks = b->next;
+		free(b);
+	}
 	pt_buf_free(&ck->warnings);
 	pt_buf_free(&ck->notes);
 	pt_buf_free(&ck->globals);

@@ -8,7 +8,7 @@
  * place the value appears.  Nodes are created per (parent, entry) on first
  * use, so a pickle whose references multiply costs only what is visited,
  * and a container that holds itself becomes a symlink where it would
- * repeat.  Lookups are O(1) per component (uthash).
+ * repeat.  Lookups are O(1) per component (a hash index per table).
  *
  * Locking: one mutex guards creation of tables and nodes.  Published
  * pointers (a value's table, a directory's child slots) are written with
@@ -19,6 +19,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,24 +43,40 @@ enum gen {
 	GEN_PICKLE,
 };
 
+/* An entry and its name live in the tree's pool (pool_alloc): 40,000
+ * entries of a 20,000-tensor directory cost no malloc each. */
 struct dent {
-	char *name;                     /* encoded, unique in its table */
-	size_t idx;                     /* position in the table */
+	const char *name;               /* encoded, unique in its table */
 	struct pt_value *val;           /* R_VALUE, R_JSON */
+	union {
+		const struct pt_zip_entry *entry; /* R_RECORD */
+		struct dtab *sub;               /* R_RECDIR */
+		enum gen gen;                   /* R_GEN */
+		const struct pt_meta_file *blob; /* R_BLOB */
+	};
+	uint32_t idx;                   /* position in the table */
+	uint32_t hash;                  /* of the name (name_hash) */
 	uint8_t role;
-	const struct pt_zip_entry *entry; /* R_RECORD */
-	struct dtab *sub;               /* R_RECDIR */
-	enum gen gen;                   /* R_GEN */
-	const struct pt_meta_file *blob; /* R_BLOB */
-	UT_hash_handle hh;              /* by name */
 };
 
 struct dtab {
 	struct dent **ents;             /* n entries, listing order */
 	size_t n;
 	size_t cap;
-	struct dent *byname;            /* hash over ents */
+	uint32_t *slots;                /* by name: open addressing, idx + 1
+					 * (0: empty), nslots a power of two
+					 * at least twice n */
+	size_t nslots;
 	struct pt_tree *t;              /* the tree it belongs to */
+};
+
+/* Pool blocks: 64 KiB, or one of its own for a long name. */
+#define POOL_BLOCK (64u << 10)
+
+struct pool_blk {
+	struct pool_blk *next;
+	size_t used, size;
+	max_align_t data[];
 };
 
 struct pt_node {
@@ -96,6 +113,7 @@ struct pt_tree {
 	struct dtab **tabs;             /* every table, for freeing */
 	size_t n_tabs, cap_tabs;
 	struct node_blk *blks;          /* every node, newest block first */
+	struct pool_blk *pool;          /* entries and names of the tables */
 	struct pt_buf scratch;          /* sizes of sidecars (under lock) */
 	char **texts;                   /* generated contents */
 	size_t n_texts, cap_texts;
@@ -133,6 +151,39 @@ static struct pt_node *node_alloc(struct pt_tree *t)
 	return &b->n[b->used++];
 }
 
+/* @n zeroed bytes (8-byte aligned) that live as long as the tree, or
+ * NULL when out of memory.  Call under the lock. */
+static void *pool_alloc(struct pt_tree *t, size_t n)
+{
+	struct pool_blk *b = t->pool;
+	size_t need = (n + 7) & ~(size_t)7;
+	uint8_t *p;
+
+	if (need < n || need > SIZE_MAX - sizeof(*b))
+		return NULL;
+	if (!b || b->size - b->used < need) {
+		size_t size = need > POOL_BLOCK / 4 ? need : POOL_BLOCK;
+
+		b = malloc(sizeof(*b) + size);
+		if (!b)
+			return NULL;
+		b->used = 0;
+		b->size = size;
+		if (size == need && t->pool) {
+			/* a one-off: the current block keeps filling */
+			b->next = t->pool->next;
+			t->pool->next = b;
+		} else {
+			b->next = t->pool;
+			t->pool = b;
+		}
+	}
+	p = (uint8_t *)b->data + b->used;
+	b->used += need;
+	memset(p, 0, n);
+	return p;
+}
+
 static char *keep_text(struct pt_tree *t, char *s)
 {
 	if (!s)
@@ -160,49 +211,106 @@ static struct dtab *tab_new(struct pt_tree *t)
 	return d;
 }
 
+/* (entries and names are the pool's) */
 static void tab_free(struct dtab *d)
 {
-	size_t i;
-
 	if (!d)
 		return;
-	HASH_CLEAR(hh, d->byname);
-	for (i = 0; i < d->n; i++) {
-		free(d->ents[i]->name);
-		free(d->ents[i]);
-	}
+	free(d->slots);
 	free(d->ents);
 	free(d);
 }
 
-static bool tab_has(struct dtab *d, const char *name, size_t len)
+/* FNV-1a, 32 bits */
+static uint32_t name_hash(const char *p, size_t n)
 {
-	struct dent *e;
+	uint32_t h = 2166136261u;
+	size_t i;
 
-	HASH_FIND(hh, d->byname, name, len, e);
-	return e != NULL;
+	for (i = 0; i < n; i++) {
+		h ^= (uint8_t)p[i];
+		h *= 16777619u;
+	}
+	return h;
 }
 
-/* Add an entry named @name (already encoded; ownership passes to the
- * table, also on failure). */
-static struct dent *tab_add(struct dtab *d, char *name, uint8_t role,
-			    struct pt_value *val)
+/* The entry named @name (@len bytes), or NULL. */
+static struct dent *tab_find(const struct dtab *d, const char *name,
+			     size_t len)
+{
+	uint32_t h = name_hash(name, len);
+	size_t i, mask = d->nslots - 1;
+
+	if (!d->nslots)
+		return NULL;
+	for (i = h & mask; d->slots[i]; i = (i + 1) & mask) {
+		struct dent *e = d->ents[d->slots[i] - 1];
+
+		if (e->hash == h && memcmp(e->name, name, len) == 0 &&
+		    e->name[len] == '\0')
+			return e;
+	}
+	return NULL;
+}
+
+static bool tab_has(const struct dtab *d, const char *name, size_t len)
+{
+	return tab_find(d, name, len) != NULL;
+}
+
+static void slot_put(uint32_t *slots, size_t nslots, const struct dent *e)
+{
+	size_t i, mask = nslots - 1;
+
+	for (i = e->hash & mask; slots[i]; i = (i + 1) & mask)
+		;
+	slots[i] = e->idx + 1;
+}
+
+/* Room for one more entry in the name index; false when out of memory. */
+static bool tab_reserve(struct dtab *d)
+{
+	uint32_t *slots;
+	size_t ns, i;
+
+	if (2 * (d->n + 1) <= d->nslots)
+		return true;
+	if (d->n >= UINT32_MAX / 4)
+		return false;
+	ns = d->nslots ? 2 * d->nslots : 16;
+	slots = calloc(ns, sizeof(*slots));
+	if (!slots)
+		return false;
+	for (i = 0; i < d->n; i++)
+		slot_put(slots, ns, d->ents[i]);
+	free(d->slots);
+	d->slots = slots;
+	d->nslots = ns;
+	return true;
+}
+
+/* Add an entry named @name (@len bytes, already encoded, not yet in the
+ * table; copied).  NULL when out of memory. */
+static struct dent *tab_add(struct dtab *d, const char *name, size_t len,
+			    uint8_t role, struct pt_value *val)
 {
 	struct dent *e;
+	char *nm;
 
-	if (!name)
-		return NULL;
 	if (!grow((void **)&d->ents, &d->cap, d->n, sizeof(*d->ents)) ||
-	    !(e = calloc(1, sizeof(*e)))) {
-		free(name);
+	    !tab_reserve(d) || len == SIZE_MAX ||
+	    !(e = pool_alloc(d->t, sizeof(*e))) ||
+	    !(nm = pool_alloc(d->t, len + 1)))
 		return NULL;
-	}
-	e->name = name;
-	e->idx = d->n;
+	memcpy(nm, name, len);
+	nm[len] = '\0';
+	e->name = nm;
+	e->idx = (uint32_t)d->n;
+	e->hash = name_hash(name, len);
 	e->role = role;
 	e->val = val;
 	d->ents[d->n++] = e;
-	HASH_ADD_KEYPTR(hh, d->byname, e->name, strlen(e->name), e);
+	slot_put(d->slots, d->nslots, e);
 	return e;
 }
 
@@ -260,13 +368,11 @@ static int claim(struct dtab *d, const char *base, size_t blen,
 			if (tab_has(d, js, len + 5))
 				continue;
 		}
-		/* tab_add takes the names, also when it fails */
-		if (!tab_add(d, nm, R_VALUE, val)) {
-			free(js);
-			return -ENOMEM;
-		}
-		if (tensor && !tab_add(d, js, R_JSON, val))
-			return -ENOMEM;
+		if (!tab_add(d, nm, len, R_VALUE, val) ||
+		    (tensor && !tab_add(d, js, len + 5, R_JSON, val)))
+			goto oom;
+		free(nm);
+		free(js);
 		return 0;
 	}
 	free(nm);
@@ -316,7 +422,7 @@ static int add_dotted(struct dtab *d, const char *p, size_t n,
 				pt_buf_printf(&nm, "~%u", k);
 			if (nm.oom)
 				break;
-			HASH_FIND(hh, d->byname, nm.p, nm.len, e);
+			e = tab_find(d, nm.p, nm.len);
 			if (!e || e->role == R_RECDIR)
 				break;
 		}
@@ -327,7 +433,7 @@ static int add_dotted(struct dtab *d, const char *p, size_t n,
 		if (!e) {
 			struct dtab *sub = tab_new(d->t);
 
-			e = sub ? tab_add(d, strndup(nm.p, nm.len), R_RECDIR, NULL) : NULL;
+			e = sub ? tab_add(d, nm.p, nm.len, R_RECDIR, NULL) : NULL;
 			if (!e) {
 				rc = -ENOMEM;
 				break;
@@ -854,7 +960,7 @@ struct pt_node *pt_tree_lookup(struct pt_ckpt *ck, struct pt_node *dir,
 	d = node_tab(ck, dir, rc);
 	if (!d)
 		return NULL;
-	HASH_FIND_STR(d->byname, name, e);
+	e = tab_find(d, name, strlen(name));
 	if (!e) {
 		*rc = -ENOENT;
 		return NULL;
@@ -1229,24 +1335,21 @@ static int add_record(struct pt_tree *t, struct dtab *top,
 			}
 			break;
 		}
-		HASH_FIND(hh, d->byname, enc.p, enc.len, e);
+		e = tab_find(d, enc.p, enc.len);
 		if (!e || e->role != R_RECDIR) {
 			struct dtab *sub = tab_new(t);
-			char *nm;
 
 			if (!sub) {
 				rc = -ENOMEM;
 				break;
 			}
-			nm = strndup(enc.p, enc.len);
-			if (!nm || tab_has(d, enc.p, enc.len)) {
-				free(nm);
+			if (e) {
 				rc = claim(d, enc.p, enc.len, NULL);
 				if (rc)
 					break;
 				e = d->ents[d->n - 1];
 			} else {
-				e = tab_add(d, nm, R_RECDIR, NULL);
+				e = tab_add(d, enc.p, enc.len, R_RECDIR, NULL);
 				if (!e) {
 					rc = -ENOMEM;
 					break;
@@ -1278,7 +1381,7 @@ static struct dtab *record_dir(struct dtab *top, const char *rel)
 		enc.len = 0;
 		pt_name_encode(&enc, (const uint8_t *)rel, len);
 		if (!enc.oom)
-			HASH_FIND(hh, d->byname, enc.p, enc.len, e);
+			e = tab_find(d, enc.p, enc.len);
 		d = e && e->role == R_RECDIR ? e->sub : NULL;
 		rel += len + (slash ? 1 : 0);
 	}
@@ -1304,15 +1407,16 @@ static int build_meta(struct pt_ckpt *ck, struct pt_tree *t)
 	struct dent *e;
 
 	for (i = 0; i < 3; i++) {
-		e = tab_add(t->meta_tab, strdup(gens[i].name), R_GEN, NULL);
+		e = tab_add(t->meta_tab, gens[i].name, strlen(gens[i].name),
+			    R_GEN, NULL);
 		if (!e)
 			return -ENOMEM;
 		e->gen = gens[i].gen;
 	}
 	/* files the format added (a safetensors header, an index) */
 	for (i = 0; i < (uint64_t)ck->n_meta_files; i++) {
-		e = tab_add(t->meta_tab, strdup(ck->meta_files[i].name), R_BLOB,
-			    NULL);
+		e = tab_add(t->meta_tab, ck->meta_files[i].name,
+			    strlen(ck->meta_files[i].name), R_BLOB, NULL);
 		if (!e)
 			return -ENOMEM;
 		e->blob = &ck->meta_files[i];
@@ -1331,7 +1435,7 @@ static int build_meta(struct pt_ckpt *ck, struct pt_tree *t)
 	if (!ck->zip)
 		return 0;
 	recs = tab_new(t);
-	e = recs ? tab_add(t->meta_tab, strdup("records"), R_RECDIR, NULL) : NULL;
+	e = recs ? tab_add(t->meta_tab, "records", 7, R_RECDIR, NULL) : NULL;
 	if (!e)
 		return -ENOMEM;
 	e->sub = recs;
@@ -1352,7 +1456,8 @@ static int build_meta(struct pt_ckpt *ck, struct pt_tree *t)
 			sub = record_dir(sub, md->records);
 		if (!sub)
 			continue;
-		e = tab_add(t->meta_tab, strdup(md->name), R_RECDIR, NULL);
+		e = tab_add(t->meta_tab, md->name, strlen(md->name), R_RECDIR,
+			    NULL);
 		if (!e)
 			return -ENOMEM;
 		e->sub = sub;
@@ -1395,7 +1500,7 @@ static struct dtab *root_table(struct pt_ckpt *ck, int *rc)
 	struct pt_value *v = t->root->val;
 	struct dtab *d = tab_new(t);
 
-	if (!d || !tab_add(d, strdup(".ptfs"), R_META, NULL)) {
+	if (!d || !tab_add(d, ".ptfs", 5, R_META, NULL)) {
 		*rc = -ENOMEM;
 		return NULL;
 	}
@@ -1432,6 +1537,12 @@ void pt__tree_free(struct pt_ckpt *ck)
 	for (i = 0; i < t->n_texts; i++)
 		free(t->texts[i]);
 	pt_buf_free(&t->scratch);
+	while (t->pool) {
+		struct pool_blk *b = t->pool;
+
+		t->pool = b->next;
+		free(b);
+	}
 	free(t->tabs);
 	free(t->texts);
 	pthread_mutex_destroy(&t->lock);

@@ -458,10 +458,14 @@ struct pt_storage *pt__record_storage(struct pt_ckpt *ck,
 				      const char *key, const char *location,
 				      size_t loc_len, const struct pt_dtype *dt)
 {
-	struct pt_storage *st = calloc(1, sizeof(*st));
+	size_t klen = strlen(key);
+	struct pt_storage *st = pt__alloc(ck, sizeof(*st) + klen + 1);
 
-	if (!st || !pt__own(ck, st) || !(st->key = pt__own(ck, strdup(key))))
+	if (!st)
 		return NULL;
+	/* the key right behind it: one allocation per storage */
+	memcpy((char *)(st + 1), key, klen + 1);
+	st->key = (const char *)(st + 1);
 	/* nearly every storage says "cpu": share that one */
 	if (loc_len == 3 && memcmp(location, "cpu", 3) == 0)
 		st->location = "cpu";
