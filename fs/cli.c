@@ -462,5 +462,9 @@ int ptfs_cli(int argc, char **argv)
 		return cmd_cat(argc, argv);
 	if (strcmp(argv[0], "info") == 0)
 		return cmd_info(argc, argv);
+	if (strcmp(argv[0], "tree") == 0)
+		return ptfs_cmd_tree(argc, argv, &cli_opts);
+	if (strcmp(argv[0], "export") == 0)
+		return ptfs_cmd_export(argc, argv, &cli_opts);
 	return cmd_set(argc, argv);
 }

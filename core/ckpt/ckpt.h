@@ -246,4 +246,54 @@ const char *pt_ckpt_recovery(const struct pt_ckpt *ck);
 /* Whether pt_ckpt_commit() can work for this container. */
 bool pt_ckpt_writable(const struct pt_ckpt *ck);
 
+/* ---- export accessors (issue 14: core/export/) ---- */
+
+/* A tensor file's layout, without parsing its JSON.  Pointers borrowed
+ * from the checkpoint (valid until pt_ckpt_close()). */
+struct pt_tinfo {
+	const char *dtype;      /* torch name of the bytes' type ("float32",
+				 * "bfloat16", "quint4x2", ...) */
+	unsigned itemsize;      /* bytes per element (packed types: 1) */
+	bool packed;            /* several values per byte */
+	uint32_t rank;
+	const int64_t *shape;   /* rank entries */
+	uint64_t numel;
+	uint64_t nbytes;        /* bytes of the file (C order) */
+	char byteorder;         /* '<', '>' or '|' (one byte per element) */
+	bool contiguous;        /* C-contiguous in its storage */
+	const void *storage;    /* identity of the storage (ties) */
+	uint64_t byte_lo;       /* first and one past the last byte it */
+	uint64_t byte_hi;       /* touches in that storage */
+	bool ndarray;           /* a numpy array (not a torch tensor) */
+	bool parameter;         /* torch.nn.Parameter */
+	bool requires_grad;
+};
+
+/* Fill @ti for a tensor file (not its sidecar); false for other nodes. */
+bool pt_node_tinfo(const struct pt_node *n, struct pt_tinfo *ti);
+
+/* What a node is for an exporter. */
+enum pt_nkind {
+	PT_NK_TENSOR,   /* tensor or array file */
+	PT_NK_SCALAR,   /* None, bool, int, float, str, or a value shown as
+			 * text (device, dtype, complex, a global) */
+	PT_NK_BYTES,    /* bytes or bytearray */
+	PT_NK_DIR,      /* dict, list, tuple, object, or a folder of dotted
+			 * keys */
+	PT_NK_LINK,     /* a container repeating an ancestor */
+	PT_NK_OTHER,    /* NAME.json sidecars, /.ptfs and what is under it */
+};
+
+enum pt_nkind pt_node_kind(const struct pt_node *n);
+
+/* Append the JSON text of a scalar file's value (null, true, 7, 0.1,
+ * "text"; NaN and Infinity as Python's json writes them); false (nothing
+ * appended) for other nodes. */
+bool pt_node_scalar_json(const struct pt_node *n, struct pt_buf *out);
+
+/* 0 when the checkpoint's file (and the files of its shards) are the ones
+ * opened, unchanged (device, inode, size, mtime); -ESTALE with one line in
+ * @err naming the file otherwise. */
+int pt_ckpt_unchanged(const struct pt_ckpt *ck, struct pt_error *err);
+
 #endif /* PTFS_CORE_CKPT_H */

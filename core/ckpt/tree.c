@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "ckpt/names.h"
 
@@ -1461,4 +1462,125 @@ const struct pt_storage *pt_node_viewed_storage(const struct pt_node *n)
 	    t->st->kind != PT_ST_FILE || t->st->home)
 		return NULL;
 	return t->st;
+}
+
+/* ---- export accessors (issue 14: core/export/) ---- */
+
+bool pt_node_tinfo(const struct pt_node *n, struct pt_tinfo *ti)
+{
+	const struct pt_tensor *t = n->tensor;
+
+	if (!t || n->role != R_VALUE)
+		return false;
+	ti->dtype = t->dtype->name;
+	ti->itemsize = t->dtype->size;
+	ti->packed = t->dtype->packed;
+	ti->rank = t->rank;
+	ti->shape = t->shape;
+	ti->numel = t->numel;
+	ti->nbytes = t->nbytes;
+	ti->byteorder = t->dtype->size == 1 ? '|' : t->byteorder;
+	ti->contiguous = t->contiguous;
+	ti->storage = t->st;
+	ti->byte_lo = t->byte_lo;
+	ti->byte_hi = t->byte_hi;
+	ti->ndarray = t->kind == PT_TK_NDARRAY;
+	ti->parameter = t->kind == PT_TK_PARAMETER;
+	ti->requires_grad = t->requires_grad;
+	return true;
+}
+
+enum pt_nkind pt_node_kind(const struct pt_node *n)
+{
+	const struct pt_node *a;
+
+	if (n->role == R_RECDIR) {
+		/* a level of dotted keys (nested), unless under /.ptfs */
+		for (a = n->parent; a; a = a->parent)
+			if (a->role == R_META)
+				return PT_NK_OTHER;
+		return PT_NK_DIR;
+	}
+	if (n->role != R_VALUE)
+		return PT_NK_OTHER;
+	if (n->type == PT_NT_LINK)
+		return PT_NK_LINK;
+	if (n->type == PT_NT_DIR)
+		return PT_NK_DIR;
+	if (n->tensor)
+		return PT_NK_TENSOR;
+	return pt__vclass(n->val) == PT_C_BYTES ? PT_NK_BYTES : PT_NK_SCALAR;
+}
+
+bool pt_node_scalar_json(const struct pt_node *n, struct pt_buf *out)
+{
+	const struct pt_value *v = n->val;
+
+	if (pt_node_kind(n) != PT_NK_SCALAR)
+		return false;
+	if (pt__vclass(v) == PT_C_TEXT) {
+		pt_buf_putc(out, '"');
+		pt_buf_json_str(out, n->data, n->size);
+		pt_buf_putc(out, '"');
+		return true;
+	}
+	switch (v->kind) {
+	case PT_V_NONE:
+		pt_buf_puts(out, "null");
+		break;
+	case PT_V_BOOL:
+		pt_buf_puts(out, v->u.b ? "true" : "false");
+		break;
+	case PT_V_FLOAT:
+		if (v->u.f != v->u.f)
+			pt_buf_puts(out, "NaN");
+		else if (v->u.f > 1.7976931348623157e308)
+			pt_buf_puts(out, "Infinity");
+		else if (v->u.f < -1.7976931348623157e308)
+			pt_buf_puts(out, "-Infinity");
+		else
+			pt_buf_add(out, n->data, n->size - 1);
+		break;
+	case PT_V_STR:
+		pt_buf_putc(out, '"');
+		pt_buf_json_str(out, v->u.s.p, v->u.s.len);
+		pt_buf_putc(out, '"');
+		break;
+	default:        /* ints of any size: the decimal text */
+		pt_buf_add(out, n->data, n->size ? n->size - 1 : 0);
+		break;
+	}
+	return true;
+}
+
+static int file_unchanged(const struct pt_ckpt *ck, struct pt_error *err)
+{
+	struct stat st;
+
+	if (ck->fd < 0)
+		return 0;
+	if (stat(ck->path, &st) != 0 || st.st_dev != ck->dev ||
+	    st.st_ino != ck->ino || (uint64_t)st.st_size != ck->src.size ||
+	    st.st_mtim.tv_sec != ck->mtime.tv_sec ||
+	    st.st_mtim.tv_nsec != ck->mtime.tv_nsec)
+		return pt_fail(err, -ESTALE, "%s: changed on disk while it was read",
+			       ck->path);
+	return 0;
+}
+
+int pt_ckpt_unchanged(const struct pt_ckpt *ck, struct pt_error *err)
+{
+	const struct pt_storage *s, *tmp;
+	const struct pt_ckpt *last = ck;
+	int rc = file_unchanged(ck, err);
+
+	HASH_ITER(hh, ck->storages, s, tmp) {
+		if (rc)
+			break;
+		if (s->home && s->home != last) {
+			last = s->home;
+			rc = file_unchanged(last, err);
+		}
+	}
+	return rc;
 }
