@@ -110,7 +110,7 @@ static void print_notes(const struct pt_buf *notes)
 	}
 }
 
-/* `ptfs export CHECKPOINT --to safetensors|npy [options] OUT` */
+/* `ptfs export CHECKPOINT --to safetensors|pt|npy [options] OUT` */
 int ptfs_cmd_export(int argc, char **argv, const struct pt_ckpt_opts *o)
 {
 	struct pt_export_opts xo = { 0 };
@@ -144,8 +144,8 @@ int ptfs_cmd_export(int argc, char **argv, const struct pt_ckpt_opts *o)
 		}
 	}
 	if (!path || !out || !to ||
-	    (strcmp(to, "safetensors") && strcmp(to, "npy"))) {
-		fprintf(stderr, "usage: ptfs export CHECKPOINT --to safetensors|npy [--shard-size SIZE] [--skip-unsupported] OUT\n");
+	    (strcmp(to, "safetensors") && strcmp(to, "npy") && strcmp(to, "pt"))) {
+		fprintf(stderr, "usage: ptfs export CHECKPOINT --to safetensors|pt|npy [--shard-size SIZE] [--skip-unsupported] OUT\n");
 		return PTFS_EXIT_USAGE;
 	}
 	if (xo.shard_size && strcmp(to, "safetensors") != 0) {
@@ -158,6 +158,8 @@ int ptfs_cmd_export(int argc, char **argv, const struct pt_ckpt_opts *o)
 	pt_buf_init(&notes);
 	if (strcmp(to, "safetensors") == 0)
 		rc = pt_export_safetensors(ck, out, &xo, &notes, &err);
+	else if (strcmp(to, "pt") == 0)
+		rc = pt_export_pt(ck, out, &notes, &err);
 	else
 		rc = pt_export_npy(ck, out, &xo, &notes, &err);
 	print_notes(&notes);

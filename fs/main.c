@@ -16,7 +16,7 @@ void ptfs_usage(FILE *f)
 	      "       ptfs info [-o OPTS] CHECKPOINT\n"
 	      "       ptfs set [-v] [-o commit=WAY] CHECKPOINT PATH < BYTES\n"
 	      "       ptfs tree --json [--max N] CHECKPOINT\n"
-	      "       ptfs export CHECKPOINT --to safetensors|npy [--shard-size SIZE]\n"
+	      "       ptfs export CHECKPOINT --to safetensors|pt|npy [--shard-size SIZE]\n"
 	      "                   [--skip-unsupported] OUT\n"
 	      "\n"
 	      "Mount a PyTorch checkpoint as a directory tree: every tensor is a file\n"

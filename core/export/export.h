@@ -71,6 +71,11 @@ int pt_export_safetensors(struct pt_ckpt *ck, const char *out,
 			  const struct pt_export_opts *opts,
 			  struct pt_buf *notes, struct pt_error *err);
 
+/* pt: a torch.save ZIP at @out that torch.load(weights_only=True) of
+ * torch >= 2.6 accepts (ptsave.c says what is converted, in @notes). */
+int pt_export_pt(struct pt_ckpt *ck, const char *out, struct pt_buf *notes,
+		 struct pt_error *err);
+
 /* The safetensors dtype name ("F32", "BF16", "F8_E4M3", ...) of a torch
  * dtype name, or NULL when safetensors has none. */
 const char *pt_safetensors_dtype(const char *torch_name);
