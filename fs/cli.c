@@ -283,6 +283,8 @@ static int cmd_info(int argc, char **argv)
 	struct pt_ckpt *ck = NULL;
 	struct pt_buf b;
 
+	if (argc == 3 && strcmp(argv[1], "--weights-only") == 0)
+		return ptfs_cmd_weights_only(argv[2], &cli_opts);
 	if (argc != 2) {
 		ptfs_usage(stderr);
 		return PTFS_EXIT_USAGE;

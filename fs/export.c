@@ -170,3 +170,19 @@ int ptfs_cmd_export(int argc, char **argv, const struct pt_ckpt_opts *o)
 	pt_ckpt_close(ck);
 	return rc ? PTFS_EXIT_ERROR : PTFS_EXIT_OK;
 }
+
+int ptfs_cmd_weights_only(const char *path, const struct pt_ckpt_opts *o)
+{
+	struct pt_ckpt *ck;
+	struct pt_buf b;
+	int ok;
+
+	if (open_ck(path, o, &ck))
+		return PTFS_EXIT_ERROR;
+	pt_buf_init(&b);
+	ok = pt_weights_only(ck, &b);
+	fwrite(b.p, 1, b.len, stdout);
+	pt_buf_free(&b);
+	pt_ckpt_close(ck);
+	return ok ? PTFS_EXIT_OK : PTFS_EXIT_ERROR;
+}

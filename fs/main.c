@@ -14,6 +14,7 @@ void ptfs_usage(FILE *f)
 	      "       ptfs ls [-a] [--max N] [--nested] [-o OPTS] CHECKPOINT [PATH]\n"
 	      "       ptfs cat [--nested] [-o OPTS] CHECKPOINT PATH\n"
 	      "       ptfs info [-o OPTS] CHECKPOINT\n"
+	      "       ptfs info --weights-only CHECKPOINT\n"
 	      "       ptfs set [-v] [-o commit=WAY] CHECKPOINT PATH < BYTES\n"
 	      "       ptfs tree --json [--max N] CHECKPOINT\n"
 	      "       ptfs export CHECKPOINT --to safetensors|pt|npy [--shard-size SIZE]\n"

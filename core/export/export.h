@@ -76,6 +76,10 @@ int pt_export_safetensors(struct pt_ckpt *ck, const char *out,
 int pt_export_pt(struct pt_ckpt *ck, const char *out, struct pt_buf *notes,
 		 struct pt_error *err);
 
+/* Would torch.load(weights_only=True) of torch >= 2.6 accept @ck?  1 yes,
+ * 0 no; appends the verdict and every global and opcode that stops it. */
+int pt_weights_only(struct pt_ckpt *ck, struct pt_buf *out);
+
 /* The safetensors dtype name ("F32", "BF16", "F8_E4M3", ...) of a torch
  * dtype name, or NULL when safetensors has none. */
 const char *pt_safetensors_dtype(const char *torch_name);

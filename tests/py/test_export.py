@@ -639,3 +639,76 @@ def test_fixture_pt(row, tmp_path):
     assert r.returncode == 0, r.stderr
     check_pt_archive(out)
     same_values(load_exported(out), obj)
+
+
+# ---- info --weights-only ----
+
+def weights_only_verdict(path):
+    r = run("info", "--weights-only", path)
+    out = r.stdout.decode()
+    refused = [x.strip() for x in out.splitlines()[1:]]
+    return r.returncode, out, refused
+
+
+def test_weights_only_generated(gen, tmp_path):
+    rc, out, _ = weights_only_verdict(gen["optimizer"][0])
+    assert rc == 0 and out.startswith("weights_only: yes"), out
+    ns = str(tmp_path / "ns.pt")
+    make_ckpts.save(make_ckpts.namespace(), ns)
+    rc, out, refused = weights_only_verdict(ns)
+    assert rc == 1 and refused == ["global argparse.Namespace"], out
+    rc, out, refused = weights_only_verdict(gen["numpy_arrays"][0])
+    assert rc == 1 and "global numpy.core.multiarray._reconstruct" in refused
+    assert "global numpy.dtype" in refused
+    rc, out, refused = weights_only_verdict(gen["module"][0])
+    assert rc == 1 and "global torch.nn.modules.linear.Linear" in refused
+    assert "global torch.nn.modules.batchnorm.BatchNorm1d" in refused
+    p4 = str(tmp_path / "p4.pt")
+    torch.save({"a": argparse_ns(), "w": torch.ones(2)}, p4, pickle_protocol=4)
+    rc, out, refused = weights_only_verdict(p4)
+    assert rc == 1 and "opcode FRAME" in refused and "global argparse.Namespace" in refused
+    # what export --to pt writes is always accepted
+    for name in GENERATED:
+        out_pt = str(tmp_path / (name + ".pt"))
+        assert export(gen[name][0], "pt", out_pt).returncode == 0
+        rc, out, _ = weights_only_verdict(out_pt)
+        assert rc == 0, (name, out)
+    rc, out, _ = weights_only_verdict(str(tmp_path / "views.pt"))
+    st = str(tmp_path / "x.safetensors")
+    export(gen["views"][0], "safetensors", st)
+    rc, out, _ = weights_only_verdict(st)
+    assert rc == 1 and "not applicable" in out
+
+
+def argparse_ns():
+    import argparse
+    return argparse.Namespace(lr=0.5)
+
+
+# torch 1.13 refuses these, torch >= 2.6 does not
+NEWER_ALLOWED = {"_codecs.encode", "builtins.set", "builtins.bytearray", "builtins.complex",
+                 "collections.Counter"}
+ALL_ROWS = [r for r in fixture_rows()]
+
+
+@pytest.mark.parametrize("row", ALL_ROWS, ids=lambda r: r["local_name"] if isinstance(r, dict) else "none")
+def test_weights_only_fixtures(row):
+    """Files torch 1.13 loads with weights_only=True are accepted; a class
+    1.13 refuses is among the globals we list (1.13 names one at a time)."""
+    path = os.path.join(FIXTURES, row["local_name"])
+    if run("ls", path).returncode != 0:
+        pytest.skip("format not read by ptfs")
+    rc, out, refused = weights_only_verdict(path)
+    if "TorchScript" in out or "not applicable" in out:
+        assert rc == 1
+        return
+    verdict = row["torch113_loads"]
+    if verdict == "ok":
+        assert rc == 0, out
+        return
+    marker = "Unsupported class "
+    if marker in verdict:
+        cls = verdict.split(marker)[1].rstrip(")").strip()
+        cls = cls.replace("__builtin__.", "builtins.")
+        if cls not in NEWER_ALLOWED:
+            assert rc == 1 and "global " + cls in refused, (cls, out)
