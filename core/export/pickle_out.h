@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "buf.h"
+#include "base/buf.h"
 
 void pko_proto(struct pt_buf *b);
 void pko_stop(struct pt_buf *b);

@@ -32,11 +32,11 @@
 
 #include <uthash.h>
 
-#include "ckpt_i.h"
+#include "ckpt/ckpt_i.h"
 #include "export/export.h"
 #include "export/pickle_out.h"
-#include "names.h"
-#include "zipwrite.h"
+#include "ckpt/names.h"
+#include "container/zipwrite.h"
 
 struct memo {
 	const void *key;
