@@ -52,6 +52,7 @@ struct dent {
 	struct dtab *sub;               /* R_RECDIR */
 	enum gen gen;                   /* R_GEN */
 	const struct pt_meta_file *blob; /* R_BLOB */
+	const struct pt_value *key;     /* a dict key that is not a str */
 	UT_hash_handle hh;              /* by name */
 };
 
@@ -77,6 +78,7 @@ struct pt_node {
 	const struct pt_zip_entry *entry; /* R_RECORD */
 	const uint8_t *data;            /* contents held in memory */
 	uint64_t size;
+	const struct pt_value *key;     /* a dict key that is not a str */
 };
 
 /* Nodes are carved from blocks: no allocation per node, and a node's
@@ -372,6 +374,12 @@ static int add_keyed(struct dtab *d, struct pt_value *key,
 			rc = -ENOMEM;
 		else
 			rc = claim(d, enc.p ? enc.p : "%", enc.p ? enc.len : 1, deref(val));
+		if (rc == 0 && key->kind != PT_V_STR) {
+			struct dent *e = d->ents[d->n - 1];
+			if (e->role == R_JSON && d->n > 1)
+				e = d->ents[d->n - 2];
+			e->key = key;   /* tree.json says "key": 0 */
+		}
 	}
 	pt_buf_free(&raw);
 	pt_buf_free(&enc);
@@ -641,6 +649,7 @@ static struct pt_node *node_new(struct pt_ckpt *ck, struct pt_node *parent,
 	n->depth = parent ? parent->depth + 1 : 0;
 	n->role = e->role;
 	n->val = e->val;
+	n->key = e->key;
 	switch (e->role) {
 	case R_VALUE:
 		break;
@@ -1091,6 +1100,74 @@ void pt_node_describe(struct pt_ckpt *ck, struct pt_node *node,
 
 /* ---- tree.json ---- */
 
+/* A dict key that is not a str, as JSON (readers rebuilding the object
+ * need optimizer.state's int keys as ints): ", \"key\": 0". */
+static void key_json(const struct pt_value *k, struct pt_buf *out)
+{
+	struct pt_buf t;
+
+	if (!k || (k->kind != PT_V_INT && k->kind != PT_V_BIGINT &&
+		   k->kind != PT_V_BOOL && k->kind != PT_V_NONE &&
+		   k->kind != PT_V_FLOAT))
+		return;
+	pt_buf_init(&t);
+	if (k->kind == PT_V_NONE)
+		pt_buf_puts(&t, "null");
+	else if (k->kind == PT_V_BOOL)
+		pt_buf_puts(&t, k->u.b ? "true" : "false");
+	else if (k->kind == PT_V_INT)
+		pt_buf_printf(&t, "%lld", (long long)k->u.i);
+	else if (k->kind == PT_V_BIGINT)
+		pt_bigint_decimal(&t, k->u.s.p, k->u.s.len);
+	else if (k->u.f != k->u.f)
+		pt_buf_puts(&t, "NaN");
+	else if (k->u.f > 1.7976931348623157e308 || k->u.f < -1.7976931348623157e308)
+		pt_buf_puts(&t, k->u.f > 0 ? "Infinity" : "-Infinity");
+	else
+		pt_repr_float(&t, k->u.f);
+	pt_buf_printf(out, ", \"key\": %s", t.p ? t.p : "null");
+	pt_buf_free(&t);
+}
+
+/* What kind of container a directory shows, for readers that rebuild the
+ * object (contrib/python/ptfs_load.py): ", \"container\": \"dict\"" (dict,
+ * list, tuple, set, or object with its "class"). */
+static void container_json(const struct pt_node *n, struct pt_buf *out)
+{
+	const struct pt_value *v = n->val, *fn;
+	const char *kind = "dict";
+
+	if (n->role == R_VALUE && v) {
+		switch (pt__vclass(v)) {
+		case PT_C_SEQ:
+			kind = v->kind == PT_V_TUPLE ? "tuple" :
+			       v->kind == PT_V_SET || v->kind == PT_V_FROZENSET ? "set" : "list";
+			if (v->kind == PT_V_CALL || v->kind == PT_V_OBJ) {
+				fn = v->u.call.callable;
+				kind = pt__is_global(fn, "torch", "Size") ? "tuple" :
+				       pt__is_global(fn, "builtins", "set") ? "set" : "list";
+			}
+			break;
+		case PT_C_OBJECT:
+			fn = v->kind == PT_V_CALL || v->kind == PT_V_OBJ ? v->u.call.callable : NULL;
+			pt_buf_puts(out, ", \"container\": \"object\"");
+			if (fn && fn->kind == PT_V_GLOBAL) {
+				pt_buf_puts(out, ", \"class\": \"");
+				pt_buf_json_str(out, (const uint8_t *)fn->u.global.module,
+						strlen(fn->u.global.module));
+				pt_buf_putc(out, '.');
+				pt_buf_json_str(out, (const uint8_t *)fn->u.global.name,
+						strlen(fn->u.global.name));
+				pt_buf_putc(out, '"');
+			}
+			return;
+		default:
+			break;
+		}
+	}
+	pt_buf_printf(out, ", \"container\": \"%s\"", kind);
+}
+
 /*
  * Depth-first over the tree with an explicit stack; every entry is one
  * JSON object with its path, type and size, tensors with their metadata,
@@ -1117,8 +1194,15 @@ void pt_tree_json(struct pt_ckpt *ck, struct pt_buf *out, uint64_t max_entries)
 	bool first = true, truncated = false;
 
 	pt_buf_init(&path);
-	pt_buf_printf(out, "{\"format\": \"%s\", \"tensors\": %llu, \"entries\": [",
+	pt_buf_printf(out, "{\"format\": \"%s\", \"tensors\": %llu",
 		      pt_ckpt_format(ck), (unsigned long long)ck->n_tensors);
+	/* the object itself when it is not a directory (shown under the
+	 * file's stem): "root": "value" */
+	if (!is_dir_class(ck->tree->root->val))
+		pt_buf_puts(out, ", \"root\": \"value\"");
+	else
+		container_json(ck->tree->root, out);
+	pt_buf_puts(out, ", \"entries\": [");
 	if (!grow((void **)&st, &cap, n, sizeof(*st)))
 		goto done;
 	st[n++] = (struct frame){ ck->tree->root, 0, 0 };
@@ -1157,21 +1241,25 @@ void pt_tree_json(struct pt_ckpt *ck, struct pt_buf *out, uint64_t max_entries)
 		pt_buf_puts(out, first ? "\n {\"path\": \"" : ",\n {\"path\": \"");
 		first = false;
 		pt_buf_json_str(out, (const uint8_t *)path.p, path.len);
+		pt_buf_putc(out, '"');
+		key_json(c->key, out);
 		if (c->type == PT_NT_DIR) {
-			pt_buf_printf(out, "\", \"type\": \"dir\", \"entries\": %zu}",
+			pt_buf_printf(out, ", \"type\": \"dir\", \"entries\": %zu",
 				      pt_tree_count(ck, c));
+			container_json(c, out);
+			pt_buf_putc(out, '}');
 			if (!grow((void **)&st, &cap, n, sizeof(*st)))
 				break;
 			st[n++] = (struct frame){ c, 0, path.len };
 			continue;
 		}
 		if (c->type == PT_NT_LINK) {
-			pt_buf_puts(out, "\", \"type\": \"link\", \"target\": \"");
+			pt_buf_puts(out, ", \"type\": \"link\", \"target\": \"");
 			pt_buf_json_str(out, c->data, c->size);
 			pt_buf_puts(out, "\"}");
 			continue;
 		}
-		pt_buf_printf(out, "\", \"type\": \"file\", \"size\": %llu",
+		pt_buf_printf(out, ", \"type\": \"file\", \"size\": %llu",
 			      (unsigned long long)c->size);
 		if (c->tensor) {
 			pt_buf_puts(out, ", \"tensor\": ");
@@ -1181,7 +1269,8 @@ void pt_tree_json(struct pt_ckpt *ck, struct pt_buf *out, uint64_t max_entries)
 			   pt__vclass(c->val) != PT_C_BYTES) {
 			pt_buf_puts(out, ", \"value\": \"");
 			pt_buf_json_str(out, c->data, c->size ? c->size - 1 : 0);
-			pt_buf_putc(out, '"');
+			pt_buf_puts(out, "\", \"json\": ");
+			pt_node_scalar_json(c, out);
 		}
 		pt_buf_putc(out, '}');
 	}
@@ -1519,8 +1608,11 @@ bool pt_node_scalar_json(const struct pt_node *n, struct pt_buf *out)
 	if (pt_node_kind(n) != PT_NK_SCALAR)
 		return false;
 	if (pt__vclass(v) == PT_C_TEXT) {
+		size_t len = n->size;
+		if (len && n->data[len - 1] == '\n')
+			len--;
 		pt_buf_putc(out, '"');
-		pt_buf_json_str(out, n->data, n->size);
+		pt_buf_json_str(out, n->data, len);
 		pt_buf_putc(out, '"');
 		return true;
 	}
