@@ -22,7 +22,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "ckpt/names.h"
 
@@ -1647,17 +1646,15 @@ bool pt_node_scalar_json(const struct pt_node *n, struct pt_buf *out)
 
 static int file_unchanged(const struct pt_ckpt *ck, struct pt_error *err)
 {
-	struct stat st;
+	int rc;
 
-	if (ck->fd < 0)
+	if (!ck->src)
 		return 0;
-	if (stat(ck->path, &st) != 0 || st.st_dev != ck->dev ||
-	    st.st_ino != ck->ino || (uint64_t)st.st_size != ck->src.size ||
-	    st.st_mtim.tv_sec != ck->mtime.tv_sec ||
-	    st.st_mtim.tv_nsec != ck->mtime.tv_nsec)
-		return pt_fail(err, -ESTALE, "%s: changed on disk while it was read",
-			       ck->path);
-	return 0;
+	rc = pt_source_check(ck->src, PT_CHECK_NAME, err);
+	if (rc && rc != -ENOMEM)
+		return pt_fail_over(err, -ESTALE, "%s: changed on disk while it was read",
+				    ck->path);
+	return rc;
 }
 
 int pt_ckpt_unchanged(const struct pt_ckpt *ck, struct pt_error *err)
