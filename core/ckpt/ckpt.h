@@ -296,4 +296,42 @@ bool pt_node_scalar_json(const struct pt_node *n, struct pt_buf *out);
  * @err naming the file otherwise. */
 int pt_ckpt_unchanged(const struct pt_ckpt *ck, struct pt_error *err);
 
+/* ---- generated files (issue 14: /.ptfs/export) ---- */
+
+/*
+ * A generated file: its exact size is known before any read; @read fills
+ * [@off, @off + @n) (inside the file) or fails with -errno and @err;
+ * @extent (may be NULL) says when such a range is one contiguous range of
+ * a local file, for zero-copy replies.  @free (may be NULL) releases @ctx
+ * when the checkpoint closes.  Reads may come from several threads.
+ */
+struct pt_vfile {
+	uint64_t size;
+	int (*read)(void *ctx, void *buf, size_t n, uint64_t off,
+		    struct pt_error *err);
+	bool (*extent)(void *ctx, uint64_t off, uint64_t n, int *fd,
+		       uint64_t *file_off);
+	void (*free)(void *ctx);
+	void *ctx;
+};
+
+struct pt_vdir;
+
+/* Fill a generated directory with pt_vdir_add(); 0 or -errno (@err). */
+typedef int (*pt_vdir_fill)(void *ctx, struct pt_ckpt *ck,
+			    struct pt_vdir *d, struct pt_error *err);
+
+/* Add /.ptfs/@name (a static string), a directory @fill fills the first
+ * time it is used (lookup, listing).  Call once, right after opening,
+ * before /.ptfs is used: -EBUSY otherwise. */
+int pt_tree_set_vdir(struct pt_ckpt *ck, const char *name, pt_vdir_fill fill,
+		     void *ctx);
+
+/* Add the file @rel ("a/b/c.npy": folders made as needed) holding @vf
+ * (copied) to the directory being filled.  -EEXIST if taken. */
+int pt_vdir_add(struct pt_vdir *d, const char *rel, const struct pt_vfile *vf);
+
+/* Is @n a generated file? */
+bool pt_node_generated(const struct pt_node *n);
+
 #endif /* PTFS_CORE_CKPT_H */

@@ -118,6 +118,7 @@ int pt_export_collect(struct pt_ckpt *ck, struct pt_xlist *xl,
 	struct frame *st = NULL, *q;
 	size_t n = 0, cap = 0;
 	struct pt_buf key, path;
+	uint64_t visits = 0;
 	int rc = 0;
 
 	memset(xl, 0, sizeof(*xl));
@@ -135,6 +136,10 @@ int pt_export_collect(struct pt_ckpt *ck, struct pt_xlist *xl,
 		if (f->next >= pt_tree_count(ck, f->dir)) {
 			n--;
 			continue;
+		}
+		if (++visits > PT_EXPORT_MAX_ENTRIES) {
+			rc = -EFBIG;
+			break;
 		}
 		c = pt_tree_child(ck, f->dir, f->next++);
 		if (!c) {
@@ -175,6 +180,11 @@ int pt_export_collect(struct pt_ckpt *ck, struct pt_xlist *xl,
 	free(st);
 	pt_buf_free(&key);
 	pt_buf_free(&path);
+	if (rc == -EFBIG) {
+		pt_export_list_free(xl);
+		return pt_fail(err, rc, "over %u entries in the tree (references that multiply?): not exported",
+			       PT_EXPORT_MAX_ENTRIES);
+	}
 	if (rc < 0) {
 		pt_export_list_free(xl);
 		return pt_fail(err, rc, "listing the tree: %s", strerror(-rc));

@@ -116,6 +116,30 @@ void pt_npy_header(const struct pt_tinfo *ti, const struct pt_npy *np,
 void pt_npy_convert(const struct pt_npy *np, const uint8_t *in, uint8_t *out,
 		    size_t n);
 
+/* ---- shared by the CLI writers and the mount's generated files ---- */
+
+/* The walk stops (-EFBIG) after this many entries: a tree whose
+ * references multiply has no flat form. */
+#define PT_EXPORT_MAX_ENTRIES (4u << 20)
+
+/* safetensors.c: the tensors a file holds, sorted by key (see
+ * pt_export_safetensors), and its header (JSON, padded; without the
+ * 8-byte length). */
+int pt__st_plan(const struct pt_xlist *xl, const struct pt_export_opts *opts,
+		size_t **order, size_t *n, struct pt_buf *notes,
+		struct pt_error *err);
+void pt__st_header(const struct pt_xlist *xl, const size_t *idx, size_t n,
+		   struct pt_buf *h);
+
+/* npytree.c: NAME.json of a tensor's .npy (its metadata, "npy_descr",
+ * and "npy_dtype" when converted). */
+void pt__npy_json(struct pt_ckpt *ck, struct pt_node *n,
+		  const struct pt_npy *np, struct pt_buf *out);
+
+/* vfiles.c: /.ptfs/export/model.safetensors and /.ptfs/export/npy/...
+ * in the mount (call right after opening; see pt_tree_set_vdir). */
+int pt_export_mount_files(struct pt_ckpt *ck);
+
 /* ---- output files (out.c) ---- */
 
 struct pt_xout {

@@ -37,8 +37,8 @@ static int mkdirs(struct pt_buf *full, size_t base, struct pt_error *err)
 }
 
 /* The sidecar JSON with "npy_dtype" added when converted. */
-static void npy_json(struct pt_ckpt *ck, struct pt_node *n,
-		     const struct pt_npy *np, struct pt_buf *out)
+void pt__npy_json(struct pt_ckpt *ck, struct pt_node *n,
+		  const struct pt_npy *np, struct pt_buf *out)
 {
 	const char *j = pt_node_tensor_json(ck, n);
 	size_t len = j ? strlen(j) : 0;
@@ -89,7 +89,7 @@ static int write_one(struct pt_ckpt *ck, const struct pt_xitem *it,
 	if (rc)
 		goto out;
 	b.len = 0;
-	npy_json(ck, it->node, &np, &b);
+	pt__npy_json(ck, it->node, &np, &b);
 	full->len -= 4;
 	pt_buf_puts(full, ".json");
 	rc = pt_xout_create(&o, full->p, err);

@@ -114,7 +114,7 @@ static void note_ties(const struct pt_xlist *xl, size_t *idx, size_t n,
  * keys that collide and, unless opts->skip_unsupported, on dtypes
  * safetensors cannot express (all of them listed in @err's line).
  */
-static int plan(const struct pt_xlist *xl, const struct pt_export_opts *opts,
+int pt__st_plan(const struct pt_xlist *xl, const struct pt_export_opts *opts,
 		size_t **order, size_t *n_out, struct pt_buf *notes,
 		struct pt_error *err)
 {
@@ -162,7 +162,7 @@ static int plan(const struct pt_xlist *xl, const struct pt_export_opts *opts,
 }
 
 /* The header of a file holding tensors @idx[0..@n), padded. */
-static void header(const struct pt_xlist *xl, const size_t *idx, size_t n,
+void pt__st_header(const struct pt_xlist *xl, const size_t *idx, size_t n,
 		   struct pt_buf *h)
 {
 	uint64_t off = 0;
@@ -212,7 +212,7 @@ static int write_file(struct pt_ckpt *ck, const struct pt_xlist *xl,
 	int rc, b;
 
 	pt_buf_init(&h);
-	header(xl, idx, n, &h);
+	pt__st_header(xl, idx, n, &h);
 	if (h.oom) {
 		pt_buf_free(&h);
 		return pt_fail(err, -ENOMEM, "out of memory");
@@ -328,7 +328,7 @@ int pt_export_safetensors(struct pt_ckpt *ck, const char *out,
 	rc = pt_export_collect(ck, &xl, notes, err);
 	if (rc)
 		return rc;
-	rc = plan(&xl, opts, &idx, &n, notes, err);
+	rc = pt__st_plan(&xl, opts, &idx, &n, notes, err);
 	if (!rc && opts->shard_size)
 		rc = write_shards(ck, &xl, idx, n, out, opts->shard_size, err);
 	else if (!rc)

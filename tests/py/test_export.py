@@ -712,3 +712,91 @@ def test_weights_only_fixtures(row):
         cls = cls.replace("__builtin__.", "builtins.")
         if cls not in NEWER_ALLOWED:
             assert rc == 1 and "global " + cls in refused, (cls, out)
+
+
+# ---- generated files in the mount: /.ptfs/export ----
+
+def tree_files(top):
+    out = {}
+    for d, _, files in os.walk(top):
+        for f in files:
+            p = os.path.join(d, f)
+            out[os.path.relpath(p, top)] = p
+    return out
+
+
+def read_scattered(path, size):
+    """The file read in uneven pieces at uneven offsets."""
+    out = bytearray(size)
+    with open(path, "rb", buffering=0) as f:
+        pos, step = 0, 1
+        while pos < size:
+            f.seek(pos)
+            chunk = f.read(min(step, size - pos))
+            assert chunk, (path, pos)
+            out[pos:pos + len(chunk)] = chunk
+            pos += len(chunk)
+            step = step * 3 + 7
+    return bytes(out)
+
+
+def check_generated(ck, tmp_path):
+    os.makedirs(str(tmp_path), exist_ok=True)
+    st_cli = str(tmp_path / "cli.safetensors")
+    npy_cli = str(tmp_path / "cli-npy")
+    assert export(ck, "safetensors", st_cli, "--skip-unsupported").returncode == 0
+    assert export(ck, "npy", npy_cli, "--skip-unsupported").returncode == 0
+    with mounted(ck) as mnt:
+        gen = os.path.join(mnt, ".ptfs", "export")
+        st = os.path.join(gen, "model.safetensors")
+        size = os.stat(st).st_size
+        with open(st_cli, "rb") as f:
+            want = f.read()
+        assert size == len(want)
+        with open(st, "rb") as f:
+            assert f.read() == want
+        assert read_scattered(st, size) == want
+        got, want_files = tree_files(os.path.join(gen, "npy")), tree_files(npy_cli)
+        assert sorted(got) == sorted(want_files)
+        for rel, p in got.items():
+            with open(want_files[rel], "rb") as f:
+                w = f.read()
+            assert os.stat(p).st_size == len(w), rel
+            with open(p, "rb") as f:
+                assert f.read() == w, rel
+            if rel.endswith(".npy"):
+                assert read_scattered(p, len(w)) == w, rel
+                a = np.load(p, mmap_mode="r")
+                b = np.load(want_files[rel])
+                assert a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True), rel
+                del a
+
+
+@needs_fuse
+@pytest.mark.parametrize("name", ["every_dtype", "views", "tied", "optimizer",
+                                  "numpy_arrays", "odd_keys", "single_tensor"])
+def test_generated_files_equal_cli(gen, tmp_path, name):
+    check_generated(gen[name][0], tmp_path)
+
+
+@needs_fuse
+def test_generated_files_dcp_and_narrow(dcp2x, tmp_path):  # noqa: F811
+    check_generated(dcp2x[0], tmp_path)
+    src = str(tmp_path / "narrow.safetensors")
+    write_st(src, {"e4m3": ("F8_E4M3", [256], bytes(range(256))),
+                   "bf": ("BF16", [300, 7], bytes(range(256)) * 16 + bytes(104))})
+    check_generated(src, tmp_path / "n")
+
+
+@needs_fuse
+def test_generated_safetensors_mounts_again(gen, tmp_path):
+    """The generated file is a valid safetensors checkpoint ptfs mounts."""
+    p, obj = gen["optimizer"]
+    want = expected_tensors(obj, "optimizer")
+    with mounted(p) as mnt:
+        st = os.path.join(mnt, ".ptfs", "export", "model.safetensors")
+        check_st(st, want)
+        with mounted(st) as inner:
+            for k, t in want.items():
+                with open(os.path.join(inner, k), "rb") as f:
+                    assert f.read() == oracle.tensor_bytes(t), k
