@@ -800,3 +800,32 @@ def test_generated_safetensors_mounts_again(gen, tmp_path):
             for k, t in want.items():
                 with open(os.path.join(inner, k), "rb") as f:
                     assert f.read() == oracle.tensor_bytes(t), k
+
+
+def test_pt_from_dcp_and_shards(dcp2x, tmp_path):  # noqa: F811
+    ck, _ = dcp2x
+    out = str(tmp_path / "dcp.pt")
+    r = export(ck, "pt", out)
+    assert r.returncode == 0, r.stderr
+    check_pt_archive(out)
+    got = load_exported(out)
+    flat = {}
+
+    def walk(v, pre):
+        if isinstance(v, dict):
+            for k, x in v.items():
+                walk(x, pre + [str(k)])
+        else:
+            flat[".".join(pre)] = v
+    walk(got, [])
+    for k, t in DCP_T.items():
+        assert torch.equal(flat[k], t), k
+    d = str(tmp_path / "in")
+    os.makedirs(d)
+    tensors, _, _ = bin_shards(d)
+    out = str(tmp_path / "shards.pt")
+    assert export(os.path.join(d, "pytorch_model.bin.index.json"), "pt", out).returncode == 0
+    check_pt_archive(out)
+    got = torch.load(out, weights_only=True)
+    for k, t in tensors.items():
+        assert torch.equal(got[k], t), k
