@@ -50,8 +50,8 @@ int ptfs_cmd_tree(int argc, char **argv, const struct pt_ckpt_opts *o)
 		} else if (!path && argv[i][0] != '-') {
 			path = argv[i];
 		} else {
-			ptfs_usage(stderr);
-			return PTFS_EXIT_USAGE;
+			path = NULL;
+			break;
 		}
 	}
 	if (!path || !json) {
@@ -132,15 +132,15 @@ int ptfs_cmd_export(int argc, char **argv, const struct pt_ckpt_opts *o)
 		} else if (strcmp(argv[i], "--skip-unsupported") == 0) {
 			xo.skip_unsupported = true;
 		} else if (argv[i][0] == '-' && argv[i][1]) {
-			ptfs_usage(stderr);
-			return PTFS_EXIT_USAGE;
+			to = NULL;      /* unknown option: usage */
+			break;
 		} else if (!path) {
 			path = argv[i];
 		} else if (!out) {
 			out = argv[i];
 		} else {
-			ptfs_usage(stderr);
-			return PTFS_EXIT_USAGE;
+			to = NULL;
+			break;
 		}
 	}
 	if (!path || !out || !to ||
