@@ -5,13 +5,16 @@
                                              [--gib 1.25] [--train-gb 1.5]
 
 1. `ptfs export --to safetensors` of a >= 1 GiB torch.save checkpoint,
-   against `cp` of the same file and against torch.load + a hand-written
-   safetensors writer in Python (the usual conversion script), contenders
-   alternated in every repetition, page cache warm, medians; peak RSS of
-   each (ru_maxrss of the child, from wait4).
+   against `cp` of the same file, `cp` followed by `sync -f` (the same
+   durability as the export, which fsyncs before its rename), and
+   torch.load + a hand-written safetensors writer in Python (the usual
+   conversion script); contenders alternated in every repetition, page
+   cache warm, medians; peak RSS of each (GNU time's %M).
 2. contrib/python/ptfs_load.load() against torch.load on a training
    checkpoint (model + Adam state): time to a usable dict and peak RSS,
-   each in a fresh process; then the same plus reading every tensor once.
+   each in a fresh process (RSS at that point, from /proc/self/status);
+   then the same plus reading every tensor once (peak RSS: file pages of
+   the memmaps count as resident once touched).
    torch 1.13's weights_only=True refuses the floats such a checkpoint
    holds (lr, betas), so its row is torch.load(weights_only=False).
 Everything lives in a mktemp dir that is removed at the end.
@@ -56,6 +59,7 @@ t0 = time.perf_counter()
 import ptfs_load
 sd = ptfs_load.load(sys.argv[1], ptfs=sys.argv[2])
 t1 = time.perf_counter()
+rss = [l for l in open("/proc/self/status") if l.startswith("VmRSS")][0].split()[1]
 s = 0.0
 def walk(v):
     global s
@@ -67,7 +71,7 @@ def walk(v):
         s += float(v.reshape(-1)[:: max(1, v.size // 4096)].sum()) + float(v.sum())
 walk(sd)
 t2 = time.perf_counter()
-print(t1 - t0, t2 - t0)
+print(t1 - t0, t2 - t0, rss)
 '''
 
 LOAD_TORCH = r'''
@@ -76,6 +80,7 @@ t0 = time.perf_counter()
 import torch
 sd = torch.load(sys.argv[1], map_location="cpu")
 t1 = time.perf_counter()
+rss = [l for l in open("/proc/self/status") if l.startswith("VmRSS")][0].split()[1]
 s = 0.0
 def walk(v):
     global s
@@ -87,21 +92,20 @@ def walk(v):
         s += float(v.sum())
 walk(sd)
 t2 = time.perf_counter()
-print(t1 - t0, t2 - t0)
+print(t1 - t0, t2 - t0, rss)
 '''
 
 
 def run(cmd):
-    """(seconds, peak RSS in KiB, stdout) of a child process."""
+    """(seconds, peak RSS in KiB, stdout) of a child process.  The RSS comes
+    from GNU time run as the child: ru_maxrss of a process forked from this
+    Python would count the Python image it had before exec."""
     t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    out = p.stdout.read()
-    err = p.stderr.read()
-    _, status, ru = os.wait4(p.pid, 0)
+    p = subprocess.run(["/usr/bin/time", "-f", "%M"] + cmd, capture_output=True)
     dt = time.perf_counter() - t0
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit("failed: %s\n%s" % (" ".join(cmd), err.decode()))
-    return dt, ru.ru_maxrss, out
+    if p.returncode != 0:
+        raise SystemExit("failed: %s\n%s" % (" ".join(cmd), p.stderr.decode()))
+    return dt, int(p.stderr.decode().split()[-1]), p.stdout
 
 
 def gen(work, gib, train_gb):
@@ -132,9 +136,10 @@ def med(xs):
 
 def bench_export(ptfs, ck, work, reps):
     out = os.path.join(work, "out")
-    rows = {"cp": [], "ptfs export": [], "torch.load + writer": []}
+    rows = {"cp": [], "cp + sync": [], "ptfs export": [], "torch.load + writer": []}
     rss = {k: [] for k in rows}
     cmds = {"cp": ["cp", ck, out],
+            "cp + sync": ["sh", "-c", 'cp "$0" "$1" && sync -f "$1"', ck, out],
             "ptfs export": [ptfs, "export", ck, "--to", "safetensors", out],
             "torch.load + writer": [PY, "-c", TORCH_ST, ck, out]}
     with open(ck, "rb") as f:               # warm
@@ -156,6 +161,7 @@ def bench_loader(ptfs, ck, reps):
     rows = {"ptfs_load.load": [], "torch.load": []}
     touch = {k: [] for k in rows}
     rss = {k: [] for k in rows}
+    rss_dict = {k: [] for k in rows}
     cmds = {"ptfs_load.load": [PY, "-c", LOAD_PTFS, ck, ptfs, os.path.join(ROOT, "contrib", "python")],
             "torch.load": [PY, "-c", LOAD_TORCH, ck]}
     with open(ck, "rb") as f:
@@ -165,11 +171,12 @@ def bench_loader(ptfs, ck, reps):
     for r in range(reps):
         for name in (names if r % 2 == 0 else names[::-1]):
             _, kib, out = run(cmds[name])
-            t_load, t_all = map(float, out.split())
-            rows[name].append(t_load)
-            touch[name].append(t_all)
+            t_load, t_all, at_dict = out.split()
+            rows[name].append(float(t_load))
+            touch[name].append(float(t_all))
             rss[name].append(kib)
-    return {k: (med(rows[k]), med(touch[k]), max(rss[k])) for k in rows}
+            rss_dict[name].append(int(at_dict))
+    return {k: (med(rows[k]), med(touch[k]), max(rss_dict[k]), max(rss[k])) for k in rows}
 
 
 def main():
@@ -187,17 +194,19 @@ def main():
         e = bench_export(os.path.abspath(a.ptfs), ck, work, a.reps)
         print("== export of a %.2f GiB torch.save checkpoint (%d tensors) to safetensors, "
               "warm cache, median of %d" % (size / (1 << 30), int(a.gib * 32), a.reps))
-        print("%-22s %9s %10s %12s" % ("", "seconds", "vs cp", "peak RSS"))
+        print("%-22s %9s %10s %14s %12s" % ("", "seconds", "vs cp", "vs cp + sync",
+                                             "peak RSS"))
         for k, (t, kib) in e.items():
-            print("%-22s %9.3f %9.2fx %9.1f MiB" % (k, t, e["cp"][0] / t, kib / 1024))
+            print("%-22s %9.3f %9.2fx %13.2fx %9.1f MiB" % (
+                k, t, e["cp"][0] / t, e["cp + sync"][0] / t, kib / 1024))
         l = bench_loader(os.path.abspath(a.ptfs), train, a.reps)
         print("== loading a %.2f GB training checkpoint (model + Adam state), fresh process, "
               "median of %d" % (os.path.getsize(train) / 1e9, a.reps))
-        print("%-16s %12s %14s %16s %12s" % ("", "usable dict", "vs torch.load",
-                                             "+ read all", "peak RSS"))
-        for k, (t, tall, kib) in l.items():
-            print("%-16s %11.3fs %13.1fx %15.3fs %9.1f MiB" % (
-                k, t, l["torch.load"][0] / t, tall, kib / 1024))
+        print("%-16s %12s %14s %14s %16s %18s" % ("", "usable dict", "vs torch.load",
+                                                   "RSS then", "+ read all", "peak RSS"))
+        for k, (t, tall, kib_d, kib) in l.items():
+            print("%-16s %11.3fs %13.1fx %10.1f MiB %15.3fs %14.1f MiB" % (
+                k, t, l["torch.load"][0] / t, kib_d / 1024, tall, kib / 1024))
         if a.json:
             with open(a.json, "w") as f:
                 json.dump({"export": e, "loader": l}, f, indent=1)
