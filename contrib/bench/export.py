@@ -150,6 +150,8 @@ def bench_export(ptfs, ck, work, reps):
         for name in (names if r % 2 == 0 else names[::-1]):
             if os.path.exists(out):
                 os.unlink(out)
+            # no writeback of the previous run's output pending (untimed)
+            subprocess.run(["sync", "-f", work], check=True)
             dt, kib, _ = run(cmds[name])
             rows[name].append(dt)
             rss[name].append(kib)
