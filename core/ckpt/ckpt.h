@@ -257,6 +257,8 @@ struct pt_tinfo {
 	bool packed;            /* several values per byte */
 	uint32_t rank;
 	const int64_t *shape;   /* rank entries */
+	const int64_t *stride;  /* rank entries, in elements */
+	int64_t offset;         /* first element in the storage */
 	uint64_t numel;
 	uint64_t nbytes;        /* bytes of the file (C order) */
 	char byteorder;         /* '<', '>' or '|' (one byte per element) */
@@ -271,6 +273,12 @@ struct pt_tinfo {
 
 /* Fill @ti for a tensor file (not its sidecar); false for other nodes. */
 bool pt_node_tinfo(const struct pt_node *n, struct pt_tinfo *ti);
+
+/* Read @n bytes at @off of the whole storage tensor file @node views
+ * (element e of the tensor is at (offset + sum idx * stride) * itemsize);
+ * 0 or -errno with @err.  For readers that gather views themselves. */
+int pt_node_storage_read(struct pt_ckpt *ck, const struct pt_node *node,
+			 void *buf, size_t n, uint64_t off, struct pt_error *err);
 
 /* What a node is for an exporter. */
 enum pt_nkind {

@@ -1606,6 +1606,8 @@ bool pt_node_tinfo(const struct pt_node *n, struct pt_tinfo *ti)
 	ti->packed = t->dtype->packed;
 	ti->rank = t->rank;
 	ti->shape = t->shape;
+	ti->stride = t->stride;
+	ti->offset = t->offset;
 	ti->numel = t->numel;
 	ti->nbytes = t->nbytes;
 	ti->byteorder = t->dtype->size == 1 ? '|' : t->byteorder;
@@ -1617,6 +1619,27 @@ bool pt_node_tinfo(const struct pt_node *n, struct pt_tinfo *ti)
 	ti->parameter = t->kind == PT_TK_PARAMETER;
 	ti->requires_grad = t->requires_grad;
 	return true;
+}
+
+int pt_node_storage_read(struct pt_ckpt *ck, const struct pt_node *node,
+			 void *buf, size_t n, uint64_t off, struct pt_error *err)
+{
+	const struct pt_tensor *t = node->tensor;
+	struct pt_tensor whole;
+	ssize_t got;
+
+	if (!t || node->role != R_VALUE)
+		return -EINVAL;
+	memset(&whole, 0, sizeof(whole));
+	whole.dtype = t->dtype;
+	whole.st = t->st;
+	whole.nbytes = t->st->nbytes;
+	whole.byte_hi = t->st->nbytes;
+	whole.contiguous = true;
+	got = pt__tensor_read(ck, &whole, buf, n, off, err);
+	if (got < 0)
+		return (int)got;
+	return (size_t)got == n ? 0 : pt_fail(err, -EIO, "storage read past its end");
 }
 
 enum pt_nkind pt_node_kind(const struct pt_node *n)

@@ -172,6 +172,18 @@ int pt_xout_commit(struct pt_xout *o, struct pt_ckpt *ck, struct pt_error *err);
 /* Remove the temporary file (after a failure; harmless after commit). */
 void pt_xout_abort(struct pt_xout *o);
 
+/* Bytes [@rel, @rel + @n) of tensor file @node in C order.  Views are
+ * gathered from their storage in pieces of at most PT_VIEW_PIECE bytes
+ * (one read of the range they touch when it fits), not through a copy of
+ * their whole window per call. */
+#define PT_VIEW_PIECE (8u << 20)
+int pt_view_read(struct pt_ckpt *ck, struct pt_node *node,
+		 const struct pt_tinfo *ti, void *dst, size_t n, uint64_t rel,
+		 struct pt_error *err);
+/* Output chunk for views in the CLI writers: fewer passes over a view's
+ * storage range (each chunk reads it once). */
+#define PT_VIEW_CHUNK (16u << 20)
+
 /* The 1 MiB copy buffer (allocated once per thread, freed at exit). */
 uint8_t *pt__xbuf(size_t *len);
 #define PT_XBUF_SIZE (1u << 20)

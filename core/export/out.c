@@ -173,7 +173,7 @@ int pt_xout_tensor(struct pt_xout *o, struct pt_ckpt *ck, struct pt_node *node,
 	unsigned unit = ti->itemsize;
 	uint64_t done = 0, file_off;
 	size_t cap;
-	uint8_t *buf;
+	uint8_t *buf, *own = NULL;
 	int fd, rc;
 
 	if (ti->nbytes == 0)
@@ -185,26 +185,29 @@ int pt_xout_tensor(struct pt_xout *o, struct pt_ckpt *ck, struct pt_node *node,
 	}
 	if (strncmp(ti->dtype, "complex", 7) == 0)
 		unit /= 2;      /* real and imaginary parts swap apart */
-	buf = pt__xbuf(&cap);
+	if (!ti->contiguous && ti->nbytes > PT_XBUF_SIZE) {
+		cap = ti->nbytes < PT_VIEW_CHUNK ? (size_t)ti->nbytes : PT_VIEW_CHUNK;
+		buf = own = malloc(cap);
+	} else {
+		buf = pt__xbuf(&cap);
+	}
 	if (!buf)
 		return pt_fail(err, -ENOMEM, "out of memory");
 	cap -= cap % ti->itemsize;
-	while (done < ti->nbytes) {
+	rc = 0;
+	while (done < ti->nbytes && !rc) {
 		size_t want = ti->nbytes - done < cap ? (size_t)(ti->nbytes - done) : cap;
-		ssize_t got = pt_node_read(ck, node, buf, want, done, err);
 
-		if (got < 0)
-			return (int)got;
-		if ((size_t)got != want)
-			return pt_fail(err, -EIO, "tensor ended early (checkpoint changed on disk?)");
+		rc = pt_view_read(ck, node, ti, buf, want, done, err);
+		if (rc)
+			break;
 		if (swap)
 			pt_swap_elems(buf, want / unit, unit);
 		rc = pt_xout_write(o, buf, want, err);
-		if (rc)
-			return rc;
 		done += want;
 	}
-	return 0;
+	free(own);
+	return rc;
 }
 
 int pt_xout_commit(struct pt_xout *o, struct pt_ckpt *ck, struct pt_error *err)
@@ -288,20 +291,117 @@ int pt_xout_npy_data(struct pt_xout *o, struct pt_ckpt *ck,
 	while (done < ti->numel && !rc) {
 		size_t m = ti->numel - done < k ? (size_t)(ti->numel - done) : k;
 		size_t want = m * np->in_size;
-		ssize_t got = pt_node_read(ck, node, in, want, done * np->in_size, err);
 
-		if (got < 0) {
-			rc = (int)got;
+		rc = pt_view_read(ck, node, ti, in, want, done * np->in_size, err);
+		if (rc)
 			break;
-		}
-		if ((size_t)got != want) {
-			rc = pt_fail(err, -EIO, "tensor ended early (checkpoint changed on disk?)");
-			break;
-		}
 		pt_npy_convert(np, in, out, m);
 		rc = pt_xout_write(o, out, m * np->out_size, err);
 		done += m;
 	}
 	free(out);
+	return rc;
+}
+
+/* ---- views: gathered from their storage in bounded pieces ---- */
+
+struct elem_it {
+	int64_t idx[64];
+	int64_t at;                     /* element offset in the storage */
+	const struct pt_tinfo *ti;
+};
+
+static void it_start(struct elem_it *it, const struct pt_tinfo *ti, uint64_t e)
+{
+	uint32_t d;
+
+	it->ti = ti;
+	it->at = ti->offset;
+	for (d = ti->rank; d-- > 0;) {
+		it->idx[d] = (int64_t)(e % (uint64_t)ti->shape[d]);
+		e /= (uint64_t)ti->shape[d];
+		it->at += it->idx[d] * ti->stride[d];
+	}
+}
+
+static void it_next(struct elem_it *it)
+{
+	const struct pt_tinfo *ti = it->ti;
+	uint32_t d;
+
+	for (d = ti->rank; d-- > 0;) {
+		it->at += ti->stride[d];
+		if (++it->idx[d] < ti->shape[d])
+			return;
+		it->at -= ti->stride[d] * ti->shape[d];
+		it->idx[d] = 0;
+	}
+}
+
+/* Elements [e0, e0 + count) into @out: the storage range they touch is
+ * read once when it fits a piece, else piece by piece, each piece
+ * scanned for the elements inside it. */
+static int gather_elems(struct pt_ckpt *ck, struct pt_node *node,
+			const struct pt_tinfo *ti, uint8_t *out, uint64_t e0,
+			uint64_t count, struct pt_error *err)
+{
+	const uint64_t es = ti->itemsize;
+	uint64_t lo = UINT64_MAX, hi = 0, p, i;
+	struct elem_it it;
+	uint8_t *piece;
+	int rc = 0;
+
+	if (ti->rank > 64)
+		return pt_fail(err, -EFBIG, "tensor rank over 64");
+	it_start(&it, ti, e0);
+	for (i = 0; i < count; i++, it_next(&it)) {
+		uint64_t b = (uint64_t)it.at * es;
+		if (b < lo)
+			lo = b;
+		if (b + es > hi)
+			hi = b + es;
+	}
+	piece = malloc(hi - lo < PT_VIEW_PIECE ? (size_t)(hi - lo) : PT_VIEW_PIECE);
+	if (!piece)
+		return pt_fail(err, -ENOMEM, "out of memory");
+	for (p = lo; p < hi && !rc; p += PT_VIEW_PIECE) {
+		uint64_t len = hi - p < PT_VIEW_PIECE ? hi - p : PT_VIEW_PIECE;
+
+		rc = pt_node_storage_read(ck, node, piece, (size_t)len, p, err);
+		it_start(&it, ti, e0);
+		for (i = 0; i < count && !rc; i++, it_next(&it)) {
+			uint64_t b = (uint64_t)it.at * es;
+			if (b >= p && b < p + len)
+				memcpy(out + i * es, piece + (b - p), es);
+		}
+	}
+	free(piece);
+	return rc;
+}
+
+int pt_view_read(struct pt_ckpt *ck, struct pt_node *node,
+		 const struct pt_tinfo *ti, void *dst, size_t n, uint64_t rel,
+		 struct pt_error *err)
+{
+	const uint64_t es = ti->itemsize;
+	uint64_t e0 = rel / es, e1 = (rel + n + es - 1) / es;
+	uint8_t *tmp;
+	ssize_t got;
+	int rc;
+
+	if (ti->contiguous || ti->packed) {
+		got = pt_node_read(ck, node, dst, n, rel, err);
+		return got == (ssize_t)n ? 0 : got < 0 ? (int)got :
+		       pt_fail(err, -EIO, "tensor ended early (checkpoint changed on disk?)");
+	}
+	if (rel % es == 0 && n % es == 0)
+		return gather_elems(ck, node, ti, dst, e0, e1 - e0, err);
+	tmp = malloc((size_t)((e1 - e0) * es));
+	if (!tmp)
+		return pt_fail(err, -ENOMEM, "out of memory");
+	rc = gather_elems(ck, node, ti, tmp, e0, e1 - e0, err);
+	if (!rc)
+		memcpy(dst, tmp + (rel - e0 * es), n);
+	free(tmp);
 	return rc;
 }

@@ -50,25 +50,23 @@ static int read_elems(struct pt_ckpt *ck, struct pt_node *node,
 	unsigned es = ti->itemsize, unit = es;
 	uint64_t a = rel - rel % es, b = rel + n;
 	uint8_t *tmp;
-	ssize_t got;
+	int rc;
 
-	if (!swap) {
-		got = pt_node_read(ck, node, dst, n, rel, err);
-		return got == (ssize_t)n ? 0 : got < 0 ? (int)got : -EIO;
-	}
+	if (!swap)
+		return pt_view_read(ck, node, ti, dst, n, rel, err);
 	if (strncmp(ti->dtype, "complex", 7) == 0)
 		unit /= 2;
 	b = b + (es - b % es) % es;
 	tmp = malloc((size_t)(b - a));
 	if (!tmp)
 		return -ENOMEM;
-	got = pt_node_read(ck, node, tmp, (size_t)(b - a), a, err);
-	if (got == (ssize_t)(b - a)) {
+	rc = pt_view_read(ck, node, ti, tmp, (size_t)(b - a), a, err);
+	if (!rc) {
 		pt_swap_elems(tmp, (size_t)(b - a) / unit, unit);
 		memcpy(dst, tmp + (rel - a), n);
 	}
 	free(tmp);
-	return got == (ssize_t)(b - a) ? 0 : got < 0 ? (int)got : -EIO;
+	return rc;
 }
 
 /* The last item starting at or before @off. */
@@ -174,11 +172,9 @@ static int npy_read(void *ctx, void *buf, size_t n, uint64_t off,
 		if (!in || !out) {
 			rc = -ENOMEM;
 		} else {
-			ssize_t got = pt_node_read(v->ck, v->node, in,
-						   (size_t)(e1 - e0) * is, e0 * is, err);
-			if (got != (ssize_t)((e1 - e0) * is)) {
-				rc = got < 0 ? (int)got : -EIO;
-			} else {
+			rc = pt_view_read(v->ck, v->node, &v->ti, in,
+					  (size_t)(e1 - e0) * is, e0 * is, err);
+			if (!rc) {
 				size_t skip = (size_t)(rel - e0 * os);
 				size_t k = (size_t)((e1 - e0) * os) - skip;
 
