@@ -167,6 +167,16 @@ static int copy_range(struct pt_xout *o, int fd, uint64_t from, uint64_t n,
 	return 0;
 }
 
+/* Start writing back what was written since @from, so that the fsync
+ * before the rename finds little left to do (the disk works while we
+ * copy).  Only a hint: errors show at fsync. */
+static void start_writeback(struct pt_xout *o, uint64_t from)
+{
+	if (!o->direct && o->off > from)
+		(void)sync_file_range(o->fd, (off64_t)from, (off64_t)(o->off - from),
+				      SYNC_FILE_RANGE_WRITE);
+}
+
 int pt_xout_tensor(struct pt_xout *o, struct pt_ckpt *ck, struct pt_node *node,
 		   const struct pt_tinfo *ti, bool swap, struct pt_error *err)
 {
@@ -179,7 +189,11 @@ int pt_xout_tensor(struct pt_xout *o, struct pt_ckpt *ck, struct pt_node *node,
 	if (ti->nbytes == 0)
 		return 0;
 	if (!swap && pt_node_extent(ck, node, 0, ti->nbytes, &fd, &file_off)) {
+		uint64_t at = o->off;
+
 		rc = copy_range(o, fd, file_off, ti->nbytes, err);
+		if (rc == 0)
+			start_writeback(o, at);
 		if (rc <= 0)
 			return rc;
 	}
@@ -205,6 +219,8 @@ int pt_xout_tensor(struct pt_xout *o, struct pt_ckpt *ck, struct pt_node *node,
 			pt_swap_elems(buf, want / unit, unit);
 		rc = pt_xout_write(o, buf, want, err);
 		done += want;
+		if (done % (16u << 20) < want)
+			start_writeback(o, o->off > (16u << 20) ? o->off - (16u << 20) : 0);
 	}
 	free(own);
 	return rc;
