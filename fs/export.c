@@ -131,6 +131,8 @@ int ptfs_cmd_export(int argc, char **argv, const struct pt_ckpt_opts *o)
 			}
 		} else if (strcmp(argv[i], "--skip-unsupported") == 0) {
 			xo.skip_unsupported = true;
+		} else if (strcmp(argv[i], "--no-fsync") == 0) {
+			xo.no_fsync = true;
 		} else if (argv[i][0] == '-' && argv[i][1]) {
 			to = NULL;      /* unknown option: usage */
 			break;
@@ -145,7 +147,7 @@ int ptfs_cmd_export(int argc, char **argv, const struct pt_ckpt_opts *o)
 	}
 	if (!path || !out || !to ||
 	    (strcmp(to, "safetensors") && strcmp(to, "npy") && strcmp(to, "pt"))) {
-		fprintf(stderr, "usage: ptfs export CHECKPOINT --to safetensors|pt|npy [--shard-size SIZE] [--skip-unsupported] OUT\n");
+		fprintf(stderr, "usage: ptfs export CHECKPOINT --to safetensors|pt|npy [--shard-size SIZE] [--skip-unsupported] [--no-fsync] OUT\n");
 		return PTFS_EXIT_USAGE;
 	}
 	if (xo.shard_size && strcmp(to, "safetensors") != 0) {
@@ -159,7 +161,7 @@ int ptfs_cmd_export(int argc, char **argv, const struct pt_ckpt_opts *o)
 	if (strcmp(to, "safetensors") == 0)
 		rc = pt_export_safetensors(ck, out, &xo, &notes, &err);
 	else if (strcmp(to, "pt") == 0)
-		rc = pt_export_pt(ck, out, &notes, &err);
+		rc = pt_export_pt(ck, out, &xo, &notes, &err);
 	else
 		rc = pt_export_npy(ck, out, &xo, &notes, &err);
 	print_notes(&notes);

@@ -18,7 +18,7 @@ void ptfs_usage(FILE *f)
 	      "       ptfs set [-v] [-o commit=WAY] CHECKPOINT PATH < BYTES\n"
 	      "       ptfs tree --json [--max N] CHECKPOINT\n"
 	      "       ptfs export CHECKPOINT --to safetensors|pt|npy [--shard-size SIZE]\n"
-	      "                   [--skip-unsupported] OUT\n"
+	      "                   [--skip-unsupported] [--no-fsync] OUT\n"
 	      "\n"
 	      "Mount a PyTorch checkpoint as a directory tree: every tensor is a file\n"
 	      "of its raw bytes with NAME.json beside it (see ptfs(1)).\n"

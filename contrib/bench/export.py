@@ -136,11 +136,14 @@ def med(xs):
 
 def bench_export(ptfs, ck, work, reps):
     out = os.path.join(work, "out")
-    rows = {"cp": [], "cp + sync": [], "ptfs export": [], "torch.load + writer": []}
+    rows = {"cp": [], "cp + sync": [], "ptfs export": [], "ptfs export --no-fsync": [],
+            "torch.load + writer": []}
     rss = {k: [] for k in rows}
     cmds = {"cp": ["cp", ck, out],
             "cp + sync": ["sh", "-c", 'cp "$0" "$1" && sync -f "$1"', ck, out],
             "ptfs export": [ptfs, "export", ck, "--to", "safetensors", out],
+            "ptfs export --no-fsync": [ptfs, "export", ck, "--to", "safetensors", "--no-fsync",
+                                       out],
             "torch.load + writer": [PY, "-c", TORCH_ST, ck, out]}
     with open(ck, "rb") as f:               # warm
         while f.read(1 << 24):
@@ -196,10 +199,10 @@ def main():
         e = bench_export(os.path.abspath(a.ptfs), ck, work, a.reps)
         print("== export of a %.2f GiB torch.save checkpoint (%d tensors) to safetensors, "
               "warm cache, median of %d" % (size / (1 << 30), int(a.gib * 32), a.reps))
-        print("%-22s %9s %10s %14s %12s" % ("", "seconds", "vs cp", "vs cp + sync",
+        print("%-24s %9s %10s %14s %12s" % ("", "seconds", "vs cp", "vs cp + sync",
                                              "peak RSS"))
         for k, (t, kib) in e.items():
-            print("%-22s %9.3f %9.2fx %13.2fx %9.1f MiB" % (
+            print("%-24s %9.3f %9.2fx %13.2fx %9.1f MiB" % (
                 k, t, e["cp"][0] / t, e["cp + sync"][0] / t, kib / 1024))
         l = bench_loader(os.path.abspath(a.ptfs), train, a.reps)
         print("== loading a %.2f GB training checkpoint (model + Adam state), fresh process, "

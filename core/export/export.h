@@ -59,6 +59,8 @@ struct pt_export_opts {
 				 * many tensor bytes per shard */
 	bool skip_unsupported;  /* leave out tensors the form cannot express
 				 * (listed in the notes) instead of failing */
+	bool no_fsync;          /* rename without fsync first: faster, but a
+				 * power loss may then leave OUT incomplete */
 };
 
 /*
@@ -73,7 +75,8 @@ int pt_export_safetensors(struct pt_ckpt *ck, const char *out,
 
 /* pt: a torch.save ZIP at @out that torch.load(weights_only=True) of
  * torch >= 2.6 accepts (ptsave.c says what is converted, in @notes). */
-int pt_export_pt(struct pt_ckpt *ck, const char *out, struct pt_buf *notes,
+int pt_export_pt(struct pt_ckpt *ck, const char *out,
+		 const struct pt_export_opts *opts, struct pt_buf *notes,
 		 struct pt_error *err);
 
 /* Would torch.load(weights_only=True) of torch >= 2.6 accept @ck?  1 yes,
@@ -149,6 +152,7 @@ struct pt_xout {
 	uint64_t off;           /* bytes written */
 	bool direct;            /* written under its final name (inside a
 				 * directory that is itself renamed) */
+	bool nosync;            /* no fsync before the rename */
 };
 
 /* Create the temporary file for @path (mode 0644 less umask). */

@@ -155,7 +155,7 @@ int pt_export_npy(struct pt_ckpt *ck, const char *outdir,
 	}
 	full.len = base;
 	full.p[base] = '\0';
-	if (!rc) {
+	if (!rc && !opts->no_fsync) {
 		fd = open(full.p, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		if (fd < 0 || syncfs(fd) != 0)
 			rc = pt_fail(err, -errno, "%s: %s", outdir, strerror(errno));

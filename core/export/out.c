@@ -172,7 +172,7 @@ static int copy_range(struct pt_xout *o, int fd, uint64_t from, uint64_t n,
  * copy).  Only a hint: errors show at fsync. */
 static void start_writeback(struct pt_xout *o, uint64_t from)
 {
-	if (!o->direct && o->off > from)
+	if (!o->direct && !o->nosync && o->off > from)
 		(void)sync_file_range(o->fd, (off64_t)from, (off64_t)(o->off - from),
 				      SYNC_FILE_RANGE_WRITE);
 }
@@ -240,7 +240,7 @@ int pt_xout_commit(struct pt_xout *o, struct pt_ckpt *ck, struct pt_error *err)
 		o->path = NULL;
 		return 0;
 	}
-	if (fsync(o->fd) != 0) {
+	if (!o->nosync && fsync(o->fd) != 0) {
 		e = errno;
 		return pt_fail(err, -e, "%s: %s", o->path, strerror(e));
 	}
@@ -259,7 +259,7 @@ int pt_xout_commit(struct pt_xout *o, struct pt_ckpt *ck, struct pt_error *err)
 	}
 	free(o->tmp);
 	o->tmp = NULL;
-	dcopy = strdup(o->path);
+	dcopy = o->nosync ? NULL : strdup(o->path);
 	if (dcopy) {
 		dfd = open(dirname(dcopy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		if (dfd >= 0) {

@@ -805,7 +805,8 @@ static int zw_storage(struct zw *z, struct pt_ckpt *ck, const struct pst *s,
 	return rc ? rc : zw_crc(z, crc, err);
 }
 
-int pt_export_pt(struct pt_ckpt *ck, const char *out, struct pt_buf *notes,
+int pt_export_pt(struct pt_ckpt *ck, const char *out,
+		 const struct pt_export_opts *opts, struct pt_buf *notes,
 		 struct pt_error *err)
 {
 	struct pk k;
@@ -827,6 +828,7 @@ int pt_export_pt(struct pt_ckpt *ck, const char *out, struct pt_buf *notes,
 	     k.rc || k.b.oom ? pt_fail(err, -ENOMEM, "out of memory") : 0;
 	if (!rc)
 		rc = pt_xout_open(&o, out, err);
+	o.nosync = opts->no_fsync;
 	if (!rc) {
 		z.o = &o;
 		rc = zw_mem(&z, "archive/data.pkl", k.b.p, k.b.len, err);

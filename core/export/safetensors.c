@@ -203,7 +203,7 @@ void pt__st_header(const struct pt_xlist *xl, const size_t *idx, size_t n,
 /* Write one safetensors file of tensors @idx[0..@n) at @path. */
 static int write_file(struct pt_ckpt *ck, const struct pt_xlist *xl,
 		      const size_t *idx, size_t n, const char *path,
-		      struct pt_error *err)
+		      const struct pt_export_opts *opts, struct pt_error *err)
 {
 	struct pt_xout o;
 	struct pt_buf h;
@@ -225,6 +225,7 @@ static int write_file(struct pt_ckpt *ck, const struct pt_xlist *xl,
 	for (b = 0; b < 8; b++)
 		len8[b] = (uint8_t)((uint64_t)h.len >> (8 * b));
 	rc = pt_xout_open(&o, path, err);
+	o.nosync = opts->no_fsync;
 	if (!rc)
 		rc = pt_xout_write(&o, len8, 8, err);
 	if (!rc)
@@ -251,7 +252,7 @@ static int write_file(struct pt_ckpt *ck, const struct pt_xlist *xl,
  * alone) and the index; model.safetensors alone when one shard does. */
 static int write_shards(struct pt_ckpt *ck, const struct pt_xlist *xl,
 			const size_t *idx, size_t n, const char *dir,
-			uint64_t max, struct pt_error *err)
+			const struct pt_export_opts *opts, struct pt_error *err)
 {
 	size_t *first = malloc((n + 2) * sizeof(*first)), ns = 0, i, s;
 	uint64_t fill = 0, total = 0;
@@ -268,7 +269,7 @@ static int write_shards(struct pt_ckpt *ck, const struct pt_xlist *xl,
 	for (i = 0; i < n; i++) {
 		uint64_t b = xl->v[idx[i]].ti.nbytes;
 
-		if (i == 0 || (fill + b > max && fill > 0)) {
+		if (i == 0 || (fill + b > opts->shard_size && fill > 0)) {
 			first[ns++] = i;
 			fill = 0;
 		}
@@ -290,7 +291,7 @@ static int write_shards(struct pt_ckpt *ck, const struct pt_xlist *xl,
 			pt_buf_printf(&name, "%s/model-%05zu-of-%05zu.safetensors",
 				      dir, s + 1, ns);
 		rc = write_file(ck, xl, idx + first[s], first[s + 1] - first[s],
-				name.p, err);
+				name.p, opts, err);
 		for (i = first[s]; i < first[s + 1]; i++) {
 			const char *k = xl->v[idx[i]].key;
 			pt_buf_puts(&ix, i ? ",\n    \"" : "\n    \"");
@@ -305,6 +306,7 @@ static int write_shards(struct pt_ckpt *ck, const struct pt_xlist *xl,
 		name.len = 0;
 		pt_buf_printf(&name, "%s/model.safetensors.index.json", dir);
 		rc = pt_xout_open(&o, name.p, err);
+		o.nosync = opts->no_fsync;
 		if (!rc)
 			rc = pt_xout_write(&o, ix.p, ix.len, err);
 		if (!rc)
@@ -330,9 +332,9 @@ int pt_export_safetensors(struct pt_ckpt *ck, const char *out,
 		return rc;
 	rc = pt__st_plan(&xl, opts, &idx, &n, notes, err);
 	if (!rc && opts->shard_size)
-		rc = write_shards(ck, &xl, idx, n, out, opts->shard_size, err);
+		rc = write_shards(ck, &xl, idx, n, out, opts, err);
 	else if (!rc)
-		rc = write_file(ck, &xl, idx, n, out, err);
+		rc = write_file(ck, &xl, idx, n, out, opts, err);
 	free(idx);
 	pt_export_list_free(&xl);
 	return rc;

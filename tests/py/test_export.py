@@ -850,3 +850,14 @@ def test_big_views_bounded(tmp_path):
         assert np.array_equal(np.load(os.path.join(npy, k + ".npy")), t.numpy()), k
     if have_fuse:
         check_generated(p, tmp_path / "g")
+
+
+def test_no_fsync_same_bytes(gen, tmp_path):
+    p, _ = gen["views"]
+    for form in ("safetensors", "pt"):
+        a, b = str(tmp_path / ("a." + form)), str(tmp_path / ("b." + form))
+        assert export(p, form, a).returncode == 0
+        assert export(p, form, b, "--no-fsync").returncode == 0
+        with open(a, "rb") as f, open(b, "rb") as g:
+            assert f.read() == g.read()
+    assert export(p, "npy", str(tmp_path / "n"), "--no-fsync").returncode == 0
