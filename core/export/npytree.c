@@ -40,16 +40,15 @@ static int mkdirs(struct pt_buf *full, size_t base, struct pt_error *err)
 void pt__npy_json(struct pt_ckpt *ck, struct pt_node *n,
 		  const struct pt_npy *np, struct pt_buf *out)
 {
-	const char *j = pt_node_tensor_json(ck, n);
-	size_t len = j ? strlen(j) : 0;
+	size_t start = out->len;
 
-	while (len && (j[len - 1] == '\n' || j[len - 1] == '}'))
-		len--;
-	if (!j) {
-		pt_buf_puts(out, "{");
-	} else {
-		pt_buf_add(out, j, len);
+	if (pt_node_tensor_json(ck, n, out)) {
+		while (out->len > start && (out->p[out->len - 1] == '\n' ||
+					    out->p[out->len - 1] == '}'))
+			out->len--;
 		pt_buf_puts(out, ", ");
+	} else {
+		pt_buf_puts(out, "{");
 	}
 	pt_buf_printf(out, "\"npy_descr\": \"%s\"", np->descr);
 	if (np->npy_dtype)

@@ -337,8 +337,8 @@ static void emit_map(struct pk *k, const struct pt_value *v)
 			emit_pairs(k, &one);
 		}
 	}
-	emit_pairs(k, &v->u.call.kv);
-	st = v->u.call.state;
+	emit_pairs(k, pt_call_kv(v));
+	st = pt_call_state(v);
 	/* an OrderedDict's attributes (a state_dict's _metadata) */
 	if (od && st && st->kind == PT_V_DICT && st->u.dict.kv.n) {
 		emit(k, st);
@@ -362,7 +362,7 @@ static void emit_seq(struct pk *k, const struct pt_value *v)
 		pko_global(&k->b, "builtins", "set");
 		pko_op(&k->b, PKO_EMPTY_LIST);
 		emit_items(k, seq_of(arg0(v)), &idx);
-		emit_items(k, &v->u.call.items, &idx);
+		emit_items(k, pt_call_items(v), &idx);
 		pko_tuple(&k->b, 1);
 		pko_op(&k->b, PKO_REDUCE);
 		put(k, v);
@@ -399,7 +399,7 @@ static void emit_seq(struct pk *k, const struct pt_value *v)
 		return;
 	}
 	emit_items(k, seq_of(arg0(v)), &idx);
-	emit_items(k, &v->u.call.items, &idx);
+	emit_items(k, pt_call_items(v), &idx);
 }
 
 /* bytes: _codecs.encode(latin-1 text, 'latin1'), as Python 3 pickles
@@ -439,7 +439,7 @@ static void emit_bytes(struct pk *k, const uint8_t *p, size_t n, bool array)
  * arguments when there is nothing else). */
 static void emit_object(struct pk *k, const struct pt_value *v)
 {
-	const struct pt_value *fn = v->u.call.callable, *st = v->u.call.state;
+	const struct pt_value *fn = v->u.call.callable, *st = pt_call_state(v);
 	const struct pt_vseq *pair = st && st->kind == PT_V_TUPLE ? &st->u.seq : NULL;
 	char cls[256];
 	size_t idx = 0, saved;
@@ -476,14 +476,14 @@ static void emit_object(struct pk *k, const struct pt_value *v)
 		path_pop(k, saved);
 		pko_op(&k->b, 's');   /* SETITEM */
 	}
-	emit_pairs(k, &v->u.call.kv);
-	if (v->u.call.items.n) {
+	emit_pairs(k, pt_call_kv(v));
+	if (pt_call_items(v)->n) {
 		pko_cstr(&k->b, "items");
 		pko_op(&k->b, PKO_EMPTY_LIST);
-		emit_items(k, &v->u.call.items, &idx);
+		emit_items(k, pt_call_items(v), &idx);
 		pko_op(&k->b, 's');
 	}
-	if (!st && !v->u.call.kv.n && !v->u.call.items.n && v->u.call.args &&
+	if (!st && !pt_call_kv(v)->n && !pt_call_items(v)->n && v->u.call.args &&
 	    v->u.call.args->u.seq.n) {
 		pko_cstr(&k->b, "args");
 		emit(k, v->u.call.args);
