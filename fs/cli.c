@@ -283,6 +283,8 @@ static int cmd_info(int argc, char **argv)
 	struct pt_ckpt *ck = NULL;
 	struct pt_buf b;
 
+	if (argc == 3 && strcmp(argv[1], "--weights-only") == 0)
+		return ptfs_cmd_weights_only(argv[2], &cli_opts);
 	if (argc != 2) {
 		ptfs_usage(stderr);
 		return PTFS_EXIT_USAGE;
@@ -462,5 +464,9 @@ int ptfs_cli(int argc, char **argv)
 		return cmd_cat(argc, argv);
 	if (strcmp(argv[0], "info") == 0)
 		return cmd_info(argc, argv);
+	if (strcmp(argv[0], "tree") == 0)
+		return ptfs_cmd_tree(argc, argv, &cli_opts);
+	if (strcmp(argv[0], "export") == 0)
+		return ptfs_cmd_export(argc, argv, &cli_opts);
 	return cmd_set(argc, argv);
 }
