@@ -185,7 +185,7 @@ static float conv1(int conv, const uint8_t *p, bool swap)
 	switch (conv) {
 	case CV_BF16:
 	case CV_F16:
-		h = swap ? (uint16_t)(p[0] << 8 | p[1]) : (uint16_t)(p[1] << 8 | p[0]);
+		h = (uint16_t)(swap ? (p[0] << 8 | p[1]) : (p[1] << 8 | p[0]));
 		if (conv == CV_F16)
 			return f16_to_f32(h);
 		u = (uint32_t)h << 16;
