@@ -444,8 +444,9 @@ int ptfs_cli(int argc, char **argv)
 	for (i = j = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--nested") == 0) {
 			cli_opts.nested = true;
-		} else if (strcmp(argv[i], "-v") == 0 ||
-			   strcmp(argv[i], "--verbose") == 0) {
+		} else if ((strcmp(argv[i], "-v") == 0 ||
+			    strcmp(argv[i], "--verbose") == 0) &&
+			   strcmp(argv[0], "preview") != 0) {   /* its own -v */
 			cli_verbose = true;
 		} else if (strcmp(argv[i], "-o") == 0) {
 			if (i + 1 >= argc || parse_o(argv[++i]) != 0) {
@@ -468,5 +469,7 @@ int ptfs_cli(int argc, char **argv)
 		return ptfs_cmd_tree(argc, argv, &cli_opts);
 	if (strcmp(argv[0], "export") == 0)
 		return ptfs_cmd_export(argc, argv, &cli_opts);
+	if (strcmp(argv[0], "set") != 0)
+		return ptfs_view_cmd(argc, argv, &cli_opts);
 	return cmd_set(argc, argv);
 }

@@ -19,6 +19,10 @@ void ptfs_usage(FILE *f)
 	      "       ptfs tree --json [--max N] CHECKPOINT\n"
 	      "       ptfs export CHECKPOINT --to safetensors|pt|npy [--shard-size SIZE]\n"
 	      "                   [--skip-unsupported] [--no-fsync] OUT\n"
+	      "       ptfs stat [--json] [-j N] CHECKPOINT [PATH]\n"
+	      "       ptfs diff [--json] [-j N] [-q] CHECKPOINT_A CHECKPOINT_B\n"
+	      "       ptfs preview [-v] [-s SIDE] CHECKPOINT PATH [--output FILE.png]\n"
+	      "       ptfs thumbnail [-s SIZE] TENSOR_FILE_IN_A_MOUNT OUTPUT.png\n"
 	      "\n"
 	      "Mount a PyTorch checkpoint as a directory tree: every tensor is a file\n"
 	      "of its raw bytes with NAME.json beside it (see ptfs(1)).\n"
@@ -42,6 +46,7 @@ void ptfs_usage(FILE *f)
 	      "    -o nested              dotted keys (a.b.c) as directories a/b/c\n"
 	      "                           (nested and the max_* options also work\n"
 	      "                           with ls, cat, info and set)\n"
+	      "    -o previews            NAME.png beside every tensor: its picture\n"
 	      "    -o OPTION              other options are passed to libfuse\n"
 	      "    -h, --help             this text\n"
 	      "    -V, --version          version\n"
@@ -67,7 +72,9 @@ int main(int argc, char **argv)
 	}
 	if (strcmp(argv[1], "ls") == 0 || strcmp(argv[1], "cat") == 0 ||
 	    strcmp(argv[1], "info") == 0 || strcmp(argv[1], "set") == 0 ||
-	    strcmp(argv[1], "tree") == 0 || strcmp(argv[1], "export") == 0)
+	    strcmp(argv[1], "tree") == 0 || strcmp(argv[1], "export") == 0 ||
+	    strcmp(argv[1], "stat") == 0 || strcmp(argv[1], "diff") == 0 ||
+	    strcmp(argv[1], "preview") == 0 || strcmp(argv[1], "thumbnail") == 0)
 		return ptfs_cli(argc - 1, argv + 1);
 	return ptfs_mount_main(argc, argv);
 }

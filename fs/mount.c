@@ -332,9 +332,17 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 				break;
 			name = pt_node_name(n);
 		}
-		fill_stat(fs, n, &e.attr);
+		if (i >= 2 && pt_node_lazy_size(n)) {
+			/* made on first lookup, not by a listing: no
+			 * attributes here (ino 0: the kernel looks it up) */
+			e.attr.st_mode = S_IFREG;
+			e.attr.st_ino = (ino_t)pt_node_id(n);
+			n = NULL;
+		} else {
+			fill_stat(fs, n, &e.attr);
+		}
 		if (plus) {
-			e.ino = i < 2 ? 0 : ino_of(fs, n);
+			e.ino = i < 2 || !n ? 0 : ino_of(fs, n);
 			e.attr_timeout = PTFS_TIMEOUT;
 			e.entry_timeout = PTFS_TIMEOUT;
 			need = fuse_add_direntry_plus(req, buf + used, size - used,
@@ -727,6 +735,14 @@ static void ptfs_op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
  * size is not the tensor's, the change cannot be committed (a tensor
  * cannot change size): drop it and fail the close with EINVAL.
  */
+/* A generated file was forgotten: drop the kernel's attributes and pages. */
+static void drop_gen_cache(void *ctx, struct pt_node *n)
+{
+	struct ptfs *fs = ctx;
+
+	fuse_lowlevel_notify_inval_inode(fs->se, ino_of(fs, n), 0, 0);
+}
+
 static void ptfs_op_flush(fuse_req_t req, fuse_ino_t ino,
 			  struct fuse_file_info *fi)
 {
@@ -757,7 +773,11 @@ static void ptfs_op_flush(fuse_req_t req, fuse_ino_t ino,
 		pthread_mutex_unlock(&fs->wlock);
 	}
 	if (!drop) {
+		bool wrote = h->write;  /* after the reply @h may be freed */
+
 		fuse_reply_err(req, 0);
+		if (wrote)      /* pictures and stats are made again */
+			ptfs_view_changed(fs->ck, drop_gen_cache, fs);
 		return;
 	}
 	fuse_log(FUSE_LOG_ERR,
@@ -966,6 +986,7 @@ struct cmdline {
 	int nested;
 	char *commit;                   /* -o commit=WAY */
 	char *remote_opt[5];    /* cache_dir= ... s3_endpoint= (fs/remote.c) */
+	int previews;                   /* -o previews */
 };
 
 enum { KEY_HELP, KEY_VERSION, KEY_RO, KEY_RW, KEY_IGNORE, KEY_FSNAME };
@@ -983,6 +1004,7 @@ static const struct fuse_opt ptfs_opts[] = {
 	PTFS_OPT("timeout=%s", remote_opt[2]),
 	PTFS_OPT("cafile=%s", remote_opt[3]),
 	PTFS_OPT("s3_endpoint=%s", remote_opt[4]),
+	PTFS_OPT("previews", previews),
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -1143,6 +1165,7 @@ static int ckpt_opts_of(const struct cmdline *c, struct pt_ckpt_opts *o)
 	if (c->max_records)
 		o->limits.max_records = c->max_records;
 	o->nested = c->nested != 0;
+	o->previews = c->previews != 0;
 	if (c->commit && pt_commit_way_parse(c->commit, &o->commit) != 0) {
 		fprintf(stderr, "ptfs: bad option 'commit=%s' (auto, rewrite, clone or inplace)\n",
 			c->commit);
@@ -1283,6 +1306,7 @@ int ptfs_mount_main(int argc, char **argv)
 		ptfs_report_open(c.checkpoint, &err);
 		goto out;
 	}
+	ptfs_view_attach(fs.ck);
 	print_open_notes(fs.ck, c.checkpoint);
 	fs.ckpath = c.checkpoint;
 	fs.ro = c.ro || !pt_ckpt_writable(fs.ck);

@@ -25,6 +25,19 @@ int ptfs_cmd_export(int argc, char **argv, const struct pt_ckpt_opts *o);
 /* `ptfs info --weights-only CHECKPOINT`: exit 0 when torch >= 2.6 would
  * load it with weights_only=True, 1 when not (or it cannot be opened). */
 int ptfs_cmd_weights_only(const char *path, const struct pt_ckpt_opts *o);
+/* `ptfs stat|diff|preview ...` (view.c): argv[0] is the subcommand,
+ * @opts the checkpoint options parsed by ptfs_cli(). */
+struct pt_ckpt_opts;
+int ptfs_view_cmd(int argc, char **argv, const struct pt_ckpt_opts *opts);
+
+/* view_mount.c: @ck's pictures (NAME.png) and /.ptfs/stats; call right
+ * after opening.  ptfs_view_changed(): tensor bytes changed, forget what
+ * was made; @drop(@ctx, node) for each file made so far. */
+struct pt_ckpt;
+struct pt_node;
+void ptfs_view_attach(struct pt_ckpt *ck);
+void ptfs_view_changed(struct pt_ckpt *ck, void (*drop)(void *ctx, struct pt_node *n),
+		       void *ctx);
 
 /* `ptfs [options] CHECKPOINT MOUNTPOINT`. */
 int ptfs_mount_main(int argc, char **argv);

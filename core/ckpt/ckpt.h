@@ -37,6 +37,8 @@ struct pt_ckpt_opts {
 	bool nested;               /* show dotted str keys ("a.b.c") as
 				    * directories a/b/c (LAYOUT.md allows it
 				    * as an option; off by default) */
+	bool previews;             /* NAME.png beside tensors of >= 2
+				    * elements (issue 15) */
 };
 
 void pt_ckpt_opts_default(struct pt_ckpt_opts *o);
@@ -341,5 +343,32 @@ int pt_vdir_add(struct pt_vdir *d, const char *rel, const struct pt_vfile *vf);
 
 /* Is @n a generated file? */
 bool pt_node_generated(const struct pt_node *n);
+
+/* ---- issue 15: pictures beside tensors (-o previews) ---- */
+
+/*
+ * With opts.previews, NAME.png beside every tensor file of at least 2
+ * elements (a tensor claims NAME, NAME.json and NAME.png together).  A
+ * picture's size is only known once it is drawn, so unlike a pt_vfile it
+ * is made by @fn on its first stat or read (*@data malloc'ed, *@len), then
+ * kept; listings never make it.  @fn gets the tensor file; a negative
+ * errno with one line in @err when it cannot be drawn.
+ */
+typedef int (*pt_picture_fn)(void *ctx, struct pt_ckpt *ck, struct pt_node *tensor,
+			     uint8_t **data, size_t *len, struct pt_error *err);
+void pt_ckpt_set_picture_maker(struct pt_ckpt *ck, pt_picture_fn fn, void *ctx);
+
+/* Whether @n is such a picture (its size is not known until it is made:
+ * listings should not ask for it). */
+bool pt_node_lazy_size(const struct pt_node *n);
+
+/* Tensor bytes changed (writes through the mount): every picture made so
+ * far is forgotten and made again on its next use; @fn(@ctx, n) is called
+ * for each of them (the front end drops the kernel's caches). */
+void pt_ckpt_pictures_reset(struct pt_ckpt *ck,
+			    void (*fn)(void *ctx, struct pt_node *n), void *ctx);
+
+/* pt_nattr.id of any node, without making a picture. */
+uint64_t pt_node_id(const struct pt_node *n);
 
 #endif /* PTFS_CORE_CKPT_H */

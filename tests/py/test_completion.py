@@ -34,7 +34,8 @@ def ck(tmp_path_factory):
 
 def test_commands_and_options(ck):
     # the first word: a subcommand, or the checkpoint of a mount
-    assert sorted(complete(PTFS, "", cwd=ck)) == ["cat", "info", "ls", "mnt", "model.pt", "set"]
+    assert sorted(complete(PTFS, "", cwd=ck)) == ["cat", "diff", "info", "ls", "mnt", "model.pt",
+                                                "preview", "set", "stat", "thumbnail"]
     assert complete(PTFS, "c", cwd=ck) == ["cat"]
     assert sorted(complete(PTFS, "m", cwd=ck)) == ["mnt", "model.pt"]
     assert complete(PTFS, "--v") == ["--version"]
@@ -43,6 +44,7 @@ def test_commands_and_options(ck):
     assert set(complete(PTFS, "ls", "-")) == {"-a", "--max", "--nested", "-o"}
     assert complete(PTFS, "info", "-") == ["-o"]
     assert set(complete(PTFS, "set", "-")) == {"-v", "-o"}
+    assert set(complete(PTFS, "diff", "-")) == {"--json", "-q", "-j", "--nested", "-o"}
 
 
 def test_o_names():

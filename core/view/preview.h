@@ -1,0 +1,75 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * preview.h -- a tensor's picture as PNG, from a strided sample.
+ *
+ * Geometry: a tensor is folded to rows x cols (cols = its last dimension,
+ * rows = the product of the others; 1-D: one row).  The picture keeps that
+ * aspect with the longer side at most @max_side pixels (512 for the mount),
+ * small tensors are scaled up by a whole factor to about 64 px, and no side
+ * is under 16 px (a 1-D tensor is a strip 16 px high).  Pixel (x, y) shows
+ * element (row floor(y * rows / H), col floor(x * cols / W)): only those
+ * elements are read, whole sampled rows when they are short, element by
+ * element when they are long: at most 32 MiB for any tensor (512 rows of at
+ * most 64 KiB), about 1 MiB in element reads for a multi-GB one.
+ *
+ * Colours: diverging blue - white - red, white at 0, full blue/red at
+ * -s/+s where s is the 99.5th percentile of |x| over the sampled finite
+ * values (the largest |x| when that is 0); beyond s the colour saturates.
+ * NaN is green (0, 200, 0), +Inf yellow (255, 220, 0), -Inf cyan
+ * (0, 220, 255).  Complex tensors show |z| (white to red); packed types
+ * their first value per byte; bool 0/1.
+ *
+ * The output is deterministic: the same tensor gives the same bytes, so a
+ * mount can promise st_size once it has rendered.
+ */
+#ifndef PTFS_CORE_VIEW_PREVIEW_H
+#define PTFS_CORE_VIEW_PREVIEW_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "ckpt/ckpt.h"
+
+#define PT_PREVIEW_SIDE 512
+
+/* Where the bytes of the tensor come from: C-order bytes of @ti. */
+struct pt_preview_src {
+	struct pt_tinfo ti;
+	/* exactly @n bytes at @off into @buf: @n, or a negative errno */
+	ssize_t (*read)(void *ctx, void *buf, size_t n, uint64_t off,
+			struct pt_error *err);
+	void *ctx;
+};
+
+struct pt_preview {
+	uint8_t *png;           /* malloc'ed PNG file */
+	size_t len;
+	uint32_t width, height;
+	uint64_t rows, cols;    /* the folded tensor */
+	double scale;           /* s of the colour scale */
+	uint64_t bytes_read;    /* bytes the render read, and in how many */
+	uint64_t reads;         /* read calls */
+};
+
+/* Does tensor file @n get a picture (>= 2 elements, decodable dtype)? */
+bool pt_preview_wanted(const struct pt_node *n);
+
+/* Render from @src with the longer side at most @max_side (16..4096). */
+int pt_preview_render_src(const struct pt_preview_src *src, unsigned max_side,
+			  struct pt_preview *out, struct pt_error *err);
+
+/* Render tensor file @node of @ck (max side PT_PREVIEW_SIDE). */
+int pt_preview_render(struct pt_ckpt *ck, struct pt_node *node,
+		      struct pt_preview *out, struct pt_error *err);
+
+void pt_preview_free(struct pt_preview *p);
+
+/* ---- png.c ---- */
+
+/* Encode @w x @h RGB8 pixels (rows top-down) as PNG into *@out, *@len
+ * (malloc'ed), with tEXt "Description" @desc when not NULL. */
+int pt_png_encode(const uint8_t *rgb, uint32_t w, uint32_t h, const char *desc,
+		  uint8_t **out, size_t *len, struct pt_error *err);
+
+#endif /* PTFS_CORE_VIEW_PREVIEW_H */

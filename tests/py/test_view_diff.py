@@ -1,0 +1,169 @@
+# SPDX-License-Identifier: MIT
+"""ptfs diff: exit status like diff(1), matching keys across formats,
+bytes compared before values."""
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import run
+from viewutil import st_write
+
+ST_DT = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
+         torch.int64: "I64", torch.int8: "I8", torch.bool: "BOOL"}
+
+
+def export_st(path, sd):
+    """The safetensors export of a flat state dict (written by hand)."""
+    tensors = []
+    for k, t in sd.items():
+        t = t.contiguous()
+        raw = (t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy().tobytes()
+        tensors.append((k, ST_DT[t.dtype], list(t.shape), raw))
+    st_write(path, tensors)
+
+
+def diff(*args):
+    r = run("diff", "--json", *args)
+    doc = json.loads(r.stdout) if r.stdout else None
+    return r.returncode, doc, r
+
+
+def by_key(doc):
+    return {t["key"]: t for t in doc["tensors"]}
+
+
+@pytest.fixture
+def sd():
+    torch.manual_seed(1)
+    return {"embed.weight": torch.randn(50, 16),
+            "layers.0.attn.weight": torch.randn(16, 16).bfloat16(),
+            "layers.0.attn.bias": torch.zeros(16, dtype=torch.float16),
+            "layers.0.mask": torch.rand(4, 4) > 0.5,
+            "steps": torch.tensor([3, 4], dtype=torch.int64)}
+
+
+def test_itself(tmp_path, sd):
+    p = str(tmp_path / "a.pt")
+    torch.save(sd, p)
+    rc, doc, r = diff(p, p)
+    assert rc == 0, r.stderr.decode()
+    assert doc["equal"] and doc["summary"]["same"] == 5
+    r = run("diff", p, p)
+    assert r.returncode == 0
+    assert r.stdout.decode().strip().endswith("5 tensors, 5 same")
+
+
+def test_one_element_edit(tmp_path, sd):
+    a, b = str(tmp_path / "a.pt"), str(tmp_path / "b.pt")
+    torch.save(sd, a)
+    sd2 = {k: v.clone() for k, v in sd.items()}
+    sd2["embed.weight"][7, 3] += 0.5
+    torch.save(sd2, b)
+    rc, doc, _ = diff(a, b)
+    assert rc == 1 and not doc["equal"]
+    t = by_key(doc)
+    e = t["embed.weight"]
+    assert e["status"] == "changed" and e["changed_values"] == 1
+    assert e["max_abs_diff"] == pytest.approx(0.5, rel=1e-6)
+    want = 0.5 / float(sd["embed.weight"].double().norm())
+    assert e["rel_l2"] == pytest.approx(want, rel=1e-6)
+    assert all(t[k]["status"] == "same" for k in t if k != "embed.weight")
+    text = run("diff", a, b)
+    assert text.returncode == 1
+    assert "~ embed.weight  float32 [50, 16]  1 of 800 values differ" in text.stdout.decode()
+    # a NaN appearing is a non-finite change
+    sd2["embed.weight"][0, 0] = math.nan
+    torch.save(sd2, b)
+    e = by_key(diff(a, b)[1])["embed.weight"]
+    assert e["changed_values"] == 2 and e["nonfinite_changes"] == 1
+
+
+def test_renamed_key(tmp_path, sd):
+    a, b = str(tmp_path / "a.pt"), str(tmp_path / "b.pt")
+    torch.save(sd, a)
+    sd2 = dict(sd)
+    sd2["steps_renamed"] = sd2.pop("steps")
+    torch.save(sd2, b)
+    rc, doc, _ = diff(a, b)
+    t = by_key(doc)
+    assert rc == 1
+    assert t["steps"]["status"] == "removed" and t["steps_renamed"]["status"] == "added"
+    assert doc["summary"]["same"] == 4
+    out = run("diff", a, b).stdout.decode()
+    assert "- steps  int64 [2]" in out and "+ steps_renamed  int64 [2]" in out
+
+
+def test_safetensors_export(tmp_path, sd):
+    a, s = str(tmp_path / "a.pt"), str(tmp_path / "a.safetensors")
+    torch.save(sd, a)
+    export_st(s, sd)
+    rc, doc, r = diff(a, s)
+    assert rc == 0, r.stdout.decode()
+    # a nested .pt (dicts of dicts) matches the dotted keys too
+    n = str(tmp_path / "nested.pt")
+    torch.save({"embed": {"weight": sd["embed.weight"]},
+                "layers": [{"attn": {"weight": sd["layers.0.attn.weight"],
+                                     "bias": sd["layers.0.attn.bias"]},
+                            "mask": sd["layers.0.mask"]}],
+                "steps": sd["steps"]}, n)
+    rc, doc, r = diff(n, s)
+    assert rc == 0, r.stdout.decode()
+    # and with --nested both sides are trees a/b/c
+    rc, doc, r = diff("--nested", a, s)
+    assert rc == 0, r.stdout.decode()
+
+
+def test_dtype_and_shape_changes(tmp_path, sd):
+    a, b = str(tmp_path / "a.pt"), str(tmp_path / "b.pt")
+    torch.save(sd, a)
+    sd2 = dict(sd)
+    sd2["embed.weight"] = sd["embed.weight"].half()
+    sd2["steps"] = torch.tensor([3, 4, 5])
+    torch.save(sd2, b)
+    t = by_key(diff(a, b)[1])
+    e = t["embed.weight"]
+    assert e["status"] == "dtype" and e["b"]["dtype"] == "float16"
+    err = (sd["embed.weight"] - sd2["embed.weight"].float()).abs().max().item()
+    assert e["max_abs_diff"] == pytest.approx(err, rel=1e-6)
+    assert t["steps"]["status"] == "shape"
+
+
+def test_trouble(tmp_path, sd):
+    a, bad = str(tmp_path / "a.pt"), str(tmp_path / "bad.pt")
+    torch.save(sd, a)
+    with open(bad, "wb") as f:
+        f.write(b"PK\x03\x04 this is not a checkpoint")
+    r = run("diff", a, bad)
+    assert r.returncode == 2
+    err = r.stderr.decode().strip().splitlines()
+    assert len(err) == 1 and bad in err[0]
+    assert run("diff", a).returncode == 2
+    assert run("diff", a, str(tmp_path / "missing.pt")).returncode == 2
+
+
+def test_dcp_against_consolidated(tmp_path):
+    """A DCP checkpoint (chunked over two files) against the torch.save of
+    the same state dict: equal; then one element edited: that tensor."""
+    from test_dcp import T, grid_of, make_2x, rows_of, tentry
+    names = ["model.layers.0.attn.weight", "model.layers.0.attn.bias",
+             "optim.state.0.exp_avg", "embed/tok", "mask", "c64", "bf"]
+    chunks = {"model.layers.0.attn.weight": rows_of(T["model.layers.0.attn.weight"], [3, 4, 9]),
+              "embed/tok": grid_of(T["embed/tok"], 3, 4, raw=True),
+              "bf": grid_of(T["bf"], 2, 2)}
+    dcp = make_2x(str(tmp_path / "dcp"), [tentry(n, T[n], chunks.get(n)) for n in names])
+    pt = str(tmp_path / "consolidated.pt")
+    torch.save({n: T[n] for n in names}, pt)
+    rc, doc, r = diff(dcp, pt)
+    assert rc == 0, r.stdout.decode() + r.stderr.decode()
+    assert doc["summary"]["same"] == len(names)
+    edited = {n: T[n].clone() for n in names}
+    edited["model.layers.0.attn.weight"][5, 2] = 100.0
+    torch.save(edited, pt)
+    rc, doc, _ = diff(dcp, pt)
+    t = by_key(doc)
+    assert rc == 1 and t["model.layers.0.attn.weight"]["status"] == "changed"
+    assert t["model.layers.0.attn.weight"]["changed_values"] == 1
+    assert doc["summary"]["same"] == len(names) - 1
