@@ -172,7 +172,23 @@ struct pt_meta_dir {
 
 struct pt_tree;
 
+/*
+ * What ckpt.c (above the formats) lends to the layers below it, so that a
+ * format can open and close other checkpoints (the shards of a sharded
+ * index, the .distcp files of a DCP directory) without calling upward.
+ * Set on every checkpoint by ckpt.c; use it through pt__ckpt_open_raw(),
+ * pt__ckpt_open_source() and pt__ckpt_close() (decode/ckstate.c).
+ */
+struct pt_ckpt_host {
+	/* a checkpoint over @src (owned from here on, also on failure):
+	 * bare (path and src only) or, when @load, probed and opened */
+	int (*open)(struct pt_ckpt **out, struct pt_source *src, bool load,
+		    const struct pt_ckpt_opts *opts, struct pt_error *err);
+	void (*close)(struct pt_ckpt *ck);      /* pt_ckpt_close() */
+};
+
 struct pt_ckpt {
+	const struct pt_ckpt_host *host; /* ckpt.c's open and close */
 	char *path;                     /* as given */
 	char *stem;                     /* file name minus last extension */
 	struct pt_source *src;          /* the bytes (io/source.h) */
@@ -327,7 +343,7 @@ int pt__legacy_refs(struct pt_value *root, uint32_t count,
  * @cls, which is what torch's persistent_load returns for it. */
 void pt__legacy_to_global(struct pt_value *v, const struct pt_value *cls);
 
-/* ckpt.c: list a global in the summary, warn when it is dangerous (a
+/* decode/ckstate.c: list a global in the summary, warn when it is dangerous (a
  * scanner's view of what a full unpickler would import). */
 void pt__note_global(struct pt_ckpt *ck, const struct pt_value *g);
 
@@ -381,21 +397,25 @@ struct pt_storage *pt__record_storage(struct pt_ckpt *ck,
 				      const char *key, const char *location,
 				      size_t loc_len, const struct pt_dtype *dt);
 
-/* ckpt.c: a bare checkpoint over @src (owned from here on, also on
- * failure): only path and src set (no format, pickle or tree), for a
- * format that serves data from files beside its own (the .distcp files of
- * a DCP directory, from pt_source_open_sibling(), through struct
- * pt_storage.home or struct pt_chunk.home).  Close it with
- * pt_ckpt_close().  Returns 0 or -ENOMEM. */
-int pt__ckpt_open_raw(struct pt_ckpt **out, struct pt_source *src,
-		      const struct pt_ckpt_opts *opts, struct pt_error *err);
+/* decode/ckstate.c: a bare checkpoint over @src (owned from here on, also
+ * on failure) with @parent's options: only path and src set (no format,
+ * pickle or tree), for a format that serves data from files beside its
+ * own (the .distcp files of a DCP directory, from
+ * pt_source_open_sibling(), through struct pt_storage.home or struct
+ * pt_chunk.home).  Close it with pt__ckpt_close().  Returns 0 or -errno. */
+int pt__ckpt_open_raw(struct pt_ckpt *parent, struct pt_ckpt **out,
+		      struct pt_source *src, struct pt_error *err);
 
-/* ckpt.c: open the checkpoint whose bytes @src holds (a shard of a sharded
- * index, from pt_source_open_sibling()): probe and open as pt_ckpt_open()
- * does a file.  @src is owned by the checkpoint from here on, also on
- * failure. */
-int pt__ckpt_open_source(struct pt_ckpt **out, struct pt_source *src,
-			 const struct pt_ckpt_opts *opts,
-			 struct pt_error *err);
+/* decode/ckstate.c: open the checkpoint whose bytes @src holds (a shard of
+ * a sharded index, from pt_source_open_sibling()) with @parent's options:
+ * probed and opened as pt_ckpt_open() does a file.  @src is owned by the
+ * checkpoint from here on, also on failure.  Close it with
+ * pt__ckpt_close(). */
+int pt__ckpt_open_source(struct pt_ckpt *parent, struct pt_ckpt **out,
+			 struct pt_source *src, struct pt_error *err);
+
+/* decode/ckstate.c: close a checkpoint opened by one of the two above
+ * (NULL is ignored). */
+void pt__ckpt_close(struct pt_ckpt *child);
 
 #endif /* PTFS_CORE_CKPT_I_H */

@@ -20,7 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ckpt/names.h"
+#include "decode/repr.h"
 #include "base/rd.h"
 
 bool pt__is_global(const struct pt_value *v, const char *module,

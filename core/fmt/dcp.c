@@ -378,7 +378,7 @@ static int dcp_file(struct pt_ckpt *ck, struct dcp_state *s,
 	if (rc)
 		pt_error_prefix(err, "%s/%s", s->dir, f->name);
 	else
-		rc = pt__ckpt_open_raw(&f->ck, src, &ck->opts, err);
+		rc = pt__ckpt_open_raw(ck, &f->ck, src, err);
 	if (rc) {
 		free(f->name);
 		free(f);
@@ -1054,7 +1054,7 @@ static void dcp_close(struct pt_ckpt *ck)
 		return;
 	HASH_ITER(hh, s->files, f, tmp) {
 		HASH_DEL(s->files, f);
-		pt_ckpt_close(f->ck);
+		pt__ckpt_close(f->ck);
 		free(f->name);
 		free(f);
 	}

@@ -330,7 +330,7 @@ static int open_shard(struct pt_ckpt *ck, struct shard *sh,
 	free(name);
 	if (!rc) {
 		sh_opening = 1;
-		rc = pt__ckpt_open_source(&sh->ck, src, &ck->opts, err);
+		rc = pt__ckpt_open_source(ck, &sh->ck, src, err);
 		sh_opening = 0;
 	}
 	if (rc)
@@ -377,7 +377,7 @@ static void sh_close(struct pt_ckpt *ck)
 	if (!s)
 		return;
 	for (i = 0; i < s->n; i++)
-		pt_ckpt_close(s->shards[i].ck);
+		pt__ckpt_close(s->shards[i].ck);
 	free(s->shards);
 	free(s);
 	ck->fmt_state = NULL;
