@@ -17,6 +17,7 @@
 #include <uthash.h>
 
 #include "base/buf.h"
+#include "base/json.h"
 #include "ckpt/ckpt.h"
 #include "decode/dtype.h"
 #include "base/pt_limits.h"
@@ -266,52 +267,9 @@ void pt__value_dict_set(struct pt_value *d, size_t i, const uint8_t *name,
 			size_t len, struct pt_value *val);
 struct pt_value *pt__tensor_value(struct pt_ckpt *ck, struct pt_tensor *t);
 
-/*
- * fmt/safetensors.c: a strict JSON scanner (RFC 8259) for the small JSON
- * documents some formats carry (safetensors headers, sharded indexes).  It
- * reads one token at a time for a caller that knows the schema, never
- * recurses, and skips unknown values with a nesting cap.  Strings are
- * decoded (escapes, surrogate pairs; UTF-8 checked) into one buffer of the
- * text's size, so they stay valid until pt__js_free() or, after
- * pt__js_keep(), until the checkpoint closes.  Every function returns 0 or
- * -EBADMSG with "@what: at byte N: problem" in @err.
- */
-struct pt_js {
-	const uint8_t *p;               /* the text (borrowed) */
-	size_t len;
-	size_t pos;                     /* next byte */
-	uint8_t *sbuf;                  /* decoded strings */
-	size_t sused;
-	const char *what;               /* for messages */
-	struct pt_error *err;
-};
-
-int pt__js_init(struct pt_js *j, const uint8_t *p, size_t len,
-		const char *what, struct pt_error *err);
-void pt__js_free(struct pt_js *j);
-/* Hand the string buffer to @ck (strings live until close). */
+/* decode/ckstate.c: hand the string buffer of JSON scanner @j to @ck
+ * (its strings live until close).  0 or -ENOMEM with a message in j->err. */
 int pt__js_keep(struct pt_js *j, struct pt_ckpt *ck);
-/* The next byte after whitespace (not consumed), or -1 at the end. */
-int pt__js_peek(struct pt_js *j);
-/* Consume '{' or '['; *@empty when the matching close follows at once
- * (then consumed too). */
-int pt__js_open(struct pt_js *j, char c, bool *empty);
-/* After an item of a container closed by @close: ',' (*@more = true) or
- * @close (*@more = false). */
-int pt__js_next(struct pt_js *j, char close, bool *more);
-/* A string (*@s not NUL-terminated), or a key and its ':'. */
-int pt__js_str(struct pt_js *j, const uint8_t **s, size_t *n);
-int pt__js_key(struct pt_js *j, const uint8_t **s, size_t *n);
-/* A non-negative integer (no fraction, exponent or sign) <= @max. */
-int pt__js_uint(struct pt_js *j, uint64_t max, uint64_t *v);
-/* Skip any one value (nesting at most 64 deep). */
-int pt__js_skip(struct pt_js *j);
-/* Only whitespace remains. */
-int pt__js_end(struct pt_js *j);
-/* A name from the file made safe for a one-line message (at most 80
- * bytes, control bytes and quotes as '?'), in @buf of @cap bytes. */
-const char *pt__js_printable(const uint8_t *s, size_t n, char *buf,
-			     size_t cap);
 
 /* Add a warning line (deduplicated). */
 void pt__warn(struct pt_ckpt *ck, const char *fmt, ...)

@@ -1111,7 +1111,7 @@ void pt_tree_json(struct pt_ckpt *ck, struct pt_buf *out, uint64_t max_entries)
 		pt_buf_puts(&path, c->name);
 		pt_buf_puts(out, first ? "\n {\"path\": \"" : ",\n {\"path\": \"");
 		first = false;
-		pt_buf_json_str(out, (const uint8_t *)path.p, path.len);
+		pt_json_str(out, (const uint8_t *)path.p, path.len);
 		if (c->type == PT_NT_DIR) {
 			pt_buf_printf(out, "\", \"type\": \"dir\", \"entries\": %zu}",
 				      pt_tree_count(ck, c));
@@ -1122,7 +1122,7 @@ void pt_tree_json(struct pt_ckpt *ck, struct pt_buf *out, uint64_t max_entries)
 		}
 		if (c->type == PT_NT_LINK) {
 			pt_buf_puts(out, "\", \"type\": \"link\", \"target\": \"");
-			pt_buf_json_str(out, c->data, c->size);
+			pt_json_str(out, c->data, c->size);
 			pt_buf_puts(out, "\"}");
 			continue;
 		}
@@ -1135,7 +1135,7 @@ void pt_tree_json(struct pt_ckpt *ck, struct pt_buf *out, uint64_t max_entries)
 		} else if (c->data && c->size <= 4096 &&
 			   pt__vclass(c->val) != PT_C_BYTES) {
 			pt_buf_puts(out, ", \"value\": \"");
-			pt_buf_json_str(out, c->data, c->size ? c->size - 1 : 0);
+			pt_json_str(out, c->data, c->size ? c->size - 1 : 0);
 			pt_buf_putc(out, '"');
 		}
 		pt_buf_putc(out, '}');

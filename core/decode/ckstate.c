@@ -334,3 +334,10 @@ void pt_ckpt_info(struct pt_ckpt *ck, struct pt_buf *out)
 		pt_buf_puts(out, "warnings: none\n");
 	}
 }
+
+int pt__js_keep(struct pt_js *j, struct pt_ckpt *ck)
+{
+	if (!pt__own(ck, pt__js_take(j)))
+		return pt_fail(j->err, -ENOMEM, "out of memory");
+	return 0;
+}

@@ -53,8 +53,6 @@ enum pt_vkind {
 /* Flags on a node. */
 #define PT_VF_PY2STR 0x1   /* STRING/BINSTRING/SHORT_BINSTRING: bytes that
 			    * Python 2 called str; may not be valid UTF-8 */
-#define PT_VF_INVALID_UTF8 0x2 /* a str whose bytes are not valid UTF-8
-				* (surrogates from "surrogatepass") */
 
 struct pt_value;
 

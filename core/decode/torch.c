@@ -20,6 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/text.h"
 #include "decode/repr.h"
 #include "base/rd.h"
 
@@ -597,25 +598,15 @@ static int latin1_bytes(struct pt_ckpt *ck, struct pt_value *v,
 {
 	struct pt_bytes *b;
 	uint8_t *q;
-	size_t i = 0, n = 0;
+	size_t n = 0;
 
 	b = calloc(1, sizeof(*b));
 	q = malloc(s->u.s.len + 1);
 	if (!b || !pt__own(ck, b) || !q || !pt__own(ck, q))
 		return pt_fail(err, -ENOMEM, "out of memory");
-	while (i < s->u.s.len) {
-		uint8_t c = s->u.s.p[i];
-		if (c < 0x80) {
-			q[n++] = c;
-			i++;
-		} else if ((c & 0xe0) == 0xc0 && i + 1 < s->u.s.len) {
-			q[n++] = (uint8_t)((c & 0x1f) << 6 | (s->u.s.p[i + 1] & 0x3f));
-			i += 2;
-		} else {
-			return pt_fail(err, -EBADMSG,
-				       "_codecs.encode: text is not latin-1");
-		}
-	}
+	if (pt_latin1_encode(s->u.s.p, s->u.s.len, q, &n))
+		return pt_fail(err, -EBADMSG,
+			       "_codecs.encode: text is not latin-1");
 	b->p = q;
 	b->len = n;
 	v->aux = b;
@@ -1123,16 +1114,6 @@ ssize_t pt__tensor_read(struct pt_ckpt *ck, const struct pt_tensor *t,
 	return rc ? rc : (ssize_t)n;
 }
 
-static void json_ints(struct pt_buf *out, const int64_t *v, uint32_t n)
-{
-	uint32_t i;
-
-	pt_buf_putc(out, '[');
-	for (i = 0; i < n; i++)
-		pt_buf_printf(out, "%s%lld", i ? ", " : "", (long long)v[i]);
-	pt_buf_putc(out, ']');
-}
-
 static const char *const kind_names[] = { "tensor", "parameter", "ndarray",
 					  "storage" };
 
@@ -1142,9 +1123,9 @@ void pt__tensor_json(struct pt_ckpt *ck, const struct pt_tensor *t,
 	const struct pt_storage *st = t->st;
 
 	pt_buf_printf(out, "{\"dtype\": \"%s\", \"shape\": ", t->dtype_name);
-	json_ints(out, t->shape, t->rank);
+	pt_json_ints(out, t->shape, t->rank);
 	pt_buf_puts(out, ", \"stride\": ");
-	json_ints(out, t->stride, t->rank);
+	pt_json_ints(out, t->stride, t->rank);
 	pt_buf_printf(out,
 		      ", \"storage_offset\": %lld, \"nbytes\": %llu, \"numel\": %llu"
 		      ", \"kind\": \"%s\", \"requires_grad\": %s, \"contiguous\": %s",
@@ -1157,23 +1138,23 @@ void pt__tensor_json(struct pt_ckpt *ck, const struct pt_tensor *t,
 		      t->byteorder == '>' ? "big" : t->byteorder == '|' ? "not applicable" : "little");
 	if (st->entry) {
 		pt_buf_puts(out, ", \"storage_key\": \"");
-		pt_buf_json_str(out, (const uint8_t *)st->key, strlen(st->key));
+		pt_json_str(out, (const uint8_t *)st->key, strlen(st->key));
 		pt_buf_puts(out, "\", \"storage_record\": \"");
-		pt_buf_json_str(out, (const uint8_t *)st->entry->name,
+		pt_json_str(out, (const uint8_t *)st->entry->name,
 				st->entry->name_len);
 		pt_buf_printf(out, "\", \"storage_nbytes\": %llu",
 			      (unsigned long long)st->nbytes);
 	}
 	if (st->location) {
 		pt_buf_puts(out, ", \"device\": \"");
-		pt_buf_json_str(out, (const uint8_t *)st->location,
+		pt_json_str(out, (const uint8_t *)st->location,
 				strlen(st->location));
 		pt_buf_putc(out, '"');
 	}
 	if (st->home) {
 		/* the shard that holds it; file_offset is in that file */
 		pt_buf_puts(out, ", \"file\": \"");
-		pt_buf_json_str(out, (const uint8_t *)st->home->path,
+		pt_json_str(out, (const uint8_t *)st->home->path,
 				strlen(st->home->path));
 		pt_buf_putc(out, '"');
 	}
@@ -1186,7 +1167,7 @@ void pt__tensor_json(struct pt_ckpt *ck, const struct pt_tensor *t,
 		pt_buf_printf(out, ", \"logical_dtype\": \"%s\"", t->logical_dtype);
 	if (t->note) {
 		pt_buf_puts(out, ", \"note\": \"");
-		pt_buf_json_str(out, (const uint8_t *)t->note, strlen(t->note));
+		pt_json_str(out, (const uint8_t *)t->note, strlen(t->note));
 		pt_buf_putc(out, '"');
 	}
 	(void)ck;

@@ -34,6 +34,7 @@
  * (pt_ckpt_writable() is false for every format but torch.save zips).
  */
 #include "ckpt/ckpt_i.h"
+#include "base/text.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -835,7 +836,7 @@ static int latin1_value(struct pt_ckpt *ck, struct pt_value *v,
 {
 	const struct pt_value *a0 = arg(src, 0);
 	struct pt_bytes *bb;
-	size_t i = 0, n = 0;
+	size_t n = 0;
 	uint8_t *q;
 
 	if (is_call_of(src, "builtins", "bytes") && !a0)
@@ -847,20 +848,8 @@ static int latin1_value(struct pt_ckpt *ck, struct pt_value *v,
 	bb = pt__own(ck, calloc(1, sizeof(*bb)));
 	if (!q || !bb)
 		return -ENOMEM;
-	while (a0 && i < a0->u.s.len) {
-		uint8_t c = a0->u.s.p[i];
-
-		if (c < 0x80) {
-			q[n++] = c;
-			i++;
-		} else if ((c & 0xfe) == 0xc2 && i + 1 < a0->u.s.len) {
-			q[n++] = (uint8_t)((c & 0x1f) << 6 |
-					   (a0->u.s.p[i + 1] & 0x3f));
-			i += 2;
-		} else {
-			return 1;       /* past U+00FF: not latin-1 */
-		}
-	}
+	if (a0 && pt_latin1_encode(a0->u.s.p, a0->u.s.len, q, &n))
+		return 1;       /* past U+00FF: not latin-1 */
 	bb->p = q;
 	bb->len = n;
 	v->kind = PT_V_BYTES;
