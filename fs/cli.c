@@ -5,6 +5,8 @@
  * same core library the mount uses, so what they print is what the mount
  * shows.
  */
+#include "ptfs.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -13,7 +15,7 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt.h"
-#include "ptfs.h"
+#include "opts.h"
 
 /* Options every subcommand takes: --nested and -o OPT[,OPT...] with the
  * mount's limit options (max_depth=N, ...), so that a file the mount
@@ -25,30 +27,11 @@ static int parse_o(char *list)
 	char *save = NULL, *o;
 
 	for (o = strtok_r(list, ",", &save); o; o = strtok_r(NULL, ",", &save)) {
-		char *eq = strchr(o, '='), *end = NULL;
-		unsigned long long v = 0;
+		int rc = ptfs_opt_apply(&cli_opts, o);
 
-		if (strcmp(o, "nested") == 0) {
-			cli_opts.nested = true;
-			continue;
-		}
-		if (eq) {
-			*eq = '\0';
-			v = strtoull(eq + 1, &end, 10);
-		}
-		if (!eq || !*(eq + 1) || *end || v == 0) {
-			fprintf(stderr, "ptfs: bad option '%s'\n", o);
+		if (rc < 0)
 			return -1;
-		}
-		if (strcmp(o, "max_depth") == 0 && v <= UINT32_MAX)
-			cli_opts.limits.max_depth = (uint32_t)v;
-		else if (strcmp(o, "max_values") == 0)
-			cli_opts.limits.max_values = v;
-		else if (strcmp(o, "max_memory") == 0)
-			cli_opts.limits.max_memory = v;
-		else if (strcmp(o, "max_records") == 0)
-			cli_opts.limits.max_records = v;
-		else {
+		if (rc == 0) {
 			fprintf(stderr, "ptfs: unknown option '%s'\n", o);
 			return -1;
 		}
@@ -117,12 +100,10 @@ static int cmd_ls(int argc, char **argv)
 		} else if (!*sub) {
 			sub = argv[i];
 		} else {
-			ptfs_usage(stderr);
 			return PTFS_EXIT_USAGE;
 		}
 	}
 	if (!ckpath) {
-		ptfs_usage(stderr);
 		return PTFS_EXIT_USAGE;
 	}
 	if (open_or_report(ckpath, &ck))
@@ -210,7 +191,6 @@ static int cmd_cat(int argc, char **argv)
 	int rc = PTFS_EXIT_OK;
 
 	if (argc != 3) {
-		ptfs_usage(stderr);
 		return PTFS_EXIT_USAGE;
 	}
 	if (open_or_report(argv[1], &ck))
@@ -268,7 +248,6 @@ static int cmd_info(int argc, char **argv)
 	struct pt_buf b;
 
 	if (argc != 2) {
-		ptfs_usage(stderr);
 		return PTFS_EXIT_USAGE;
 	}
 	if (open_or_report(argv[1], &ck))
@@ -366,7 +345,6 @@ static int cmd_set(int argc, char **argv)
 	int rc = PTFS_EXIT_ERROR, e;
 
 	if (argc != 3) {
-		ptfs_usage(stderr);
 		return PTFS_EXIT_USAGE;
 	}
 	if (open_or_report(argv[1], &ck))
@@ -424,7 +402,6 @@ int ptfs_cli(int argc, char **argv)
 			cli_opts.nested = true;
 		} else if (strcmp(argv[i], "-o") == 0) {
 			if (i + 1 >= argc || parse_o(argv[++i]) != 0) {
-				ptfs_usage(stderr);
 				return PTFS_EXIT_USAGE;
 			}
 		} else {

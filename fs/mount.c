@@ -16,6 +16,8 @@
  * immutable while mounted, so attributes and entries are cached by the
  * kernel for a day and file pages are kept between opens (keep_cache).
  */
+#include "ptfs.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -37,8 +39,8 @@
 #include <uthash.h>
 
 #include "ckpt/ckpt.h"
+#include "opts.h"
 #include "overlay.h"
-#include "ptfs.h"
 
 /* Everything is immutable while mounted: let the kernel cache it. */
 #define PTFS_TIMEOUT 86400.0
@@ -898,22 +900,12 @@ struct cmdline {
 	bool help;
 	bool version;
 	bool bad;
-	unsigned max_depth;
-	unsigned long long max_values;
-	unsigned long long max_memory;
-	unsigned long long max_records;
-	int nested;
+	struct pt_ckpt_opts copts;      /* nested and the limits (opts.c) */
 };
 
 enum { KEY_HELP, KEY_VERSION, KEY_RO };
 
-#define PTFS_OPT(t, p) { t, offsetof(struct cmdline, p), 1 }
 static const struct fuse_opt ptfs_opts[] = {
-	PTFS_OPT("max_depth=%u", max_depth),
-	PTFS_OPT("max_values=%llu", max_values),
-	PTFS_OPT("max_memory=%llu", max_memory),
-	PTFS_OPT("max_records=%llu", max_records),
-	PTFS_OPT("nested", nested),
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -947,6 +939,16 @@ static int opt_proc(void *data, const char *arg, int key,
 			c->bad = true;
 		c->nonopts++;
 		return 0;
+	case FUSE_OPT_KEY_OPT:
+		/* -o nested, -o max_depth=N ...: ours; the rest libfuse's */
+		switch (ptfs_opt_apply(&c->copts, arg)) {
+		case 1:
+			return 0;
+		case -1:
+			c->bad = true;
+			return 0;
+		}
+		/* fall through */
 	default:
 		if (arg[0] == '-' && strcmp(arg, "-f") != 0 &&
 		    strcmp(arg, "-d") != 0 && strcmp(arg, "-s") != 0 &&
@@ -1008,7 +1010,6 @@ int ptfs_mount_main(int argc, char **argv)
 	struct fuse_cmdline_opts fopts;
 	struct fuse_loop_config *loop = NULL;
 	struct fuse_session *se = NULL;
-	struct pt_ckpt_opts copts;
 	struct cmdline c;
 	struct pt_error err;
 	struct ptfs fs;
@@ -1018,15 +1019,14 @@ int ptfs_mount_main(int argc, char **argv)
 	memset(&c, 0, sizeof(c));
 	memset(&fs, 0, sizeof(fs));
 	memset(&fopts, 0, sizeof(fopts));
+	pt_ckpt_opts_default(&c.copts);
 	if (fuse_opt_parse(&args, &c, ptfs_opts, opt_proc) != 0 || c.bad) {
-		ptfs_usage(stderr);
 		fuse_opt_free_args(&args);
 		return PTFS_EXIT_USAGE;
 	}
 	if (c.help) {
-		ptfs_usage(stdout);
 		fuse_opt_free_args(&args);
-		return PTFS_EXIT_OK;
+		return PTFS_EXIT_HELP;
 	}
 	if (c.version) {
 		printf("ptfs %s\n", PTFS_VERSION);
@@ -1035,28 +1035,16 @@ int ptfs_mount_main(int argc, char **argv)
 	}
 	if (!c.checkpoint || !c.mountpoint) {
 		fprintf(stderr, "ptfs: %s\n", !c.checkpoint ? "missing CHECKPOINT" : "missing MOUNTPOINT");
-		ptfs_usage(stderr);
 		fuse_opt_free_args(&args);
 		return PTFS_EXIT_USAGE;
 	}
 	if (fuse_opt_add_arg(&args, c.mountpoint) != 0 ||
 	    fuse_parse_cmdline(&args, &fopts) != 0) {
-		ptfs_usage(stderr);
 		fuse_opt_free_args(&args);
 		return PTFS_EXIT_USAGE;
 	}
-	pt_ckpt_opts_default(&copts);
-	if (c.max_depth)
-		copts.limits.max_depth = c.max_depth;
-	if (c.max_values)
-		copts.limits.max_values = c.max_values;
-	if (c.max_memory)
-		copts.limits.max_memory = c.max_memory;
-	if (c.max_records)
-		copts.limits.max_records = c.max_records;
-	copts.nested = c.nested != 0;
 	pt_error_clear(&err);
-	if (pt_ckpt_open(&fs.ck, c.checkpoint, &copts, &err) != 0) {
+	if (pt_ckpt_open(&fs.ck, c.checkpoint, &c.copts, &err) != 0) {
 		fprintf(stderr, "ptfs: %s: %s\n", c.checkpoint, err.msg);
 		goto out;
 	}
