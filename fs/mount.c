@@ -1004,11 +1004,61 @@ static void syslog_log(enum fuse_log_level level, const char *fmt, va_list ap)
 	vsyslog((int)level, fmt, ap);
 }
 
+/* The command line into @c and @fopts: PTFS_EXIT_OK to go on (or, with
+ * c->version, to stop: the version was printed), else the exit code. */
+static int parse_cmdline(struct fuse_args *args, struct cmdline *c,
+			 struct fuse_cmdline_opts *fopts)
+{
+	memset(c, 0, sizeof(*c));
+	pt_ckpt_opts_default(&c->copts);
+	if (fuse_opt_parse(args, c, ptfs_opts, opt_proc) != 0 || c->bad)
+		return PTFS_EXIT_USAGE;
+	if (c->help)
+		return PTFS_EXIT_HELP;
+	if (c->version) {
+		printf("ptfs %s\n", PTFS_VERSION);
+		return PTFS_EXIT_OK;
+	}
+	if (!c->checkpoint || !c->mountpoint) {
+		fprintf(stderr, "ptfs: %s\n", !c->checkpoint ? "missing CHECKPOINT" : "missing MOUNTPOINT");
+		return PTFS_EXIT_USAGE;
+	}
+	if (fuse_opt_add_arg(args, c->mountpoint) != 0 ||
+	    fuse_parse_cmdline(args, fopts) != 0)
+		return PTFS_EXIT_USAGE;
+	return PTFS_EXIT_OK;
+}
+
+/* Serve requests until unmounted or signalled; the loop's result. */
+static int serve(struct fuse_session *se, const struct fuse_cmdline_opts *fopts)
+{
+	struct fuse_loop_config *loop;
+	int rc;
+
+	if (fopts->singlethread) {
+		rc = fuse_session_loop(se);
+	} else {
+		loop = fuse_loop_cfg_create();
+		if (!loop) {
+			rc = -ENOMEM;
+		} else {
+			fuse_loop_cfg_set_clone_fd(loop, (unsigned)fopts->clone_fd);
+			/* UINT_MAX means "not given": keep libfuse's default */
+			if (fopts->max_idle_threads <= 100000)
+				fuse_loop_cfg_set_idle_threads(loop, fopts->max_idle_threads);
+			if (fopts->max_threads > 0 && fopts->max_threads <= 100000)
+				fuse_loop_cfg_set_max_threads(loop, fopts->max_threads);
+			rc = fuse_session_loop_mt(se, loop);
+			fuse_loop_cfg_destroy(loop);
+		}
+	}
+	return rc;
+}
+
 int ptfs_mount_main(int argc, char **argv)
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
 	struct fuse_cmdline_opts fopts;
-	struct fuse_loop_config *loop = NULL;
 	struct fuse_session *se = NULL;
 	struct cmdline c;
 	struct pt_error err;
@@ -1016,33 +1066,14 @@ int ptfs_mount_main(int argc, char **argv)
 	const char *warn;
 	int rc = PTFS_EXIT_ERROR;
 
-	memset(&c, 0, sizeof(c));
 	memset(&fs, 0, sizeof(fs));
 	memset(&fopts, 0, sizeof(fopts));
-	pt_ckpt_opts_default(&c.copts);
-	if (fuse_opt_parse(&args, &c, ptfs_opts, opt_proc) != 0 || c.bad) {
+	rc = parse_cmdline(&args, &c, &fopts);
+	if (rc != PTFS_EXIT_OK || c.version) {
 		fuse_opt_free_args(&args);
-		return PTFS_EXIT_USAGE;
+		return rc;
 	}
-	if (c.help) {
-		fuse_opt_free_args(&args);
-		return PTFS_EXIT_HELP;
-	}
-	if (c.version) {
-		printf("ptfs %s\n", PTFS_VERSION);
-		fuse_opt_free_args(&args);
-		return PTFS_EXIT_OK;
-	}
-	if (!c.checkpoint || !c.mountpoint) {
-		fprintf(stderr, "ptfs: %s\n", !c.checkpoint ? "missing CHECKPOINT" : "missing MOUNTPOINT");
-		fuse_opt_free_args(&args);
-		return PTFS_EXIT_USAGE;
-	}
-	if (fuse_opt_add_arg(&args, c.mountpoint) != 0 ||
-	    fuse_parse_cmdline(&args, &fopts) != 0) {
-		fuse_opt_free_args(&args);
-		return PTFS_EXIT_USAGE;
-	}
+	rc = PTFS_EXIT_ERROR;
 	pt_error_clear(&err);
 	if (pt_ckpt_open(&fs.ck, c.checkpoint, &c.copts, &err) != 0) {
 		fprintf(stderr, "ptfs: %s: %s\n", c.checkpoint, err.msg);
@@ -1091,23 +1122,7 @@ int ptfs_mount_main(int argc, char **argv)
 		openlog("ptfs", LOG_PID, LOG_DAEMON);
 		fuse_set_log_func(syslog_log);
 	}
-	if (fopts.singlethread) {
-		rc = fuse_session_loop(se);
-	} else {
-		loop = fuse_loop_cfg_create();
-		if (!loop) {
-			rc = -ENOMEM;
-		} else {
-			fuse_loop_cfg_set_clone_fd(loop, (unsigned)fopts.clone_fd);
-			/* UINT_MAX means "not given": keep libfuse's default */
-			if (fopts.max_idle_threads <= 100000)
-				fuse_loop_cfg_set_idle_threads(loop, fopts.max_idle_threads);
-			if (fopts.max_threads > 0 && fopts.max_threads <= 100000)
-				fuse_loop_cfg_set_max_threads(loop, fopts.max_threads);
-			rc = fuse_session_loop_mt(se, loop);
-			fuse_loop_cfg_destroy(loop);
-		}
-	}
+	rc = serve(se, &fopts);
 	/* the loop returns the signal number after SIGTERM/SIGINT/SIGHUP */
 	rc = rc >= 0 ? PTFS_EXIT_OK : PTFS_EXIT_ERROR;
 	/* unmount, or SIGTERM/SIGINT: commit what is pending */

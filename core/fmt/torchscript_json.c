@@ -601,6 +601,44 @@ static int tj_attributes(struct tj *t, struct pt_value **out,
 			       out, NULL, err);
 }
 
+/* The value of parameter or attribute @q (the @p-th of its module): a
+ * tensor of table @tv, or an item of attributes.pkl (@attrs). */
+static int tj_param_value(struct tj *t, const struct tj_param *q, size_t p,
+			  struct pt_value **tv, struct pt_value *attrs,
+			  struct pt_value **out, struct pt_error *err)
+{
+	const struct pt_value *c;
+
+	if (!q->attr) {
+		if (q->id >= t->ntensors)
+			return pt_fail(err, -EBADMSG,
+				       "model.json: parameter %zu names tensor %" PRIu64 " of %zu",
+				       p, q->id, t->ntensors);
+		*out = tv[q->id];
+		return 0;
+	}
+	if (!attrs || (attrs->kind != PT_V_TUPLE && attrs->kind != PT_V_LIST) ||
+	    q->id >= attrs->u.seq.n)
+		return pt_fail(err, -EBADMSG,
+			       "model.json: attribute %" PRIu64 " is not in attributes.pkl", q->id);
+	*out = attrs->u.seq.v[q->id];
+	c = *out;
+	/* build_tensor_from_id(n): the tensor table */
+	if (c->kind == PT_V_CALL &&
+	    pt__is_global(c->u.call.callable, "torch.jit._pickle", "build_tensor_from_id") &&
+	    c->u.call.args->u.seq.n == 1 &&
+	    c->u.call.args->u.seq.v[0]->kind == PT_V_INT) {
+		int64_t n = c->u.call.args->u.seq.v[0]->u.i;
+
+		if (n < 0 || (uint64_t)n >= t->ntensors)
+			return pt_fail(err, -EBADMSG,
+				       "attributes.pkl: build_tensor_from_id(%" PRId64 ") is outside the %zu tensors",
+				       n, t->ntensors);
+		*out = tv[n];
+	}
+	return 0;
+}
+
 static int tj_build(struct tj *t, struct pt_error *err)
 {
 	struct pt_ckpt *ck = t->ck;
@@ -652,43 +690,11 @@ static int tj_build(struct tj *t, struct pt_error *err)
 
 		for (p = 0; p < m->np; p++) {
 			const struct tj_param *q = &t->params[m->p0 + p];
-			struct pt_value *val;
+			struct pt_value *val = NULL;
 
-			if (!q->attr) {
-				if (q->id >= t->ntensors) {
-					rc = pt_fail(err, -EBADMSG,
-						     "model.json: parameter %zu names tensor %" PRIu64 " of %zu",
-						     p, q->id, t->ntensors);
-					goto out;
-				}
-				val = tv[q->id];
-			} else {
-				const struct pt_value *c;
-
-				if (!attrs || (attrs->kind != PT_V_TUPLE && attrs->kind != PT_V_LIST) ||
-				    q->id >= attrs->u.seq.n) {
-					rc = pt_fail(err, -EBADMSG,
-						     "model.json: attribute %" PRIu64 " is not in attributes.pkl", q->id);
-					goto out;
-				}
-				val = attrs->u.seq.v[q->id];
-				c = val;
-				/* build_tensor_from_id(n): the tensor table */
-				if (c->kind == PT_V_CALL &&
-				    pt__is_global(c->u.call.callable, "torch.jit._pickle", "build_tensor_from_id") &&
-				    c->u.call.args->u.seq.n == 1 &&
-				    c->u.call.args->u.seq.v[0]->kind == PT_V_INT) {
-					int64_t n = c->u.call.args->u.seq.v[0]->u.i;
-
-					if (n < 0 || (uint64_t)n >= t->ntensors) {
-						rc = pt_fail(err, -EBADMSG,
-							     "attributes.pkl: build_tensor_from_id(%" PRId64 ") is outside the %zu tensors",
-							     n, t->ntensors);
-						goto out;
-					}
-					val = tv[n];
-				}
-			}
+			rc = tj_param_value(t, q, p, tv, attrs, &val, err);
+			if (rc)
+				goto out;
 			pt__value_dict_set(mv[i], fill[i]++, q->name, q->nlen, val);
 		}
 	}
