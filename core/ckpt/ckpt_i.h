@@ -245,27 +245,30 @@ int pt__add_meta_file(struct pt_ckpt *ck, const char *name, void *data,
 int pt__add_meta_dir(struct pt_ckpt *ck, const char *name,
 		     struct pt_value *root, const char *records);
 
-/* fmt/safetensors.c: a PT_V_DICT of @n str keys -> tensors made outside any
- * pickle (safetensors, sharded indexes).  Keys come out classified
- * PT_C_SCALAR and values PT_C_TENSOR (a PT_V_PERSID node with a NULL pid
- * and aux -> the tensor); the dict itself is left for pt__classify() to
- * mark PT_C_MAP.  Fill entry @i with pt__flat_dict_set().  Node memory is
- * owned by ck; NULL when out of memory. */
-struct pt_value *pt__flat_dict(struct pt_ckpt *ck, size_t n);
-void pt__flat_dict_set(struct pt_value *d, size_t i, const uint8_t *name,
-		       size_t len, struct pt_tensor *t);
-
-/* fmt/torchscript_json.c: value trees made outside any pickle (JSON
- * described formats).  pt__value_dict(): a PT_V_DICT of @n entries whose
- * keys are str nodes (classified PT_C_SCALAR); set entry @i with
- * pt__value_dict_set() (@name borrowed: it must live as long as ck; @val
- * any value, e.g. another such dict).  pt__tensor_value(): a node showing
- * tensor @t (a PT_V_PERSID with a NULL pid, classified PT_C_TENSOR).
- * Memory is owned by ck; NULL when out of memory. */
+/*
+ * decode/synth.c: value trees made outside any pickle, owned by @ck (NULL
+ * when out of memory).
+ * pt__value_dict(): a PT_V_DICT of @n entries whose keys are str nodes
+ * (classified PT_C_SCALAR, "" until set) and whose values are spare
+ * unclassified nodes until set; the dict itself is left for
+ * pt__classify() to mark PT_C_MAP.  pt__value_dict_set() sets entry @i:
+ * key @name (borrowed: it must live as long as ck) and value @val (any
+ * value, e.g. another such dict; NULL keeps the spare node, for the
+ * caller to fill).  pt__value_dict_set_tensor() makes the spare node show
+ * tensor @t.  pt__tensor_value(): a new node showing tensor @t (a
+ * PT_V_PERSID with a NULL pid, classified PT_C_TENSOR).
+ * pt__numbered_dict(): a dict c0, c1, ... of @vals[0..@n) (TorchScript
+ * constants, FORMAT.md §5.3).
+ */
 struct pt_value *pt__value_dict(struct pt_ckpt *ck, size_t n);
 void pt__value_dict_set(struct pt_value *d, size_t i, const uint8_t *name,
 			size_t len, struct pt_value *val);
+void pt__value_dict_set_tensor(struct pt_value *d, size_t i,
+			       const uint8_t *name, size_t len,
+			       struct pt_tensor *t);
 struct pt_value *pt__tensor_value(struct pt_ckpt *ck, struct pt_tensor *t);
+struct pt_value *pt__numbered_dict(struct pt_ckpt *ck,
+				   struct pt_value *const *vals, size_t n);
 
 /* decode/ckstate.c: hand the string buffer of JSON scanner @j to @ck
  * (its strings live until close).  0 or -ENOMEM with a message in j->err. */
@@ -315,14 +318,48 @@ int pt__classify(struct pt_ckpt *ck, struct pt_error *err);
 int pt__classify_value(struct pt_ckpt *ck, struct pt_value *root,
 		       struct pt_error *err);
 
-/* torch.c: a tensor made outside any pickle (JSON-described formats):
- * @rank sizes and strides (@stride NULL: C order), @offset in elements,
- * checked against @st exactly like a pickled tensor, counted in
- * ck->n_tensors.  Memory is owned by ck. */
+/* torch.c: what a tensor is made of, as plain arrays. */
+struct pt_tensor_spec {
+	const struct pt_dtype *dtype;
+	struct pt_storage *st;
+	uint32_t rank;
+	const int64_t *shape;           /* rank entries, none negative */
+	const int64_t *stride;          /* rank entries, none negative; or
+					 * NULL: dense (C order, or Fortran
+					 * order with @fortran) */
+	bool fortran;
+	int64_t offset;                 /* storage offset in elements, >= 0 */
+	bool requires_grad;
+	uint8_t kind;                   /* enum pt_tkind */
+	char byteorder;                 /* '<' or '>' ('|' forced for 1-byte
+					 * dtypes) */
+	const char *dtype_name;         /* NULL: dtype->name */
+	const char *note;               /* or NULL */
+	const char *logical;            /* see pt_tensor.logical_dtype */
+};
+
+/* torch.c: the one tensor constructor.  Checks @sp (rank against
+ * max_rank, sizes, strides, element and byte counts that fit int64) and
+ * that every element lies inside @sp->st (byte_hi = (offset + sum of
+ * (size_i - 1) * stride_i + 1) * itemsize; packed dtypes serve the whole
+ * storage); sets byte_lo/byte_hi/contiguous.  The tensor and its arrays
+ * are owned by ck; it is not counted in ck->n_tensors (the caller does,
+ * once it is shown).  0, or -EFBIG/-EBADMSG/-ENOMEM with one line. */
+int pt__tensor_make(struct pt_ckpt *ck, const struct pt_tensor_spec *sp,
+		    struct pt_tensor **out, struct pt_error *err);
+
+/* torch.c: pt__tensor_make() of a plain tensor (kind PT_TK_TENSOR, ck's
+ * byte order), counted in ck->n_tensors and ck->tensor_bytes. */
 int pt__tensor_new(struct pt_ckpt *ck, const struct pt_dtype *dtype,
 		   struct pt_storage *st, uint32_t rank, const int64_t *shape,
 		   const int64_t *stride, int64_t offset, bool requires_grad,
 		   struct pt_tensor **out, struct pt_error *err);
+
+/* torch.c: dense strides of @shape (@rank entries) into @stride: C order,
+ * or Fortran order when @fortran; dimensions of size 0 or 1 do not
+ * multiply.  false when a stride would not fit int64. */
+bool pt__dense_strides(uint32_t rank, const int64_t *shape, bool fortran,
+		       int64_t *stride);
 
 /* torch.c: a value's class (after pt__classify); scalars report
  * PT_C_SCALAR, unreachable values are classified on the fly. */

@@ -663,7 +663,7 @@ static int dcp_new_tensor(struct pt_ckpt *ck, const struct pt_value *fqn,
 	struct pt_tensor *t;
 	struct pt_storage *st;
 	int64_t *dims;
-	uint64_t numel = 1, expect = 1;
+	uint64_t numel = 1;
 	uint32_t rank = 0, d;
 
 	t = pt__own(ck, calloc(1, sizeof(*t)));
@@ -683,11 +683,7 @@ static int dcp_new_tensor(struct pt_ckpt *ck, const struct pt_value *fqn,
 	t->rank = rank;
 	t->shape = dims;
 	t->stride = dims + rank + 1;
-	for (d = rank; d-- > 0;) {
-		t->stride[d] = (int64_t)expect;
-		if (dims[d] > 1)
-			expect *= (uint64_t)dims[d];
-	}
+	pt__dense_strides(rank, dims, false, t->stride); /* <= numel */
 	if (!pt_mul_u64(numel, dt->size, &t->nbytes) || t->nbytes > INT64_MAX)
 		return pt_fail(err, -EBADMSG, "tensor '%s': byte count overflows", who);
 	t->numel = numel;
@@ -1136,7 +1132,7 @@ static int dcp_entries(struct pt_ckpt *ck, struct dcp_state *s,
 		return pt_fail(err, -EFBIG,
 			       "state_dict_metadata: %zu entries exceed the limit of %" PRIu64,
 			       n, ck->opts.limits.max_dir_entries);
-	root = pt__flat_dict(ck, n);
+	root = pt__value_dict(ck, n);
 	if (!root)
 		return pt_fail(err, -ENOMEM, "out of memory");
 	fs = calloc(n + 1, sizeof(*fs));
@@ -1169,7 +1165,7 @@ static int dcp_entries(struct pt_ckpt *ck, struct dcp_state *s,
 				break;
 			HASH_ADD_KEYPTR(hh, ck->storages, t->st->key,
 					strlen(t->st->key), t->st);
-			pt__flat_dict_set(root, i, k->u.s.p, k->u.s.len, t);
+			pt__value_dict_set_tensor(root, i, k->u.s.p, k->u.s.len, t);
 			ck->n_tensors++;
 			ck->tensor_bytes += t->nbytes;
 			n_t++;
@@ -1177,7 +1173,7 @@ static int dcp_entries(struct pt_ckpt *ck, struct dcp_state *s,
 			/* the key as for a tensor, then the value node */
 			struct pt_value *v = root->u.dict.kv.v[2 * i + 1];
 
-			pt__flat_dict_set(root, i, k->u.s.p, k->u.s.len, NULL);
+			pt__value_dict_set_tensor(root, i, k->u.s.p, k->u.s.len, NULL);
 			memset(v, 0, sizeof(*v));
 			v->id = (uint32_t)(2 * i + 2);
 			rc = dcp_value(ck, s, k, v, err);

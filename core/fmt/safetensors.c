@@ -25,50 +25,6 @@
 
 /* The reference implementation's cap on the header (FORMAT.md §8). */
 #define ST_MAX_HEADER 100000000u
-/* ---- synthesized value graph ---- */
-
-struct pt_value *pt__flat_dict(struct pt_ckpt *ck, size_t n)
-{
-	struct pt_value *v, **kv;
-	size_t i;
-
-	if (n > (SIZE_MAX / sizeof(*v) - 1) / 2)
-		return NULL;
-	v = calloc(2 * n + 1, sizeof(*v));
-	if (!v || !pt__own(ck, v))
-		return NULL;
-	kv = calloc(2 * n + 1, sizeof(*kv));
-	if (!kv || !pt__own(ck, kv))
-		return NULL;
-	v[0].kind = PT_V_DICT;
-	v[0].u.dict.kv.v = kv;
-	v[0].u.dict.kv.n = 2 * n;
-	v[0].u.dict.kv.cap = 2 * n;
-	for (i = 0; i < 2 * n; i++) {
-		kv[i] = &v[i + 1];
-		v[i + 1].id = (uint32_t)(i + 1);
-	}
-	return v;
-}
-
-void pt__flat_dict_set(struct pt_value *d, size_t i, const uint8_t *name,
-		       size_t len, struct pt_tensor *t)
-{
-	struct pt_value *k = d->u.dict.kv.v[2 * i];
-	struct pt_value *v = d->u.dict.kv.v[2 * i + 1];
-
-	k->kind = PT_V_STR;
-	k->aux16 = PT_C_SCALAR;
-	k->u.s.p = name;
-	k->u.s.len = len;
-	k->u.s.in_off = UINT64_MAX;
-	/* data from outside any pickle: a persistent id without a pid */
-	v->kind = PT_V_PERSID;
-	v->u.pid = NULL;
-	v->aux16 = PT_C_TENSOR;
-	v->aux = t;
-}
-
 /* ---- safetensors ---- */
 
 static const struct {
@@ -476,9 +432,9 @@ static int st_build(struct pt_ckpt *ck, struct st_parse *ps,
 	struct pt_value *root;
 	int64_t *dims;
 	char *keys;
-	size_t i, r, at = 0, kat = 0;
+	size_t i, at = 0, kat = 0;
 
-	root = pt__flat_dict(ck, ps->n);
+	root = pt__value_dict(ck, ps->n);
 	ts = calloc(ps->n + 1, sizeof(*ts));
 	if (!root || !ts || !pt__own(ck, ts))
 		return pt_fail(err, -ENOMEM, "out of memory");
@@ -497,7 +453,6 @@ static int st_build(struct pt_ckpt *ck, struct st_parse *ps,
 		const struct st_ent *e = &ps->ents[i];
 		struct pt_storage *st = &ss[i];
 		struct pt_tensor *t = &ts[i];
-		uint64_t expect = 1;
 
 		st->key = keys + kat;
 		kat += (size_t)snprintf(keys + kat, 21, "%zu", i) + 1;
@@ -516,11 +471,8 @@ static int st_build(struct pt_ckpt *ck, struct st_parse *ps,
 		t->stride = dims + at + e->rank;
 		at += 2 * (size_t)e->rank;
 		memcpy(t->shape, ps->dims + e->shape_at, e->rank * sizeof(int64_t));
-		for (r = e->rank; r-- > 0;) {
-			t->stride[r] = (int64_t)expect;
-			if (t->shape[r] > 1)
-				expect *= (uint64_t)t->shape[r];
-		}
+		/* numel was checked: the strides fit */
+		pt__dense_strides(e->rank, t->shape, false, t->stride);
 		t->numel = e->numel;
 		t->nbytes = e->nbytes;
 		t->byte_hi = e->nbytes;
@@ -532,7 +484,7 @@ static int st_build(struct pt_ckpt *ck, struct st_parse *ps,
 			t->note = "safetensors F4: two 4-bit values per byte; the shape counts values";
 		t->id = ck->n_tensors++;
 		ck->tensor_bytes += t->nbytes;
-		pt__flat_dict_set(root, i, e->name, e->name_len, t);
+		pt__value_dict_set_tensor(root, i, e->name, e->name_len, t);
 	}
 	ck->root = root;
 	return 0;

@@ -443,7 +443,7 @@ static int sh_open(struct pt_ckpt *ck, struct pt_error *err)
 			goto out;
 		}
 	}
-	root = pt__flat_dict(ck, n);
+	root = pt__value_dict(ck, n);
 	if (!root) {
 		rc = pt_fail(err, -ENOMEM, "out of memory");
 		goto out;
@@ -463,7 +463,7 @@ static int sh_open(struct pt_ckpt *ck, struct pt_error *err)
 		}
 		/* served from the shard's file (torch.c storage_read) */
 		k->t->st->home = sh->ck;
-		pt__flat_dict_set(root, i, e->name, e->name_len, k->t);
+		pt__value_dict_set_tensor(root, i, e->name, e->name_len, k->t);
 		ck->n_tensors++;
 		ck->tensor_bytes += k->t->nbytes;
 	}
