@@ -274,10 +274,17 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 {
 	struct ptfs *fs = fs_of(req);
 	struct pt_node *dir = node_of(fs, ino);
-	size_t count = pt_tree_count(fs->ck, dir), used = 0;
-	char *buf = malloc(size);
+	size_t count = 0, used = 0;
+	int rc = pt_tree_count(fs->ck, dir, &count);
+	char *buf;
 	off_t i;
 
+	if (rc) {
+		/* -EFBIG: more entries than max_dir_entries */
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	buf = malloc(size);
 	if (!buf) {
 		fuse_reply_err(req, ENOMEM);
 		return;
@@ -296,7 +303,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 			n = pt_node_parent(dir) ? pt_node_parent(dir) : dir;
 			name = "..";
 		} else {
-			n = pt_tree_child(fs->ck, dir, (size_t)(i - 2));
+			n = pt_tree_child(fs->ck, dir, (size_t)(i - 2), &rc);
 			if (!n)
 				break;
 			name = pt_node_name(n);
@@ -316,7 +323,12 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 			break;
 		used += need;
 	}
-	fuse_reply_buf(req, buf, used);
+	/* an entry that cannot be made (past max_depth, out of memory)
+	 * fails the call when it is the first one, else ends the batch */
+	if (rc && used == 0)
+		fuse_reply_err(req, -rc);
+	else
+		fuse_reply_buf(req, buf, used);
 	free(buf);
 }
 

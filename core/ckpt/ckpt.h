@@ -114,13 +114,49 @@ struct pt_node *pt_node_parent(const struct pt_node *n);
 struct pt_node *pt_tree_lookup(struct pt_ckpt *ck, struct pt_node *dir,
 			       const char *name, int *rc);
 
-/* Number of entries of directory @dir (without "." and ".."). */
-size_t pt_tree_count(struct pt_ckpt *ck, struct pt_node *dir);
+/* The number of entries of directory @dir (without "." and "..") in *@n.
+ * Returns 0, or -ENOTDIR, -EFBIG (more than max_dir_entries: the
+ * directory cannot be listed, every call says so at once), -ENOMEM, with
+ * *@n 0. */
+int pt_tree_count(struct pt_ckpt *ck, struct pt_node *dir, size_t *n);
 
 /* Entry @i (0-based, listing order) of @dir, created on first use; NULL
- * past the end or on allocation failure. */
+ * with *@rc (may be NULL) = -ENOENT past the end, or the error of
+ * pt_tree_count(), or -EFBIG past max_depth, -ENOMEM. */
 struct pt_node *pt_tree_child(struct pt_ckpt *ck, struct pt_node *dir,
-			      size_t i);
+			      size_t i, int *rc);
+
+/* What pt_tree_walk() shows its visitor for each entry. */
+struct pt_walk {
+	struct pt_node *node;
+	const char *path;               /* @top_path + '/' + names, no
+					 * leading '/' when @top_path is "" */
+	size_t path_len;
+	uint32_t depth;                 /* 1 for the entries of the top */
+};
+
+/* Visitor results besides 0 (go on, into directories too) and a negative
+ * errno (stop; pt_tree_walk() returns it). */
+#define PT_WALK_SKIP 1                  /* do not enter this directory */
+#define PT_WALK_STOP 2                  /* stop; pt_tree_walk() returns 0 */
+
+/* pt_tree_walk() flags: also sidecars (NAME.json) and /.ptfs, which are
+ * otherwise skipped without making their nodes. */
+#define PT_WALK_ALL 1u
+
+typedef int (*pt_walk_fn)(void *ctx, const struct pt_walk *w);
+
+/*
+ * The one walk of the tree (ptfs ls, /.ptfs/tree.json, the fuzzers):
+ * depth first, in listing order, below directory @top, with an explicit
+ * stack (no recursion over untrusted nesting; the tree is cut at
+ * max_depth).  A directory that cannot be listed (-EFBIG, ...) is left
+ * out and the walk goes on; the first such error is returned at the end.
+ * Returns 0, the visitor's negative errno, or that first error;
+ * -ENOTDIR when @top is not a directory.
+ */
+int pt_tree_walk(struct pt_ckpt *ck, struct pt_node *top, const char *top_path,
+		 unsigned flags, pt_walk_fn fn, void *ctx);
 
 /* Resolve a '/'-separated path from the root (no symlinks followed). */
 struct pt_node *pt_tree_path(struct pt_ckpt *ck, const char *path, int *rc);
