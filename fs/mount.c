@@ -357,14 +357,15 @@ static void log_err(struct ptfs *fs, struct pt_node *n, const char *what,
  * same storage, so that views of one storage see each other's writes. */
 static void invalidate_others(struct ptfs *fs, struct ov_st *s, fuse_ino_t ino)
 {
-	uint64_t others[64];
+	uint64_t *others = NULL;
 	size_t i, n;
 
-	if (!s || fs->singlethread)
+	if (!s)
 		return;
-	n = ov_others(s, ino, others, 64);
+	n = ov_others(s, ino, &others);
 	for (i = 0; i < n; i++)
 		fuse_lowlevel_notify_inval_inode(fs->se, (fuse_ino_t)others[i], 0, 0);
+	free(others);
 }
 
 /* Truncate a tensor file in write state to @size: the bytes past it read
@@ -431,7 +432,11 @@ static void ptfs_op_open(fuse_req_t req, fuse_ino_t ino,
 			fuse_reply_err(req, ENOMEM);
 			return;
 		}
-		ov_note_open(h->ov, ino);
+		if (ov_note_open(h->ov, ino)) {
+			free(h);
+			fuse_reply_err(req, ENOMEM);
+			return;
+		}
 		if (pt_node_storage(n, &lo))
 			h->lo = lo;
 	}
@@ -708,6 +713,7 @@ static void ptfs_op_flush(fuse_req_t req, fuse_ino_t ino,
 	struct ov_st *ov = h->ov;
 	uint64_t size = 0, nbytes = 0;
 	bool drop = false;
+	int rc = 0;
 
 	if (h->write) {
 		pthread_mutex_lock(&fs->wlock);
@@ -716,14 +722,27 @@ static void ptfs_op_flush(fuse_req_t req, fuse_ino_t ino,
 			drop = true;
 			size = w->size;
 			nbytes = w->nbytes;
-			ov_revert(fs->ov, h->ov, h->lo, w->nbytes);
-			w->size = w->nbytes;
-			w->changed = false;
+			/* all or nothing: a revert that fails leaves the
+			 * change pending, and the size mismatch keeps every
+			 * commit from taking it */
+			rc = ov_revert(fs->ov, h->ov, h->lo, w->nbytes);
+			if (rc == 0) {
+				w->size = w->nbytes;
+				w->changed = false;
+			}
 		}
 		pthread_mutex_unlock(&fs->wlock);
 	}
 	if (!drop) {
 		fuse_reply_err(req, 0);
+		return;
+	}
+	if (rc) {
+		fuse_log(FUSE_LOG_ERR,
+			 "ptfs: %s: '%s': closed at %llu bytes but the tensor has %llu, and dropping the change failed (%s): it stays pending and is not committed\n",
+			 fs->ckpath, pt_node_name(h->node), (unsigned long long)size,
+			 (unsigned long long)nbytes, strerror(-rc));
+		fuse_reply_err(req, -rc);
 		return;
 	}
 	fuse_log(FUSE_LOG_ERR,
@@ -743,7 +762,8 @@ static void ptfs_op_release(fuse_req_t req, fuse_ino_t ino,
 	struct fh *h = (struct fh *)(uintptr_t)fi->fh;
 	struct wfile *w;
 
-	(void)ino;
+	if (h->ov)
+		ov_note_close(h->ov, ino);
 	if (h->write) {
 		pthread_mutex_lock(&fs->wlock);
 		HASH_FIND_PTR(fs->wfiles, &h->node, w);
@@ -761,7 +781,8 @@ static void ptfs_op_release(fuse_req_t req, fuse_ino_t ino,
 	fuse_reply_err(req, 0);
 }
 
-/* Commit every pending change; 0 or an errno for the caller. */
+/* Commit every pending change; 0 or a negative errno (-EINVAL: a file
+ * whose size differs from its tensor's; -ENOSPC, -EDQUOT; else -EIO). */
 static int commit_all(struct ptfs *fs, const char *why)
 {
 	struct pt_error err;
@@ -775,7 +796,7 @@ static int commit_all(struct ptfs *fs, const char *why)
 		if (w->size != w->nbytes) {
 			pthread_mutex_unlock(&fs->wlock);
 			log_err(fs, w->node, why, "file size differs from the tensor's; not committed");
-			return EINVAL;
+			return -EINVAL;
 		}
 	}
 	pthread_mutex_unlock(&fs->wlock);
@@ -784,7 +805,7 @@ static int commit_all(struct ptfs *fs, const char *why)
 	if (rc) {
 		fuse_log(FUSE_LOG_ERR, "ptfs: %s: commit on %s failed, checkpoint unchanged, changes kept: %s\n",
 			 fs->ckpath, why, err.msg);
-		return rc == -ENOSPC || rc == -EDQUOT ? -rc : EIO;
+		return rc == -ENOSPC || rc == -EDQUOT ? rc : -EIO;
 	}
 	fuse_log(FUSE_LOG_INFO, "ptfs: %s: committed (%s)\n", fs->ckpath, why);
 	return 0;
@@ -796,7 +817,7 @@ static void ptfs_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 	(void)ino;
 	(void)datasync;
 	(void)fi;
-	fuse_reply_err(req, commit_all(fs_of(req), "fsync"));
+	fuse_reply_err(req, -commit_all(fs_of(req), "fsync"));
 }
 
 static void ptfs_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
