@@ -353,7 +353,7 @@ static int cmd_set(int argc, char **argv)
 		goto out;
 	pt_node_attr(node, &a);
 	memset(&c, 0, sizeof(c));
-	c.st = pt_node_storage(node, &c.lo);
+	c.st = pt_node_writable_storage(node, &c.lo);
 	if (!c.st || !pt_ckpt_writable(ck)) {
 		fprintf(stderr, "ptfs: %s: %s: not a writable tensor (%s)\n", argv[1], argv[2],
 			a.tensor ? "a view, an array inside the pickle, or a compressed record" :

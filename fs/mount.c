@@ -437,7 +437,7 @@ static void ptfs_op_open(fuse_req_t req, fuse_ino_t ino,
 			fuse_reply_err(req, ENOMEM);
 			return;
 		}
-		if (pt_node_storage(n, &lo))
+		if (pt_node_writable_storage(n, &lo))
 			h->lo = lo;
 	}
 	if (write) {
@@ -583,7 +583,7 @@ static void ptfs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 		fuse_reply_err(req, EIO);
 		return;
 	}
-	if (busy && pt_node_storage(n, &lo)) {
+	if (busy && pt_node_writable_storage(n, &lo)) {
 		read_overlay(req, fs, h, size, off);
 		return;
 	}
@@ -677,7 +677,7 @@ static void ptfs_op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 			/* truncate(2) by path: only while a writer has it open */
 			memset(&tmp, 0, sizeof(tmp));
 			tmp.node = n;
-			if (pt_node_storage(n, &lo)) {
+			if (pt_node_writable_storage(n, &lo)) {
 				tmp.lo = lo;
 				tmp.ov = ov_get(fs->ov, pt_node_viewed_storage(n), true);
 			}

@@ -305,11 +305,6 @@ size_t pt_ckpt_storage_count(const struct pt_ckpt *ck)
 	return (size_t)ck->n_storages;
 }
 
-const char *pt_storage_record(const struct pt_storage *st)
-{
-	return st->entry ? st->entry->name : st->key;
-}
-
 void pt_ckpt_set_storage_hook(struct pt_ckpt *ck, pt_storage_hook fn,
 			      void *ctx)
 {

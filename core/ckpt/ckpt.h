@@ -206,7 +206,7 @@ struct pt_storage;
  * written (not a tensor, a non-contiguous view, a deflated record, an
  * array inside the pickle, a container without the rewriter).
  */
-const struct pt_storage *pt_node_storage(const struct pt_node *n, uint64_t *lo);
+const struct pt_storage *pt_node_writable_storage(const struct pt_node *n, uint64_t *lo);
 
 /* Bytes of a storage, and a small unique index (0 .. count-1). */
 uint64_t pt_storage_size(const struct pt_storage *st);
@@ -214,8 +214,6 @@ size_t pt_storage_index(const struct pt_storage *st);
 size_t pt_ckpt_storage_count(const struct pt_ckpt *ck);
 /* Offset of the storage's first byte in the checkpoint file. */
 uint64_t pt_storage_file_offset(const struct pt_storage *st);
-/* Name of the storage's record, for messages. */
-const char *pt_storage_record(const struct pt_storage *st);
 
 /* New contents for one storage. */
 struct pt_commit {

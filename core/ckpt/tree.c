@@ -932,7 +932,7 @@ void pt_node_attr(const struct pt_node *n, struct pt_nattr *a)
 	a->tensor = n->tensor && n->role == R_VALUE;
 	{
 		uint64_t lo;
-		a->writable = pt_node_storage(n, &lo) != NULL;
+		a->writable = pt_node_writable_storage(n, &lo) != NULL;
 	}
 }
 
@@ -1499,7 +1499,7 @@ void pt__tree_free(struct pt_ckpt *ck)
 	ck->tree = NULL;
 }
 
-const struct pt_storage *pt_node_storage(const struct pt_node *n, uint64_t *lo)
+const struct pt_storage *pt_node_writable_storage(const struct pt_node *n, uint64_t *lo)
 {
 	const struct pt_tensor *t = n->tensor;
 
