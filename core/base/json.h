@@ -33,8 +33,11 @@ struct pt_js {
 	struct pt_error *err;
 };
 
+/* Start scanning @p[0..@len) (borrowed; @what names it in messages).
+ * 0 or -ENOMEM (the string buffer is the size of the text). */
 int pt__js_init(struct pt_js *j, const uint8_t *p, size_t len,
 		const char *what, struct pt_error *err);
+/* Free the string buffer unless taken (pt__js_take()). */
 void pt__js_free(struct pt_js *j);
 /* The string buffer (malloc()ed; NULL after pt__js_free()), handed to the
  * caller: strings read so far stay valid as long as it does. */

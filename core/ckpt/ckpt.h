@@ -37,6 +37,7 @@ struct pt_ckpt_opts {
 				    * as an option; off by default) */
 };
 
+/* The defaults: limits of pt_limits_default(), nested off. */
 void pt_ckpt_opts_default(struct pt_ckpt_opts *o);
 
 /*
@@ -52,6 +53,8 @@ int pt_ckpt_open_mem(struct pt_ckpt **out, const void *mem, size_t len,
 		     const char *name, const struct pt_ckpt_opts *opts,
 		     struct pt_error *err);
 
+/* Close the checkpoint and free everything it owns, its tree included
+ * (NULL is fine).  No node or storage of it may be used afterwards. */
 void pt_ckpt_close(struct pt_ckpt *ck);
 
 /* Human-readable summary (what `ptfs info` prints), appended to @out. */
@@ -104,9 +107,13 @@ struct pt_nattr {
 	bool writable;          /* a tensor file that writes may change */
 };
 
+/* The root directory (never NULL; made at open). */
 struct pt_node *pt_tree_root(struct pt_ckpt *ck);
+/* A node's attributes (type, size, id, tensor, writable) into *@a. */
 void pt_node_attr(const struct pt_node *n, struct pt_nattr *a);
+/* Its encoded name ("" for the root), valid until close. */
 const char *pt_node_name(const struct pt_node *n);
+/* Its directory, NULL for the root. */
 struct pt_node *pt_node_parent(const struct pt_node *n);
 
 /* The child of directory @dir named @name, creating it on first use;

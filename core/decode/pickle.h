@@ -176,6 +176,7 @@ int pt_vstack_push_children(struct pt_vstack *s, const struct pt_value *v);
  * values of the object, only references to storages). */
 int pt_vstack_push_values(struct pt_vstack *s, const struct pt_value *v);
 
+/* Free the stack's array (not the values); it is empty again. */
 void pt_vstack_free(struct pt_vstack *s);
 
 #endif /* PTFS_CORE_PICKLE_H */
