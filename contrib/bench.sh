@@ -4,7 +4,7 @@
 # (alternating contenders, 7 repetitions, medians and ratios), print the
 # table, remove the temp dir and leave no mount behind.
 #
-#   contrib/bench.sh [--quick] [--reps N] [--only seq,memmap,open,memory,peers,commit,settings]
+#   contrib/bench.sh [--quick] [--reps N] [--only seq,memmap,open,memory,peers,commit,commitways,settings]
 #                    [--no-settings] [--json FILE]
 #
 # --quick: 256 MiB / 512 MiB checkpoints, 3 repetitions, no settings build.
@@ -52,7 +52,7 @@ if [ $settings = 1 ]; then
 		"$src/contrib/bench" "$src" "$work")
 	[ -n "$v" ] && variant=(--variant "$v")
 elif [ $only = 0 ]; then
-	args+=(--only "$(echo seq memmap open memory peers commit | tr ' ' ,)")
+	args+=(--only "$(echo seq memmap open memory peers commit commitways | tr ' ' ,)")
 fi
 /usr/bin/python3 "$src/contrib/bench/run.py" --ptfs "$work/build/ptfs" --tmp "$work/data" \
 	"${variant[@]}" "${args[@]}"

@@ -3,12 +3,19 @@
 # and show its tree.  The mount is left up at /tmp/ptfs-demo/mnt for you to
 # explore (unmount with: fusermount3 -u /tmp/ptfs-demo/mnt); pass --umount
 # to unmount at the end.
+#
+# PTFS=/usr/bin/ptfs contrib/demo.sh runs the demo with an installed ptfs
+# instead of building one (contrib/deb-check.sh does, after installing the
+# .deb); PTFS_DEMO_DIR changes /tmp/ptfs-demo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-contrib/setup.sh
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build build -j "$(nproc)" >/dev/null
-demo=/tmp/ptfs-demo
+if [ -z "${PTFS:-}" ]; then
+	contrib/setup.sh
+	cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	cmake --build build -j "$(nproc)" >/dev/null
+	PTFS=build/ptfs
+fi
+demo=${PTFS_DEMO_DIR:-/tmp/ptfs-demo}
 mkdir -p "$demo/mnt"
 mountpoint -q "$demo/mnt" && fusermount3 -u "$demo/mnt"
 /usr/bin/python3 - "$demo/model.pt" <<'PY'
@@ -21,7 +28,7 @@ opt.step()
 torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
             "epoch": 3, "lr": 1e-3, "name": "demo"}, sys.argv[1])
 PY
-build/ptfs "$demo/model.pt" "$demo/mnt"
+"$PTFS" "$demo/model.pt" "$demo/mnt"
 echo "\$ ptfs $demo/model.pt $demo/mnt && find $demo/mnt"
 (cd "$demo/mnt" && find . | sort)
 echo "\$ cat model/0.weight.json"

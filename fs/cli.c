@@ -21,14 +21,21 @@
  * mount's limit options (max_depth=N, ...), so that a file the mount
  * refuses for a limit can be inspected here with a larger one. */
 static struct pt_ckpt_opts cli_opts;
+static bool cli_verbose;        /* -v: say how a commit wrote */
 
 static int parse_o(char *list)
 {
 	char *save = NULL, *o;
 
 	for (o = strtok_r(list, ",", &save); o; o = strtok_r(NULL, ",", &save)) {
-		int rc = ptfs_opt_apply(&cli_opts, o);
+		int remote = ptfs_remote_option(o);
+		int rc;
 
+		if (remote < 0)
+			return -1;
+		if (remote > 0)
+			continue;
+		rc = ptfs_opt_apply(&cli_opts, o);
 		if (rc < 0)
 			return -1;
 		if (rc == 0) {
@@ -44,10 +51,12 @@ static int open_or_report(const char *path, struct pt_ckpt **ck)
 	struct pt_error err;
 
 	pt_error_clear(&err);
-	if (pt_ckpt_open(ck, path, &cli_opts, &err) != 0) {
-		fprintf(stderr, "ptfs: %s: %s\n", path, err.msg);
+	if (ptfs_open_checkpoint(path, &cli_opts, ck, &err) != 0) {
+		ptfs_report_open(path, &err);
 		return PTFS_EXIT_ERROR;
 	}
+	if (*pt_ckpt_recovery(*ck))
+		fprintf(stderr, "ptfs: %s\n", pt_ckpt_recovery(*ck));
 	return 0;
 }
 
@@ -375,6 +384,7 @@ static int cmd_set(int argc, char **argv)
 	c.ck = ck;
 	c.data = data;
 	c.len = len;
+	memset(&cm, 0, sizeof(cm));
 	cm.st = c.st;
 	cm.read = set_read;
 	cm.ctx = &c;
@@ -383,6 +393,9 @@ static int cmd_set(int argc, char **argv)
 		fprintf(stderr, "ptfs: %s: %s\n", argv[1], err.msg);
 		goto out;
 	}
+	if (cli_verbose)
+		fprintf(stderr, "ptfs: %s: committed (%s)\n", argv[1],
+			pt_ckpt_last_commit(ck));
 	rc = PTFS_EXIT_OK;
 out:
 	free(data);
@@ -399,6 +412,9 @@ int ptfs_cli(int argc, char **argv)
 	for (i = j = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--nested") == 0) {
 			cli_opts.nested = true;
+		} else if (strcmp(argv[i], "-v") == 0 ||
+			   strcmp(argv[i], "--verbose") == 0) {
+			cli_verbose = true;
 		} else if (strcmp(argv[i], "-o") == 0) {
 			if (i + 1 >= argc || parse_o(argv[++i]) != 0) {
 				return PTFS_EXIT_USAGE;

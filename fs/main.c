@@ -15,16 +15,19 @@ static void usage(FILE *f)
 	      "       ptfs ls [-a] [--max N] [--nested] [-o OPTS] CHECKPOINT [PATH]\n"
 	      "       ptfs cat [--nested] [-o OPTS] CHECKPOINT PATH\n"
 	      "       ptfs info [-o OPTS] CHECKPOINT\n"
-	      "       ptfs set CHECKPOINT PATH < BYTES\n"
+	      "       ptfs set [-v] [-o commit=WAY] CHECKPOINT PATH < BYTES\n"
 	      "\n"
 	      "Mount a PyTorch checkpoint as a directory tree: every tensor is a file\n"
-	      "of its raw bytes with NAME.json beside it (see README.md).\n"
+	      "of its raw bytes with NAME.json beside it (see ptfs(1)).\n"
 	      "\n"
 	      "mount options:\n"
 	      "    -f                     stay in the foreground\n"
 	      "    -d                     debug output (implies -f)\n"
 	      "    -s                     single-threaded\n"
 	      "    -o ro                  read-only mount\n"
+	      "    -o rw                  read-write mount (default)\n"
+	      "    -o fsname=NAME         source shown by mount(8) (default: the\n"
+	      "                           checkpoint's absolute path)\n"
 	      "    -o allow_other         let other users see the mount\n"
 	      "    -o nested              dotted keys (a.b.c) as directories a/b/c\n"
 	      "    -o max_depth=N         cap on nesting of the pickle and the tree\n"
@@ -36,9 +39,11 @@ static void usage(FILE *f)
 	      "    -o max_records=N       cap on ZIP records\n"
 	      "    -o max_rank=N          cap on dimensions of one tensor\n"
 	      "    -o max_dir_entries=N   cap on entries of one directory\n"
-	      "                           (nested and the max_* options, N >= 1,\n"
-	      "                           work the same with ls, cat, info, set)\n"
-	      "    -o OPTION              other options are passed to libfuse\n"
+	      "                           (nested, commit= and the max_* options,\n"
+	      "                           N >= 1, work the same with ls, cat, info, set)\n"
+	      "    -o commit=WAY          how commits write: auto (clone where the\n"
+	      "                           filesystem can, else rewrite), rewrite,\n"
+	      "                           clone, inplace (patch behind an undo journal)\n"	      "    -o OPTION              other options are passed to libfuse\n"
 	      "    -h, --help             this text\n"
 	      "    -V, --version          version\n"
 	      "\n"
@@ -60,7 +65,7 @@ int main(int argc, char **argv)
 		return PTFS_EXIT_OK;
 	}
 	if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0) {
-		printf("ptfs %s\n", PTFS_VERSION);
+		ptfs_version(stdout);
 		return PTFS_EXIT_OK;
 	}
 	if (strcmp(argv[1], "ls") == 0 || strcmp(argv[1], "cat") == 0 ||

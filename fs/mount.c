@@ -94,9 +94,11 @@ struct ptfs {
 	struct pt_ckpt *ck;
 	const char *ckpath;             /* as given on the command line */
 	bool ro;
+	bool no_open;                   /* the kernel opens files itself */
 	bool singlethread;
-	uid_t uid;
+	uid_t uid;                      /* the checkpoint's owner ... */
 	gid_t gid;
+	mode_t mode;                    /* ... and permission bits */
 	struct fuse_session *se;
 	struct ov *ov;
 	bool warned_changed;            /* logged that it changed (atomic) */
@@ -139,6 +141,22 @@ static fuse_ino_t ino_of(struct ptfs *fs, struct pt_node *n)
 	return (fuse_ino_t)(uintptr_t)n;
 }
 
+/*
+ * Permissions (the kernel enforces them: the mount always passes
+ * default_permissions).  Every file and directory is owned by the
+ * checkpoint's owner and group; a tensor file has the checkpoint's read
+ * and write bits (write only when it can be written and the mount is not
+ * read-only), other files its read bits, a directory its read bits plus
+ * search where it may be read.  A 0600 checkpoint gives 0600 tensors and
+ * 0500 directories: other users see nothing, even with allow_other.
+ */
+static mode_t dir_mode(mode_t m)
+{
+	mode_t r = m & 0444;
+
+	return r | (r >> 2);
+}
+
 static void fill_stat(struct ptfs *fs, struct pt_node *n, struct stat *st)
 {
 	struct timespec mt = pt_ckpt_mtime(fs->ck);
@@ -159,7 +177,7 @@ static void fill_stat(struct ptfs *fs, struct pt_node *n, struct stat *st)
 	st->st_ctim = mt;
 	switch (a.type) {
 	case PT_NT_DIR:
-		st->st_mode = S_IFDIR | 0555;
+		st->st_mode = S_IFDIR | dir_mode(fs->mode);
 		st->st_nlink = 2;
 		st->st_size = 0;
 		st->st_blocks = 0;
@@ -169,7 +187,7 @@ static void fill_stat(struct ptfs *fs, struct pt_node *n, struct stat *st)
 		st->st_nlink = 1;
 		break;
 	case PT_NT_FILE:
-		st->st_mode = S_IFREG | (a.writable && !fs->ro ? 0644 : 0444);
+		st->st_mode = S_IFREG | (fs->mode & (a.writable && !fs->ro ? 0666 : 0444));
 		st->st_nlink = 1;
 		break;
 	}
@@ -177,7 +195,21 @@ static void fill_stat(struct ptfs *fs, struct pt_node *n, struct stat *st)
 
 static void ptfs_op_init(void *userdata, struct fuse_conn_info *conn)
 {
-	(void)userdata;
+	struct ptfs *fs = userdata;
+
+	/* A read-only mount needs no per-open state: open() answers ENOSYS
+	 * and the kernel stops sending OPEN and RELEASE for files (and FLUSH
+	 * after flush() answers ENOSYS), while still keeping each file's
+	 * page cache between opens.  Reading every NAME.json of a
+	 * 20,000-tensor tree: 60,000 requests become 20,000.  A writable
+	 * mount keeps them: a writer's handle carries its write state. */
+	if (fs->ro && (conn->capable & FUSE_CAP_NO_OPEN_SUPPORT)) {
+		conn->want |= FUSE_CAP_NO_OPEN_SUPPORT;
+		fs->no_open = true;
+	}
+	/* symlinks (cycles in the pickle) never change: one READLINK each */
+	if (conn->capable & FUSE_CAP_CACHE_SYMLINKS)
+		conn->want |= FUSE_CAP_CACHE_SYMLINKS;
 	if (conn->capable & FUSE_CAP_SPLICE_WRITE)
 		conn->want |= FUSE_CAP_SPLICE_WRITE;
 	if (conn->capable & FUSE_CAP_SPLICE_MOVE)
@@ -404,6 +436,11 @@ static void ptfs_op_open(fuse_req_t req, fuse_ino_t ino,
 		fuse_reply_err(req, EISDIR);
 		return;
 	}
+	if (fs->no_open && !write && !(fi->flags & O_TRUNC)) {
+		/* "open it yourself": the kernel sends no more OPEN/RELEASE */
+		fuse_reply_err(req, ENOSYS);
+		return;
+	}
 	if (write || (fi->flags & O_TRUNC)) {
 		if (fs->ro) {
 			fuse_reply_err(req, EROFS);
@@ -558,7 +595,9 @@ static void ptfs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 			 off_t off, struct fuse_file_info *fi)
 {
 	struct ptfs *fs = fs_of(req);
-	struct fh *h = (struct fh *)(uintptr_t)fi->fh;
+	/* no handle: a file the kernel opened itself (read-only mount) */
+	struct fh none = { .node = node_of(fs, ino) };
+	struct fh *h = fi->fh ? (struct fh *)(uintptr_t)fi->fh : &none;
 	struct pt_node *n = h->node;
 	struct pt_nattr a;
 	struct pt_error err;
@@ -568,7 +607,6 @@ static void ptfs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 	ssize_t got;
 	char *buf;
 
-	(void)ino;
 	pt_node_attr(n, &a);
 	if (busy && a.writable)
 		a.size = file_size(fs, n, a.size);
@@ -623,7 +661,7 @@ static void ptfs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 	struct wfile *w;
 	int rc;
 
-	if (!h->write || !h->ov) {
+	if (!h || !h->write || !h->ov) {
 		fuse_reply_err(req, EBADF);
 		return;
 	}
@@ -710,11 +748,17 @@ static void ptfs_op_flush(fuse_req_t req, fuse_ino_t ino,
 	struct ptfs *fs = fs_of(req);
 	struct fh *h = (struct fh *)(uintptr_t)fi->fh;
 	struct wfile *w = NULL;
-	struct ov_st *ov = h->ov;
+	struct ov_st *ov = h ? h->ov : NULL;
 	uint64_t size = 0, nbytes = 0;
 	bool drop = false;
 	int rc = 0;
 
+	if (!h) {
+		/* opened by the kernel (read-only mount): nothing to check,
+		 * and ENOSYS stops further FLUSH requests */
+		fuse_reply_err(req, ENOSYS);
+		return;
+	}
 	if (h->write) {
 		pthread_mutex_lock(&fs->wlock);
 		HASH_FIND_PTR(fs->wfiles, &h->node, w);
@@ -762,9 +806,9 @@ static void ptfs_op_release(fuse_req_t req, fuse_ino_t ino,
 	struct fh *h = (struct fh *)(uintptr_t)fi->fh;
 	struct wfile *w;
 
-	if (h->ov)
+	if (h && h->ov)
 		ov_note_close(h->ov, ino);
-	if (h->write) {
+	if (h && h->write) {
 		pthread_mutex_lock(&fs->wlock);
 		HASH_FIND_PTR(fs->wfiles, &h->node, w);
 		if (w) {
@@ -807,7 +851,8 @@ static int commit_all(struct ptfs *fs, const char *why)
 			 fs->ckpath, why, err.msg);
 		return rc == -ENOSPC || rc == -EDQUOT ? rc : -EIO;
 	}
-	fuse_log(FUSE_LOG_INFO, "ptfs: %s: committed (%s)\n", fs->ckpath, why);
+	fuse_log(FUSE_LOG_INFO, "ptfs: %s: committed on %s (%s)\n", fs->ckpath, why,
+		 pt_ckpt_last_commit(fs->ck));
 	return 0;
 }
 
@@ -828,6 +873,17 @@ static void ptfs_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	const char *p, *end;
 	int count;
 
+	/* Only the user namespace is ours.  `ls -l` asks every file for
+	 * security.selinux and system.posix_acl_access, and the kernel
+	 * caches neither answer for a FUSE file system without POSIX ACLs:
+	 * ENODATA would cost two round trips per file (80,000 for a
+	 * 20,000-tensor tree).  EOPNOTSUPP is also the truth (no security
+	 * labels, no ACLs here), and ls, cp and tar remember it per device
+	 * and stop asking. */
+	if (strncmp(name, "user.", 5) != 0) {
+		fuse_reply_err(req, EOPNOTSUPP);
+		return;
+	}
 	pt_buf_init(&b);
 	count = pt_node_xattrs(fs->ck, node_of(fs, ino), &b);
 	p = b.p;
@@ -933,17 +989,60 @@ struct cmdline {
 	bool help;
 	bool version;
 	bool bad;
-	struct pt_ckpt_opts copts;      /* nested and the limits (opts.c) */
+	bool fsname;
+	struct pt_ckpt_opts copts;      /* nested, commit= and the limits
+					 * (opts.c) */
+	char *remote_opt[5];    /* cache_dir= ... s3_endpoint= (fs/remote.c) */
 };
 
-enum { KEY_HELP, KEY_VERSION, KEY_RO };
+enum { KEY_HELP, KEY_VERSION, KEY_RO, KEY_RW, KEY_IGNORE, KEY_FSNAME };
 
 static const struct fuse_opt ptfs_opts[] = {
+#define PTFS_OPT(t, p) { t, offsetof(struct cmdline, p), 1 }
+	PTFS_OPT("cache_dir=%s", remote_opt[0]),
+	PTFS_OPT("cache_size=%s", remote_opt[1]),
+	PTFS_OPT("timeout=%s", remote_opt[2]),
+	PTFS_OPT("cafile=%s", remote_opt[3]),
+	PTFS_OPT("s3_endpoint=%s", remote_opt[4]),
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
 	FUSE_OPT_KEY("--version", KEY_VERSION),
 	FUSE_OPT_KEY("ro", KEY_RO),
+	FUSE_OPT_KEY("rw", KEY_RW),
+	FUSE_OPT_KEY("fsname=", KEY_FSNAME),
+	/*
+	 * mount(8) and fstab options that mean nothing to a FUSE daemon:
+	 * mount.fuse3 strips some (user, _netdev, nofail, ...), mount(8)
+	 * others (defaults, x-*), but not when called another way, and
+	 * libfuse rejects what it does not know.  The atime family is moot:
+	 * every file shows the checkpoint's own times.
+	 */
+	FUSE_OPT_KEY("defaults", KEY_IGNORE),
+	FUSE_OPT_KEY("auto", KEY_IGNORE),
+	FUSE_OPT_KEY("noauto", KEY_IGNORE),
+	FUSE_OPT_KEY("user", KEY_IGNORE),
+	FUSE_OPT_KEY("nouser", KEY_IGNORE),
+	FUSE_OPT_KEY("users", KEY_IGNORE),
+	FUSE_OPT_KEY("owner", KEY_IGNORE),
+	FUSE_OPT_KEY("group", KEY_IGNORE),
+	FUSE_OPT_KEY("nofail", KEY_IGNORE),
+	FUSE_OPT_KEY("_netdev", KEY_IGNORE),
+	FUSE_OPT_KEY("comment=", KEY_IGNORE),
+	FUSE_OPT_KEY("relatime", KEY_IGNORE),
+	FUSE_OPT_KEY("norelatime", KEY_IGNORE),
+	FUSE_OPT_KEY("strictatime", KEY_IGNORE),
+	FUSE_OPT_KEY("nostrictatime", KEY_IGNORE),
+	FUSE_OPT_KEY("lazytime", KEY_IGNORE),
+	FUSE_OPT_KEY("nolazytime", KEY_IGNORE),
+	FUSE_OPT_KEY("diratime", KEY_IGNORE),
+	FUSE_OPT_KEY("nodiratime", KEY_IGNORE),
+	FUSE_OPT_KEY("iversion", KEY_IGNORE),
+	FUSE_OPT_KEY("noiversion", KEY_IGNORE),
+	FUSE_OPT_KEY("mand", KEY_IGNORE),
+	FUSE_OPT_KEY("nomand", KEY_IGNORE),
+	FUSE_OPT_KEY("silent", KEY_IGNORE),
+	FUSE_OPT_KEY("loud", KEY_IGNORE),
 	FUSE_OPT_END
 };
 
@@ -963,6 +1062,14 @@ static int opt_proc(void *data, const char *arg, int key,
 	case KEY_RO:
 		c->ro = true;
 		return 1; /* also a kernel mount option */
+	case KEY_RW:
+		c->ro = false; /* the last of ro/rw wins, as in mount(8) */
+		return 1;
+	case KEY_FSNAME:
+		c->fsname = true;
+		return 1;
+	case KEY_IGNORE:
+		return 0;
 	case FUSE_OPT_KEY_NONOPT:
 		if (c->nonopts == 0)
 			c->checkpoint = arg;
@@ -983,6 +1090,8 @@ static int opt_proc(void *data, const char *arg, int key,
 		}
 		/* fall through */
 	default:
+		if (strncmp(arg, "x-", 2) == 0)
+			return 0; /* fstab notes for other tools (x-systemd.*) */
 		if (arg[0] == '-' && strcmp(arg, "-f") != 0 &&
 		    strcmp(arg, "-d") != 0 && strcmp(arg, "-s") != 0 &&
 		    strcmp(arg, "-o") != 0 && strncmp(arg, "-o", 2) != 0) {
@@ -1030,6 +1139,75 @@ static void raise_readahead(const char *mountpoint)
 	fclose(f);
 }
 
+/*
+ * Name the mount after the checkpoint (-o fsname=/abs/model.pt), as
+ * sshfs names it after the remote path: mount(8), findmnt and df then show
+ * which file is mounted.  The user's own fsname= wins.
+ */
+static int add_fsname(struct fuse_args *args, const char *checkpoint)
+{
+	char real[PATH_MAX + 8] = "fsname=";
+	char *opts = NULL;
+	int rc;
+
+	if (!realpath(checkpoint, real + 7))
+		return 0; /* pt_ckpt_open reports the problem */
+	rc = fuse_opt_add_opt_escaped(&opts, real);
+	if (rc == 0)
+		rc = fuse_opt_add_arg(args, "-o");
+	if (rc == 0)
+		rc = fuse_opt_add_arg(args, opts);
+	free(opts);
+	return rc;
+}
+
+/* Before detaching: a rolled-back commit, then the checkpoint's warnings. */
+static void print_open_notes(struct pt_ckpt *ck, const char *ckpath)
+{
+	const char *warn = pt_ckpt_warnings(ck);
+
+	if (*pt_ckpt_recovery(ck))
+		fprintf(stderr, "ptfs: %s\n", pt_ckpt_recovery(ck));
+	while (*warn) {
+		const char *e = strchr(warn, '\n');
+		int len = e ? (int)(e - warn) : (int)strlen(warn);
+
+		fprintf(stderr, "ptfs: %s: warning: %.*s\n", ckpath, len, warn);
+		warn += len + (e ? 1 : 0);
+	}
+}
+
+/* The mount shows the checkpoint's owner and modes (see dir_mode()), and
+ * the kernel checks every caller against them (default_permissions). */
+static int take_permissions(struct ptfs *fs, const char *ckpath,
+			    struct fuse_args *args)
+{
+	struct stat st;
+
+	if (ptfs_is_url(ckpath)) {
+		/* a remote object has no owner here: the mounting user's,
+		 * readable by all (remote mounts are read-only) */
+		fs->uid = getuid();
+		fs->gid = getgid();
+		fs->mode = 0444;
+		fs->ro = true;
+		return fuse_opt_add_arg(args, "-odefault_permissions");
+	}
+	if (stat(ckpath, &st) != 0) {
+		fprintf(stderr, "ptfs: %s: %s\n", ckpath, strerror(errno));
+		return -1;
+	}
+	fs->uid = st.st_uid;
+	fs->gid = st.st_gid;
+	fs->mode = st.st_mode & 0777;
+	if (!fs->ro && faccessat(AT_FDCWD, ckpath, W_OK, AT_EACCESS) != 0) {
+		fprintf(stderr, "ptfs: %s: not writable by this user: mounted read-only\n",
+			ckpath);
+		fs->ro = true;
+	}
+	return fuse_opt_add_arg(args, "-odefault_permissions");
+}
+
 /* Once detached, stderr is /dev/null: the log goes to syslog. */
 __attribute__((format(printf, 2, 0)))
 static void syslog_log(enum fuse_log_level level, const char *fmt, va_list ap)
@@ -1049,7 +1227,7 @@ static int parse_cmdline(struct fuse_args *args, struct cmdline *c,
 	if (c->help)
 		return PTFS_EXIT_HELP;
 	if (c->version) {
-		printf("ptfs %s\n", PTFS_VERSION);
+		ptfs_version(stdout);
 		return PTFS_EXIT_OK;
 	}
 	if (!c->checkpoint || !c->mountpoint) {
@@ -1088,6 +1266,25 @@ static int serve(struct fuse_session *se, const struct fuse_cmdline_opts *fopts)
 	return rc;
 }
 
+/* The remote options given with -o, to fs/remote.c ("key=value"). */
+static int remote_options(const struct cmdline *c)
+{
+	static const char *const keys[] = { "cache_dir", "cache_size",
+		"timeout", "cafile", "s3_endpoint" };
+	static char buf[5][4200];   /* kept: the options point into it */
+	size_t k;
+
+	for (k = 0; k < 5; k++) {
+		if (!c->remote_opt[k])
+			continue;
+		snprintf(buf[k], sizeof(buf[k]), "%s=%s", keys[k],
+			 c->remote_opt[k]);
+		if (ptfs_remote_option(buf[k]) != 1)
+			return -1;
+	}
+	return 0;
+}
+
 int ptfs_mount_main(int argc, char **argv)
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
@@ -1096,7 +1293,6 @@ int ptfs_mount_main(int argc, char **argv)
 	struct cmdline c;
 	struct pt_error err;
 	struct ptfs fs;
-	const char *warn;
 	int rc = PTFS_EXIT_ERROR;
 
 	memset(&fs, 0, sizeof(fs));
@@ -1107,31 +1303,42 @@ int ptfs_mount_main(int argc, char **argv)
 		return rc;
 	}
 	rc = PTFS_EXIT_ERROR;
-	pt_error_clear(&err);
-	if (pt_ckpt_open(&fs.ck, c.checkpoint, &c.copts, &err) != 0) {
-		fprintf(stderr, "ptfs: %s: %s\n", c.checkpoint, err.msg);
+	if (!c.fsname && add_fsname(&args, c.checkpoint) != 0) {
+		fuse_opt_free_args(&args);
+		return PTFS_EXIT_ERROR;
+	}
+	if (remote_options(&c) != 0) {
+		rc = PTFS_EXIT_USAGE;
 		goto out;
 	}
-	warn = pt_ckpt_warnings(fs.ck);
-	while (*warn) {
-		const char *e = strchr(warn, '\n');
-		int len = e ? (int)(e - warn) : (int)strlen(warn);
-		fprintf(stderr, "ptfs: %s: warning: %.*s\n", c.checkpoint, len, warn);
-		warn += len + (e ? 1 : 0);
+	pt_error_clear(&err);
+	if (ptfs_open_checkpoint(c.checkpoint, &c.copts, &fs.ck, &err) != 0) {
+		ptfs_report_open(c.checkpoint, &err);
+		goto out;
 	}
+	print_open_notes(fs.ck, c.checkpoint);
 	fs.ckpath = c.checkpoint;
 	fs.ro = c.ro || !pt_ckpt_writable(fs.ck);
-	if (!c.ro && !pt_ckpt_writable(fs.ck))
-		fprintf(stderr, "ptfs: %s: %s: mounted read-only\n", c.checkpoint,
-			pt_ckpt_format(fs.ck));
+	if (!c.ro && !pt_ckpt_writable(fs.ck)) {
+		if (ptfs_is_url(c.checkpoint))
+			fprintf(stderr, "ptfs: %s: remote checkpoint: mounted read-only\n",
+				c.checkpoint);
+		else
+			fprintf(stderr, "ptfs: %s: %s: mounted read-only\n",
+				c.checkpoint, pt_ckpt_format(fs.ck));
+		/* a read-only kernel mount: opens for writing fail with
+		 * EROFS in the VFS, before any request */
+		if (fuse_opt_add_arg(&args, "-oro") != 0)
+			goto out;
+	}
 	fs.singlethread = fopts.singlethread;
 	pthread_mutex_init(&fs.wlock, NULL);
 	fs.ov = ov_new(fs.ck);
 	if (!fs.ov)
 		goto out;
 	pt_ckpt_set_storage_hook(fs.ck, storage_hook, &fs);
-	fs.uid = getuid();
-	fs.gid = getgid();
+	if (take_permissions(&fs, c.checkpoint, &args) != 0)
+		goto out;
 	se = fuse_session_new(&args, &ptfs_ops, sizeof(ptfs_ops), &fs);
 	if (!se) {
 		rc = PTFS_EXIT_USAGE;
@@ -1175,6 +1382,8 @@ out:
 		}
 	}
 	pt_ckpt_close(fs.ck);
+	for (size_t k = 0; k < 5; k++)
+		free(c.remote_opt[k]);
 	free(fopts.mountpoint);
 	fuse_opt_free_args(&args);
 	return rc;

@@ -5,6 +5,8 @@
  */
 #include "opts.h"
 
+#include "container/journal.h"
+
 #include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -57,6 +59,14 @@ int ptfs_opt_apply(struct pt_ckpt_opts *o, const char *opt)
 
 	if (strcmp(opt, "nested") == 0) {
 		o->nested = true;
+		return 1;
+	}
+	if (strncmp(opt, "commit=", 7) == 0) {
+		if (pt_commit_way_parse(opt + 7, &o->commit) != 0) {
+			fprintf(stderr, "ptfs: bad option '%s' (commit=auto, rewrite, clone or inplace)\n",
+				opt);
+			return -1;
+		}
 		return 1;
 	}
 	for (i = 0; i < sizeof(limit_opts) / sizeof(*limit_opts); i++) {

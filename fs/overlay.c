@@ -347,7 +347,37 @@ int ov_read_copy(struct ov *o, struct ov_st *s, void *buf, size_t n,
 struct commit_src {
 	struct ov *o;
 	struct ov_st *s;
+	uint64_t (*ranges)[2];          /* the written chunks, coalesced */
 };
+
+/* The chunks written, as (offset, length) runs: a commit then costs what
+ * was written (pt_commit.ranges).  The caller holds the gate. */
+static int dirty_ranges(struct commit_src *c, struct pt_commit *cm)
+{
+	struct ov_st *s = c->s;
+	size_t k, n = 0;
+
+	c->ranges = calloc(s->nchunks ? s->nchunks : 1, sizeof(*c->ranges));
+	if (!c->ranges)
+		return -ENOMEM;
+	for (k = 0; k < s->nchunks; k++) {
+		uint64_t lo = (uint64_t)k * OV_CHUNK, hi;
+
+		if (!s->chunks[k])
+			continue;
+		hi = lo + OV_CHUNK > s->size ? s->size : lo + OV_CHUNK;
+		if (n > 0 && c->ranges[n - 1][0] + c->ranges[n - 1][1] == lo)
+			c->ranges[n - 1][1] += hi - lo;
+		else {
+			c->ranges[n][0] = lo;
+			c->ranges[n][1] = hi - lo;
+			n++;
+		}
+	}
+	cm->ranges = (const uint64_t (*)[2])c->ranges;
+	cm->n_ranges = n;
+	return 0;
+}
 
 static int commit_read(void *ctx, void *buf, size_t n, uint64_t off)
 {
@@ -382,11 +412,24 @@ int ov_commit(struct ov *o, struct pt_error *err)
 		cs[n].st = s->st;
 		cs[n].read = commit_read;
 		cs[n].ctx = &src[n];
+		if (dirty_ranges(&src[n], &cs[n]) != 0) {
+			rc = pt_fail(err, -ENOMEM, "out of memory");
+			n++;
+			goto out;
+		}
 		n++;
 	}
 	rc = pt_ckpt_commit(o->ck, cs, n, err);
 	if (rc)
 		goto out;
+	/* a rewrite may have moved storages (an archive not in torch's
+	 * layout): take their new offsets */
+	for (i = 0; i < o->n; i++) {
+		struct ov_st *s = __atomic_load_n(&o->by_index[i], __ATOMIC_ACQUIRE);
+
+		if (s)
+			s->file_off = pt_storage_file_offset(s->st);
+	}
 	/* the file now holds the overlay's bytes */
 	for (i = 0; i < n; i++) {
 		struct ov_st *s = src[i].s;
@@ -401,6 +444,8 @@ int ov_commit(struct ov *o, struct pt_error *err)
 		pthread_rwlock_unlock(&s->lock);
 	}
 out:
+	for (i = 0; src && i < n; i++)
+		free(src[i].ranges);
 	free(cs);
 	free(src);
 	pthread_rwlock_unlock(&o->gate);

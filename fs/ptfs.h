@@ -9,6 +9,9 @@
 #ifndef PTFS_FS_PTFS_H
 #define PTFS_FS_PTFS_H
 
+#include <stdbool.h>
+#include <stdio.h>
+
 /* Exit codes, documented in README.md. */
 #define PTFS_EXIT_OK 0
 #define PTFS_EXIT_ERROR 1   /* the checkpoint cannot be opened or served */
@@ -23,5 +26,23 @@ int ptfs_cli(int argc, char **argv);
 /* `ptfs [options] CHECKPOINT MOUNTPOINT`: mounts and serves until
  * unmounted.  Returns one of the codes above. */
 int ptfs_mount_main(int argc, char **argv);
+
+/* Print the version, the formats this build reads and its libraries to @f
+ * (fs/version.c). */
+void ptfs_version(FILE *f);
+
+/* remote.c: CHECKPOINT as a URL (core/remote, when built with libcurl). */
+struct pt_ckpt;
+struct pt_ckpt_opts;
+struct pt_error;
+bool ptfs_is_url(const char *arg);
+/* 1: @opt ("key=value") is a remote option and was taken, 0: not one,
+ * -1: bad value (a line printed). */
+int ptfs_remote_option(const char *opt);
+/* pt_ckpt_open() of a path, or of a URL's remote source. */
+int ptfs_open_checkpoint(const char *arg, const struct pt_ckpt_opts *o,
+			 struct pt_ckpt **ck, struct pt_error *err);
+/* The one line for a checkpoint that cannot be opened. */
+void ptfs_report_open(const char *arg, const struct pt_error *err);
 
 #endif /* PTFS_FS_PTFS_H */

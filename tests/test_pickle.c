@@ -19,6 +19,7 @@
 #include <dirent.h>
 #include <sys/stat.h>
 #include <cmocka.h>
+#include "require.h"
 
 #include "base/text.h"
 #include "decode/pickle.h"
@@ -76,17 +77,17 @@ static void d_call(struct desc *d, const struct pt_value *v)
 	d_val(d, v->u.call.callable);
 	pt_buf_putc(&d->b, ',');
 	d_val(d, v->u.call.args);
-	if (v->u.call.kwargs) {
+	if (pt_call_kwargs(v)) {
 		pt_buf_puts(&d->b, ",kw=");
-		d_val(d, v->u.call.kwargs);
+		d_val(d, pt_call_kwargs(v));
 	}
-	if (v->u.call.items.n)
-		d_seq(d, &v->u.call.items, ",items=[", NULL, "]");
-	if (v->u.call.kv.n)
-		d_seq(d, &v->u.call.kv, ",kv={", ":", "}");
-	if (v->u.call.state) {
+	if (pt_call_items(v)->n)
+		d_seq(d, pt_call_items(v), ",items=[", NULL, "]");
+	if (pt_call_kv(v)->n)
+		d_seq(d, pt_call_kv(v), ",kv={", ":", "}");
+	if (pt_call_state(v)) {
 		pt_buf_puts(&d->b, ",state=");
-		d_val(d, v->u.call.state);
+		d_val(d, pt_call_state(v));
 	}
 	pt_buf_putc(&d->b, ')');
 }
@@ -581,12 +582,12 @@ static void test_ordered_dict(void **state)
 	assert_string_equal(fn->u.global.name, "OrderedDict");
 	assert_int_equal(v->u.call.args->kind, PT_V_TUPLE);
 	assert_int_equal(v->u.call.args->u.seq.n, 0);
-	assert_null(v->u.call.kwargs);
-	assert_null(v->u.call.state);
-	assert_int_equal(v->u.call.kv.n, 4);
-	assert_int_equal(v->u.call.kv.v[0]->kind, PT_V_STR);
-	assert_memory_equal(v->u.call.kv.v[0]->u.s.p, "a", 1);
-	assert_int_equal(v->u.call.kv.v[3]->u.i, 2);
+	assert_null(pt_call_kwargs(v));
+	assert_null(pt_call_state(v));
+	assert_int_equal(pt_call_kv(v)->n, 4);
+	assert_int_equal(pt_call_kv(v)->v[0]->kind, PT_V_STR);
+	assert_memory_equal(pt_call_kv(v)->v[0]->u.s.p, "a", 1);
+	assert_int_equal(pt_call_kv(v)->v[3]->u.i, 2);
 	pt_pickle_free(pk);
 }
 
@@ -599,7 +600,7 @@ static void test_build_newobj(void **state)
 	assert_int_equal(v->kind, PT_V_OBJ);
 	assert_string_equal(v->u.call.callable->u.global.module, "argparse");
 	assert_string_equal(v->u.call.callable->u.global.name, "Namespace");
-	st = v->u.call.state;
+	st = pt_call_state(v);
 	assert_non_null(st);
 	assert_int_equal(st->kind, PT_V_DICT);
 	assert_int_equal(st->u.dict.kv.n, 2);
@@ -1159,18 +1160,16 @@ static void try_dir(const char *dir, bool good)
 
 static void test_fixtures(void **state)
 {
-	const char *shared = getenv("PTFS_SHARED");
-	char real[2048], sub[4096];
+	const char *shared = ptfs_shared_dir();
+	char real[4200], sub[4600];
 	struct dirent *e;
 	DIR *d;
 
 	(void)state;
-	if (!shared)
-		shared = "/work/shared";
 	snprintf(real, sizeof(real), "%s/fixtures/real", shared);
 	d = opendir(real);
 	if (!d)
-		skip();
+		PTFS_SKIP("PTFS_REQUIRE_FIXTURES", "no fixture corpus (%s)", real);
 	while ((e = readdir(d)) != NULL) {
 		if (e->d_name[0] == '.')
 			continue;

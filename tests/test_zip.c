@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include "require.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -1308,9 +1309,8 @@ static void test_real_fixtures(void **state)
 	snprintf(path, sizeof(path), "%s/fixtures/real/PROVENANCE.tsv", shared);
 	f = fopen(path, "r");
 	if (!f) {
-		print_message("no fixtures at %s: skipped\n", path);
 		free(shared);
-		skip();
+		PTFS_SKIP("PTFS_REQUIRE_FIXTURES", "no fixture corpus (%s)", path);
 	}
 	while (fgets(line, sizeof(line), f)) {
 		char *cols[9] = { 0 };
@@ -1366,7 +1366,7 @@ static void test_malicious_fixtures(void **state)
 	top = opendir(root);
 	if (!top) {
 		free(shared);
-		skip();
+		PTFS_SKIP("PTFS_REQUIRE_FIXTURES", "no fixture corpus (%s)", root);
 	}
 	while ((d = readdir(top))) {
 		struct dirent *m;

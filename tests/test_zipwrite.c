@@ -7,7 +7,8 @@
  * of FORMAT.md §1.3-§1.5), Python zipfile otherwise (ZIP64 extras, deflate,
  * 70,000 records).  Results are checked with our own reader, with Python's
  * zipfile.testzip() and, where torch exists, with torch.load().  Tests that
- * need Python or torch are skipped without them.
+ * need Python or torch are skipped without them, with one "skipped:" line,
+ * or fail when PTFS_REQUIRE_PYTHON=1 (tests/require.h).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include "require.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -149,6 +151,8 @@ static void py_testzip(const char *path)
 
 	if (have_python())
 		assert_int_equal(py(s, path), 0);
+	else
+		assert_false(ptfs_required("PTFS_REQUIRE_PYTHON"));
 }
 
 static bool no_temp_files(void)
@@ -323,7 +327,7 @@ static void test_identity_torch(void **state)
 
 	(void)state;
 	if (!have_torch())
-		skip();
+		PTFS_SKIP("PTFS_REQUIRE_PYTHON", "no torch in " PY);
 	pathf(p, sizeof(p), "ident.pt");
 	make_torch(p, "dict(w=torch.randn(3,4), b=torch.arange(5), "
 		      "e=torch.zeros(0), **{'t%d' % i: torch.full((i + 1,), "
@@ -388,7 +392,7 @@ static void test_same_size_torch(void **state)
 
 	(void)state;
 	if (!have_torch())
-		skip();
+		PTFS_SKIP("PTFS_REQUIRE_PYTHON", "no torch in " PY);
 	for (i = 0; i < 12; i++)
 		nw[i] = (float)(i + 1);
 	pathf(p, sizeof(p), "same.pt");
@@ -453,7 +457,7 @@ static void test_size_change_torch(void **state)
 
 	(void)state;
 	if (!have_torch())
-		skip();
+		PTFS_SKIP("PTFS_REQUIRE_PYTHON", "no torch in " PY);
 	pathf(pa, sizeof(pa), "a");
 	assert_int_equal(mkdir(pa, 0700), 0);
 	pathf(pa, sizeof(pa), "b");
@@ -535,7 +539,7 @@ static void test_many_records(void **state)
 
 	(void)state;
 	if (!have_python())
-		skip();
+		PTFS_SKIP("PTFS_REQUIRE_PYTHON", "no " PY " with zipfile");
 	pathf(p, sizeof(p), "many.zip");
 	assert_int_equal(py(make, p), 0);
 	fz_open(&f, p);
@@ -578,7 +582,7 @@ static void test_zip64_extra_and_deflate(void **state)
 
 	(void)state;
 	if (!have_python())
-		skip();
+		PTFS_SKIP("PTFS_REQUIRE_PYTHON", "no " PY " with zipfile");
 	pathf(p, sizeof(p), "z64.zip");
 	make_pyzip(p);
 	fz_open(&f, p);
@@ -598,6 +602,8 @@ static void test_zip64_extra_and_deflate(void **state)
 	check_archive(p, false);
 	if (have_python())
 		assert_int_equal(py(verify, p), 0);
+	else
+		assert_false(ptfs_required("PTFS_REQUIRE_PYTHON"));
 	fz_open(&f, p);
 	assert_int_equal(fz_find(&f, "deflated")->method, PT_ZIP_DEFLATED);
 	/* everything from the change on was rewritten in torch style */
@@ -629,7 +635,7 @@ static void test_atomic(void **state)
 
 	(void)state;
 	if (!have_python())
-		skip();
+		PTFS_SKIP("PTFS_REQUIRE_PYTHON", "no " PY " with zipfile");
 	pathf(p, sizeof(p), "atomic.zip");
 	make_pyzip(p);
 	a = slurp(p, &na);
@@ -762,7 +768,7 @@ static void test_write_error(void **state)
 
 	(void)state;
 	if (!have_python())
-		skip();
+		PTFS_SKIP("PTFS_REQUIRE_PYTHON", "no " PY " with zipfile");
 	pathf(p, sizeof(p), "efbig.zip");
 	make_pyzip(p);
 	a = slurp(p, &na);
@@ -806,7 +812,7 @@ static void test_mode_owner_symlink(void **state)
 
 	(void)state;
 	if (!have_python())
-		skip();
+		PTFS_SKIP("PTFS_REQUIRE_PYTHON", "no " PY " with zipfile");
 	pathf(p, sizeof(p), "mode.zip");
 	pathf(l, sizeof(l), "link.zip");
 	make_pyzip(p);
@@ -861,8 +867,12 @@ static void test_big_zip64_torch(void **state)
 	size_t npkl;
 
 	(void)state;
-	if (!getenv("PTFS_BIG_TESTS") || !have_torch())
+	if (!getenv("PTFS_BIG_TESTS")) {
+		print_message("skipped: 4 GiB test (opt-in: PTFS_BIG_TESTS=1, 13 GB of disk)\n");
 		skip();
+	}
+	if (!have_torch())
+		PTFS_SKIP("PTFS_REQUIRE_PYTHON", "no torch in " PY);
 	pathf(pa, sizeof(pa), "biga");
 	assert_int_equal(mkdir(pa, 0700), 0);
 	pathf(pa, sizeof(pa), "bigb");

@@ -89,6 +89,8 @@ class Results:
                 kind, val = r["target"]
                 if kind == "speed" and sp is not None:
                     tgt = ">= %gx: %s" % (val, "HOLDS" if sp >= val else "MISSED")
+                elif kind == "time":
+                    tgt = "< %g s: %s" % (val, "HOLDS" if r["median"] < val else "MISSED")
                 elif kind == "max":
                     tgt = "< %.0f MiB: %s" % (val / MiB, "HOLDS" if r["median"] < val else "MISSED")
             line = "%-44s %11s %10s %9s %s" % (r["label"][:44], med, rate, speed, tgt)
@@ -474,6 +476,130 @@ def bench_commit(ctx, R):
           ref="cp of the checkpoint (same fs)", target=("speed", 0.8))
 
 
+# ---- 6b. commit ways (issue 13) --------------------------------------------
+
+def make_commit_ck(path, nbytes):
+    """nbytes of float32 "w" plus a 12 KiB tensor "t" (3072 float32)."""
+    import torch
+    torch.save({"w": torch.zeros(nbytes // 4, dtype=torch.float32),
+                "t": torch.zeros(3072, dtype=torch.float32)}, path)
+
+
+class LoopXfs:
+    """A loop-mounted XFS image with reflink, under @d; None when this
+    machine cannot (not root, no loop devices): the caller notes it."""
+
+    def __init__(self, d, size):
+        self.d, self.size, self.dev, self.mnt, self.why = d, size, None, None, None
+
+    def __enter__(self):
+        img = os.path.join(self.d, "xfs.img")
+        try:
+            if os.geteuid() != 0:
+                raise RuntimeError("not root")
+            with open(img, "wb") as f:
+                f.truncate(self.size)
+            subprocess.run(["mkfs.xfs", "-q", "-m", "reflink=1", img], check=True,
+                           capture_output=True)
+            self.dev = subprocess.run(["losetup", "-f", "--show", img], check=True,
+                                      capture_output=True).stdout.decode().strip()
+            self.mnt = os.path.join(self.d, "xfs")
+            os.makedirs(self.mnt, exist_ok=True)
+            subprocess.run(["mount", self.dev, self.mnt], check=True, capture_output=True)
+        except (OSError, RuntimeError, subprocess.CalledProcessError) as e:
+            self.why = str(e)
+            self.__exit__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.mnt and os.path.ismount(self.mnt):
+            subprocess.run(["umount", self.mnt], capture_output=True)
+        if self.dev:
+            subprocess.run(["losetup", "-d", self.dev], capture_output=True)
+            self.dev = None
+        img = os.path.join(self.d, "xfs.img")
+        if os.path.exists(img):
+            os.unlink(img)
+        return False
+
+
+def time_set(ctx, ck, way, data):
+    t0 = time.perf_counter()
+    r = subprocess.run([ctx.ptfs, "set", "-v", "-o", "commit=" + way, ck, "t"], input=data,
+                       capture_output=True)
+    dt = time.perf_counter() - t0
+    if r.returncode != 0:
+        raise RuntimeError("ptfs set -o commit=%s: %s" % (way, r.stderr.decode().strip()))
+    return dt, r.stderr.decode().strip()
+
+
+def commit_ways(ctx, R, sec, ck, ways):
+    """ptfs set of the 12 KiB tensor, each way alternated with the others."""
+    samples = {w: [] for w in ways}
+    said = {}
+    for rep in range(ctx.reps):
+        for w in alternate(rep, ways):
+            data = bytes([(rep * 7 + len(w)) % 251]) * (3072 * 4)
+            dt, msg = time_set(ctx, ck, w, data)
+            samples[w].append(dt)
+            said[w] = msg.split("(", 1)[-1].rstrip(")")
+    ref = "ptfs set -o commit=%s" % ways[0]
+    for w in ways:
+        label = "ptfs set -o commit=%s" % w
+        R.add(sec, label, samples[w], extra="(%s)" % said[w],
+              ref=None if label == ref else ref, target=None if w == ref else ("speed", 20.0))
+
+
+def memmap_flush(ctx, R, sec, ck, ways, mnt):
+    """numpy.memmap(r+) of mount/w, a 9 MB edit, flush(): each way."""
+    import numpy as np
+    samples = {w: [] for w in ways}
+    for rep in range(ctx.reps):
+        for w in alternate(rep, ways):
+            with Mount([ctx.ptfs, "-o", "commit=" + w, ck], mnt):
+                m = np.memmap(os.path.join(mnt, "w"), dtype=np.float32, mode="r+")
+                lo = (rep * 4099 * 1024) % (m.shape[0] - (9 << 20) // 4)
+                m[lo:lo + (9 << 20) // 4] = rep + 1.0
+                t0 = time.perf_counter()
+                m.flush()
+                samples[w].append(time.perf_counter() - t0)
+                del m
+    ref = "flush(), -o commit=%s" % ways[0]
+    for w in ways:
+        label = "flush(), -o commit=%s" % w
+        R.add(sec, label, samples[w],
+              ref=None if label == ref else ref, target=None if w == ref else ("time", 0.2))
+
+
+def bench_commit_ways(ctx, R):
+    nbytes = (256 * MiB) if ctx.quick else (1 * GiB)
+    ck = os.path.join(ctx.tmp, "commit.pt")
+    make_commit_ck(ck, nbytes)
+    size = ctx.human(os.path.getsize(ck))
+    sec = "6b. commit of one 12 KiB tensor in a %s checkpoint, work disk (%s)" % (
+        size, fs_type(ctx.tmp))
+    commit_ways(ctx, R, sec, ck, ["rewrite", "inplace"])
+    sec = "6c. memmap.flush() of a 9 MiB edit through a mount, work disk (%s)" % fs_type(ctx.tmp)
+    memmap_flush(ctx, R, sec, ck, ["rewrite", "inplace"], ctx.mnt("flush"))
+    with LoopXfs(ctx.tmp, 2 * os.path.getsize(ck) + 512 * MiB) as x:
+        if x.why:
+            R.note("commit ways on XFS: skipped (%s)" % x.why)
+        else:
+            xck = os.path.join(x.mnt, "commit.pt")
+            shutil.copy(ck, xck)
+            sec = "6d. commit of one 12 KiB tensor in a %s checkpoint, loop XFS reflink=1" % size
+            commit_ways(ctx, R, sec, xck, ["rewrite", "clone"])
+            sec = "6e. memmap.flush() of a 9 MiB edit through a mount, loop XFS reflink=1"
+            memmap_flush(ctx, R, sec, xck, ["rewrite", "clone"], ctx.mnt("flush-xfs"))
+            os.unlink(xck)
+    os.unlink(ck)
+
+
+def fs_type(path):
+    r = subprocess.run(["findmnt", "-n", "-o", "FSTYPE", "-T", path], capture_output=True)
+    return r.stdout.decode().strip() or "?"
+
+
 # ---- 7. settings -------------------------------------------------------
 
 def bench_settings(ctx, R):
@@ -530,6 +656,7 @@ class Ctx:
 
 SECTIONS = {"seq": bench_seq, "memmap": bench_memmap, "open": bench_open,
             "memory": bench_memory, "peers": bench_peers, "commit": bench_commit,
+            "commitways": bench_commit_ways,
             "settings": bench_settings}
 
 

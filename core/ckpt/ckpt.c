@@ -163,6 +163,12 @@ static int ckpt_of_source(struct pt_ckpt **out, struct pt_source *src,
 	return 0;
 }
 
+int pt_ckpt_open_source(struct pt_ckpt **out, struct pt_source *src,
+			const struct pt_ckpt_opts *opts, struct pt_error *err)
+{
+	return ckpt_of_source(out, src, true, opts, err);
+}
+
 int pt_ckpt_open(struct pt_ckpt **out, const char *path,
 		 const struct pt_ckpt_opts *opts, struct pt_error *err)
 {
@@ -187,10 +193,17 @@ int pt_ckpt_open(struct pt_ckpt **out, const char *path,
 		free(ck->path);
 		ck->path = index;
 	}
+	/* an interrupted in-place commit is rolled back before anything
+	 * reads the file (container/journal.h) */
+	rc = pt_journal_recover(ck->path, ck->recovery, sizeof(ck->recovery), err);
+	if (rc < 0)
+		goto out;
 	rc = pt_source_open_file(ck->path, &ck->src, err);
 	if (rc)
 		goto out;
 	rc = ckpt_load(ck, err);
+	if (rc == 0 && ck->recovery[0])
+		pt_buf_printf(&ck->notes, "journal: %s\n", ck->recovery);
 	if (rc)
 		goto out;
 	*out = ck;
@@ -317,9 +330,54 @@ bool pt_ckpt_writable(const struct pt_ckpt *ck)
 	return pt_source_local_path(ck->src) && ck->fmt && ck->fmt->commit;
 }
 
+const char *pt_ckpt_last_commit(const struct pt_ckpt *ck)
+{
+	return ck->last_commit;
+}
+
+const char *pt_ckpt_recovery(const struct pt_ckpt *ck)
+{
+	return ck->recovery;
+}
+
+/*
+ * The ZIP64 rewriter may have moved records (an archive not in torch's
+ * layout, e.g. written by Python's zipfile): index the new file and move
+ * every storage and pickle offset with its record.  The commit is done
+ * whatever happens here: a problem is a warning.
+ */
+static void reindex_after_commit(struct pt_ckpt *ck)
+{
+	struct pt_error err;
+	struct pt_zip *fresh = NULL;
+	uint64_t **offs;
+	size_t n = 0;
+
+	pt_error_clear(&err);
+	offs = calloc((size_t)ck->n_storages + (size_t)ck->n_pickles + 1, sizeof(*offs));
+	if (offs && pt_zip_open(&fresh, ck->src, &ck->opts.limits, &err) == 0) {
+		struct pt_storage *s, *tmp;
+		int k;
+
+		HASH_ITER(hh, ck->storages, s, tmp)
+			if (s->kind == PT_ST_FILE && !s->home)
+				offs[n++] = &s->file_off;
+		for (k = 0; k < ck->n_pickles; k++)
+			offs[n++] = &ck->pickles[k].file_off;
+		(void)pt_zip_adopt_layout(ck->zip, fresh, offs, n, &err);
+	}
+	if (!offs)
+		pt_fail(&err, -ENOMEM, "out of memory");
+	if (err.code)
+		pt__warn(ck, "after the commit: %s; remount to read the new file", err.msg);
+	pt_zip_close(fresh);
+	free(offs);
+}
+
 int pt_ckpt_commit(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
 		   struct pt_error *err)
 {
+	struct pt_error e2;
 	size_t i;
 	int rc;
 
@@ -332,10 +390,20 @@ int pt_ckpt_commit(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
 		if (!c[i].st->writable || c[i].st->kind != PT_ST_FILE)
 			return pt_fail(err, -EROFS, "storage '%s' cannot be written",
 				       c[i].st->key);
+	ck->commit_moved = false;
 	rc = ck->fmt->commit(ck, c, n, err);
 	if (rc)
 		return rc;
-	/* Same sizes, so the same layout: read the new file through the
-	 * same descriptor number from now on. */
-	return pt_source_reopen(ck->src, err);
+	/*
+	 * Renamed or patched: that is the commit, and it is never reported
+	 * as failed from here on.  Read the new file through the same
+	 * descriptor number; after the rewriter moved records, index it
+	 * again.  A problem is a warning (the mount logs it).
+	 */
+	pt_error_clear(&e2);
+	if (pt_source_reopen(ck->src, &e2) != 0)
+		pt__warn(ck, "after the commit: %s; remount to read the new file", e2.msg);
+	else if (ck->commit_moved && ck->zip)
+		reindex_after_commit(ck);
+	return 0;
 }

@@ -23,6 +23,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "container/journal.h"  /* enum pt_commit_way */
 #include "base/buf.h"
 #include "base/error.h"
 #include "base/pt_limits.h"
@@ -32,6 +33,7 @@ struct pt_node;
 
 struct pt_ckpt_opts {
 	struct pt_limits limits;   /* caps; pt_ckpt_opts_default() fills them */
+	enum pt_commit_way commit; /* -o commit=WAY */
 	bool nested;               /* show dotted str keys ("a.b.c") as
 				    * directories a/b/c (LAYOUT.md allows it
 				    * as an option; off by default) */
@@ -52,6 +54,16 @@ int pt_ckpt_open(struct pt_ckpt **out, const char *path,
 int pt_ckpt_open_mem(struct pt_ckpt **out, const void *mem, size_t len,
 		     const char *name, const struct pt_ckpt_opts *opts,
 		     struct pt_error *err);
+
+/*
+ * Open the checkpoint whose bytes @src gives (any source: a remote object,
+ * core/remote).  @src is owned from here on, also on failure; a directory
+ * form (DCP, a directory of shards) needs a path: open its .metadata or
+ * *.index.json instead.
+ */
+struct pt_source;
+int pt_ckpt_open_source(struct pt_ckpt **out, struct pt_source *src,
+			const struct pt_ckpt_opts *opts, struct pt_error *err);
 
 /* Close the checkpoint and free everything it owns, its tree included
  * (NULL is fine).  No node or storage of it may be used afterwards. */
@@ -185,9 +197,10 @@ ssize_t pt_node_read(struct pt_ckpt *ck, struct pt_node *node, void *buf,
 bool pt_node_extent(struct pt_ckpt *ck, const struct pt_node *node,
 		    uint64_t off, uint64_t n, int *fd, uint64_t *file_off);
 
-/* The tensor metadata JSON of a tensor file (borrowed, NUL-terminated), or
- * NULL for other nodes. */
-const char *pt_node_tensor_json(struct pt_ckpt *ck, struct pt_node *node);
+/* Append the tensor metadata JSON (NAME.json's text) of a tensor file or
+ * its sidecar to @out; false (nothing appended) for other nodes. */
+bool pt_node_tensor_json(struct pt_ckpt *ck, const struct pt_node *node,
+			 struct pt_buf *out);
 
 /* Extended attributes of a tensor file: fill @out with "name\0value\0"...
  * pairs (user.ptfs.dtype, user.ptfs.shape, ...).  Returns the count. */
@@ -229,6 +242,11 @@ struct pt_commit {
 	 * a negative errno.  May be called more than once for a range. */
 	int (*read)(void *ctx, void *buf, size_t n, uint64_t off);
 	void *ctx;
+	/* Optional: the only bytes that may differ from the file, as
+	 * @n_ranges sorted, disjoint (offset, length) pairs inside the
+	 * storage; NULL: any byte may.  Commits then cost these bytes. */
+	const uint64_t (*ranges)[2];
+	size_t n_ranges;
 };
 
 /*
@@ -257,6 +275,14 @@ typedef int (*pt_storage_hook)(void *ctx, const struct pt_storage *st,
 			       void *buf, size_t n, uint64_t off);
 void pt_ckpt_set_storage_hook(struct pt_ckpt *ck, pt_storage_hook fn,
 			      void *ctx);
+
+/* How the last successful pt_ckpt_commit() wrote, one line ("clone, 12296
+ * bytes written"), or "" before any. */
+const char *pt_ckpt_last_commit(const struct pt_ckpt *ck);
+
+/* What opening did about an interrupted commit's journal (one line: rolled
+ * back, removed, set aside), or "". */
+const char *pt_ckpt_recovery(const struct pt_ckpt *ck);
 
 /* Whether pt_ckpt_commit() can work for this container. */
 bool pt_ckpt_writable(const struct pt_ckpt *ck);

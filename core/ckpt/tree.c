@@ -82,6 +82,16 @@ struct pt_node {
 	uint64_t size;
 };
 
+/* Nodes are carved from blocks: no allocation per node, and a node's
+ * address (its inode number) never changes. */
+#define NODE_BLOCK 256
+
+struct node_blk {
+	struct node_blk *next;
+	size_t used;
+	struct pt_node n[NODE_BLOCK];
+};
+
 struct pt_tree {
 	pthread_mutex_t lock;
 	struct pt_node *root;
@@ -89,8 +99,8 @@ struct pt_tree {
 	uint64_t next_id;
 	struct dtab **tabs;             /* every table, for freeing */
 	size_t n_tabs, cap_tabs;
-	struct pt_node **nodes;         /* every node, for freeing */
-	size_t n_nodes, cap_nodes;
+	struct node_blk *blks;          /* every node, newest block first */
+	struct pt_buf scratch;          /* sizes of sidecars (under lock) */
 	char **texts;                   /* generated contents */
 	size_t n_texts, cap_texts;
 	bool nested;                    /* dotted keys as directories */
@@ -110,6 +120,21 @@ static bool grow(void **arr, size_t *cap, size_t n, size_t elem)
 	*arr = q;
 	*cap = nc;
 	return true;
+}
+
+/* A zeroed node, or NULL when out of memory (call under the lock). */
+static struct pt_node *node_alloc(struct pt_tree *t)
+{
+	struct node_blk *b = t->blks;
+
+	if (!b || b->used == NODE_BLOCK) {
+		b = calloc(1, sizeof(*b));
+		if (!b)
+			return NULL;
+		b->next = t->blks;
+		t->blks = b;
+	}
+	return &b->n[b->used++];
 }
 
 static char *keep_text(struct pt_tree *t, char *s)
@@ -436,7 +461,7 @@ static int fill_map(struct dtab *d, const struct pt_value *v)
 				return rc;
 		}
 	}
-	return add_pairs(d, &v->u.call.kv);
+	return add_pairs(d, pt_call_kv(v));
 }
 
 static int fill_seq(struct dtab *d, const struct pt_value *v)
@@ -455,7 +480,7 @@ static int fill_seq(struct dtab *d, const struct pt_value *v)
 				return rc;
 		}
 	}
-	return add_seq(d, &v->u.call.items, &idx);
+	return add_seq(d, pt_call_items(v), &idx);
 }
 
 static int add_named(struct dtab *d, const char *name, struct pt_value *val)
@@ -468,15 +493,15 @@ static int add_named(struct dtab *d, const char *name, struct pt_value *val)
  * appended onto it. */
 static int fill_object(struct dtab *d, struct pt_value *v)
 {
-	struct pt_value *st = deref(v->u.call.state);
+	struct pt_value *st = deref(pt_call_state(v));
 	const struct pt_vseq *pair;
 	size_t idx = 0;
 	int rc = 0;
 
 	if (v->u.call.args && v->u.call.args->u.seq.n)
 		rc = add_named(d, "args", v->u.call.args);
-	if (!rc && v->u.call.kwargs)
-		rc = add_named(d, "kwargs", v->u.call.kwargs);
+	if (!rc && pt_call_kwargs(v))
+		rc = add_named(d, "kwargs", pt_call_kwargs(v));
 	if (rc)
 		return rc;
 	if (st) {
@@ -496,10 +521,10 @@ static int fill_object(struct dtab *d, struct pt_value *v)
 		if (rc)
 			return rc;
 	}
-	rc = add_pairs(d, &v->u.call.kv);
+	rc = add_pairs(d, pt_call_kv(v));
 	if (rc)
 		return rc;
-	return add_seq(d, &v->u.call.items, &idx);
+	return add_seq(d, pt_call_items(v), &idx);
 }
 
 /* The entries of a directory value, within the entry cap. */
@@ -626,16 +651,11 @@ static struct pt_node *node_new(struct pt_ckpt *ck, struct pt_node *parent,
 				const struct dent *e, char *gen, size_t gen_len)
 {
 	struct pt_tree *t = ck->tree;
-	struct pt_node *n = calloc(1, sizeof(*n));
+	struct pt_node *n = node_alloc(t);
 	size_t len = 0;
 
 	if (!n)
 		return NULL;
-	if (!grow((void **)&t->nodes, &t->cap_nodes, t->n_nodes, sizeof(*t->nodes))) {
-		free(n);
-		return NULL;
-	}
-	t->nodes[t->n_nodes++] = n;
 	n->parent = parent;
 	n->name = e->name;
 	n->id = ++t->next_id;
@@ -645,19 +665,21 @@ static struct pt_node *node_new(struct pt_ckpt *ck, struct pt_node *parent,
 	switch (e->role) {
 	case R_VALUE:
 		break;
-	case R_JSON: {
-		struct pt_buf b;
-		pt_buf_init(&b);
-		pt__tensor_json(ck, e->val->aux, &b);
+	case R_JSON:
+		/* only its size: the text is made again for each read
+		 * (~1 us), so listing 20,000 sidecars keeps no 6 MB of
+		 * JSON in memory */
+		t->scratch.len = 0;
+		pt__tensor_json(ck, e->val->aux, &t->scratch);
+		if (t->scratch.oom)
+			return NULL;
 		n->type = PT_NT_FILE;
 		n->tensor = e->val->aux;
-		n->data = (const uint8_t *)keep_text(t, pt_buf_take(&b, &len));
-		n->size = len;
-		return n->data ? n : NULL;
-	}
+		n->size = t->scratch.len;
+		return n;
 	case R_META:
+		/* its table is built on first use (node_tab) */
 		n->type = PT_NT_DIR;
-		n->tab = t->meta_tab;
 		return n;
 	case R_RECDIR:
 		n->type = PT_NT_DIR;
@@ -735,6 +757,23 @@ static struct pt_node *node_new(struct pt_ckpt *ck, struct pt_node *parent,
 }
 
 static struct dtab *root_table(struct pt_ckpt *ck, int *rc);
+static int build_meta(struct pt_ckpt *ck, struct pt_tree *t);
+
+/* The table of /.ptfs, built the first time it is listed or searched:
+ * its records folder has one entry per archive record (20,000 for a
+ * 20,000-tensor torch.save file), which most mounts never look at.
+ * Call under the tree lock. */
+static struct dtab *meta_table(struct pt_ckpt *ck, int *rc)
+{
+	struct pt_tree *t = ck->tree;
+
+	if (!t->meta_tab) {
+		*rc = build_meta(ck, t);
+		if (*rc)
+			t->meta_tab = NULL; /* its tables are freed with t */
+	}
+	return t->meta_tab;
+}
 
 static struct dtab *node_tab(struct pt_ckpt *ck, struct pt_node *dir, int *rc)
 {
@@ -743,11 +782,11 @@ static struct dtab *node_tab(struct pt_ckpt *ck, struct pt_node *dir, int *rc)
 
 	if (d)
 		return d;
-	if (dir == t->root) {
+	if (dir == t->root || dir->role == R_META) {
 		pthread_mutex_lock(&t->lock);
 		d = dir->tab;
 		if (!d) {
-			d = root_table(ck, rc);
+			d = dir == t->root ? root_table(ck, rc) : meta_table(ck, rc);
 			if (d)
 				__atomic_store_n(&dir->tab, d, __ATOMIC_RELEASE);
 		}
@@ -961,6 +1000,22 @@ ssize_t pt_node_read(struct pt_ckpt *ck, struct pt_node *node, void *buf,
 		long long got = pt_zip_pread(ck->zip, node->entry, buf, n, off, err);
 		return (ssize_t)got;
 	}
+	if (node->role == R_JSON) {
+		struct pt_buf b;
+
+		pt_buf_init(&b);
+		pt__tensor_json(ck, node->tensor, &b);
+		if (b.oom || b.len != node->size) {
+			bool oom = b.oom;
+
+			pt_buf_free(&b);
+			return oom ? pt_fail(err, -ENOMEM, "out of memory") :
+				     pt_fail(err, -EIO, "tensor metadata changed size");
+		}
+		memcpy(buf, b.p + off, n);
+		pt_buf_free(&b);
+		return (ssize_t)n;
+	}
 	memcpy(buf, node->data + off, n);
 	return (ssize_t)n;
 }
@@ -990,25 +1045,13 @@ bool pt_node_extent(struct pt_ckpt *ck, const struct pt_node *node,
 	return false;
 }
 
-const char *pt_node_tensor_json(struct pt_ckpt *ck, struct pt_node *node)
+bool pt_node_tensor_json(struct pt_ckpt *ck, const struct pt_node *node,
+			 struct pt_buf *out)
 {
-	struct pt_node *p = node->parent;
-	size_t i, cnt;
-
-	if (!node->tensor || !p)
-		return NULL;
-	if (node->role == R_JSON)
-		return (const char *)node->data;
-	/* the sidecar is the next entry of the same table */
-	if (pt_tree_count(ck, p, &cnt))
-		return NULL;
-	for (i = 0; i + 1 < cnt; i++) {
-		if (p->kids && __atomic_load_n(&p->kids[i], __ATOMIC_ACQUIRE) == node) {
-			struct pt_node *j = pt_tree_child(ck, p, i + 1, NULL);
-			return j && j->role == R_JSON ? (const char *)j->data : NULL;
-		}
-	}
-	return NULL;
+	if (!node->tensor || (node->role != R_JSON && node->role != R_VALUE))
+		return false;
+	pt__tensor_json(ck, node->tensor, out);
+	return true;
 }
 
 static void shape_text(struct pt_buf *b, const int64_t *v, uint32_t n)
@@ -1422,22 +1465,16 @@ int pt__tree_new(struct pt_ckpt *ck, struct pt_error *err)
 {
 	struct pt_tree *t = calloc(1, sizeof(*t));
 	struct pt_node *root;
-	int rc;
 
 	if (!t)
 		return pt_fail(err, -ENOMEM, "out of memory");
 	pthread_mutex_init(&t->lock, NULL);
 	t->nested = ck->opts.nested;
 	ck->tree = t;
-	rc = build_meta(ck, t);
-	if (rc)
-		return pt_fail(err, rc, "building /.ptfs: %s", strerror(-rc));
-	root = calloc(1, sizeof(*root));
-	if (!root || !grow((void **)&t->nodes, &t->cap_nodes, t->n_nodes, sizeof(*t->nodes))) {
-		free(root);
+	pt_buf_init(&t->scratch);
+	root = node_alloc(t);
+	if (!root)
 		return pt_fail(err, -ENOMEM, "out of memory");
-	}
-	t->nodes[t->n_nodes++] = root;
 	t->root = root;
 	root->name = "";
 	root->id = ++t->next_id;
@@ -1483,15 +1520,19 @@ void pt__tree_free(struct pt_ckpt *ck)
 
 	if (!t)
 		return;
-	for (i = 0; i < t->n_nodes; i++) {
-		free(t->nodes[i]->kids);
-		free(t->nodes[i]);
+	while (t->blks) {
+		struct node_blk *b = t->blks;
+
+		for (i = 0; i < b->used; i++)
+			free(b->n[i].kids);
+		t->blks = b->next;
+		free(b);
 	}
 	for (i = 0; i < t->n_tabs; i++)
 		tab_free(t->tabs[i]);
 	for (i = 0; i < t->n_texts; i++)
 		free(t->texts[i]);
-	free(t->nodes);
+	pt_buf_free(&t->scratch);
 	free(t->tabs);
 	free(t->texts);
 	pthread_mutex_destroy(&t->lock);

@@ -1,170 +1,601 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * replace.c -- the copy-and-replace commit for containers without
- * checksums (safetensors): copy the file beside itself (copy_file_range,
- * so copy-on-write filesystems share extents), write the new bytes of each
- * range where they are, fsync, rename over the original, fsync the
- * directory.  Any failure removes the copy and leaves the original
- * untouched.
+ * replace.c -- safe replacement of a file: temporary file beside the real
+ * target, owner, mode, xattrs, checked writes and syncs, rename, directory
+ * sync (replace.h); and the fault-injection counters every writer uses.
  */
 #include "container/replace.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <linux/fs.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
+#include <sys/ioctl.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
-/* Copy all of @src into @out (copy_file_range from the source's extent, so copy-on-write filesystems share extents; read/write where it
- * is not supported). */
-static int copy_all(const struct pt_source *src, int out, const char *tmp,
-		    uint8_t *buf, size_t chunk, struct pt_error *err)
+#define RP_MAX_LINKS 40         /* like the kernel's MAXSYMLINKS */
+#define RP_COPY_CHUNK (64u << 20)
+#define RP_BOUNCE (1u << 20)
+
+/* ---- fault injection ---- */
+
+static pthread_mutex_t fault_mu = PTHREAD_MUTEX_INITIALIZER;
+static char fault_step[16];     /* "" = none */
+static unsigned fault_nth;
+static int fault_errno;         /* -1: SIGKILL */
+static bool fault_env_read;
+static struct {
+	char step[16];
+	unsigned n;
+} fault_counts[24];
+
+static int errno_by_name(const char *s)
 {
-	uint64_t done = 0, base = 0;
-	int e, in = -1;
+	static const struct {
+		const char *name;
+		int e;
+	} names[] = {
+		{ "ENOSPC", ENOSPC }, { "EIO", EIO }, { "EDQUOT", EDQUOT },
+		{ "EROFS", EROFS }, { "EACCES", EACCES }, { "EPERM", EPERM },
+		{ "EXDEV", EXDEV }, { "EOPNOTSUPP", EOPNOTSUPP },
+		{ "EINTR", EINTR }, { "KILL", -1 },
+	};
+	size_t i;
 
-	if (!pt_source_extent(src, 0, src->size, &in, &base))
-		return pt_fail(err, -EROFS, "commit: %s: not a local file",
-			       src->name);
+	for (i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (strcmp(s, names[i].name) == 0)
+			return names[i].e;
+	return atoi(s);
+}
 
-	while (done < src->size) {
-		loff_t from = (loff_t)(base + done), to = (loff_t)done;
-		ssize_t k = copy_file_range(in, &from, out, &to,
-					    (size_t)(src->size - done), 0);
+/* PTFS_FAULT=STEP:N:ERR, read once (caller holds fault_mu). */
+static void fault_read_env(void)
+{
+	const char *v = getenv("PTFS_FAULT");
+	char step[16];
+	char name[16];
+	unsigned n;
 
-		if (k > 0) {
-			done += (uint64_t)k;
-			continue;
+	fault_env_read = true;
+	if (!v || sscanf(v, "%15[a-z]:%u:%15[A-Za-z0-9]", step, &n, name) != 3)
+		return;
+	snprintf(fault_step, sizeof(fault_step), "%s", step);
+	fault_nth = n;
+	fault_errno = errno_by_name(name);
+}
+
+static unsigned *fault_counter(const char *step)
+{
+	size_t i;
+
+	for (i = 0; i < sizeof(fault_counts) / sizeof(fault_counts[0]); i++) {
+		if (fault_counts[i].step[0] == '\0')
+			snprintf(fault_counts[i].step,
+				 sizeof(fault_counts[i].step), "%s", step);
+		if (strcmp(fault_counts[i].step, step) == 0)
+			return &fault_counts[i].n;
+	}
+	return NULL;
+}
+
+int pt_fault(const char *step)
+{
+	unsigned *c;
+	int rc = 0;
+
+	pthread_mutex_lock(&fault_mu);
+	if (!fault_env_read)
+		fault_read_env();
+	c = fault_counter(step);
+	if (c) {
+		++*c;
+		if (fault_nth && *c == fault_nth &&
+		    strcmp(fault_step, step) == 0) {
+			if (fault_errno < 0)
+				raise(SIGKILL);
+			rc = fault_errno > 0 ? -fault_errno : -EIO;
 		}
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k < 0 && errno != EXDEV && errno != ENOSYS &&
-		    errno != EINVAL && errno != EOPNOTSUPP) {
-			e = errno;
-			return pt_fail(err, -e, "commit: write to %s: %s", tmp, strerror(e));
+	}
+	pthread_mutex_unlock(&fault_mu);
+	return rc;
+}
+
+void pt_fault_set(const char *step, unsigned nth, int errnum)
+{
+	pthread_mutex_lock(&fault_mu);
+	fault_env_read = true;
+	memset(fault_counts, 0, sizeof(fault_counts));
+	snprintf(fault_step, sizeof(fault_step), "%s", step ? step : "");
+	fault_nth = step ? nth : 0;
+	fault_errno = errnum;
+	pthread_mutex_unlock(&fault_mu);
+}
+
+unsigned pt_fault_count(const char *step)
+{
+	unsigned *c;
+	unsigned n;
+
+	pthread_mutex_lock(&fault_mu);
+	c = fault_counter(step);
+	n = c ? *c : 0;
+	pthread_mutex_unlock(&fault_mu);
+	return n;
+}
+
+/* ---- full reads and writes ---- */
+
+int pt_pwrite_full(int fd, const void *p, size_t n, uint64_t off,
+		   const char *step)
+{
+	const uint8_t *b = p;
+
+	while (n > 0) {
+		ssize_t k;
+		int rc = pt_fault(step);
+
+		if (rc)
+			return rc;
+		k = pwrite(fd, b, n, (off_t)off);
+		if (k < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
 		}
-		k = pread(in, buf, (size_t)(src->size - done < chunk ?
-					     src->size - done : chunk),
-			  (off_t)(base + done));
-		if (k <= 0 || pwrite(out, buf, (size_t)k, (off_t)done) != k) {
-			e = k < 0 ? errno : EIO;
-			return pt_fail(err, -e, "commit: write to %s: %s", tmp, strerror(e));
-		}
-		done += (uint64_t)k;
+		if (k == 0)
+			return -EIO;
+		b += k;
+		n -= (size_t)k;
+		off += (uint64_t)k;
 	}
 	return 0;
 }
 
-int pt_replace_ranges(const struct pt_source *src,
-		      const struct pt_replace *r, size_t n,
-		      struct pt_error *err)
+int pt_pread_full(int fd, void *p, size_t n, uint64_t off)
 {
-	const char *path = pt_source_local_path(src);
-	const size_t chunk = 4u << 20;
-	char *dir = NULL, *tmp = NULL, *base;
-	uint8_t *buf = NULL;
-	struct pt_error e2;
-	struct stat st;
-	size_t i;
-	int out = -1, dfd, rc = 0, e;
+	uint8_t *b = p;
 
-	if (!path)
-		return pt_fail(err, -EROFS, "commit: %s: not a local file",
-			       src->name);
-	rc = pt_source_check(src, PT_CHECK_NAME, err);
-	if (rc) {
-		pt_error_prefix(err, "commit");
-		return rc;
-	}
-	if (stat(path, &st) != 0)
-		return pt_fail(err, -errno, "commit: %s: %s", path, strerror(errno));
-	dir = strdup(path);
-	buf = malloc(chunk);
-	if (!dir || !buf) {
-		rc = pt_fail(err, -ENOMEM, "out of memory");
-		goto out;
-	}
-	base = strrchr(dir, '/');
-	if (base) {
-		*base++ = '\0';
-	} else {
-		base = dir;
-	}
-	if (asprintf(&tmp, "%s/.%s.ptfs-XXXXXX", base == dir ? "." : dir, base) < 0) {
-		tmp = NULL;
-		rc = pt_fail(err, -ENOMEM, "out of memory");
-		goto out;
-	}
-	out = mkstemp(tmp);
-	if (out < 0) {
-		e = errno;
-		free(tmp);
-		tmp = NULL;
-		rc = pt_fail(err, -e, "commit: cannot create a file beside %s: %s",
-			     path, strerror(e));
-		goto out;
-	}
-	if (fchmod(out, st.st_mode & 07777) != 0 ||
-	    (fchown(out, st.st_uid, st.st_gid) != 0 && errno != EPERM)) {
-		e = errno;
-		rc = pt_fail(err, -e, "commit: %s: %s", tmp, strerror(e));
-		goto out;
-	}
-	rc = copy_all(src, out, tmp, buf, chunk, err);
-	for (i = 0; rc == 0 && i < n; i++) {
-		uint64_t off;
+	while (n > 0) {
+		ssize_t k = pread(fd, b, n, (off_t)off);
 
-		for (off = 0; rc == 0 && off < r[i].len; off += chunk) {
-			size_t k = r[i].len - off < chunk ?
-				   (size_t)(r[i].len - off) : chunk;
-
-			rc = r[i].read(r[i].ctx, buf, k, off);
-			if (rc) {
-				pt_fail(err, rc, "commit: reading new contents: %s",
-					strerror(-rc));
-			} else if (pwrite(out, buf, k, (off_t)(r[i].off + off)) !=
-				   (ssize_t)k) {
-				e = errno ? errno : EIO;
-				rc = pt_fail(err, -e, "commit: write to %s: %s", tmp,
-					     strerror(e));
-			}
+		if (k < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
 		}
+		if (k == 0)
+			return -EIO;
+		b += k;
+		n -= (size_t)k;
+		off += (uint64_t)k;
 	}
-	if (rc)
-		goto out;
-	if (fsync(out) != 0) {
-		e = errno;
-		rc = pt_fail(err, -e, "commit: fsync %s: %s", tmp, strerror(e));
-		goto out;
+	return 0;
+}
+
+/* ---- resolving the target ---- */
+
+/* @dir + "/" + @rel, or @rel when it is absolute (malloc). */
+static char *join_path(const char *dir, const char *rel)
+{
+	char *s;
+
+	if (rel[0] == '/')
+		return strdup(rel);
+	if (asprintf(&s, "%s/%s", dir, rel) < 0)
+		return NULL;
+	return s;
+}
+
+/* The directory part of @p ("." when none, "/" for the root; malloc). */
+static char *dir_of(const char *p)
+{
+	const char *slash = strrchr(p, '/');
+
+	if (!slash)
+		return strdup(".");
+	if (slash == p)
+		return strdup("/");
+	return strndup(p, (size_t)(slash - p));
+}
+
+int pt_resolve_path(const char *path, char **real, struct pt_error *err)
+{
+	char *cur = strdup(path);
+	char link[PATH_MAX];
+	int hops;
+
+	*real = NULL;
+	if (!cur)
+		return pt_fail(err, -ENOMEM, "out of memory");
+	/* follow the last component by hand, so a dangling or looping link
+	 * is named in the message; realpath() then canonicalises the rest */
+	for (hops = 0; hops <= RP_MAX_LINKS; hops++) {
+		ssize_t k = readlink(cur, link, sizeof(link) - 1);
+		char *dir;
+		char *next;
+
+		if (k < 0) {
+			int e = errno;
+
+			if (e == EINVAL)
+				break;          /* not a link: the target */
+			pt_fail(err, -e, "%s: %s", cur, strerror(e));
+			free(cur);
+			return -e;
+		}
+		link[k] = '\0';
+		dir = dir_of(cur);
+		next = dir ? join_path(dir, link) : NULL;
+		free(dir);
+		if (!next) {
+			free(cur);
+			return pt_fail(err, -ENOMEM, "out of memory");
+		}
+		free(cur);
+		cur = next;
 	}
-	pt_error_clear(&e2);
-	if (pt_source_check(src, PT_CHECK_NAME, &e2) != 0) {
-		rc = pt_fail(err, -ESTALE, "commit: %s: checkpoint changed on disk during the commit",
-			     path);
-		goto out;
+	if (hops > RP_MAX_LINKS) {
+		pt_fail(err, -ELOOP, "%s: too many levels of symbolic links",
+			path);
+		free(cur);
+		return -ELOOP;
 	}
-	if (rename(tmp, path) != 0) {
-		e = errno;
-		rc = pt_fail(err, -e, "commit: rename %s: %s", tmp, strerror(e));
-		goto out;
+	*real = realpath(cur, NULL);
+	if (!*real) {
+		int e = errno;
+
+		pt_fail(err, -e, "%s%s%s: %s", cur, strcmp(cur, path) ? ", the target of " : "",
+			strcmp(cur, path) ? path : "", strerror(e));
+		free(cur);
+		return -e;
 	}
-	free(tmp);
-	tmp = NULL;
-	dfd = open(base == dir ? "." : dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd >= 0) {
-		(void)fsync(dfd); /* renamed already: that is success */
-		close(dfd);
+	free(cur);
+	return 0;
+}
+
+/* ---- the temporary file ---- */
+
+static bool ts_eq(const struct timespec *a, const struct timespec *b)
+{
+	return a->tv_sec == b->tv_sec && a->tv_nsec == b->tv_nsec;
+}
+
+static bool is_stale(const struct pt_replace_expect *x, const struct stat *st)
+{
+	return (x->dev && x->dev != st->st_dev) ||
+	       (x->ino && x->ino != st->st_ino) ||
+	       (x->size && x->size != st->st_size) ||
+	       ((x->mtime.tv_sec || x->mtime.tv_nsec) &&
+		!ts_eq(&x->mtime, &st->st_mtim));
+}
+
+/* May a failure to set this attribute be ignored?  Only where the kernel
+ * reserves the namespace (security.*, trusted.*, system.*) to privileged
+ * callers or the filesystem does not support it: a user.* attribute the
+ * original has is the user's data. */
+static bool xattr_optional(const char *name, int e)
+{
+	if (strncmp(name, "user.", 5) == 0)
+		return false;
+	return e == EPERM || e == EACCES || e == ENOTSUP || e == EOPNOTSUPP;
+}
+
+static int copy_one_xattr(int from, int to, const char *name,
+			  struct pt_error *err, const char *tmp)
+{
+	ssize_t n = fgetxattr(from, name, NULL, 0);
+	void *v;
+	int rc = 0;
+
+	if (n < 0)
+		return xattr_optional(name, errno) || errno == ENODATA ? 0
+		       : pt_fail(err, -errno, "read attribute %s: %s", name,
+				 strerror(errno));
+	v = malloc(n ? (size_t)n : 1);
+	if (!v)
+		return pt_fail(err, -ENOMEM, "out of memory");
+	n = fgetxattr(from, name, v, (size_t)n);
+	if (n >= 0) {
+		rc = pt_fault("xattr");
+		if (!rc && fsetxattr(to, name, v, (size_t)n, 0) != 0)
+			rc = -errno;
+		if (rc && xattr_optional(name, -rc))
+			rc = 0;
+		if (rc)
+			pt_fail(err, rc, "set attribute %s of %s: %s", name,
+				tmp, strerror(-rc));
 	}
-out:
-	if (out >= 0)
-		close(out);
-	if (tmp) {
-		unlink(tmp);
-		free(tmp);
-	}
-	free(dir);
-	free(buf);
+	free(v);
 	return rc;
+}
+
+/* Every extended attribute of @from onto @to. */
+static int copy_xattrs(int from, int to, const char *tmp,
+		       struct pt_error *err)
+{
+	ssize_t n = flistxattr(from, NULL, 0);
+	char *names;
+	ssize_t i;
+	int rc = 0;
+
+	if (n <= 0)
+		return 0;       /* none, or not supported here */
+	names = malloc((size_t)n);
+	if (!names)
+		return pt_fail(err, -ENOMEM, "out of memory");
+	n = flistxattr(from, names, (size_t)n);
+	for (i = 0; rc == 0 && i < n; i += (ssize_t)strlen(names + i) + 1)
+		rc = copy_one_xattr(from, to, names + i, err, tmp);
+	free(names);
+	return rc;
+}
+
+/* Owner, then mode (chown clears set-id bits), then attributes. */
+static int copy_identity(struct pt_replace *r, int orig, struct pt_error *err)
+{
+	int rc = pt_fault("owner");
+
+	if (!rc && fchown(r->fd, r->st.st_uid, r->st.st_gid) != 0 &&
+	    (errno != EPERM ||
+	     (r->st.st_uid == geteuid() && r->st.st_gid == getegid())))
+		rc = -errno;
+	if (rc)
+		return pt_fail(err, rc, "set owner of %s: %s", r->tmp,
+			       strerror(-rc));
+	rc = pt_fault("mode");
+	if (!rc && fchmod(r->fd, r->st.st_mode & 07777) != 0)
+		rc = -errno;
+	if (rc)
+		return pt_fail(err, rc, "set mode of %s: %s", r->tmp,
+			       strerror(-rc));
+	return copy_xattrs(orig, r->fd, r->tmp, err);
+}
+
+static int make_temp(struct pt_replace *r, struct pt_error *err)
+{
+	const char *slash = strrchr(r->real, '/');
+	const char *base = slash + 1;   /* r->real is absolute */
+	int blen = (int)strlen(base);
+	int rc;
+
+	if (blen > 200)
+		blen = 200;             /* stay under NAME_MAX */
+	if (asprintf(&r->tmp, "%.*s/.%.*s.ptfs-XXXXXX",
+		     (int)(slash - r->real), r->real, blen, base) < 0) {
+		r->tmp = NULL;
+		return pt_fail(err, -ENOMEM, "out of memory");
+	}
+	rc = pt_fault("create");
+	if (!rc) {
+		r->fd = mkostemp(r->tmp, O_CLOEXEC);
+		if (r->fd < 0)
+			rc = -errno;
+	}
+	if (rc) {
+		pt_fail(err, rc, "create a temporary file beside %s: %s",
+			r->real, strerror(-rc));
+		free(r->tmp);
+		r->tmp = NULL;
+	}
+	return rc;
+}
+
+int pt_replace_begin(struct pt_replace *r, const char *path,
+		     const struct pt_replace_expect *expect,
+		     struct pt_error *err)
+{
+	int orig;
+	int rc;
+
+	memset(r, 0, sizeof(*r));
+	r->fd = -1;
+	if (expect)
+		r->expect = *expect;
+	rc = pt_resolve_path(path, &r->real, err);
+	if (rc)
+		return rc;
+	orig = open(r->real, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (orig < 0 || fstat(orig, &r->st) != 0) {
+		rc = pt_fail(err, -errno, "%s: %s", r->real, strerror(errno));
+		goto fail;
+	}
+	if (!S_ISREG(r->st.st_mode)) {
+		rc = pt_fail(err, -EINVAL, "%s: not a regular file", r->real);
+		goto fail;
+	}
+	if (is_stale(&r->expect, &r->st)) {
+		rc = pt_fail(err, -ESTALE,
+			     "%s: checkpoint changed on disk since it was opened",
+			     r->real);
+		goto fail;
+	}
+	/* from here on, the file we looked at is the one we replace */
+	r->expect.dev = r->st.st_dev;
+	r->expect.ino = r->st.st_ino;
+	r->expect.size = r->st.st_size;
+	r->expect.mtime = r->st.st_mtim;
+	rc = make_temp(r, err);
+	if (!rc)
+		rc = copy_identity(r, orig, err);
+	if (rc)
+		goto fail;
+	close(orig);
+	return 0;
+fail:
+	if (orig >= 0)
+		close(orig);
+	pt_replace_abort(r);
+	return rc;
+}
+
+int pt_replace_write(struct pt_replace *r, const void *p, size_t n,
+		     uint64_t off, struct pt_error *err)
+{
+	int rc = pt_pwrite_full(r->fd, p, n, off, "write");
+
+	if (rc)
+		return pt_fail(err, rc, "write to %s: %s", r->tmp,
+			       strerror(-rc));
+	return 0;
+}
+
+/* The slow path of pt_replace_copy(). */
+static int copy_bounce(struct pt_replace *r, int in, uint64_t src,
+		       uint64_t n, uint64_t dst, struct pt_error *err)
+{
+	size_t cap = n < RP_BOUNCE ? (size_t)n : RP_BOUNCE;
+	uint8_t *b = malloc(cap ? cap : 1);
+	int rc = 0;
+
+	if (!b)
+		return pt_fail(err, -ENOMEM, "out of memory");
+	while (rc == 0 && n > 0) {
+		size_t k = n < cap ? (size_t)n : cap;
+
+		rc = pt_pread_full(in, b, k, src);
+		if (rc) {
+			pt_fail(err, rc, "read %s at %llu: %s", r->real,
+				(unsigned long long)src,
+				rc == -EIO ? "file shrank" : strerror(-rc));
+			break;
+		}
+		rc = pt_replace_write(r, b, k, dst, err);
+		src += k;
+		dst += k;
+		n -= k;
+	}
+	free(b);
+	return rc;
+}
+
+int pt_replace_copy(struct pt_replace *r, int in, uint64_t src, uint64_t n,
+		    uint64_t dst, struct pt_error *err)
+{
+	while (n > 0) {
+		loff_t io = (loff_t)src, oo = (loff_t)dst;
+		size_t k = n < RP_COPY_CHUNK ? (size_t)n : RP_COPY_CHUNK;
+		ssize_t got;
+		int rc = pt_fault("copy");
+
+		if (rc)
+			return pt_fail(err, rc, "copy to %s: %s", r->tmp,
+				       strerror(-rc));
+		got = copy_file_range(in, &io, r->fd, &oo, k, 0);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got < 0 && (errno == EXDEV || errno == ENOSYS ||
+				errno == EINVAL || errno == EOPNOTSUPP ||
+				errno == ETXTBSY || errno == EBADF))
+			return copy_bounce(r, in, src, n, dst, err);
+		if (got < 0)
+			return pt_fail(err, -errno, "copy to %s: %s", r->tmp,
+				       strerror(errno));
+		if (got == 0)
+			return pt_fail(err, -EIO, "read %s at %llu: file shrank",
+				       r->real, (unsigned long long)src);
+		src += (uint64_t)got;
+		dst += (uint64_t)got;
+		n -= (uint64_t)got;
+	}
+	return 0;
+}
+
+int pt_replace_clone(struct pt_replace *r, int in, struct pt_error *err)
+{
+	int rc = pt_fault("clone");
+
+	if (!rc && ioctl(r->fd, FICLONE, in) != 0)
+		rc = -errno;
+	if (rc == -EOPNOTSUPP || rc == -EXDEV || rc == -EINVAL ||
+	    rc == -ENOTTY || rc == -ENOSYS)
+		return rc == -ENOSYS ? -EOPNOTSUPP : rc;
+	if (rc)
+		return pt_fail(err, rc, "clone %s: %s", r->real,
+			       strerror(-rc));
+	return 0;
+}
+
+int pt_fsync_parent(const char *path)
+{
+	char *dir = dir_of(path);
+	int fd;
+	int rc;
+
+	if (!dir)
+		return -ENOMEM;
+	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	free(dir);
+	if (fd < 0)
+		return -errno;
+	rc = pt_fault("dirfsync");
+	if (!rc && fsync(fd) != 0)
+		rc = -errno;
+	close(fd);
+	return rc;
+}
+
+int pt_replace_commit(struct pt_replace *r, struct pt_error *err)
+{
+	struct stat now;
+	int rc = pt_fault("fsync");
+	int fd = r->fd;
+
+	if (!rc && fsync(fd) != 0)
+		rc = -errno;
+	if (rc) {
+		pt_fail(err, rc, "fsync %s: %s", r->tmp, strerror(-rc));
+		goto fail;
+	}
+	r->fd = -1;
+	rc = pt_fault("close");
+	if (close(fd) != 0 && !rc)
+		rc = -errno;
+	if (rc) {
+		pt_fail(err, rc, "close %s: %s", r->tmp, strerror(-rc));
+		goto fail;
+	}
+	/* last look: did anyone write to or replace the target meanwhile? */
+	if (stat(r->real, &now) != 0 || is_stale(&r->expect, &now)) {
+		rc = pt_fail(err, -ESTALE,
+			     "%s: checkpoint changed on disk since it was opened",
+			     r->real);
+		goto fail;
+	}
+	rc = pt_fault("rename");
+	if (!rc && rename(r->tmp, r->real) != 0)
+		rc = -errno;
+	if (rc) {
+		pt_fail(err, rc, "rename %s to %s: %s", r->tmp, r->real,
+			strerror(-rc));
+		goto fail;
+	}
+	free(r->tmp);
+	r->tmp = NULL;
+	/* renamed: that is the commit; a failed directory fsync cannot be
+	 * undone, and reporting it would say the old file is still there */
+	(void)pt_fsync_parent(r->real);
+	pt_replace_abort(r);
+	return 0;
+fail:
+	pt_replace_abort(r);
+	return rc;
+}
+
+void pt_replace_abort(struct pt_replace *r)
+{
+	if (r->fd >= 0)
+		close(r->fd);
+	r->fd = -1;
+	if (r->tmp)
+		unlink(r->tmp);
+	free(r->tmp);
+	free(r->real);
+	r->tmp = NULL;
+	r->real = NULL;
 }

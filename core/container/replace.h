@@ -1,39 +1,131 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * replace.h -- commit new bytes into byte ranges of a local file by copying
- * it beside itself and renaming the copy over it (replace.c).
+ * replace.h -- replace a file safely: the one way every writer of ptfs
+ * turns new contents into the user's file.
+ *
+ *   pt_replace_begin()   resolve the real file behind @path (symlink
+ *                        chains, relative and absolute: the target is
+ *                        written, the links are kept), check it is the file
+ *                        the caller indexed, create a temporary file in the
+ *                        target's directory with the target's owner, then
+ *                        its mode, then its extended attributes
+ *   pt_replace_write()   full-write loops into the temporary file
+ *   pt_replace_copy()    copy a range of another file (copy_file_range(),
+ *                        read/write where it cannot)
+ *   pt_replace_clone()   make the temporary file a clone of another file
+ *                        (FICLONE: XFS reflink, btrfs, bcachefs, ZFS)
+ *   pt_replace_commit()  fsync, close (both checked), look once more that
+ *                        the target did not change, rename over it, fsync
+ *                        the directory
+ *   pt_replace_abort()   remove the temporary file; the target is untouched
+ *
+ * Until the rename the target is never written; after a successful rename
+ * pt_replace_commit() returns 0 whatever happens next (a failed directory
+ * fsync cannot be undone, and reporting it would make the caller believe
+ * the old file is still there).  Errors are the real negative errno of the
+ * failing call (-ENOSPC stays -ENOSPC) with one line in the struct
+ * pt_error.
+ *
+ * Fault injection (tests): every step below counts its calls, process-wide;
+ * pt_fault_set() or the environment variable PTFS_FAULT=STEP:N:ERR makes
+ * the Nth call of STEP fail with errno ERR (a number or a name: ENOSPC,
+ * EIO, EDQUOT, EROFS, EACCES, EPERM, EXDEV, EOPNOTSUPP), or, with ERR =
+ * KILL, kills the process with SIGKILL right there (crash tests).  STEP is
+ * one of create, owner, mode, xattr, write, copy, clone, fsync, close,
+ * rename, dirfsync, and the journal's jwrite, jfsync, patch, pfsync,
+ * jremove (core/container/journal.c).
  */
-#ifndef PTFS_CORE_REPLACE_H
-#define PTFS_CORE_REPLACE_H
+#ifndef PTFS_CORE_CONTAINER_REPLACE_H
+#define PTFS_CORE_CONTAINER_REPLACE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <time.h>
 
 #include "base/error.h"
-#include "io/source.h"
 
-/* New contents for the bytes [@off, @off + @len) of the file. */
+/* What the target must still be (zero fields are not checked), so that a
+ * commit never replaces a file another program changed meanwhile. */
+struct pt_replace_expect {
+	dev_t dev;
+	ino_t ino;
+	off_t size;
+	struct timespec mtime;
+};
+
+/* One replacement in progress. */
 struct pt_replace {
-	uint64_t off;
-	uint64_t len;
-	/* Fill @buf with bytes [@off, @off + @n) of the new contents of the
-	 * range (offsets count from the range's start); 0 or -errno. */
-	int (*read)(void *ctx, void *buf, size_t n, uint64_t off);
-	void *ctx;
+	char *real;             /* the target: symlinks resolved (malloc) */
+	char *tmp;              /* the temporary file (malloc) */
+	int fd;                 /* the temporary file, O_RDWR */
+	struct stat st;         /* the target when begin() looked */
+	struct pt_replace_expect expect; /* checked again before rename */
 };
 
 /*
- * Replace the @n ranges @r (inside the file, not overlapping) of the local
- * file that @src reads (pt_source_local_path()): copy it beside itself as
- * "<dir>/.<name>.ptfs-XXXXXX" with the original's mode and owner, write
- * the new bytes, fsync, rename over the original, fsync the directory.
- * -ESTALE when the file changed on disk since @src opened it (checked
- * before and again just before the rename), -EROFS when @src is not a
- * local file, else -errno; a message in @err, the original untouched and
- * no temporary file left on any failure.  The caller reopens @src after a
- * success (pt_source_reopen()).
+ * Resolve @path to the file it finally names (every symlink in the chain
+ * followed, relative ones against their own directory) as an absolute,
+ * malloc()ed path in *@real.  -ELOOP for a cycle, -ENOENT for a dangling
+ * link, with the link named in the message.
  */
-int pt_replace_ranges(const struct pt_source *src, const struct pt_replace *r,
-		      size_t n, struct pt_error *err);
+int pt_resolve_path(const char *path, char **real, struct pt_error *err);
 
-#endif /* PTFS_CORE_REPLACE_H */
+/*
+ * Start replacing the file at @path.  @expect may be NULL.  On success the
+ * caller writes the complete new contents into r->fd (with the functions
+ * below) and calls pt_replace_commit() or pt_replace_abort().
+ */
+int pt_replace_begin(struct pt_replace *r, const char *path,
+		     const struct pt_replace_expect *expect,
+		     struct pt_error *err);
+
+/* Write all @n bytes at @off of the temporary file. */
+int pt_replace_write(struct pt_replace *r, const void *p, size_t n,
+		     uint64_t off, struct pt_error *err);
+
+/* Copy @n bytes at @src of @in to @dst of the temporary file. */
+int pt_replace_copy(struct pt_replace *r, int in, uint64_t src, uint64_t n,
+		    uint64_t dst, struct pt_error *err);
+
+/*
+ * Make the temporary file share all of @in's extents (FICLONE).  Returns
+ * -EOPNOTSUPP, -EXDEV, -EINVAL or -ENOTTY (no message recorded) when the
+ * filesystem cannot clone: the caller then copies instead.
+ */
+int pt_replace_clone(struct pt_replace *r, int in, struct pt_error *err);
+
+/* Durably move the temporary file over the target; frees @r either way
+ * (after a failure the temporary file is removed). */
+int pt_replace_commit(struct pt_replace *r, struct pt_error *err);
+
+/* Give up: remove the temporary file, free @r.  Safe after a failed begin
+ * and after commit. */
+void pt_replace_abort(struct pt_replace *r);
+
+/* fsync the directory holding @path; 0 or -errno (step "dirfsync"). */
+int pt_fsync_parent(const char *path);
+
+/* ---- fault injection (tests only) ---- */
+
+/* 0, or the injected -errno for this call of @step (see above). */
+int pt_fault(const char *step);
+
+/* Fail the @nth call (1-based, counted from now) of @step with @errnum
+ * (positive); @step NULL clears every fault and counter. */
+void pt_fault_set(const char *step, unsigned nth, int errnum);
+
+/* How many times @step ran since the last pt_fault_set(). */
+unsigned pt_fault_count(const char *step);
+
+/* write(2)/pwrite(2) every byte, retrying short writes and EINTR; a write
+ * that makes no progress is -EIO.  Step @step counted per call. */
+int pt_pwrite_full(int fd, const void *p, size_t n, uint64_t off,
+		   const char *step);
+
+/* pread(2) exactly @n bytes; -EIO when the file ends first. */
+int pt_pread_full(int fd, void *p, size_t n, uint64_t off);
+
+#endif /* PTFS_CORE_CONTAINER_REPLACE_H */

@@ -70,6 +70,8 @@ struct pt_zip_ent {
 	UT_hash_handle hh;              /* in pt_zip.by_name, keyed by e.name */
 	uint8_t *inflated;              /* usize bytes once inflated, or NULL;
 					 * guarded by pt_zip.lock */
+	bool unchecked;                 /* local header not read yet (see
+					 * zip_predict_local); pt_zip.lock */
 };
 
 struct pt_zip {
@@ -854,13 +856,126 @@ static int zip_set_prefix(struct pt_zip *z, struct pt_error *err)
 	return 0;
 }
 
+/*
+ * Sources whose every read costs a round trip (src->costly_reads, a remote
+ * object) should not have every local header read at open.  When a stored
+ * entry's place fits torch's layout exactly (FORMAT.md §1.4: payload at the
+ * first multiple of 64 after the name, the optional ZIP64 block and the FB
+ * block; a data descriptor of 16 or 24 bytes; the next record or the
+ * central directory right after it), take data_off from that layout and
+ * read the real local header on the entry's first use (zip_check_lazy).
+ * Anything else is read at open as usual.
+ */
+static bool zip_predict_local(struct pt_zip_entry *e, uint64_t next)
+{
+	uint64_t z64 = 0, start, data, desc;
+
+	if (e->method != PT_ZIP_STORED || !(e->flags & ZIP_FLAG_DESCRIPTOR))
+		return false;
+	if (e->usize >= ZIP_U32_SENTINEL || e->lho >= ZIP_U32_SENTINEL) {
+		z64 = 4;
+		if (e->usize >= ZIP_U32_SENTINEL)
+			z64 += 16;
+		if (e->lho >= ZIP_U32_SENTINEL)
+			z64 += 8;
+	}
+	start = e->lho + ZIP_LOCAL_LEN + e->name_len + z64 + 4;
+	data = (start + 63) / 64 * 64;
+	desc = e->csize == 0 ? 0 : e->zip64 ? 24 : 16;
+	if (next < data || next - data < desc || next - data - desc != e->csize)
+		return false;
+	e->data_off = data;
+	e->data_end = data + e->csize;
+	e->end = e->data_end + desc;
+	e->has_descriptor = desc != 0;
+	e->lh_extra_len = (uint16_t)(data - e->lho - ZIP_LOCAL_LEN - e->name_len);
+	return true;
+}
+
+static int zip_cmp_ent_lho(const void *a, const void *b)
+{
+	const struct pt_zip_entry *x = &(*(struct pt_zip_ent *const *)a)->e;
+	const struct pt_zip_entry *y = &(*(struct pt_zip_ent *const *)b)->e;
+
+	return zip_cmp_lho(&x, &y);
+}
+
+/* The open-time walk over local headers, or the prediction above. */
+static int zip_check_locals(struct pt_zip *z, uint8_t *lbuf,
+			    struct pt_error *err)
+{
+	const uint64_t n = z->info.n_entries;
+	struct pt_zip_ent **v = NULL;
+	uint64_t i;
+	int rc = 0;
+
+	if (z->src->costly_reads && n)
+		v = calloc((size_t)n, sizeof(*v));
+	if (v) {
+		for (i = 0; i < n; i++)
+			v[i] = &z->ents[i];
+		qsort(v, (size_t)n, sizeof(*v), zip_cmp_ent_lho);
+		for (i = 0; i < n; i++) {
+			uint64_t next = i + 1 < n ? v[i + 1]->e.lho : z->info.cd_off;
+
+			v[i]->unchecked = zip_predict_local(&v[i]->e, next);
+		}
+		free(v);
+	}
+	for (i = 0; i < n && !rc; i++)
+		if (!z->ents[i].unchecked)
+			rc = zip_check_local(z, &z->ents[i].e, lbuf, err);
+	return rc;
+}
+
+/* First use of a predicted entry: its local header must say the same. */
+static int zip_check_lazy(struct pt_zip *z, const struct pt_zip_entry *e,
+			  struct pt_error *err)
+{
+	struct pt_zip_ent *ze = zip_own(z, e);
+	struct pt_zip_entry real;
+	struct zip_quote q;
+	uint8_t *lbuf;
+	bool todo;
+	int rc;
+
+	if (!ze)
+		return 0;
+	pthread_mutex_lock(&z->lock);
+	todo = ze->unchecked;
+	pthread_mutex_unlock(&z->lock);
+	if (!todo)
+		return 0;
+	/* one request for the header, the payload and the read window that
+	 * looks for the data descriptor after it */
+	pt_source_prefetch(z->src, e->lho, e->end - e->lho + ZIP_WIN_SIZE);
+	lbuf = malloc(ZIP_LOCAL_LEN + 65535);
+	if (!lbuf)
+		return pt_fail(err, -ENOMEM, "zip: out of memory");
+	real = *e;
+	pthread_mutex_lock(&z->lock);   /* zip_read_win's window */
+	rc = zip_check_local(z, &real, lbuf, err);
+	pthread_mutex_unlock(&z->lock);
+	free(lbuf);
+	if (rc)
+		return rc;
+	if (real.data_off != e->data_off || real.end != e->end)
+		return pt_fail(err, -EBADMSG,
+			       "zip: entry '%s': local header at 0x%llx puts the data at 0x%llx, not where the central directory's layout does (0x%llx)",
+			       zip_quote(&q, e->name, e->name_len), ull(e->lho),
+			       ull(real.data_off), ull(e->data_off));
+	pthread_mutex_lock(&z->lock);
+	ze->unchecked = false;
+	pthread_mutex_unlock(&z->lock);
+	return 0;
+}
+
 int pt_zip_open(struct pt_zip **out, const struct pt_source *src,
 		const struct pt_limits *lim, struct pt_error *err)
 {
 	struct pt_zip *z = NULL;
 	uint8_t *cd = NULL;
 	uint8_t *lbuf = NULL;
-	uint64_t i;
 	int rc;
 
 	*out = NULL;
@@ -896,11 +1011,9 @@ int pt_zip_open(struct pt_zip **out, const struct pt_source *src,
 		rc = pt_fail(err, -ENOMEM, "zip: out of memory");
 		goto out;
 	}
-	for (i = 0; i < z->info.n_entries; i++) {
-		rc = zip_check_local(z, &z->ents[i].e, lbuf, err);
-		if (rc)
-			goto out;
-	}
+	rc = zip_check_locals(z, lbuf, err);
+	if (rc)
+		goto out;
 	rc = zip_check_overlaps(z, err);
 	if (rc)
 		goto out;
@@ -1065,6 +1178,9 @@ int pt_zip_inflated(struct pt_zip *z, const struct pt_zip_entry *e,
 	if (e->method != PT_ZIP_DEFLATED)
 		return pt_fail(err, -EINVAL, "zip: entry '%s' is not deflated",
 			       zip_quote(&q, e->name, e->name_len));
+	rc = zip_check_lazy(z, e, err);
+	if (rc)
+		return rc;
 	pthread_mutex_lock(&z->lock);
 	cached = ze->inflated;
 	pthread_mutex_unlock(&z->lock);
@@ -1104,8 +1220,10 @@ int pt_zip_read(struct pt_zip *z, const struct pt_zip_entry *e, uint8_t **out,
 			       zip_quote(&q, e->name, e->name_len),
 			       ull(e->usize));
 	if (e->method == PT_ZIP_STORED) {
-		rc = pt_source_dup(z->src, e->data_off, (size_t)e->usize, out,
-				   err);
+		rc = zip_check_lazy(z, e, err);
+		if (!rc)
+			rc = pt_source_dup(z->src, e->data_off,
+					   (size_t)e->usize, out, err);
 		if (rc)
 			return rc;
 		*len = (size_t)e->usize;
@@ -1143,8 +1261,10 @@ long long pt_zip_pread(struct pt_zip *z, const struct pt_zip_entry *e,
 		m = n;
 	if (e->method == PT_ZIP_STORED) {
 		/* data_off + usize <= size <= INT64_MAX was checked at open. */
-		rc = pt_source_read(z->src, buf, (size_t)m, e->data_off + off,
-				    err);
+		rc = zip_check_lazy(z, e, err);
+		if (!rc)
+			rc = pt_source_read(z->src, buf, (size_t)m,
+					    e->data_off + off, err);
 		if (rc)
 			return rc;
 		return (long long)m;
@@ -1154,4 +1274,97 @@ long long pt_zip_pread(struct pt_zip *z, const struct pt_zip_entry *e,
 		return rc;
 	memcpy(buf, inf + off, (size_t)m);
 	return (long long)m;
+}
+
+/* ---- after a commit rewrote the archive (issue 13) ---- */
+
+static int remap_cmp(const void *a, const void *b, void *arg)
+{
+	const struct pt_zip_ent *ents = arg;
+	uint64_t x = ents[*(const uint64_t *)a].e.data_off;
+	uint64_t y = ents[*(const uint64_t *)b].e.data_off;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Move the file offset *@p that pointed into a record's payload in @z's
+ * layout to the same byte in @fresh's. */
+static void remap_one(const struct pt_zip *z, const struct pt_zip *fresh,
+		      const uint64_t *order, uint64_t *p)
+{
+	uint64_t lo = 0;
+	uint64_t hi = z->info.n_entries;
+
+	if (*p == UINT64_MAX)
+		return;
+	while (lo < hi) {               /* last record starting at or before */
+		uint64_t mid = lo + (hi - lo) / 2;
+
+		if (z->ents[order[mid]].e.data_off <= *p)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == 0)
+		return;
+	{
+		const struct pt_zip_entry *o = &z->ents[order[lo - 1]].e;
+		const struct pt_zip_entry *nw = &fresh->ents[order[lo - 1]].e;
+
+		if (*p <= o->data_end)
+			*p = *p - o->data_off + nw->data_off;
+	}
+}
+
+int pt_zip_adopt_layout(struct pt_zip *z, const struct pt_zip *fresh,
+			uint64_t **offs, size_t n_offs, struct pt_error *err)
+{
+	uint64_t count = z->info.n_entries;
+	uint64_t *order;
+	uint64_t i;
+
+	if (fresh->info.n_entries != count)
+		return pt_fail(err, -EIO, "reindex after commit: %llu records, expected %llu",
+			       (unsigned long long)fresh->info.n_entries,
+			       (unsigned long long)count);
+	for (i = 0; i < count; i++) {
+		const struct pt_zip_entry *a = &z->ents[i].e;
+		const struct pt_zip_entry *b = &fresh->ents[i].e;
+
+		if (a->name_len != b->name_len || memcmp(a->name, b->name, a->name_len) ||
+		    a->usize != b->usize || a->method != b->method)
+			return pt_fail(err, -EIO, "reindex after commit: record %llu differs",
+				       (unsigned long long)i);
+	}
+	order = malloc((count ? (size_t)count : 1) * sizeof(*order));
+	if (!order)
+		return pt_fail(err, -ENOMEM, "out of memory");
+	for (i = 0; i < count; i++)
+		order[i] = i;
+	qsort_r(order, (size_t)count, sizeof(*order), remap_cmp, z->ents);
+	for (i = 0; i < n_offs; i++)
+		remap_one(z, fresh, order, offs[i]);
+	free(order);
+	for (i = 0; i < count; i++) {
+		struct pt_zip_entry *a = &z->ents[i].e;
+		const struct pt_zip_entry *b = &fresh->ents[i].e;
+
+		a->flags = b->flags;
+		a->version_needed = b->version_needed;
+		a->crc32 = b->crc32;
+		a->csize = b->csize;
+		a->lho = b->lho;
+		a->data_off = b->data_off;
+		a->data_end = b->data_end;
+		a->end = b->end;
+		a->lh_extra_len = b->lh_extra_len;
+		a->has_descriptor = b->has_descriptor;
+		a->zip64 = b->zip64;
+	}
+	z->info.cd_off = fresh->info.cd_off;
+	z->info.cd_size = fresh->info.cd_size;
+	z->info.eocd_off = fresh->info.eocd_off;
+	z->info.zip64 = fresh->info.zip64;
+	z->end_start = fresh->end_start;
+	return 0;
 }

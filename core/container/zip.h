@@ -138,4 +138,15 @@ void pt_zip_set_crc(struct pt_zip *z, const struct pt_zip_entry *e,
 /* The source the index reads (borrowed). */
 const struct pt_source *pt_zip_source(const struct pt_zip *z);
 
+/*
+ * After a commit rewrote the archive with the same records (names, sizes,
+ * methods, order) at possibly new offsets: take @fresh's layout (offsets,
+ * CRCs, flags, end records) into @z, whose entries stay where they are in
+ * memory, and move each file offset *@offs[i] (UINT64_MAX: skipped) that
+ * pointed into a record's payload to the same byte in the new layout.
+ * -EIO when @fresh does not hold the same records; @z is then unchanged.
+ */
+int pt_zip_adopt_layout(struct pt_zip *z, const struct pt_zip *fresh,
+			uint64_t **offs, size_t n_offs, struct pt_error *err);
+
 #endif /* PTFS_CORE_ZIP_H */

@@ -13,6 +13,7 @@
  * central directory and the ZIP64 end records are always regenerated.
  */
 #include "container/zipwrite.h"
+#include "container/replace.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -87,6 +88,11 @@ uint32_t pt_crc32(uint32_t crc, const void *p, size_t n)
 /* Each write syscall first passes here, so a test can fail any one. */
 static int zw_fault(struct zw *w)
 {
+	int rc = pt_fault("write");
+
+	if (rc)
+		return pt_fail(w->err, rc, "commit: write to %s: %s", w->tmp,
+			       strerror(-rc));
 	w->nwrites++;
 	if (w->fail_at && w->nwrites == w->fail_at)
 		return pt_fail(w->err, -EIO,
@@ -743,64 +749,6 @@ static int zw_check_same(const struct pt_zip *z, const char *path,
 	return 0;
 }
 
-/* Make "<dir>/.<base>.ptfs-XXXXXX" with the original's owner and mode. */
-static int zw_make_temp(const char *real, const struct stat *st, char **tmp,
-			int *fd, struct pt_error *err)
-{
-	const char *slash = strrchr(real, '/');
-	size_t dlen = slash ? (size_t)(slash - real) : 0;
-	const char *base = slash ? slash + 1 : real;
-	size_t blen = strlen(base);
-	size_t cap;
-	char *t;
-	int f;
-	int e;
-
-	*tmp = NULL;
-	*fd = -1;
-	if (blen > 200)
-		blen = 200;     /* stay under NAME_MAX with the suffix */
-	cap = dlen + blen + 32;
-	t = malloc(cap);
-	if (!t)
-		return pt_fail(err, -ENOMEM, "commit: out of memory");
-	if (!slash)
-		snprintf(t, cap, ".%.*s.ptfs-XXXXXX", (int)blen, base);
-	else if (dlen == 0)
-		snprintf(t, cap, "/.%.*s.ptfs-XXXXXX", (int)blen, base);
-	else
-		snprintf(t, cap, "%.*s/.%.*s.ptfs-XXXXXX", (int)dlen, real,
-			 (int)blen, base);
-	f = mkostemp(t, O_CLOEXEC);
-	if (f < 0) {
-		e = errno;
-		pt_fail(err, -e, "commit: create temporary file in %.*s: %s",
-			(int)(dlen ? dlen : 1), slash ? real : ".",
-			strerror(e));
-		free(t);
-		return -e;
-	}
-	/* chown first: it may clear set-id bits that fchmod then restores */
-	if (fchown(f, st->st_uid, st->st_gid) != 0 && errno != EPERM) {
-		e = errno;
-		goto fail;
-	}
-	if (fchmod(f, st->st_mode & 07777) != 0) {
-		e = errno;
-		goto fail;
-	}
-	*tmp = t;
-	*fd = f;
-	return 0;
-fail:
-	pt_fail(err, -e, "commit: set owner and mode of %s: %s", t,
-		strerror(e));
-	close(f);
-	unlink(t);
-	free(t);
-	return -e;
-}
-
 /* Write every record, the central directory and the end records. */
 static int zw_write_all(struct zw *w, const struct pt_zw_change **chg,
 			struct zw_rec *recs, struct zw_ord *ord, uint64_t n)
@@ -832,77 +780,21 @@ static int zw_write_all(struct zw *w, const struct pt_zw_change **chg,
 	return zw_flush(w);
 }
 
-/* Make the temporary file durable and move it over the original. */
-static int zw_install(struct zw *w, const char *real, const struct stat *st,
-		      const struct pt_zw_faults *faults)
-{
-	struct stat now;
-	const char *slash;
-	char *dir;
-	int dfd;
-	int e;
-
-	if (fsync(w->out) != 0) {
-		e = errno;
-		return pt_fail(w->err, -e, "commit: fsync %s: %s", w->tmp,
-			       strerror(e));
-	}
-	e = close(w->out) != 0 ? errno : 0;
-	w->out = -1;
-	if (e)
-		return pt_fail(w->err, -e, "commit: close %s: %s", w->tmp,
-			       strerror(e));
-	/* last look: did anyone write to or replace the original meanwhile? */
-	if (fstat(w->in, &now) != 0 || now.st_size != st->st_size ||
-	    !zw_ts_eq(&now.st_mtim, &st->st_mtim) ||
-	    stat(real, &now) != 0 || now.st_dev != st->st_dev ||
-	    now.st_ino != st->st_ino)
-		return pt_fail(w->err, -ESTALE,
-			       "commit: %s: checkpoint changed on disk since it was opened",
-			       real);
-	if (faults && faults->fail_rename)
-		return pt_fail(w->err, -EIO,
-			       "commit: rename %s to %s: injected fault",
-			       w->tmp, real);
-	if (rename(w->tmp, real) != 0) {
-		e = errno;
-		return pt_fail(w->err, -e, "commit: rename %s to %s: %s",
-			       w->tmp, real, strerror(e));
-	}
-	/*
-	 * The new file is in place.  Syncing the directory makes the rename
-	 * durable; if that fails there is nothing to undo, and reporting an
-	 * error would make the caller believe the original is unchanged.
-	 */
-	slash = strrchr(real, '/');
-	dir = slash ? strndup(real, slash == real ? 1 : (size_t)(slash - real))
-		    : strdup(".");
-	if (dir) {
-		dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		if (dfd >= 0) {
-			(void)fsync(dfd);
-			close(dfd);
-		}
-		free(dir);
-	}
-	return 0;
-}
-
 int pt_zip_rewrite(const char *path, const struct pt_zip *z,
 		   const struct pt_zw_change *changes, size_t n,
 		   const struct pt_zw_expect *expect,
 		   const struct pt_zw_faults *faults, struct pt_error *err)
 {
 	struct zw w;
+	struct pt_replace r;
+	struct pt_replace_expect rex;
 	const struct pt_zw_change **chg = NULL;
 	struct zw_rec *recs = NULL;
 	struct zw_ord *ord = NULL;
-	char *real = NULL;
-	char *tmp = NULL;
 	uint64_t count = pt_zip_info(z)->n_entries;
 	uint64_t i;
 	struct stat st;
-	bool installed = false;
+	bool begun = false;
 	int rc;
 	int e;
 
@@ -916,19 +808,28 @@ int pt_zip_rewrite(const char *path, const struct pt_zip *z,
 	rc = zw_map_changes(z, changes, n, &chg, err);
 	if (rc)
 		goto out;
-	real = realpath(path, NULL);
-	if (!real) {
-		e = errno;
-		rc = pt_fail(err, -e, "commit: %s: %s", path, strerror(e));
+	/* the safe-replace module: the real file behind symlinks, a
+	 * temporary beside it with its owner, mode and xattrs */
+	memset(&rex, 0, sizeof(rex));
+	if (expect) {
+		rex.dev = expect->dev;
+		rex.ino = expect->ino;
+		rex.size = expect->size;
+		rex.mtime = expect->mtime;
+	}
+	rc = pt_replace_begin(&r, path, &rex, err);
+	if (rc) {
+		pt_error_prefix(err, "commit");
 		goto out;
 	}
-	w.in = open(real, O_RDONLY | O_CLOEXEC);
+	begun = true;
+	w.in = open(r.real, O_RDONLY | O_CLOEXEC);
 	if (w.in < 0 || fstat(w.in, &st) != 0) {
 		e = errno;
-		rc = pt_fail(err, -e, "commit: open %s: %s", real, strerror(e));
+		rc = pt_fail(err, -e, "commit: open %s: %s", r.real, strerror(e));
 		goto out;
 	}
-	rc = zw_check_same(z, real, &st, expect, err);
+	rc = zw_check_same(z, r.real, &st, expect, err);
 	if (rc)
 		goto out;
 
@@ -949,29 +850,30 @@ int pt_zip_rewrite(const char *path, const struct pt_zip *z,
 	zw_read_attrs(&w, recs, count);
 	w.align = zw_alignment(&w, chg);
 
-	rc = zw_make_temp(real, &st, &tmp, &w.out, err);
-	if (rc)
-		goto out;
-	w.tmp = tmp;
+	w.out = r.fd;
+	w.tmp = r.tmp;
 	rc = zw_write_all(&w, chg, recs, ord, count);
 	if (rc)
 		goto out;
-	rc = zw_install(&w, real, &st, faults);
-	if (rc)
+	if (faults && faults->fail_rename) {
+		rc = pt_fail(err, -EIO, "commit: rename %s to %s: injected fault",
+			     r.tmp, r.real);
 		goto out;
-	installed = true;
+	}
+	begun = false;
+	rc = pt_replace_commit(&r, err);
+	if (rc) {
+		pt_error_prefix(err, "commit");
+		goto out;
+	}
 	for (i = 0; i < n; i++)
 		if (changes[i].crc_out)
 			*changes[i].crc_out = recs[changes[i].entry->index].crc;
 out:
-	if (w.out >= 0)
-		close(w.out);
-	if (tmp && !installed)
-		unlink(tmp);
+	if (begun)
+		pt_replace_abort(&r);
 	if (w.in >= 0)
 		close(w.in);
-	free(tmp);
-	free(real);
 	free(w.hbuf);
 	free(w.pbuf);
 	free(recs);

@@ -2,7 +2,9 @@
 /*
  * zipwrite.h -- the ZIP64 rewriter: commit changed records atomically.
  *
- * pt_zip_rewrite() writes a new archive beside the original (same directory,
+ * pt_zip_rewrite() writes a new archive beside the original through the
+ * safe-replace module (container/replace.h: symlinks followed to the real
+ * file, owner, mode and xattrs kept, same directory,
  * temporary name), then fsync()s it, renames it over the original and
  * fsync()s the directory.  Until the rename the original is untouched; any
  * failure (no space, read-only directory, the original changed since it was

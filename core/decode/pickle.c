@@ -34,6 +34,8 @@
 #define PT_ARENA_HUGE ((size_t)2 * 1024 * 1024)
 #define PT_ARENA_ALIGN ((size_t)16)
 
+const struct pt_vseq pt_vseq_empty;
+
 struct pt_arena_blk {
 	struct pt_arena_blk *next; /* older blocks */
 	size_t size;               /* usable bytes after the header */
@@ -1315,29 +1317,55 @@ static int pt_op_collect(struct pt_vm *vm)
 	return pt_push(vm, v);
 }
 
-/* Where APPEND/SETITEM/ADDITEMS put items on @t, or NULL. */
-static struct pt_vseq *pt_target_seq(struct pt_vm *vm, struct pt_value *t)
+/* The out-of-line part of call @v, made on first use.  0 or -errno. */
+static int pt_call_ext(struct pt_vm *vm, struct pt_value *v,
+		       struct pt_vcall_ext **out)
+{
+	int rc = 0;
+
+	if (!v->u.call.ext)
+		rc = pt_vm_alloc(vm, sizeof(*v->u.call.ext),
+				 (void **)&v->u.call.ext);
+	*out = v->u.call.ext;
+	return rc;
+}
+
+/* Where APPEND/SETITEM/ADDITEMS put items on @t: *@out, or NULL when @t
+ * takes none.  0 or -errno (out of memory). */
+static int pt_target_seq(struct pt_vm *vm, struct pt_value *t,
+			 struct pt_vseq **out)
 {
 	bool call = t->kind == PT_V_CALL || t->kind == PT_V_OBJ;
+	bool kv = vm->op == OP_SETITEM || vm->op == OP_SETITEMS;
+	struct pt_vcall_ext *x;
+	int rc;
 
+	*out = NULL;
 	switch (vm->op) {
 	case OP_APPEND:
 	case OP_APPENDS:
 		if (t->kind == PT_V_LIST)
-			return &t->u.seq;
-		return call ? &t->u.call.items : NULL;
+			*out = &t->u.seq;
+		break;
 	case OP_SETITEM:
 	case OP_SETITEMS:
 		if (t->kind == PT_V_DICT)
-			return &t->u.dict.kv;
-		return call ? &t->u.call.kv : NULL;
+			*out = &t->u.dict.kv;
+		break;
 	case OP_ADDITEMS:
 		if (t->kind == PT_V_SET)
-			return &t->u.seq;
-		return call ? &t->u.call.items : NULL;
+			*out = &t->u.seq;
+		break;
 	default:
-		return NULL;
+		return 0;
 	}
+	if (*out || !call)
+		return 0;
+	rc = pt_call_ext(vm, t, &x);
+	if (rc)
+		return rc;
+	*out = kv ? &x->kv : &x->items;
+	return 0;
 }
 
 /* APPEND, APPENDS, SETITEM, SETITEMS, ADDITEMS. */
@@ -1363,7 +1391,9 @@ static int pt_op_add(struct pt_vm *vm)
 		tpos = k - 1;
 	}
 	t = vm->stack[tpos];
-	seq = pt_target_seq(vm, t);
+	rc = pt_target_seq(vm, t, &seq);
+	if (rc)
+		return rc;
 	if (!seq)
 		return pt_vm_fail(vm, -EBADMSG, "cannot add items to a %s",
 				  pt_kind_name(t->kind));
@@ -1541,6 +1571,7 @@ static int pt_op_global(struct pt_vm *vm, const struct pt_arg *a)
 static int pt_make_call(struct pt_vm *vm, uint8_t kind, struct pt_value *fn,
 			struct pt_value *args, struct pt_value *kwargs)
 {
+	struct pt_vcall_ext *x;
 	struct pt_value *v;
 	int rc = pt_new(vm, kind, &v);
 
@@ -1548,7 +1579,12 @@ static int pt_make_call(struct pt_vm *vm, uint8_t kind, struct pt_value *fn,
 		return rc;
 	v->u.call.callable = fn;
 	v->u.call.args = args;
-	v->u.call.kwargs = kwargs;
+	if (kwargs) {
+		rc = pt_call_ext(vm, v, &x);
+		if (rc)
+			return rc;
+		x->kwargs = kwargs;
+	}
 	return pt_push(vm, v);
 }
 
@@ -1613,6 +1649,7 @@ static int pt_op_inst(struct pt_vm *vm, const struct pt_arg *a)
 static int pt_op_build(struct pt_vm *vm)
 {
 	struct pt_value *state, *obj;
+	struct pt_vcall_ext *x;
 	int rc;
 
 	rc = pt_pop(vm, &state);
@@ -1620,8 +1657,12 @@ static int pt_op_build(struct pt_vm *vm)
 		rc = pt_top(vm, &obj);
 	if (rc)
 		return rc;
-	if (obj->kind == PT_V_CALL || obj->kind == PT_V_OBJ)
-		obj->u.call.state = state;
+	if (obj->kind == PT_V_CALL || obj->kind == PT_V_OBJ) {
+		rc = pt_call_ext(vm, obj, &x);
+		if (rc)
+			return rc;
+		x->state = state;
+	}
 	return 0;
 }
 
@@ -2076,10 +2117,10 @@ int pt_vstack_push_children(struct pt_vstack *s, const struct pt_value *v)
 		return pt_vstack_push_seq(s, &v->u.dict.kv);
 	case PT_V_CALL:
 	case PT_V_OBJ:
-		if (pt_vstack_push_seq(s, &v->u.call.kv) ||
-		    pt_vstack_push_seq(s, &v->u.call.items) ||
-		    pt_vstack_push(s, v->u.call.state) ||
-		    pt_vstack_push(s, v->u.call.kwargs) ||
+		if (pt_vstack_push_seq(s, pt_call_kv(v)) ||
+		    pt_vstack_push_seq(s, pt_call_items(v)) ||
+		    pt_vstack_push(s, pt_call_state(v)) ||
+		    pt_vstack_push(s, pt_call_kwargs(v)) ||
 		    pt_vstack_push(s, v->u.call.args) ||
 		    pt_vstack_push(s, v->u.call.callable))
 			return -ENOMEM;

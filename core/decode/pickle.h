@@ -69,6 +69,20 @@ struct pt_vseq {
 	size_t cap;             /* allocated */
 };
 
+/*
+ * The parts of a call that most calls lack (a state dict's 20,000
+ * _rebuild_tensor_v2 and OrderedDict() calls have none), kept out of line
+ * so that every node is 40 bytes instead of 96.  Made in the arena on
+ * first use: NEWOBJ_EX keywords, BUILD, APPEND(S)/SETITEM(S) onto a call.
+ */
+struct pt_vcall_ext {
+	struct pt_value *kwargs;        /* NEWOBJ_EX dict or NULL */
+	struct pt_value *state;         /* last BUILD state or NULL */
+	struct pt_vseq items;           /* APPEND(S) onto it */
+	struct pt_vseq kv;              /* SETITEM(S) onto it, as in
+					 * dict.kv */
+};
+
 struct pt_value {
 	uint8_t kind;           /* enum pt_vkind */
 	uint8_t flags;          /* PT_VF_* */
@@ -100,15 +114,38 @@ struct pt_value {
 			struct pt_value *callable; /* REDUCE: the callable;
 						    * OBJ: the class */
 			struct pt_value *args;     /* a TUPLE (never NULL) */
-			struct pt_value *kwargs;   /* NEWOBJ_EX dict or NULL */
-			struct pt_value *state;    /* last BUILD state or NULL */
-			struct pt_vseq items;      /* APPEND(S) onto it */
-			struct pt_vseq kv;         /* SETITEM(S) onto it, as
-						    * in dict.kv */
+			struct pt_vcall_ext *ext;  /* the rest, or NULL when
+						    * it has none: read it
+						    * with pt_call_*() */
 		} call;
 		struct pt_value *pid;
 	} u;
 };
+
+/* An empty sequence, for calls without items. */
+extern const struct pt_vseq pt_vseq_empty;
+
+/* A call's (PT_V_CALL, PT_V_OBJ) keyword arguments, BUILD state, appended
+ * items and set items: NULL or empty when it has none. */
+static inline struct pt_value *pt_call_kwargs(const struct pt_value *v)
+{
+	return v->u.call.ext ? v->u.call.ext->kwargs : NULL;
+}
+
+static inline struct pt_value *pt_call_state(const struct pt_value *v)
+{
+	return v->u.call.ext ? v->u.call.ext->state : NULL;
+}
+
+static inline const struct pt_vseq *pt_call_items(const struct pt_value *v)
+{
+	return v->u.call.ext ? &v->u.call.ext->items : &pt_vseq_empty;
+}
+
+static inline const struct pt_vseq *pt_call_kv(const struct pt_value *v)
+{
+	return v->u.call.ext ? &v->u.call.ext->kv : &pt_vseq_empty;
+}
 
 struct pt_pickle;
 

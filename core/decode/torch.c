@@ -396,7 +396,7 @@ static int nested_spec(struct pt_ckpt *ck, const struct pt_value *v,
 	if (!v || (v->kind != PT_V_CALL && v->kind != PT_V_OBJ))
 		return pt_fail(err, -EBADMSG, "parameter data is not a tensor");
 	rc = tensor_spec(ck, v->u.call.callable, v->u.call.args,
-			 v->u.call.state, sp, depth + 1, err);
+			 pt_call_state(v), sp, depth + 1, err);
 	if (rc == 1)
 		return pt_fail(err, -EBADMSG, "parameter data is not a tensor");
 	if (rc == 0 && v->aux16 == PT_C_TENSOR) {
@@ -615,7 +615,7 @@ static int numpy_spec(struct pt_ckpt *ck, const struct pt_value *dtype,
 	sp->fortran = fortran;
 	sp->offset = 0;
 	sp->byteorder = '<';
-	dstate = dtype->u.call.state;
+	dstate = pt_call_state(dtype);
 	if (targs_n(dstate) >= 2) {
 		const struct pt_value *bo = targ(dstate, 1);
 		if (bo && bo->kind == PT_V_STR && bo->u.s.len == 1 &&
@@ -726,7 +726,7 @@ static int classify_call(struct pt_ckpt *ck, struct pt_value *v,
 
 	memset(&sp, 0, sizeof(sp));
 	sp.byteorder = ck->byteorder;
-	rc = tensor_spec(ck, fn, args, v->u.call.state, &sp, 0, err);
+	rc = tensor_spec(ck, fn, args, pt_call_state(v), &sp, 0, err);
 	if (rc < 0)
 		return rc;
 	if (rc == 0)
@@ -1078,6 +1078,10 @@ static ssize_t storage_read(struct pt_ckpt *ck, const struct pt_storage *st,
 			if (rc <= 0)
 				return rc ? rc : (ssize_t)n;
 		}
+		/* the rest of the storage is likely read next (a source
+		 * that gains from it fetches ahead; a no-op for files) */
+		pt_source_prefetch(ck->src, st->file_off + off,
+				   st->nbytes - off);
 		rc = pt_source_read(ck->src, buf, n, st->file_off + off, err);
 		return rc ? rc : (ssize_t)n;
 	case PT_ST_MEM:

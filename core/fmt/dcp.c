@@ -134,7 +134,7 @@ static const struct pt_value *field(const struct pt_value *obj,
 
 	if (!obj || (obj->kind != PT_V_OBJ && obj->kind != PT_V_CALL))
 		return NULL;
-	st = obj->u.call.state;
+	st = pt_call_state(obj);
 	if (st && st->kind == PT_V_DICT)
 		return dget(st, key);
 	if (st && st->kind == PT_V_TUPLE && st->u.seq.n == 2) {
@@ -629,7 +629,7 @@ static int dcp_props(const struct pt_value *props, const char *who,
 {
 	const struct pt_value *pst, *dtv = NULL, *rgv = NULL;
 
-	pst = props ? props->u.call.state : NULL;
+	pst = props ? pt_call_state(props) : NULL;
 	if (is_class(props, "TensorProperties") && pst &&
 	    pst->kind == PT_V_TUPLE && pst->u.seq.n >= 1) {
 		/* __getstate__: (dtype, layout, requires_grad, memory

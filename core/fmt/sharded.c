@@ -307,7 +307,7 @@ static int shard_tensors(const struct pt_ckpt *sub, struct tkey **map)
 		if (rc)
 			return rc;
 	}
-	return tkey_pairs(map, &r->u.call.kv);
+	return tkey_pairs(map, pt_call_kv(r));
 }
 
 /* Open shard @sh, a file beside the index. */

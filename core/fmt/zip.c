@@ -18,6 +18,7 @@
  * "0" do not collide.
  */
 #include "ckpt/ckpt_i.h"
+#include "container/zippatch.h"
 #include "container/zipwrite.h"
 
 #include <errno.h>
@@ -293,27 +294,19 @@ static int commit_read(void *ctx, void *buf, size_t n, uint64_t off)
 	return c->read(c->ctx, buf, n, off);
 }
 
-/* struct pt_format.commit: rewrite the archive with the storages' records
- * replaced, then take their new CRC-32s into ck->zip. */
-static int zip_commit(struct pt_ckpt *ck, const struct pt_commit *c,
-		      size_t n, struct pt_error *err)
+/* The ZIP64 rewriter: every record written again (records may move). */
+static int zip_rewrite(struct pt_ckpt *ck, const struct pt_commit *c,
+		       size_t n, uint32_t *crcs, struct pt_error *err)
 {
-	struct pt_zw_change *ch;
-	struct pt_commit *cc;
-	uint32_t *crcs;
+	struct pt_zw_change *ch = calloc(n, sizeof(*ch));
+	struct pt_commit *cc = calloc(n, sizeof(*cc));
 	size_t i;
 	int rc;
 
-	for (i = 0; i < n; i++)
-		if (!c[i].st->entry)
-			return pt_fail(err, -EROFS, "storage '%s' cannot be written",
-				       c[i].st->key);
-	ch = calloc(n, sizeof(*ch));
-	cc = calloc(n, sizeof(*cc));
-	crcs = calloc(n, sizeof(*crcs));
-	if (!ch || !cc || !crcs) {
-		rc = pt_fail(err, -ENOMEM, "out of memory");
-		goto out;
+	if (!ch || !cc) {
+		free(ch);
+		free(cc);
+		return pt_fail(err, -ENOMEM, "out of memory");
 	}
 	memcpy(cc, c, n * sizeof(*cc));
 	for (i = 0; i < n; i++) {
@@ -327,11 +320,89 @@ static int zip_commit(struct pt_ckpt *ck, const struct pt_commit *c,
 	 * (pt_source_check, PT_CHECK_NAME) */
 	rc = pt_zip_rewrite(pt_source_local_path(ck->src), ck->zip, ch, n,
 			    NULL, NULL, err);
-	for (i = 0; !rc && i < n; i++)
-		pt_zip_set_crc(ck->zip, c[i].st->entry, crcs[i]);
-out:
+	ck->commit_moved = rc == 0;
 	free(ch);
 	free(cc);
+	return rc;
+}
+
+/* Same-size changes of stored records as patches (container/zippatch.h),
+ * applied the way -o commit says; 1 when it is the rewriter's job. */
+static int zip_patch(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
+		     uint32_t *crcs, enum pt_commit_way *used, uint64_t *bytes,
+		     struct pt_error *err)
+{
+	struct pt_zp_change *ch = calloc(n, sizeof(*ch));
+	const struct pt_zip_entry *e;
+	struct pt_zp_plan plan;
+	size_t i;
+	int fd = -1;
+	uint64_t base = 0;
+	int rc;
+
+	if (!ch)
+		return pt_fail(err, -ENOMEM, "out of memory");
+	for (i = 0; i < n; i++) {
+		ch[i].entry = c[i].st->entry;
+		ch[i].size = c[i].st->nbytes;
+		ch[i].ranges = c[i].ranges;
+		ch[i].n_ranges = c[i].n_ranges;
+		ch[i].read = c[i].read;
+		ch[i].ctx = c[i].ctx;
+	}
+	e = pt_zip_entry_at(ck->zip, 0);
+	rc = 1;
+	if (e && pt_source_extent(ck->src, 0, ck->src->size, &fd, &base) && base == 0)
+		rc = pt_zip_plan(ck->zip, fd, ch, n, &plan, err);
+	if (rc == 0) {
+		rc = pt_patch_apply(pt_source_local_path(ck->src), ck->opts.commit,
+				    plan.p, plan.n, NULL, true, &ck->no_clone, used, err);
+		*bytes = plan.bytes;
+		if (rc == 0)
+			memcpy(crcs, plan.crcs, n * sizeof(*crcs));
+		pt_zip_plan_free(&plan);
+	}
+	free(ch);
+	return rc;
+}
+
+/* struct pt_format.commit: patch what changed (clone, in place) or rewrite
+ * the archive, as -o commit says; then take the new CRC-32s into ck->zip. */
+static int zip_commit(struct pt_ckpt *ck, const struct pt_commit *c,
+		      size_t n, struct pt_error *err)
+{
+	enum pt_commit_way used = PT_COMMIT_REWRITE;
+	uint64_t bytes = 0;
+	uint32_t *crcs;
+	size_t i;
+	int rc;
+
+	for (i = 0; i < n; i++)
+		if (!c[i].st->entry)
+			return pt_fail(err, -EROFS, "storage '%s' cannot be written",
+				       c[i].st->key);
+	rc = pt_source_check(ck->src, PT_CHECK_NAME, err);
+	if (rc)
+		return rc;
+	crcs = calloc(n, sizeof(*crcs));
+	if (!crcs)
+		return pt_fail(err, -ENOMEM, "out of memory");
+	rc = zip_patch(ck, c, n, crcs, &used, &bytes, err);
+	if (rc == 1) {
+		used = PT_COMMIT_REWRITE;
+		rc = zip_rewrite(ck, c, n, crcs, err);
+	}
+	if (rc) {
+		pt_error_prefix(err, "commit (%s)", pt_commit_way_name(used));
+	} else {
+		if (used == PT_COMMIT_REWRITE)
+			bytes = ck->src->size;
+		snprintf(ck->last_commit, sizeof(ck->last_commit),
+			 "%s, %llu bytes written", pt_commit_way_name(used),
+			 (unsigned long long)bytes);
+		for (i = 0; i < n; i++)
+			pt_zip_set_crc(ck->zip, c[i].st->entry, crcs[i]);
+	}
 	free(crcs);
 	return rc;
 }

@@ -179,13 +179,11 @@ int pt_source_reopen(struct pt_source *s, struct pt_error *err)
 	if (fd < 0 || fstat(fd, &st) != 0)
 		rc = pt_fail(err, -errno, "reopening after commit: %s",
 			     strerror(errno));
-	else if ((uint64_t)st.st_size != s->size)
-		rc = pt_fail(err, -EIO, "reopening after commit: size changed");
 	else if (dup2(fd, f->fd) < 0)
 		rc = pt_fail(err, -errno, "reopening after commit: %s",
 			     strerror(errno));
 	else
-		file_identity(f, &st);
+		file_identity(f, &st);  /* the size too: a rewrite may move records */
 	if (fd >= 0)
 		close(fd);
 	return rc;

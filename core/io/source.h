@@ -77,6 +77,9 @@ struct pt_source {
 					 * the name given at creation */
 	struct timespec mtime;          /* last modification; 0 unknown */
 	void *priv;                     /* the implementation's state */
+	bool costly_reads;              /* each read may cost a round trip
+					 * (a remote object): formats defer
+					 * what they can to first use */
 };
 
 /*
@@ -145,12 +148,12 @@ int pt_source_open_sibling(const struct pt_source *s, const char *rel,
 const char *pt_source_local_path(const struct pt_source *s);
 
 /*
- * After a commit replaced the local file @s reads by one of the same size:
- * reopen its path and read the new file through the same descriptor number
- * from now on (dup2, so zero-copy replies in flight stay valid), and
- * record its identity for pt_source_check().  -EIO when the size changed,
- * -EINVAL when @s is not a local file, else -errno; messages name the
- * problem.
+ * After a commit replaced or patched the local file @s reads: reopen its
+ * path and read the new file through the same descriptor number from now
+ * on (dup2, so zero-copy replies in flight stay valid), take its size (a
+ * rewrite may move records) and record its identity for
+ * pt_source_check().  -EINVAL when @s is not a local file, else -errno;
+ * messages name the problem.
  */
 int pt_source_reopen(struct pt_source *s, struct pt_error *err);
 

@@ -78,8 +78,10 @@ static void visit(struct pt_ckpt *ck, struct pt_node *node,
 	pt_node_describe(ck, node, &b);
 	(void)pt_node_xattrs(ck, node, &b);
 	FUZZ_CHECK(!b.oom);
+	b.len = 0;
+	(void)pt_node_tensor_json(ck, node, &b);
+	FUZZ_CHECK(!b.oom);
 	pt_buf_free(&b);
-	(void)pt_node_tensor_json(ck, node);
 	if (a.type == PT_NT_DIR) {
 		FUZZ_CHECK(pt_node_read(ck, node, &one, 1, 0, &err) ==
 			   -EISDIR);

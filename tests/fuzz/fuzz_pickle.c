@@ -62,13 +62,13 @@ static void walk(const struct pt_pickle *pk, struct pt_value *root)
 		case PT_V_OBJ:
 			FUZZ_CHECK(v->u.call.args != NULL);
 			FUZZ_CHECK(v->u.call.args->kind == PT_V_TUPLE);
-			FUZZ_CHECK(v->u.call.kv.n % 2 == 0);
+			FUZZ_CHECK(pt_call_kv(v)->n % 2 == 0);
 			kids[0] = v->u.call.callable;
 			kids[1] = v->u.call.args;
-			kids[2] = v->u.call.kwargs;
-			kids[3] = v->u.call.state;
-			seqs[0] = &v->u.call.items;
-			seqs[1] = &v->u.call.kv;
+			kids[2] = pt_call_kwargs(v);
+			kids[3] = pt_call_state(v);
+			seqs[0] = pt_call_items(v);
+			seqs[1] = pt_call_kv(v);
 			break;
 		case PT_V_PERSID:
 			kids[0] = v->u.pid;

@@ -10,7 +10,8 @@
  * $PTFS_SHARED/REL (the shared real fixtures, never copied into the
  * project).  A PATH that does not exist, or --shared without PTFS_SHARED,
  * is skipped with a note, so optional corpora can be named
- * unconditionally.  Exits 1 when no file was run at all, so a
+ * unconditionally; with PTFS_REQUIRE_FIXTURES=1 (CI) a missing --shared
+ * corpus is an error instead.  Exits 1 when no file was run at all, so a
  * misconfigured test cannot pass by doing nothing; a finding aborts.
  */
 #include <dirent.h>
@@ -147,14 +148,20 @@ int main(int argc, char **argv)
 		}
 		if (strncmp(argv[i], "--shared=", 9) == 0) {
 			const char *sh = getenv("PTFS_SHARED");
+			const char *req = getenv("PTFS_REQUIRE_FIXTURES");
+			bool required = req && strcmp(req, "1") == 0;
+			struct stat st;
 			char path[4096];
 
-			if (!sh || !*sh) {
-				fprintf(stderr, "replay: PTFS_SHARED unset, %s skipped\n",
-					argv[i] + 9);
+			snprintf(path, sizeof(path), "%s/%s", sh ? sh : "", argv[i] + 9);
+			if (!sh || !*sh || stat(path, &st) != 0) {
+				fprintf(stderr, "replay: skipped: no fixture corpus (%s)%s\n",
+					sh && *sh ? path : "PTFS_SHARED unset",
+					required ? ", required by PTFS_REQUIRE_FIXTURES=1" : "");
+				if (required)
+					rc = 1;
 				continue;
 			}
-			snprintf(path, sizeof(path), "%s/%s", sh, argv[i] + 9);
 			if (run_path(path, 0) != 0)
 				rc = 1;
 			continue;

@@ -24,13 +24,93 @@ SHARED = os.environ.get("PTFS_SHARED") or os.path.join(ROOT, "..", "shared")
 FIXTURES = os.path.join(SHARED, "fixtures", "real")
 
 have_fuse = os.path.exists("/dev/fuse") and shutil.which("fusermount3")
-needs_fuse = pytest.mark.skipif(not have_fuse, reason="no /dev/fuse or fusermount3")
+needs_fuse = pytest.mark.skipif(not have_fuse, reason="needs FUSE: no /dev/fuse or fusermount3")
+is_root = os.geteuid() == 0
+needs_root = pytest.mark.skipif(not is_root, reason="needs root: not running as root")
+HAVE_CORPUS = os.path.exists(os.path.join(FIXTURES, "PROVENANCE.tsv"))
+# Tests that read the shared fixture corpus carry this mark.  Without the
+# corpus they are not collected, and one test says "skipped: no fixture
+# corpus" (tests/py/test_corpus.py).
+fixture_corpus = pytest.mark.fixture_corpus
+
+# A skip whose reason holds one of these phrases becomes a failure when the
+# variable is 1 (CI sets them all: a green run means everything ran).
+REQUIRE = {
+    "needs FUSE": "PTFS_REQUIRE_FUSE",
+    "needs root": "PTFS_REQUIRE_ROOT",
+    "no fixture corpus": "PTFS_REQUIRE_FIXTURES",
+}
+
+
+def required(var):
+    return os.environ.get(var) == "1"
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "fixture_corpus: reads ../shared/fixtures (skipped without it)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if HAVE_CORPUS:
+        return
+    keep, drop = [], []
+    for item in items:
+        is_corpus = item.get_closest_marker("fixture_corpus") is not None
+        (drop if is_corpus and item.name != "test_corpus_present" else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+    if drop or any(i.name == "test_corpus_present" for i in keep):
+        config._ptfs_corpus_dropped = len(drop)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    if not rep.skipped or hasattr(rep, "wasxfail"):
+        return
+    reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+    for phrase, var in REQUIRE.items():
+        if phrase in reason and required(var):
+            rep.outcome = "failed"
+            rep.longrepr = "required by %s=1, but: %s" % (var, reason)
+            return
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    dropped = getattr(config, "_ptfs_corpus_dropped", None)
+    if dropped is not None and not required("PTFS_REQUIRE_FIXTURES"):
+        # One line; ctest's SKIP_REGULAR_EXPRESSION looks for it.
+        terminalreporter.write_line(
+            "skipped: no fixture corpus (%s): %d fixture tests not run"
+            % (FIXTURES, dropped))
 
 
 def run(*args, input=None, check=False):
     """Run ptfs with arguments; return CompletedProcess (bytes)."""
     return subprocess.run([PTFS, *args], input=input, capture_output=True,
                           check=check, timeout=300)
+
+
+def inert_run(args, tmp_path):
+    """Run ptfs under strace in an empty directory with HOME there; return
+    (CompletedProcess, the programs it executed, connections it tried,
+    files it left).  The canary: any payload that runs a command, opens a
+    socket or writes a file shows up in one of the three."""
+    assert shutil.which("strace"), "strace is needed (contrib/setup.sh)"
+    work = tmp_path / "work"
+    work.mkdir(parents=True)
+    log = tmp_path / "strace.log"
+    env = dict(os.environ, HOME=str(work), TMPDIR=str(work))
+    r = subprocess.run(["strace", "-f", "-qq", "-e", "trace=execve,connect",
+                        "-o", str(log), PTFS, *args],
+                       capture_output=True, env=env, cwd=work, timeout=120)
+    calls = log.read_text().splitlines()
+    execs = [c for c in calls if "execve(" in c]
+    connects = [c for c in calls if "connect(" in c]
+    return r, execs, connects, sorted(os.listdir(work))
 
 
 def is_mounted(path):

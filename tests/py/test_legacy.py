@@ -17,7 +17,7 @@ import torch
 
 import make_ckpts
 import oracle
-from conftest import FIXTURES, PTFS, fixture_rows, mounted, needs_fuse, run
+from conftest import FIXTURES, PTFS, fixture_corpus, fixture_rows, mounted, needs_fuse, run
 
 LOADABLE = ["every_dtype", "views", "tied", "optimizer", "nested", "odd_keys",
             "single_tensor", "single_int"]
@@ -326,7 +326,7 @@ ROWS = [r for r in fixture_rows()
         if r.get("container") in ("legacy-pickle", "tar", "other")]
 
 
-@pytest.mark.skipif(not ROWS, reason="no shared fixtures")
+@fixture_corpus
 @pytest.mark.parametrize("row", ROWS, ids=[r["local_name"] for r in ROWS])
 def test_fixture(row):
     path = os.path.join(FIXTURES, row["local_name"])

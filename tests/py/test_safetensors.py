@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import oracle
-from conftest import FIXTURES, PTFS, fixture_rows, mounted, needs_fuse, run
+from conftest import FIXTURES, PTFS, fixture_corpus, fixture_rows, mounted, needs_fuse, run
 
 # numpy dtype -> (safetensors name, torch name in NAME.json)
 NP_DTYPES = [
@@ -304,7 +304,7 @@ def test_holes_warn(tmp_path):
 ST_ROWS = [r for r in fixture_rows() if r.get("container") == "safetensors"]
 
 
-@pytest.mark.skipif(not ST_ROWS, reason="no shared fixtures")
+@fixture_corpus
 @pytest.mark.parametrize("row", ST_ROWS, ids=[r["local_name"] for r in ST_ROWS])
 def test_fixture(row):
     path = os.path.join(FIXTURES, row["local_name"])

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import oracle
-from conftest import FIXTURES, fixture_rows, mounted, needs_fuse, run
+from conftest import FIXTURES, fixture_corpus, fixture_rows, mounted, needs_fuse, run
 
 
 class Buffers(torch.nn.Module):
@@ -140,8 +140,8 @@ def path_of(row):
     return os.path.join(FIXTURES, row["local_name"])
 
 
-@pytest.mark.skipif(not ROWS, reason="no ../shared/fixtures")
-@pytest.mark.parametrize("row", ROWS, ids=lambda r: r["local_name"])
+@fixture_corpus
+@pytest.mark.parametrize("row", ROWS, ids=[r["local_name"] for r in ROWS])
 def test_fixture(row):
     path = path_of(row)
     r = run("ls", "-a", path)
@@ -157,11 +157,11 @@ def test_fixture(row):
         assert cli_cat(path, p) == oracle.tensor_bytes(t), p
 
 
+@fixture_corpus
 def test_json_layout_fixtures():
     """The 2019 layout (model.json) opens: tensors come from tensors/N."""
     rows = [r for r in ROWS if "old JSON layout" in r["notes"]]
-    if not rows:
-        pytest.skip("no fixtures")
+    assert rows
     for row in rows:
         path = path_of(row)
         r = run("info", path)
@@ -169,15 +169,15 @@ def test_json_layout_fixtures():
         assert "2019 layout" in r.stdout.decode()
     # foo (tch-rs 43955603): attribute 'value' = build_tensor_from_id(0)
     path = os.path.join(FIXTURES, "LaurentMazare__tch-rs/tests__foo__at_43955603.pt")
-    if os.path.exists(path):
-        assert cli_cat(path, "value") == cli_cat(path, ".ptfs/constants/c0")
-        assert len(cli_cat(path, "value")) == 4
+    assert os.path.exists(path)
+    assert cli_cat(path, "value") == cli_cat(path, ".ptfs/constants/c0")
+    assert len(cli_cat(path, "value")) == 4
 
 
+@fixture_corpus
 def test_pt2_fixture():
     path = os.path.join(FIXTURES, "pytorch__executorch/extension__named_data_map__test__linear.pt2")
-    if not os.path.exists(path):
-        pytest.skip("no fixture")
+    assert os.path.exists(path)
     w = cli_cat(path, "linear.weight")
     meta = json.loads(cli_cat(path, "linear.weight.json"))
     assert meta["dtype"] == "float32" and meta["shape"] == [3, 3] and len(w) == 36
@@ -186,10 +186,10 @@ def test_pt2_fixture():
     assert "torch.export archive (.pt2)" in run("info", path).stdout.decode()
 
 
+@fixture_corpus
 def test_aoti_fixture():
     path = os.path.join(FIXTURES, "pytorch__executorch/preprocess.pt2")
-    if not os.path.exists(path):
-        pytest.skip("no fixture")
+    assert os.path.exists(path)
     info = run("info", path).stdout.decode()
     assert "AOTInductor package" in info
     assert ".ptfs/aotinductor/model/" in run("ls", "-a", path).stdout.decode()

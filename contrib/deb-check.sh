@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Build the Debian package (cpack -G DEB), check its dependencies and
+# files, install it with apt-get, use the installed ptfs (--version, the
+# man page, the completion, the demo, mount -t fuse.ptfs), then remove it.
+# Usage: contrib/deb-check.sh [BUILD_DIR]   (as root; CI runs it)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dir=${1:-build-deb}
+fail() { echo "deb-check: FAIL: $*" >&2; exit 1; }
+[ "$(id -u)" -eq 0 ] || fail "needs root (apt-get install)"
+if dpkg-query -W -f='${Status}' ptfs 2>/dev/null | grep -q "install ok installed"; then
+	fail "a ptfs package is already installed; remove it first (apt-get remove ptfs)"
+fi
+
+echo "== package"
+cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBUILD_TESTING=OFF >/dev/null
+cmake --build "$dir" -j "$(nproc)" >/dev/null
+rm -f "$dir"/ptfs_*.deb
+(cd "$dir" && cpack -G DEB >/dev/null)
+debs=("$dir"/ptfs_*.deb)
+[ ${#debs[@]} -eq 1 ] && [ -f "${debs[0]}" ] || fail "cpack made no single ptfs_*.deb"
+deb=$(realpath "${debs[0]}")
+echo "$(basename "$deb"): $(stat -c %s "$deb") bytes"
+depends=$(dpkg-deb -f "$deb" Depends)
+echo "Depends: $depends"
+for d in fuse3 libfuse3-3 libdeflate0 libarchive13 libc6; do
+	grep -qE "(^|, )$d( |,|$)" <<<"$depends" || fail "Depends lacks $d"
+done
+files=$(dpkg-deb -c "$deb" | awk '{print $NF}')
+for f in ./usr/bin/ptfs ./usr/share/man/man1/ptfs.1.gz \
+	./usr/share/bash-completion/completions/ptfs ./usr/share/doc/ptfs/README.md \
+	./usr/share/doc/ptfs/LAYOUT.md ./usr/share/doc/ptfs/FORMATS.md; do
+	grep -qx -- "$f" <<<"$files" || fail "package lacks $f"
+done
+
+echo "== install"
+mnt=$(mktemp -d /tmp/ptfs-deb-XXXXXX)
+cleanup() {
+	mountpoint -q "$mnt/mnt" 2>/dev/null && umount "$mnt/mnt"
+	mountpoint -q "$mnt/demo/mnt" 2>/dev/null && fusermount3 -u "$mnt/demo/mnt"
+	DEBIAN_FRONTEND=noninteractive apt-get remove -y -qq ptfs >/dev/null || true
+	rm -rf "$mnt"
+}
+trap cleanup EXIT
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$deb" >/dev/null
+[ "$(command -v ptfs)" = /usr/bin/ptfs ] || fail "ptfs is not /usr/bin/ptfs on PATH"
+/usr/bin/ptfs --version
+/usr/bin/ptfs --version | grep -q "tar (torch <= 0.1.9)" || fail "the package's ptfs has no tar format"
+[ "$(man -w ptfs)" = /usr/share/man/man1/ptfs.1.gz ] || fail "man -w ptfs: $(man -w ptfs)"
+MANWIDTH=80 man ptfs 2>/dev/null | grep -q "mount a PyTorch checkpoint" || fail "man ptfs"
+# (the loader returns 124, "try again", once it has loaded a completion)
+bash -c 'source /usr/share/bash-completion/bash_completion
+	_completion_loader ptfs; complete -p ptfs' | grep -q "complete -F _ptfs ptfs" ||
+	fail "bash-completion does not load the ptfs completion"
+
+echo "== demo with the installed ptfs"
+PTFS=/usr/bin/ptfs PTFS_DEMO_DIR="$mnt/demo" contrib/demo.sh --umount
+
+echo "== mount -t fuse.ptfs with the installed ptfs"
+mkdir "$mnt/mnt"
+mount -t fuse.ptfs "$mnt/demo/model.pt" "$mnt/mnt" -o ro,noatime
+findmnt -n -o FSTYPE,SOURCE,OPTIONS "$mnt/mnt"
+[ -s "$mnt/mnt/model/0.weight" ] || fail "no model/0.weight in the mount"
+umount "$mnt/mnt"
+
+echo "== remove"
+trap - EXIT
+cleanup
+[ ! -e /usr/bin/ptfs ] || fail "/usr/bin/ptfs left after apt-get remove"
+echo "deb-check: OK"

@@ -1,0 +1,653 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * journal.c -- patch a file in a clone or in place behind an undo journal,
+ * and recover from an interrupted in-place patch (journal.h).
+ */
+#include "container/journal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libdeflate.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/rd.h"
+
+#define J_MAGIC "PTFSJRNL"
+#define J_DONE "PTFSDONE"
+#define J_END "PTFSJEND"
+#define J_HDR 64u
+#define J_TRAILER 12u
+#define J_VERSION 1u
+#define J_CHUNK (1u << 20)
+#define J_MAX_RANGES (1u << 24)
+
+/* Stream the new bytes of @p into @fd (step "patch" per write). */
+static int write_patch(int fd, const struct pt_patch *p, uint8_t *buf,
+		       const char *what, struct pt_error *err)
+{
+	uint64_t at = 0;
+	int rc;
+
+	if (!p->read)
+		rc = pt_pwrite_full(fd, p->data, (size_t)p->len, p->off, "patch");
+	else
+		rc = 0;
+	while (rc == 0 && p->read && at < p->len) {
+		size_t k = p->len - at < J_CHUNK ? (size_t)(p->len - at) : J_CHUNK;
+
+		rc = p->read(p->ctx, buf, k, at);
+		if (rc)
+			return pt_fail(err, rc, "new contents at %llu: %s",
+				       (unsigned long long)(p->off + at),
+				       strerror(-rc));
+		rc = pt_pwrite_full(fd, buf, k, p->off + at, "patch");
+		at += k;
+	}
+	if (rc)
+		return pt_fail(err, rc, "write to %s at %llu: %s", what,
+			       (unsigned long long)p->off, strerror(-rc));
+	return 0;
+}
+
+int pt_patch_clone(const char *path, const struct pt_patch *p, size_t n,
+		   const struct pt_replace_expect *expect,
+		   struct pt_error *err)
+{
+	struct pt_replace r;
+	uint8_t *buf = NULL;
+	size_t i;
+	int in;
+	int rc;
+
+	rc = pt_replace_begin(&r, path, expect, err);
+	if (rc)
+		return rc;
+	in = open(r.real, O_RDONLY | O_CLOEXEC);
+	if (in < 0) {
+		rc = pt_fail(err, -errno, "%s: %s", r.real, strerror(errno));
+		goto fail;
+	}
+	rc = pt_replace_clone(&r, in, err);
+	close(in);
+	if (rc)
+		goto fail;
+	buf = malloc(J_CHUNK);
+	if (!buf) {
+		rc = pt_fail(err, -ENOMEM, "out of memory");
+		goto fail;
+	}
+	for (i = 0; i < n && rc == 0; i++)
+		rc = write_patch(r.fd, &p[i], buf, r.tmp, err);
+	free(buf);
+	if (rc)
+		goto fail;
+	return pt_replace_commit(&r, err);
+fail:
+	pt_replace_abort(&r);
+	return rc;
+}
+
+int pt_patch_copy(const char *path, const struct pt_patch *p, size_t n,
+		  const struct pt_replace_expect *expect, struct pt_error *err)
+{
+	struct pt_replace r;
+	uint8_t *buf = NULL;
+	size_t i;
+	int in;
+	int rc;
+
+	rc = pt_replace_begin(&r, path, expect, err);
+	if (rc)
+		return rc;
+	in = open(r.real, O_RDONLY | O_CLOEXEC);
+	if (in < 0) {
+		rc = pt_fail(err, -errno, "%s: %s", r.real, strerror(errno));
+		goto fail;
+	}
+	rc = pt_replace_copy(&r, in, 0, (uint64_t)r.st.st_size, 0, err);
+	close(in);
+	buf = rc ? NULL : malloc(J_CHUNK);
+	if (!rc && !buf)
+		rc = pt_fail(err, -ENOMEM, "out of memory");
+	for (i = 0; i < n && rc == 0; i++)
+		rc = write_patch(r.fd, &p[i], buf, r.tmp, err);
+	free(buf);
+	if (rc)
+		goto fail;
+	return pt_replace_commit(&r, err);
+fail:
+	pt_replace_abort(&r);
+	return rc;
+}
+
+static const char *const way_names[] = {
+	[PT_COMMIT_AUTO] = "auto", [PT_COMMIT_REWRITE] = "rewrite",
+	[PT_COMMIT_CLONE] = "clone", [PT_COMMIT_INPLACE] = "inplace",
+};
+
+int pt_commit_way_parse(const char *s, enum pt_commit_way *out)
+{
+	size_t i;
+
+	for (i = 0; i < sizeof(way_names) / sizeof(way_names[0]); i++)
+		if (strcmp(s, way_names[i]) == 0) {
+			*out = (enum pt_commit_way)i;
+			return 0;
+		}
+	return -EINVAL;
+}
+
+const char *pt_commit_way_name(enum pt_commit_way w)
+{
+	return (size_t)w < sizeof(way_names) / sizeof(way_names[0]) ?
+	       way_names[w] : "?";
+}
+
+int pt_patch_apply(const char *path, enum pt_commit_way way,
+		   const struct pt_patch *p, size_t n,
+		   const struct pt_replace_expect *expect, bool own_rewrite,
+		   bool *no_clone, enum pt_commit_way *used,
+		   struct pt_error *err)
+{
+	int rc;
+
+	if (way == PT_COMMIT_CLONE || (way == PT_COMMIT_AUTO && !*no_clone)) {
+		*used = PT_COMMIT_CLONE;
+		rc = pt_patch_clone(path, p, n, expect, err);
+		if (rc != -EOPNOTSUPP && rc != -EXDEV && rc != -EINVAL &&
+		    rc != -ENOTTY)
+			return rc;
+		if (way == PT_COMMIT_CLONE)
+			return pt_fail(err, -EOPNOTSUPP,
+				       "the filesystem of %s cannot clone files (%s); use commit=inplace or commit=rewrite",
+				       path, strerror(-rc));
+		*no_clone = true;
+	}
+	if (way == PT_COMMIT_INPLACE) {
+		*used = PT_COMMIT_INPLACE;
+		return pt_patch_inplace(path, p, n, expect, err);
+	}
+	*used = PT_COMMIT_REWRITE;
+	if (own_rewrite)
+		return 1;
+	return pt_patch_copy(path, p, n, expect, err);
+}
+
+char *pt_journal_path(const char *path)
+{
+	struct pt_error err;
+	char *real = NULL;
+	char *j;
+
+	if (pt_resolve_path(path, &real, &err) != 0)
+		return NULL;
+	if (asprintf(&j, "%s.ptfs-journal", real) < 0)
+		j = NULL;
+	free(real);
+	return j;
+}
+
+/* Write the journal for @p into @jfd: header, ranges, old bytes of @in,
+ * trailer; then fsync it. */
+static int journal_write(int jfd, int in, const struct stat *st,
+			 const struct pt_patch *p, size_t n, uint8_t *buf,
+			 const char *jpath, struct pt_error *err)
+{
+	uint8_t h[J_HDR];
+	uint8_t t[J_TRAILER];
+	uint64_t pos = J_HDR;
+	uint64_t old = 0;
+	uint32_t crc = 0;
+	size_t i;
+	int rc = 0;
+
+	for (i = 0; i < n; i++)
+		old += p[i].len;
+	memset(h, 0, sizeof(h));
+	memcpy(h, J_MAGIC, 8);
+	pt_put32(h + 8, J_VERSION);
+	pt_put32(h + 12, J_HDR);
+	pt_put64(h + 16, (uint64_t)st->st_size);
+	pt_put64(h + 24, n);
+	pt_put64(h + 32, old);
+	pt_put64(h + 40, (uint64_t)st->st_ino);
+	pt_put32(h + 56, libdeflate_crc32(0, h, 56));
+	for (i = 0; i < n && rc == 0; i++) {
+		uint8_t r[16];
+
+		pt_put64(r, p[i].off);
+		pt_put64(r + 8, p[i].len);
+		crc = libdeflate_crc32(crc, r, 16);
+		rc = pt_pwrite_full(jfd, r, 16, pos, "jwrite");
+		pos += 16;
+	}
+	for (i = 0; i < n && rc == 0; i++) {
+		uint64_t at;
+
+		for (at = 0; rc == 0 && at < p[i].len;) {
+			size_t k = p[i].len - at < J_CHUNK ? (size_t)(p[i].len - at) : J_CHUNK;
+
+			rc = pt_pread_full(in, buf, k, p[i].off + at);
+			if (rc)
+				return pt_fail(err, rc, "read old bytes at %llu: %s",
+					       (unsigned long long)(p[i].off + at),
+					       strerror(-rc));
+			crc = libdeflate_crc32(crc, buf, k);
+			rc = pt_pwrite_full(jfd, buf, k, pos, "jwrite");
+			pos += k;
+			at += k;
+		}
+	}
+	pt_put32(t, crc);
+	memcpy(t + 4, J_END, 8);
+	if (!rc)
+		rc = pt_pwrite_full(jfd, t, sizeof(t), pos, "jwrite");
+	/* the header last: a journal without it is plainly incomplete */
+	if (!rc)
+		rc = pt_pwrite_full(jfd, h, sizeof(h), 0, "jwrite");
+	if (!rc)
+		rc = pt_fault("jfsync");
+	if (!rc && fsync(jfd) != 0)
+		rc = -errno;
+	if (rc)
+		return pt_fail(err, rc, "write journal %s: %s", jpath,
+			       strerror(-rc));
+	return 0;
+}
+
+/*
+ * Mark the journal finished and remove it, then fsync the directory.  The
+ * removal is the commit point (as in SQLite): once it is gone the new
+ * bytes stay.  Marking it first means that a journal which reappears after
+ * a crash (the directory not yet synced) is removed, not rolled back.
+ * 0 when the commit stands (journal gone, or marked finished: the next
+ * open removes it), or -errno when the journal is still valid (the caller
+ * rolls back).
+ */
+static int journal_finish(int jfd, const char *jpath)
+{
+	bool done = pt_pwrite_full(jfd, J_DONE, 8, 0, "jdone") == 0 &&
+		    fdatasync(jfd) == 0;
+	int rc = pt_fault("jremove");
+
+	if (!rc && unlink(jpath) != 0)
+		rc = -errno;
+	if (rc && !done)
+		return rc;      /* still a valid journal */
+	(void)pt_fsync_parent(jpath);
+	return 0;
+}
+
+/* Check @p: ranges inside a file of @size bytes, sorted, disjoint. */
+static int check_ranges(const struct pt_patch *p, size_t n, uint64_t size,
+			const char *path, struct pt_error *err)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		if (p[i].off > size || p[i].len > size - p[i].off ||
+		    (i > 0 && p[i].off < p[i - 1].off + p[i - 1].len))
+			return pt_fail(err, -EINVAL,
+				       "%s: patch %zu [%llu, +%llu) outside the file or overlapping",
+				       path, i, (unsigned long long)p[i].off,
+				       (unsigned long long)p[i].len);
+	return n > J_MAX_RANGES ? pt_fail(err, -E2BIG, "%s: too many ranges", path) : 0;
+}
+
+static int roll_back(const char *jpath, const char *real, int fd,
+		     struct pt_error *err);
+
+/* The in-place patch proper, between the journal and its removal. */
+static int patch_all(int fd, int jfd, const char *real, const char *jpath,
+		     const struct pt_patch *p, size_t n, uint8_t *buf,
+		     struct pt_error *err)
+{
+	size_t i;
+	int rc = 0;
+
+	for (i = 0; i < n && rc == 0; i++)
+		rc = write_patch(fd, &p[i], buf, real, err);
+	if (!rc) {
+		rc = pt_fault("pfsync");
+		if (!rc && fsync(fd) != 0)
+			rc = -errno;
+		if (rc)
+			pt_fail(err, rc, "fsync %s: %s", real, strerror(-rc));
+	}
+	if (!rc) {
+		rc = journal_finish(jfd, jpath);
+		if (!rc)
+			return 0;
+		pt_fail(err, rc, "remove journal %s: %s", jpath, strerror(-rc));
+	}
+	/* undo now; if that fails too, the journal stays for the next open */
+	{
+		struct pt_error e2;
+
+		pt_error_clear(&e2);
+		if (roll_back(jpath, real, fd, &e2) != 0)
+			pt_error_prefix(err, "%s; the journal %s stays and the next ptfs command that opens the checkpoint rolls it back",
+					e2.msg, jpath);
+	}
+	return rc;
+}
+
+int pt_patch_inplace(const char *path, const struct pt_patch *p, size_t n,
+		     const struct pt_replace_expect *expect,
+		     struct pt_error *err)
+{
+	struct pt_replace_expect none;
+	struct stat st;
+	char *real = NULL;
+	char *jpath = NULL;
+	uint8_t *buf = NULL;
+	int fd = -1;
+	int jfd = -1;
+	int rc;
+
+	memset(&none, 0, sizeof(none));
+	if (!expect)
+		expect = &none;
+	rc = pt_resolve_path(path, &real, err);
+	if (rc)
+		return rc;
+	fd = open(real, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0 || fstat(fd, &st) != 0) {
+		rc = pt_fail(err, -errno, "%s: %s", real, strerror(errno));
+		goto out;
+	}
+	if ((expect->dev && expect->dev != st.st_dev) ||
+	    (expect->ino && expect->ino != st.st_ino) ||
+	    (expect->size && expect->size != st.st_size) ||
+	    ((expect->mtime.tv_sec || expect->mtime.tv_nsec) &&
+	     (expect->mtime.tv_sec != st.st_mtim.tv_sec ||
+	      expect->mtime.tv_nsec != st.st_mtim.tv_nsec))) {
+		rc = pt_fail(err, -ESTALE, "%s: checkpoint changed on disk since it was opened",
+			     real);
+		goto out;
+	}
+	rc = check_ranges(p, n, (uint64_t)st.st_size, real, err);
+	buf = malloc(J_CHUNK);
+	if (!rc && (!buf || asprintf(&jpath, "%s.ptfs-journal", real) < 0)) {
+		jpath = NULL;
+		rc = pt_fail(err, -ENOMEM, "out of memory");
+	}
+	if (rc)
+		goto out;
+	rc = pt_fault("jcreate");
+	jfd = rc ? -1 : open(jpath, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (jfd < 0) {
+		rc = rc ? rc : -errno;
+		pt_fail(err, rc == -EEXIST ? -EBUSY : rc, "create journal %s: %s", jpath,
+			rc == -EEXIST ? "a journal is already there (an interrupted commit: open the checkpoint with ptfs to roll it back)"
+				      : strerror(-rc));
+		rc = rc == -EEXIST ? -EBUSY : rc;
+		goto out;
+	}
+	rc = journal_write(jfd, fd, &st, p, n, buf, jpath, err);
+	if (!rc) {
+		rc = pt_fsync_parent(jpath);
+		if (rc)
+			pt_fail(err, rc, "fsync the directory of %s: %s", jpath,
+				strerror(-rc));
+	}
+	if (rc) {
+		/* the checkpoint was not touched */
+		unlink(jpath);
+		goto out;
+	}
+	rc = patch_all(fd, jfd, real, jpath, p, n, buf, err);
+out:
+	if (jfd >= 0)
+		close(jfd);
+	if (fd >= 0)
+		close(fd);
+	free(buf);
+	free(jpath);
+	free(real);
+	return rc;
+}
+
+/* ---- recovery ---- */
+
+/* A journal read and checked: the ranges are in memory, the old bytes
+ * stay in the file (they may be large). */
+struct jinfo {
+	uint64_t size;          /* the file's size it was made for */
+	uint64_t ino;
+	uint64_t n;
+	uint64_t old;
+	uint64_t *ranges;       /* 2n: off, len */
+	bool done;              /* marked finished */
+};
+
+/* 0 valid, -EBADMSG with a reason in @why when incomplete or damaged. */
+static int journal_read(int jfd, struct jinfo *j, char *why, size_t cap)
+{
+	struct stat st;
+	uint8_t h[J_HDR];
+	uint8_t t[J_TRAILER];
+	uint8_t *buf;
+	uint64_t pos;
+	uint64_t end;
+	uint32_t crc = 0;
+	uint64_t i;
+
+	memset(j, 0, sizeof(*j));
+	if (fstat(jfd, &st) != 0 || (uint64_t)st.st_size < J_HDR + J_TRAILER ||
+	    pt_pread_full(jfd, h, J_HDR, 0) != 0) {
+		snprintf(why, cap, "truncated (%lld bytes)", (long long)st.st_size);
+		return -EBADMSG;
+	}
+	j->done = memcmp(h, J_DONE, 8) == 0;
+	if ((!j->done && memcmp(h, J_MAGIC, 8) != 0) ||
+	    pt_le32(h + 8) != J_VERSION || pt_le32(h + 12) != J_HDR ||
+	    pt_le32(h + 56) != libdeflate_crc32(0, h, 56)) {
+		snprintf(why, cap, "bad header");
+		return j->done ? 0 : -EBADMSG;
+	}
+	if (j->done)
+		return 0;
+	j->size = pt_le64(h + 16);
+	j->n = pt_le64(h + 24);
+	j->old = pt_le64(h + 32);
+	j->ino = pt_le64(h + 40);
+	if (j->n > J_MAX_RANGES || j->old > (uint64_t)st.st_size ||
+	    J_HDR + 16 * j->n + j->old + J_TRAILER != (uint64_t)st.st_size) {
+		snprintf(why, cap, "truncated or damaged (%lld bytes)",
+			 (long long)st.st_size);
+		return -EBADMSG;
+	}
+	j->ranges = malloc((size_t)(16 * j->n + 1));
+	buf = malloc(J_CHUNK);
+	if (!j->ranges || !buf) {
+		free(buf);
+		snprintf(why, cap, "out of memory");
+		return -ENOMEM;
+	}
+	end = (uint64_t)st.st_size - J_TRAILER;
+	for (pos = J_HDR; pos < end;) {
+		size_t k = end - pos < J_CHUNK ? (size_t)(end - pos) : J_CHUNK;
+
+		if (pt_pread_full(jfd, buf, k, pos) != 0)
+			break;
+		if (pos < J_HDR + 16 * j->n) {
+			uint64_t upto = J_HDR + 16 * j->n - pos;
+
+			memcpy((uint8_t *)j->ranges + (pos - J_HDR), buf,
+			       (size_t)(upto < k ? upto : k));
+		}
+		crc = libdeflate_crc32(crc, buf, k);
+		pos += k;
+	}
+	free(buf);
+	if (pos != end || pt_pread_full(jfd, t, J_TRAILER, end) != 0 ||
+	    pt_le32(t) != crc || memcmp(t + 4, J_END, 8) != 0) {
+		snprintf(why, cap, "checksum mismatch");
+		return -EBADMSG;
+	}
+	for (i = 0; i < 2 * j->n; i++)
+		j->ranges[i] = pt_le64((uint8_t *)&j->ranges[i]);
+	for (i = 0; i < j->n; i++)
+		if (j->ranges[2 * i] > j->size ||
+		    j->ranges[2 * i + 1] > j->size - j->ranges[2 * i]) {
+			snprintf(why, cap, "range outside the file");
+			return -EBADMSG;
+		}
+	return 0;
+}
+
+/* Write the journal's old bytes back into @fd and fsync it. */
+static int restore(int jfd, int fd, const struct jinfo *j, const char *real,
+		   struct pt_error *err)
+{
+	uint8_t *buf = malloc(J_CHUNK);
+	uint64_t pos = J_HDR + 16 * j->n;
+	uint64_t i;
+	int rc = 0;
+
+	if (!buf)
+		return pt_fail(err, -ENOMEM, "out of memory");
+	for (i = 0; i < j->n && rc == 0; i++) {
+		uint64_t off = j->ranges[2 * i];
+		uint64_t len = j->ranges[2 * i + 1];
+		uint64_t at;
+
+		for (at = 0; rc == 0 && at < len;) {
+			size_t k = len - at < J_CHUNK ? (size_t)(len - at) : J_CHUNK;
+
+			rc = pt_pread_full(jfd, buf, k, pos);
+			if (!rc)
+				rc = pt_pwrite_full(fd, buf, k, off + at, "restore");
+			pos += k;
+			at += k;
+		}
+	}
+	free(buf);
+	if (!rc && fsync(fd) != 0)
+		rc = -errno;
+	if (rc)
+		return pt_fail(err, rc, "roll back %s: %s", real, strerror(-rc));
+	return 0;
+}
+
+/* Roll @real (open as @fd, or -1) back from the valid journal @jpath. */
+static int roll_back(const char *jpath, const char *real, int fd,
+		     struct pt_error *err)
+{
+	struct jinfo j;
+	char why[128];
+	int jfd = open(jpath, O_RDWR | O_CLOEXEC);
+	int rc;
+
+	if (jfd < 0)
+		return pt_fail(err, -errno, "%s: %s", jpath, strerror(errno));
+	rc = journal_read(jfd, &j, why, sizeof(why));
+	if (rc == 0 && !j.done)
+		rc = restore(jfd, fd, &j, real, err);
+	else if (rc)
+		pt_fail(err, rc, "%s: %s", jpath, why);
+	if (rc == 0 && journal_finish(jfd, jpath) != 0)
+		rc = pt_fail(err, -errno, "remove journal %s after rolling back: %s",
+			     jpath, strerror(errno));
+	free(j.ranges);
+	close(jfd);
+	return rc;
+}
+
+/* A journal that was never completed: keep it aside, say why. */
+static int set_aside(const char *jpath, const char *why, char *note,
+		     size_t cap, struct pt_error *err)
+{
+	char *aside = NULL;
+	int rc = 0;
+
+	if (asprintf(&aside, "%s.invalid", jpath) < 0)
+		return pt_fail(err, -ENOMEM, "out of memory");
+	if (rename(jpath, aside) != 0)
+		rc = pt_fail(err, -errno, "%s: incomplete journal (%s), cannot set it aside: %s",
+			     jpath, why, strerror(errno));
+	else
+		snprintf(note, cap,
+			 "%s: incomplete journal (%s): the commit that wrote it never touched the checkpoint; kept as %s",
+			 jpath, why, aside);
+	free(aside);
+	return rc ? rc : 1;
+}
+
+int pt_journal_recover(const char *path, char *note, size_t cap,
+		       struct pt_error *err)
+{
+	char *jpath = pt_journal_path(path);
+	char *real = NULL;
+	char why[128];
+	struct jinfo j;
+	struct stat st;
+	int jfd = -1;
+	int fd = -1;
+	int rc;
+
+	note[0] = '\0';
+	memset(&j, 0, sizeof(j));
+	if (!jpath || access(jpath, F_OK) != 0) {
+		free(jpath);
+		return 0;
+	}
+	rc = pt_resolve_path(path, &real, err);
+	if (rc)
+		goto out;
+	jfd = open(jpath, O_RDONLY | O_CLOEXEC);
+	if (jfd < 0) {
+		rc = pt_fail(err, -errno, "%s: %s", jpath, strerror(errno));
+		goto out;
+	}
+	rc = journal_read(jfd, &j, why, sizeof(why));
+	if (rc == -EBADMSG) {
+		rc = set_aside(jpath, why, note, cap, err);
+		goto out;
+	}
+	if (rc) {
+		rc = pt_fail(err, rc, "%s: %s", jpath, why);
+		goto out;
+	}
+	if (j.done) {
+		(void)unlink(jpath);
+		snprintf(note, cap, "%s: removed the journal of a finished commit", jpath);
+		rc = 1;
+		goto out;
+	}
+	if (stat(real, &st) != 0 || (uint64_t)st.st_size != j.size ||
+	    (uint64_t)st.st_ino != j.ino) {
+		rc = pt_fail(err, -EBUSY,
+			     "%s: journal of an interrupted commit made for another file (%llu bytes, inode %llu): not rolled back; move it away once the checkpoint is known good",
+			     jpath, (unsigned long long)j.size, (unsigned long long)j.ino);
+		goto out;
+	}
+	fd = open(real, O_RDWR | O_CLOEXEC);
+	if (fd < 0) {
+		rc = pt_fail(err, -errno,
+			     "%s: an interrupted commit must be rolled back from %s first, and this user cannot write the checkpoint: %s",
+			     real, jpath, strerror(errno));
+		goto out;
+	}
+	rc = roll_back(jpath, real, fd, err);
+	if (rc == 0) {
+		snprintf(note, cap,
+			 "%s: rolled back an interrupted commit (%llu ranges, %llu bytes restored from %s)",
+			 real, (unsigned long long)j.n, (unsigned long long)j.old, jpath);
+		rc = 1;
+	}
+out:
+	if (fd >= 0)
+		close(fd);
+	if (jfd >= 0)
+		close(jfd);
+	free(j.ranges);
+	free(real);
+	free(jpath);
+	return rc;
+}

@@ -1,0 +1,411 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cache.c -- the block cache on disk, shared by concurrent processes.
+ *
+ *   ROOT/v1/<hash of key>/latest           the newest version seen (meta)
+ *   ROOT/v1/<hash of key>/<hash of ident>/ one version of the object:
+ *       data   sparse file, the object's bytes at their own offsets
+ *       map    one bit per RM_BLOCK: the block is in data
+ *       lock   flock(LOCK_SH) by every process that has it open; its
+ *              mtime is the LRU clock; eviction takes LOCK_EX|LOCK_NB
+ *
+ * A block is written with pwrite() first and marked in map after, under
+ * flock(map, LOCK_EX), merging with the marks of other processes, so a
+ * bit never promises bytes that are not there.  A version is immutable:
+ * a changed object gets a new directory, never rewrites one in use.
+ */
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "remote/remote_i.h"
+
+static uint64_t rm_fnv(const char *s)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	for (; *s; s++) {
+		h ^= (unsigned char)*s;
+		h *= 0x100000001b3ull;
+	}
+	return h;
+}
+
+static int rm_mkdirs(char *path)
+{
+	char *p;
+
+	for (p = path + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(path, 0700) && errno != EEXIST) {
+			*p = '/';
+			return -errno;
+		}
+		*p = '/';
+	}
+	if (mkdir(path, 0700) && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+int rm_cache_root(const struct pt_remote_opts *o, char **root,
+		  struct pt_error *err)
+{
+	const char *xdg = getenv("XDG_CACHE_HOME");
+	const char *home = getenv("HOME");
+	char buf[4096];
+	int rc;
+
+	if (o->cache_dir)
+		snprintf(buf, sizeof(buf), "%s/v1", o->cache_dir);
+	else if (xdg && *xdg == '/')
+		snprintf(buf, sizeof(buf), "%s/ptfs/v1", xdg);
+	else if (home && *home == '/')
+		snprintf(buf, sizeof(buf), "%s/.cache/ptfs/v1", home);
+	else
+		return pt_fail(err, -EINVAL,
+			       "no cache directory: set -o cache_dir=, XDG_CACHE_HOME or HOME");
+	rc = rm_mkdirs(buf);
+	if (rc)
+		return pt_fail(err, rc, "cache directory %s: %s", buf,
+			       strerror(-rc));
+	*root = strdup(buf);
+	return *root ? 0 : pt_fail(err, -ENOMEM, "out of memory");
+}
+
+static void rm_meta_write(int dirfd, const char *name, const struct rm_meta *m)
+{
+	char tmp[64];
+	FILE *f;
+	int fd;
+
+	snprintf(tmp, sizeof(tmp), "%s.%d", name, (int)getpid());
+	fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return;
+	f = fdopen(fd, "w");
+	if (!f) {
+		close(fd);
+		return;
+	}
+	fprintf(f, "size %llu\nmtime %lld\netag %s\nident %s\ncommit %s\nurl %s\n",
+		(unsigned long long)m->size, (long long)m->mtime, m->etag,
+		m->ident, m->commit, m->url);
+	if (fclose(f) == 0)
+		renameat(dirfd, tmp, dirfd, name);
+	else
+		unlinkat(dirfd, tmp, 0);
+}
+
+static void rm_meta_field(char *dst, size_t cap, const char *line, size_t skip)
+{
+	size_t n = strcspn(line + skip, "\n");
+
+	if (n >= cap)
+		n = cap - 1;
+	memcpy(dst, line + skip, n);
+	dst[n] = '\0';
+}
+
+static int rm_meta_read(int dirfd, const char *name, struct rm_meta *m)
+{
+	char line[2200];
+	FILE *f;
+	int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC);
+
+	memset(m, 0, sizeof(*m));
+	if (fd < 0)
+		return -errno;
+	f = fdopen(fd, "r");
+	if (!f) {
+		close(fd);
+		return -ENOMEM;
+	}
+	while (fgets(line, sizeof(line), f)) {
+		if (!strncmp(line, "size ", 5))
+			m->size = strtoull(line + 5, NULL, 10);
+		else if (!strncmp(line, "mtime ", 6))
+			m->mtime = strtoll(line + 6, NULL, 10);
+		else if (!strncmp(line, "etag ", 5))
+			rm_meta_field(m->etag, sizeof(m->etag), line, 5);
+		else if (!strncmp(line, "ident ", 6))
+			rm_meta_field(m->ident, sizeof(m->ident), line, 6);
+		else if (!strncmp(line, "commit ", 7))
+			rm_meta_field(m->commit, sizeof(m->commit), line, 7);
+		else if (!strncmp(line, "url ", 4))
+			rm_meta_field(m->url, sizeof(m->url), line, 4);
+	}
+	fclose(f);
+	return 0;
+}
+
+/*
+ * The newest version of @key held in the cache, into @m (etag empty when
+ * there is none, or its blocks were evicted).
+ */
+void rm_cache_latest(const char *root, const char *key, struct rm_meta *m)
+{
+	char path[4200];
+	struct stat st;
+	int dfd;
+
+	memset(m, 0, sizeof(*m));
+	snprintf(path, sizeof(path), "%s/%016llx", root,
+		 (unsigned long long)rm_fnv(key));
+	dfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return;
+	if (rm_meta_read(dfd, "latest", m) == 0) {
+		snprintf(path, sizeof(path), "%016llx/map",
+			 (unsigned long long)rm_fnv(m->ident));
+		if (strcmp(m->url, key) || !m->etag[0] ||
+		    fstatat(dfd, path, &st, 0) != 0)
+			memset(m, 0, sizeof(*m));
+	}
+	close(dfd);
+}
+
+int rm_cache_open(struct rm_cache *c, const char *root, const char *key,
+		  struct rm_meta *m, struct pt_error *err)
+{
+	char path[4200];
+	uint64_t mapsize = (m->size + RM_BLOCK - 1) / RM_BLOCK / 8 + 1;
+	struct stat st;
+	int kfd;
+	int rc;
+
+	memset(c, 0, sizeof(*c));
+	c->data_fd = c->map_fd = c->lock_fd = -1;
+	snprintf(m->url, sizeof(m->url), "%s", key);
+	snprintf(path, sizeof(path), "%s/%016llx/%016llx", root,
+		 (unsigned long long)rm_fnv(key),
+		 (unsigned long long)rm_fnv(m->ident));
+	rc = rm_mkdirs(path);
+	c->dir = strdup(path);
+	if (rc || !c->dir)
+		goto fail;
+	snprintf(path, sizeof(path), "%s/lock", c->dir);
+	c->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (c->lock_fd < 0 || flock(c->lock_fd, LOCK_SH))
+		goto fail_errno;
+	futimens(c->lock_fd, NULL);
+	snprintf(path, sizeof(path), "%s/data", c->dir);
+	c->data_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	snprintf(path, sizeof(path), "%s/map", c->dir);
+	c->map_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (c->data_fd < 0 || c->map_fd < 0 || fstat(c->data_fd, &st))
+		goto fail_errno;
+	if ((uint64_t)st.st_size != m->size &&
+	    (ftruncate(c->data_fd, (off_t)m->size) ||
+	     ftruncate(c->map_fd, (off_t)mapsize)))
+		goto fail_errno;
+	snprintf(path, sizeof(path), "%s/%016llx", root,
+		 (unsigned long long)rm_fnv(key));
+	kfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (kfd >= 0) {
+		rm_meta_write(kfd, "latest", m);
+		close(kfd);
+	}
+	return 0;
+fail_errno:
+	rc = -errno;
+fail:
+	rc = rc ? rc : -ENOMEM;
+	pt_fail(err, rc, "cache %s: %s", c->dir ? c->dir : root, strerror(-rc));
+	rm_cache_close(c);
+	return rc;
+}
+
+/* OR the marks of blocks [b0, b1) in the map file into @held. */
+int rm_cache_load_map(struct rm_cache *c, uint8_t *held, uint64_t b0,
+		      uint64_t b1)
+{
+	uint64_t i0 = b0 / 8, i1 = (b1 + 7) / 8;
+	uint8_t *tmp = malloc(i1 - i0 + 1);
+	ssize_t got;
+	uint64_t i;
+
+	if (!tmp)
+		return -ENOMEM;
+	flock(c->map_fd, LOCK_SH);
+	got = pread(c->map_fd, tmp, i1 - i0, (off_t)i0);
+	flock(c->map_fd, LOCK_UN);
+	for (i = 0; got > 0 && i < (uint64_t)got; i++)
+		held[i0 + i] |= tmp[i];
+	free(tmp);
+	return got < 0 ? -errno : 0;
+}
+
+/* Mark blocks [b0, b1) of @held in the map file (after their pwrite()). */
+int rm_cache_mark(struct rm_cache *c, const uint8_t *held, uint64_t b0,
+		  uint64_t b1)
+{
+	uint64_t i0 = b0 / 8, i1 = (b1 + 7) / 8;
+	uint8_t *tmp = calloc(1, i1 - i0 + 1);
+	ssize_t got;
+	uint64_t i;
+	int rc = 0;
+
+	if (!tmp)
+		return -ENOMEM;
+	flock(c->map_fd, LOCK_EX);
+	got = pread(c->map_fd, tmp, i1 - i0, (off_t)i0);
+	if (got < 0)
+		got = 0;
+	for (i = 0; i < i1 - i0; i++)
+		tmp[i] |= held[i0 + i];
+	if (pwrite(c->map_fd, tmp, i1 - i0, (off_t)i0) != (ssize_t)(i1 - i0))
+		rc = -EIO;
+	flock(c->map_fd, LOCK_UN);
+	free(tmp);
+	return rc;
+}
+
+void rm_cache_close(struct rm_cache *c)
+{
+	if (c->lock_fd >= 0) {
+		futimens(c->lock_fd, NULL);
+		close(c->lock_fd);
+	}
+	if (c->data_fd >= 0)
+		close(c->data_fd);
+	if (c->map_fd >= 0)
+		close(c->map_fd);
+	free(c->dir);
+	memset(c, 0, sizeof(*c));
+	c->data_fd = c->map_fd = c->lock_fd = -1;
+}
+
+struct rm_ver {
+	char path[560];
+	uint64_t bytes;
+	struct timespec used;
+};
+
+static int rm_ver_cmp(const void *a, const void *b)
+{
+	const struct rm_ver *x = a, *y = b;
+
+	if (x->used.tv_sec != y->used.tv_sec)
+		return x->used.tv_sec < y->used.tv_sec ? -1 : 1;
+	return x->used.tv_nsec < y->used.tv_nsec ? -1 :
+	       x->used.tv_nsec > y->used.tv_nsec;
+}
+
+/* Append the versions under ROOT/<key dir> to *@v. */
+static void rm_scan_key(const char *kdir, struct rm_ver **v, size_t *n,
+			size_t *cap)
+{
+	DIR *d = opendir(kdir);
+	struct dirent *e;
+
+	while (d && (e = readdir(d))) {
+		struct rm_ver x;
+		struct stat st;
+		char p[700];
+
+		if (e->d_name[0] == '.' || strlen(e->d_name) != 16)
+			continue;
+		snprintf(x.path, sizeof(x.path), "%.500s/%.16s", kdir,
+			 e->d_name);
+		snprintf(p, sizeof(p), "%s/lock", x.path);
+		if (stat(p, &st))
+			continue;
+		x.used = st.st_mtim;
+		x.bytes = 0;
+		snprintf(p, sizeof(p), "%s/data", x.path);
+		if (!stat(p, &st))
+			x.bytes += (uint64_t)st.st_blocks * 512;
+		if (*n == *cap) {
+			struct rm_ver *nv;
+
+			*cap = *cap ? 2 * *cap : 64;
+			nv = realloc(*v, *cap * sizeof(**v));
+			if (!nv)
+				break;
+			*v = nv;
+		}
+		(*v)[(*n)++] = x;
+	}
+	if (d)
+		closedir(d);
+}
+
+/* Remove one version unless a process has it open. */
+static uint64_t rm_drop(const struct rm_ver *x)
+{
+	char p[700];
+	int fd;
+
+	snprintf(p, sizeof(p), "%s/lock", x->path);
+	fd = open(p, O_RDWR | O_CLOEXEC);
+	if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB)) {
+		if (fd >= 0)
+			close(fd);
+		return 0;
+	}
+	snprintf(p, sizeof(p), "%s/data", x->path);
+	unlink(p);
+	snprintf(p, sizeof(p), "%s/map", x->path);
+	unlink(p);
+	snprintf(p, sizeof(p), "%s/lock", x->path);
+	unlink(p);
+	close(fd);
+	rmdir(x->path);
+	return x->bytes;
+}
+
+/*
+ * Evict least recently used versions (never one open in some process, nor
+ * @keep) until the cache holds at most @limit bytes and its filesystem has
+ * a free-space floor of min(5%, 2 GiB) left.
+ */
+void rm_cache_evict(const char *root, uint64_t limit, const char *keep)
+{
+	struct rm_ver *v = NULL;
+	size_t n = 0, cap = 0, i;
+	uint64_t total = 0, avail = UINT64_MAX, floor = 0;
+	struct statvfs sv;
+	DIR *d = opendir(root);
+	struct dirent *e;
+
+	while (d && (e = readdir(d))) {
+		char kdir[600];
+
+		if (e->d_name[0] == '.' || strlen(e->d_name) != 16 ||
+		    strlen(root) > 400)
+			continue;
+		snprintf(kdir, sizeof(kdir), "%.400s/%.16s", root, e->d_name);
+		rm_scan_key(kdir, &v, &n, &cap);
+	}
+	if (d)
+		closedir(d);
+	if (statvfs(root, &sv) == 0) {
+		avail = (uint64_t)sv.f_bavail * sv.f_frsize;
+		floor = (uint64_t)sv.f_blocks * sv.f_frsize / 20;
+		if (floor > ((uint64_t)2 << 30))
+			floor = (uint64_t)2 << 30;
+	}
+	for (i = 0; i < n; i++)
+		total += v[i].bytes;
+	qsort(v, n, sizeof(*v), rm_ver_cmp);
+	for (i = 0; i < n && (total > limit || avail < floor); i++) {
+		uint64_t freed;
+
+		if (keep && !strcmp(v[i].path, keep))
+			continue;
+		freed = rm_drop(&v[i]);
+		total -= freed;
+		if (avail != UINT64_MAX)
+			avail += freed;
+	}
+	free(v);
+}

@@ -1,0 +1,632 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * engine.c -- one thread per process drives a libcurl multi handle: range
+ * requests of every remote object share its connections (keep-alive,
+ * HTTP/2 multiplexing where the server offers it, at most RM_MAX_INFLIGHT
+ * prefetch requests at once; a request a reader waits for never queues
+ * behind them).  A transient failure (timeout, reset, 5xx, 429) is sent
+ * again after an exponential backoff with full jitter, resuming after the
+ * bytes already stored, until the job's deadline; Retry-After is honoured.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "remote/remote_i.h"
+
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;     /* fork: the thread parks, see rm_atfork_* */
+	bool pause;
+	bool parked;
+	pthread_t thread;
+	CURLM *m;
+	int refs;
+	bool stop;
+	int active;              /* jobs in the multi handle */
+	struct rm_job *queue;    /* waiting to start */
+	struct rm_job *running;  /* in the multi handle */
+	unsigned seed;
+} E = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
+
+static pthread_once_t rm_once = PTHREAD_ONCE_INIT;
+static CURLcode rm_global_rc;
+
+static void *rm_loop(void *arg);
+
+/*
+ * fork() (fuse_daemonize after the checkpoint was opened) keeps only the
+ * forking thread: the engine's thread parks outside libcurl before the
+ * fork, and the child starts a new one over the same multi handle.
+ */
+static void rm_atfork_prepare(void)
+{
+	pthread_mutex_lock(&E.lock);
+	if (E.refs == 0)
+		return;
+	E.pause = true;
+	curl_multi_wakeup(E.m);
+	while (!E.parked)
+		pthread_cond_wait(&E.cond, &E.lock);
+}
+
+static void rm_atfork_parent(void)
+{
+	E.pause = false;
+	pthread_cond_broadcast(&E.cond);
+	pthread_mutex_unlock(&E.lock);
+}
+
+static void rm_atfork_child(void)
+{
+	bool run = E.refs > 0;
+
+	E.pause = false;
+	E.parked = false;
+	pthread_cond_init(&E.cond, NULL);
+	pthread_mutex_unlock(&E.lock);
+	if (run && pthread_create(&E.thread, NULL, rm_loop, NULL) != 0)
+		abort();    /* nothing could be read any more */
+}
+
+static void rm_global_init(void)
+{
+	rm_global_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+	pthread_atfork(rm_atfork_prepare, rm_atfork_parent, rm_atfork_child);
+}
+
+double rm_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static const char *rm_env(const char *name)
+{
+	const char *v = getenv(name);
+
+	return v && *v ? v : NULL;
+}
+
+/*
+ * AWS SigV4 by libcurl (CURLOPT_AWS_SIGV4) with the keys of AWS_ACCESS_KEY_ID
+ * and AWS_SECRET_ACCESS_KEY (anonymous without them), AWS_SESSION_TOKEN as
+ * x-amz-security-token.  For S3 the payload hash header is signed too (a
+ * GET's body is empty).  Custom headers, the Range header among them, are
+ * signed; libcurl takes X-Amz-Date from the headers when one is given.
+ */
+void rm_sigv4(CURL *h, const char *region, const char *service,
+	      struct curl_slist **hdrs)
+{
+	const char *id = rm_env("AWS_ACCESS_KEY_ID");
+	const char *secret = rm_env("AWS_SECRET_ACCESS_KEY");
+	const char *token = rm_env("AWS_SESSION_TOKEN");
+	char buf[4096];
+
+	if (!id || !secret)
+		return;
+	snprintf(buf, sizeof(buf), "aws:amz:%s:%s", region, service);
+	curl_easy_setopt(h, CURLOPT_AWS_SIGV4, buf);
+	curl_easy_setopt(h, CURLOPT_USERNAME, id);
+	curl_easy_setopt(h, CURLOPT_PASSWORD, secret);
+	if (!strcmp(service, "s3"))
+		*hdrs = curl_slist_append(*hdrs, "x-amz-content-sha256: "
+			"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+	if (token) {
+		snprintf(buf, sizeof(buf), "x-amz-security-token: %s", token);
+		*hdrs = curl_slist_append(*hdrs, buf);
+	}
+}
+
+/* The hub: HF_TOKEN as a Bearer token, to the hub's own host only (libcurl
+ * does not resend an Authorization header to a redirect's other host). */
+static void rm_setup_hf(const struct pt_remote *r, const char *url,
+			struct curl_slist **hdrs)
+{
+	const char *tok = rm_env("HF_TOKEN");
+	char buf[4096];
+
+	if (!tok)
+		tok = rm_env("HUGGING_FACE_HUB_TOKEN");
+	if (!tok || strncmp(url, r->u.hf_base, strcspn(r->u.hf_base + 8, "/") + 8))
+		return;
+	snprintf(buf, sizeof(buf), "Authorization: Bearer %s", tok);
+	*hdrs = curl_slist_append(*hdrs, buf);
+}
+
+int rm_http_setup(CURL *h, const struct pt_remote *r, const char *url,
+		  struct curl_slist **hdrs)
+{
+	const char *ca = r->o.cafile ? r->o.cafile : rm_env("CURL_CA_BUNDLE");
+	long slow = r->o.timeout_s < 15 ? (long)r->o.timeout_s : 15;
+
+	curl_easy_setopt(h, CURLOPT_URL, url);
+	curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
+	curl_easy_setopt(h, CURLOPT_MAXREDIRS, 10L);
+	curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
+	curl_easy_setopt(h, CURLOPT_PIPEWAIT, 1L);
+	curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, slow ? slow : 1L);
+	curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+	curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, slow ? slow : 1L);
+	curl_easy_setopt(h, CURLOPT_USERAGENT, "ptfs/" PTFS_VERSION);
+	if (ca)
+		curl_easy_setopt(h, CURLOPT_CAINFO, ca);
+	if (r->u.kind == RM_S3)
+		rm_sigv4(h, r->u.region, "s3", hdrs);
+	else if (r->u.kind == RM_HF)
+		rm_setup_hf(r, url, hdrs);
+	return 0;
+}
+
+/* Copy a header value (trimmed) into @dst. */
+static void rm_hval(char *dst, size_t cap, const char *v, size_t n)
+{
+	while (n && (*v == ' ' || *v == '\t'))
+		v++, n--;
+	while (n && (v[n - 1] == '\r' || v[n - 1] == '\n' || v[n - 1] == ' '))
+		n--;
+	if (n >= cap)
+		n = cap - 1;
+	memcpy(dst, v, n);
+	dst[n] = '\0';
+}
+
+static size_t rm_on_header(char *p, size_t size, size_t nitems, void *ud)
+{
+	struct rm_job *j = ud;
+	size_t n = size * nitems;
+	char v[160];
+	const char *colon = memchr(p, ':', n);
+	size_t kl = colon ? (size_t)(colon - p) : 0;
+
+	if (n >= 5 && !strncmp(p, "HTTP/", 5)) {
+		/* a new response (after a redirect): its own fields */
+		j->etag[0] = '\0';
+		j->total = 0;
+		j->range_first = 0;
+		j->retry_after = 0;
+		return n;
+	}
+	if (!colon)
+		return n;
+	rm_hval(v, sizeof(v), colon + 1, n - kl - 1);
+	if (kl == 4 && !strncasecmp(p, "etag", 4)) {
+		memcpy(j->etag, v, sizeof(v));
+	} else if (kl == 13 && !strncasecmp(p, "x-linked-etag", 13)) {
+		memcpy(j->linked, v, sizeof(v));
+	} else if (kl == 13 && !strncasecmp(p, "x-repo-commit", 13)) {
+		rm_hval(j->commit, sizeof(j->commit), v, strlen(v));
+	} else if (kl == 13 && !strncasecmp(p, "content-range", 13)) {
+		unsigned long long a, b, t;
+
+		if (sscanf(v, "bytes %llu-%llu/%llu", &a, &b, &t) == 3) {
+			j->range_first = a;
+			j->total = t;
+		} else if (sscanf(v, "bytes */%llu", &t) == 1) {
+			j->total = t;
+		}
+	} else if (kl == 13 && !strncasecmp(p, "last-modified", 13)) {
+		time_t t = curl_getdate(v, NULL);
+
+		if (t > 0)
+			j->mtime = (int64_t)t;
+	} else if (kl == 11 && !strncasecmp(p, "retry-after", 11)) {
+		j->retry_after = strtod(v, NULL);
+	}
+	return n;
+}
+
+static size_t rm_on_body(char *p, size_t size, size_t nmemb, void *ud)
+{
+	struct rm_job *j = ud;
+	long code = 0;
+
+	curl_easy_getinfo(j->h, CURLINFO_RESPONSE_CODE, &code);
+	if (code != 200 && code != 206)
+		return size * nmemb;    /* an error page: dropped */
+	j->status = code;
+	return rm_job_body(j, p, size * nmemb);
+}
+
+static int rm_job_start(struct rm_job *j)
+{
+	char range[80];
+	char cond[200];
+	char *url = j->r->url;
+
+	j->h = curl_easy_init();
+	if (!j->h)
+		return -ENOMEM;
+	if (!j->deadline)   /* the retry deadline runs from the first try */
+		j->deadline = rm_now() + j->r->o.timeout_s;
+	j->cerr[0] = '\0';
+	j->status = 0;
+	j->linked[0] = j->commit[0] = '\0';
+	curl_slist_free_all(j->hdrs);
+	j->hdrs = NULL;
+	/* a header rather than CURLOPT_RANGE: SigV4 then signs it */
+	if (j->probe && j->tail)
+		snprintf(range, sizeof(range), "Range: bytes=-%" PRIu64, j->len);
+	else
+		snprintf(range, sizeof(range), "Range: bytes=%" PRIu64 "-%" PRIu64,
+			 j->off + j->got, j->off + j->len - 1);
+	j->hdrs = curl_slist_append(j->hdrs, range);
+	rm_http_setup(j->h, j->r, url, &j->hdrs);
+	if (j->r->etag[0]) {
+		snprintf(cond, sizeof(cond), "%s: %s",
+			 j->conditional ? "If-None-Match" : "If-Match",
+			 j->r->etag);
+		j->hdrs = curl_slist_append(j->hdrs, cond);
+	}
+	if (j->hdrs)
+		curl_easy_setopt(j->h, CURLOPT_HTTPHEADER, j->hdrs);
+	curl_easy_setopt(j->h, CURLOPT_ERRORBUFFER, j->cerr);
+	curl_easy_setopt(j->h, CURLOPT_HEADERFUNCTION, rm_on_header);
+	curl_easy_setopt(j->h, CURLOPT_HEADERDATA, j);
+	curl_easy_setopt(j->h, CURLOPT_WRITEFUNCTION, rm_on_body);
+	curl_easy_setopt(j->h, CURLOPT_WRITEDATA, j);
+	curl_easy_setopt(j->h, CURLOPT_PRIVATE, j);
+	if (curl_multi_add_handle(E.m, j->h) != CURLM_OK)
+		return -EIO;
+	pthread_mutex_lock(&j->r->lock);
+	j->r->st.requests++;
+	if (j->attempt)
+		j->r->st.retries++;
+	pthread_mutex_unlock(&j->r->lock);
+	return 0;
+}
+
+static void rm_job_release(struct rm_job *j)
+{
+	if (j->h) {
+		curl_multi_remove_handle(E.m, j->h);
+		curl_easy_cleanup(j->h);
+		j->h = NULL;
+	}
+	curl_slist_free_all(j->hdrs);
+	j->hdrs = NULL;
+}
+
+static bool rm_transient_curl(CURLcode c)
+{
+	switch (c) {
+	case CURLE_COULDNT_RESOLVE_HOST:
+	case CURLE_COULDNT_CONNECT:
+	case CURLE_OPERATION_TIMEDOUT:
+	case CURLE_PARTIAL_FILE:
+	case CURLE_GOT_NOTHING:
+	case CURLE_SEND_ERROR:
+	case CURLE_RECV_ERROR:
+	case CURLE_HTTP2:
+	case CURLE_HTTP2_STREAM:
+	case CURLE_SSL_CONNECT_ERROR:
+		return true;
+	default:
+		return false;
+	}
+}
+
+/* Seconds to wait before attempt number @a (1, 2, ...): full jitter over
+ * 0.1 s * 2^a, at most 5 s, at least what Retry-After asked. */
+static double rm_backoff(const struct rm_job *j, unsigned a)
+{
+	double cap = 0.1 * (double)(1u << (a < 6 ? a : 6));
+	double d = cap * (double)rand_r(&E.seed) / (double)RAND_MAX;
+
+	if (d > 5)
+		d = 5;
+	if (j->retry_after > d)
+		d = j->retry_after < 30 ? j->retry_after : 30;
+	return d;
+}
+
+/* Decide what a finished transfer means; true when it is sent again. */
+static bool rm_job_finished(struct rm_job *j, CURLcode cc)
+{
+	long code = 0;
+	char *eff = NULL;
+	bool transient;
+
+	curl_easy_getinfo(j->h, CURLINFO_RESPONSE_CODE, &code);
+	curl_easy_getinfo(j->h, CURLINFO_EFFECTIVE_URL, &eff);
+	j->status = code;
+	if (eff && !j->eff_url)
+		j->eff_url = strdup(eff);
+	if (cc == CURLE_OK && (code == 200 || code == 206 || code == 304)) {
+		j->rc = 0;
+		return false;
+	}
+	if (cc == CURLE_OK) {
+		transient = code == 408 || code == 429 || code >= 500;
+		snprintf(j->msg, sizeof(j->msg), "HTTP %ld", code);
+		j->rc = code == 404 || code == 410 ? -ENOENT :
+			code == 401 || code == 403 ? -EACCES :
+			code == 412 ? -ESTALE : code == 416 ? -ENXIO : -EIO;
+	} else {
+		transient = rm_transient_curl(cc) && j->rc != -ESTALE &&
+			    j->rc != -ECANCELED;
+		if (j->rc == 0 || transient) {
+			snprintf(j->msg, sizeof(j->msg), "%s",
+				 j->cerr[0] ? j->cerr : curl_easy_strerror(cc));
+			j->rc = cc == CURLE_SSL_CACERT ||
+					cc == CURLE_PEER_FAILED_VERIFICATION ?
+				-EACCES : -EIO;
+		}
+	}
+	if (!transient)
+		return false;
+	j->attempt++;
+	j->not_before = rm_now() + rm_backoff(j, j->attempt);
+	if (j->not_before >= j->deadline) {
+		snprintf(j->msg + strlen(j->msg), sizeof(j->msg) - strlen(j->msg),
+			 " (gave up after %u attempts, -o timeout=%u)",
+			 j->attempt, j->r->o.timeout_s);
+		j->rc = -ETIMEDOUT;
+		return false;
+	}
+	if (j->probe) {
+		free(j->mem);
+		j->mem = NULL;
+		j->mem_len = 0;
+	}
+	j->rc = 0;
+	return true;
+}
+
+static void rm_unlink_running(struct rm_job *j)
+{
+	struct rm_job **pp;
+
+	for (pp = &E.running; *pp; pp = &(*pp)->next) {
+		if (*pp == j) {
+			*pp = j->next;
+			break;
+		}
+	}
+	j->next = NULL;
+	E.active--;
+}
+
+/* Collect finished transfers: done, or back in the queue for a retry. */
+static void rm_reap(void)
+{
+	CURLMsg *msg;
+	int left;
+
+	while ((msg = curl_multi_info_read(E.m, &left))) {
+		struct rm_job *j = NULL;
+		bool again;
+
+		if (msg->msg != CURLMSG_DONE)
+			continue;
+		curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&j);
+		again = rm_job_finished(j, msg->data.result);
+		rm_job_release(j);
+		pthread_mutex_lock(&E.lock);
+		rm_unlink_running(j);
+		if (again) {
+			j->next = E.queue;
+			E.queue = j;
+		}
+		pthread_mutex_unlock(&E.lock);
+		if (!again)
+			rm_job_done(j);
+	}
+}
+
+/* Under E.lock: start queued jobs that are due, urgent ones first; return
+ * how long the loop may sleep (ms). */
+static int rm_start_due(struct rm_job **failed)
+{
+	double now = rm_now();
+	double next = now + 1.0;
+	int pass;
+
+	for (pass = 0; pass < 2; pass++) {
+		struct rm_job **pp = &E.queue;
+
+		while (*pp) {
+			struct rm_job *j = *pp;
+
+			if (j->not_before > now) {
+				if (j->not_before < next)
+					next = j->not_before;
+				pp = &j->next;
+				continue;
+			}
+			if (pass == 0 ? !j->urgent : E.active >= RM_MAX_INFLIGHT) {
+				pp = &j->next;
+				continue;
+			}
+			*pp = j->next;
+			j->rc = rm_job_start(j);
+			if (j->rc) {
+				snprintf(j->msg, sizeof(j->msg), "cannot start a request");
+				rm_job_release(j);
+				j->next = *failed;
+				*failed = j;
+				continue;
+			}
+			j->next = E.running;
+			E.running = j;
+			E.active++;
+		}
+	}
+	return (int)((next - now) * 1000) + 1;
+}
+
+/* Under E.lock: take the cancelled running jobs out of the multi handle. */
+static struct rm_job *rm_take_cancelled(void)
+{
+	struct rm_job *out = NULL;
+	struct rm_job **pp = &E.running;
+
+	while (*pp) {
+		struct rm_job *j = *pp;
+
+		if (!j->cancel) {
+			pp = &j->next;
+			continue;
+		}
+		*pp = j->next;
+		E.active--;
+		j->next = out;
+		out = j;
+	}
+	return out;
+}
+
+static void *rm_loop(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&E.lock);
+	while (!E.stop) {
+		struct rm_job *failed = NULL;
+		struct rm_job *gone;
+		int wait_ms;
+		int running = 0;
+
+		if (E.pause) {
+			E.parked = true;
+			pthread_cond_broadcast(&E.cond);
+			while (E.pause)
+				pthread_cond_wait(&E.cond, &E.lock);
+			E.parked = false;
+			continue;
+		}
+		wait_ms = rm_start_due(&failed);
+		gone = rm_take_cancelled();
+
+		pthread_mutex_unlock(&E.lock);
+		while (gone) {
+			struct rm_job *j = gone;
+
+			gone = j->next;
+			rm_job_release(j);
+			j->rc = -ECANCELED;
+			rm_job_done(j);
+		}
+		while (failed) {
+			struct rm_job *j = failed;
+
+			failed = j->next;
+			rm_job_done(j);
+		}
+		curl_multi_perform(E.m, &running);
+		rm_reap();
+		curl_multi_poll(E.m, NULL, 0, wait_ms > 1000 ? 1000 : wait_ms,
+				NULL);
+		pthread_mutex_lock(&E.lock);
+	}
+	pthread_mutex_unlock(&E.lock);
+	return NULL;
+}
+
+int rm_engine_get(struct pt_error *err)
+{
+	int rc = 0;
+
+	pthread_once(&rm_once, rm_global_init);
+	if (rm_global_rc != CURLE_OK)
+		return pt_fail(err, -EIO, "libcurl: %s",
+			       curl_easy_strerror(rm_global_rc));
+	pthread_mutex_lock(&E.lock);
+	if (E.refs == 0) {
+		E.m = curl_multi_init();
+		E.stop = false;
+		E.seed = (unsigned)time(NULL) ^ (unsigned)getpid();
+		if (!E.m) {
+			rc = pt_fail(err, -ENOMEM, "libcurl: no multi handle");
+		} else {
+			curl_multi_setopt(E.m, CURLMOPT_PIPELINING,
+					  (long)CURLPIPE_MULTIPLEX);
+			curl_multi_setopt(E.m, CURLMOPT_MAX_HOST_CONNECTIONS,
+					  (long)RM_MAX_INFLIGHT + 2);
+			if (pthread_create(&E.thread, NULL, rm_loop, NULL)) {
+				curl_multi_cleanup(E.m);
+				E.m = NULL;
+				rc = pt_fail(err, -EAGAIN, "cannot start a thread");
+			}
+		}
+	}
+	if (!rc)
+		E.refs++;
+	pthread_mutex_unlock(&E.lock);
+	return rc;
+}
+
+void rm_engine_put(void)
+{
+	bool last;
+
+	pthread_mutex_lock(&E.lock);
+	last = --E.refs == 0;
+	if (last)
+		E.stop = true;
+	pthread_mutex_unlock(&E.lock);
+	if (!last)
+		return;
+	curl_multi_wakeup(E.m);
+	pthread_join(E.thread, NULL);
+	curl_multi_cleanup(E.m);
+	E.m = NULL;
+}
+
+void rm_engine_submit(struct rm_job *j)
+{
+	struct rm_job **pp;
+
+	pthread_mutex_lock(&j->r->lock);
+	j->r->jobs++;
+	pthread_mutex_unlock(&j->r->lock);
+	pthread_mutex_lock(&E.lock);
+	for (pp = &E.queue; *pp; pp = &(*pp)->next)
+		;
+	j->next = NULL;
+	*pp = j;            /* first come, first started */
+	pthread_mutex_unlock(&E.lock);
+	curl_multi_wakeup(E.m);
+}
+
+/* Drop @r's queued jobs; its running ones stop at their next bytes
+ * (rm_job_body sees r->closing) or their low-speed timeout. */
+void rm_engine_cancel(struct pt_remote *r)
+{
+	struct rm_job *drop = NULL;
+	struct rm_job **pp;
+
+	pthread_mutex_lock(&E.lock);
+	for (pp = &E.queue; *pp;) {
+		struct rm_job *j = *pp;
+
+		if (j->r == r) {
+			*pp = j->next;
+			j->next = drop;
+			drop = j;
+		} else {
+			pp = &j->next;
+		}
+	}
+	for (pp = &E.running; *pp; pp = &(*pp)->next)
+		if ((*pp)->r == r)
+			(*pp)->cancel = true;
+	pthread_mutex_unlock(&E.lock);
+	while (drop) {
+		struct rm_job *j = drop;
+
+		drop = j->next;
+		j->rc = -ECANCELED;
+		rm_job_done(j);
+	}
+	curl_multi_wakeup(E.m);
+}

@@ -1,0 +1,738 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * remote.c -- one remote object: open (one request, or one conditional
+ * request when the cache has it), reads through the block cache, and the
+ * read-ahead policy that keeps metadata to a few requests and streams
+ * tensors:
+ *
+ *  - open fetches the first MiB (.safetensors, .json: the header is there)
+ *    or the last MiB (everything else: a ZIP's end records and, mostly,
+ *    its central directory); the response also gives size and version;
+ *  - a read of missing blocks fetches them in one range request, at least
+ *    RM_MISS bytes; a read that continues the previous one doubles a
+ *    read-ahead window (up to RM_WINDOW_MAX) fetched in the background;
+ *  - pt_remote_prefetch (a tensor's range) fetches up to RM_PREFETCH_CAP as
+ *    RM_CHUNK ranges in parallel.
+ * Every request after open carries If-Match with the version seen at open.
+ */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "remote/remote_i.h"
+
+void pt_remote_opts_default(struct pt_remote_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->cache_size = (uint64_t)10 << 30;
+	o->timeout_s = 60;
+}
+
+bool pt_remote_is_url(const char *s)
+{
+	return !strncmp(s, "http://", 7) || !strncmp(s, "https://", 8) ||
+	       !strncmp(s, "s3://", 5) || !strncmp(s, "hf://", 5);
+}
+
+uint64_t pt_remote_size(const struct pt_remote *r)
+{
+	return r->size;
+}
+
+struct timespec pt_remote_mtime(const struct pt_remote *r)
+{
+	struct timespec ts = { .tv_sec = (time_t)r->mtime, .tv_nsec = 0 };
+
+	return ts;
+}
+
+const char *pt_remote_name(const struct pt_remote *r)
+{
+	return r->u.display;
+}
+
+void pt_remote_stats(struct pt_remote *r, struct pt_remote_stats *st)
+{
+	pthread_mutex_lock(&r->lock);
+	*st = r->st;
+	pthread_mutex_unlock(&r->lock);
+}
+
+/* ---- the engine's callbacks ---- */
+
+/* Under r->lock: blocks of @j complete below byte @end become held. */
+static void rm_job_mark(struct rm_job *j, uint64_t end)
+{
+	struct pt_remote *r = j->r;
+	uint64_t upto = end == r->size ? r->nblocks : end / RM_BLOCK;
+
+	for (; j->marked < upto; j->marked++) {
+		rm_set(r->held, j->marked);
+		rm_clr(r->busy, j->marked);
+	}
+	pthread_cond_broadcast(&r->cond);
+}
+
+static size_t rm_probe_body(struct rm_job *j, const char *p, size_t n)
+{
+	uint8_t *nm;
+
+	if (j->mem_len + n > j->len + RM_BLOCK) {
+		snprintf(j->msg, sizeof(j->msg),
+			 "the server ignores range requests (HTTP 200 for a range)");
+		j->rc = -ENOTSUP;
+		return 0;
+	}
+	nm = realloc(j->mem, j->mem_len + n);
+	if (!nm) {
+		j->rc = -ENOMEM;
+		return 0;
+	}
+	memcpy(nm + j->mem_len, p, n);
+	j->mem = nm;
+	j->mem_len += n;
+	return n;
+}
+
+size_t rm_job_body(struct rm_job *j, const char *p, size_t n)
+{
+	struct pt_remote *r = j->r;
+	ssize_t w;
+
+	if (r->closing || j->cancel) {
+		j->rc = -ECANCELED;
+		return 0;
+	}
+	if (j->probe)
+		return rm_probe_body(j, p, n);
+	if (r->etag[0] && j->etag[0] && strcmp(r->etag, j->etag)) {
+		snprintf(j->msg, sizeof(j->msg), "ETag %.100s, was %.100s", j->etag,
+			 r->etag);
+		j->rc = -ESTALE;
+		return 0;
+	}
+	if (j->status != 206 || j->range_first != j->off + j->got) {
+		snprintf(j->msg, sizeof(j->msg),
+			 "HTTP %ld from byte %llu for a range from byte %llu",
+			 j->status, (unsigned long long)j->range_first,
+			 (unsigned long long)(j->off + j->got));
+		j->rc = -EIO;
+		return 0;
+	}
+	if (n > j->len - j->got)
+		n = (size_t)(j->len - j->got);
+	w = pwrite(r->c.data_fd, p, n, (off_t)(j->off + j->got));
+	if (w != (ssize_t)n) {
+		snprintf(j->msg, sizeof(j->msg), "cache %s: %s", r->c.dir,
+			 w < 0 ? strerror(errno) : "short write");
+		j->rc = -EIO;
+		return 0;
+	}
+	j->got += n;
+	j->range_first += n;
+	pthread_mutex_lock(&r->lock);
+	r->st.bytes += n;
+	rm_job_mark(j, j->off + j->got);
+	r->c.written += n;
+	pthread_mutex_unlock(&r->lock);
+	return n;
+}
+
+static void rm_job_free(struct rm_job *j)
+{
+	free(j->eff_url);
+	free(j->mem);
+	free(j);
+}
+
+void rm_job_done(struct rm_job *j)
+{
+	struct pt_remote *r = j->r;
+	uint64_t b, end = (j->off + j->len + RM_BLOCK - 1) / RM_BLOCK;
+
+	if (!j->probe && j->marked > j->start / RM_BLOCK)
+		rm_cache_mark(&r->c, r->held, j->start / RM_BLOCK, j->marked);
+	pthread_mutex_lock(&r->lock);
+	r->jobs--;
+	if (j->probe) {
+		j->next = r->probes;
+		r->probes = j;
+		pthread_cond_broadcast(&r->cond);
+		pthread_mutex_unlock(&r->lock);
+		return;
+	}
+	for (b = j->marked; b < end && b < r->nblocks; b++)
+		rm_clr(r->busy, b);
+	if (j->rc == -ESTALE && !r->stale) {
+		r->stale = true;
+		if (!r->o.quiet)
+			fprintf(stderr,
+				"ptfs: %s: changed on the server since it was opened (%s); reads now fail with EIO\n",
+				r->u.display, j->msg[0] ? j->msg : "HTTP 412");
+	}
+	if (j->rc && j->rc != -ECANCELED) {
+		r->fail_rc = j->rc;
+		snprintf(r->fail_msg, sizeof(r->fail_msg), "%s: %s",
+			 r->u.display, j->msg[0] ? j->msg : strerror(-j->rc));
+		r->fail_seq++;
+	}
+	pthread_cond_broadcast(&r->cond);
+	pthread_mutex_unlock(&r->lock);
+	rm_job_free(j);
+}
+
+/* ---- fetching ---- */
+
+static struct rm_job *rm_job_new(struct pt_remote *r, uint64_t off,
+				 uint64_t len, bool urgent)
+{
+	struct rm_job *j = calloc(1, sizeof(*j));
+
+	if (!j)
+		return NULL;
+	j->r = r;
+	j->off = j->start = off;
+	j->len = len;
+	j->marked = off / RM_BLOCK;
+	j->urgent = urgent;
+	return j;
+}
+
+/*
+ * Under r->lock: jobs for the blocks of [@off, @end) that are neither held
+ * nor being fetched, as ranges of at most RM_CHUNK, marked busy and
+ * chained on *@list for rm_submit() once the lock is dropped.
+ */
+static void rm_fetch(struct pt_remote *r, uint64_t off, uint64_t end,
+		     bool urgent, struct rm_job **list)
+{
+	uint64_t b = off / RM_BLOCK;
+	uint64_t b1 = end >= r->size ? r->nblocks : (end + RM_BLOCK - 1) / RM_BLOCK;
+	const uint64_t per = RM_CHUNK / RM_BLOCK;
+
+	while (list && b < b1) {
+		uint64_t e = b, k;
+		struct rm_job *j;
+
+		if (rm_bit(r->held, b) || rm_bit(r->busy, b)) {
+			b++;
+			continue;
+		}
+		while (e < b1 && e - b < per && !rm_bit(r->held, e) &&
+		       !rm_bit(r->busy, e))
+			e++;
+		j = rm_job_new(r, b * RM_BLOCK,
+			       (e == r->nblocks ? r->size : e * RM_BLOCK) -
+				       b * RM_BLOCK, urgent);
+		if (!j)
+			return;     /* a reader sees its blocks lost, retries */
+		for (k = b; k < e; k++)
+			rm_set(r->busy, k);
+		j->next = *list;
+		*list = j;
+		b = e;
+	}
+}
+
+/* Hand the jobs of rm_fetch() to the engine, in offset order. */
+static void rm_submit(struct rm_job *list)
+{
+	struct rm_job *rev = NULL;
+
+	while (list) {
+		struct rm_job *j = list;
+
+		list = j->next;
+		j->next = rev;
+		rev = j;
+	}
+	while (rev) {
+		struct rm_job *j = rev;
+
+		rev = j->next;
+		j->next = NULL;
+		rm_engine_submit(j);
+	}
+}
+
+static bool rm_all_held(const struct pt_remote *r, uint64_t b0, uint64_t b1,
+			bool *lost)
+{
+	bool all = true;
+	uint64_t b;
+
+	*lost = false;
+	for (b = b0; b < b1; b++) {
+		if (rm_bit(r->held, b))
+			continue;
+		all = false;
+		if (!rm_bit(r->busy, b))
+			*lost = true;
+	}
+	return all;
+}
+
+/* Under r->lock: the read-ahead that follows a read of [off, end). */
+static void rm_read_ahead(struct pt_remote *r, uint64_t off, uint64_t end,
+			  bool missed, struct rm_job **list)
+{
+	/* continues the previous read (FUSE may reorder a little) */
+	bool seq = r->seq_next && off <= r->seq_next &&
+		   r->seq_next - off <= RM_MISS && end > r->seq_next;
+
+	if (seq)
+		r->window = r->window < RM_CHUNK ? RM_CHUNK :
+			    r->window * 2 > RM_WINDOW_MAX ? RM_WINDOW_MAX :
+			    r->window * 2;
+	else if (missed)
+		r->window = RM_MISS;
+	r->seq_next = end;
+	if (r->ahead < end || r->ahead > end + RM_WINDOW_MAX)
+		r->ahead = end;
+	if (seq && r->ahead < end + r->window / 2 &&
+	    r->ahead < r->size) {
+		uint64_t to = end + r->window;
+
+		rm_fetch(r, r->ahead, to, false, list);
+		r->ahead = to;
+	}
+}
+
+static int rm_read_fail(struct pt_remote *r, struct pt_error *err)
+{
+	if (r->stale)
+		return pt_fail(err, -EIO,
+			       "%s: changed on the server since it was opened",
+			       r->u.display);
+	return pt_fail(err, r->fail_rc == -ENOMEM ? -ENOMEM : -EIO, "%s",
+		       r->fail_msg);
+}
+
+/* Under r->lock: until [b0, b1) is held; 0, or -1 when it cannot be. */
+static int rm_wait(struct pt_remote *r, uint64_t off, uint64_t end,
+		   uint64_t seq0)
+{
+	uint64_t b0 = off / RM_BLOCK, b1 = (end - 1) / RM_BLOCK + 1;
+	bool lost;
+
+	while (!rm_all_held(r, b0, b1, &lost)) {
+		struct rm_job *list = NULL;
+
+		if (r->stale || (lost && r->fail_seq != seq0))
+			return -1;
+		if (lost) {
+			/* a read-ahead for them failed or was dropped */
+			rm_fetch(r, off, end, true, &list);
+			pthread_mutex_unlock(&r->lock);
+			rm_submit(list);
+			pthread_mutex_lock(&r->lock);
+			continue;
+		}
+		pthread_cond_wait(&r->cond, &r->lock);
+	}
+	return 0;
+}
+
+int pt_remote_read(struct pt_remote *r, void *buf, size_t n, uint64_t off,
+		   struct pt_error *err)
+{
+	uint64_t b0 = off / RM_BLOCK, b1, seq0, want;
+	struct rm_job *list = NULL;
+	bool lost, missed = false;
+	size_t done = 0;
+	int rc;
+
+	if (n == 0)
+		return 0;
+	if (off > r->size || n > r->size - off)
+		return pt_fail(err, -EIO,
+			       "%s: read of %zu bytes at %llu beyond its end (%llu bytes)",
+			       r->u.display, n, (unsigned long long)off,
+			       (unsigned long long)r->size);
+	b1 = (off + n - 1) / RM_BLOCK + 1;
+	if (getenv("PTFS_REMOTE_TRACE"))
+		fprintf(stderr, "remote: read %zu at %llu\n", n,
+			(unsigned long long)off);
+	pthread_mutex_lock(&r->lock);
+	seq0 = r->fail_seq;
+	if (!r->stale && !rm_all_held(r, b0, b1, &lost)) {
+		/* another process may have fetched them */
+		rm_cache_load_map(&r->c, r->held, b0, b1);
+		if (!rm_all_held(r, b0, b1, &lost))
+			missed = true;
+		/* blocks nobody fetches yet: at least RM_MISS from here
+		 * (those in flight are waited for) */
+		if (lost) {
+			want = b0 * RM_BLOCK + RM_MISS;
+			rm_fetch(r, off, want > off + n ? want : off + n, true,
+				 &list);
+		}
+	}
+	if (!missed)
+		r->st.cache_hits++;
+	rm_read_ahead(r, off, off + n, missed, &list);
+	pthread_mutex_unlock(&r->lock);
+	rm_submit(list);
+	pthread_mutex_lock(&r->lock);
+	rc = r->stale ? -1 : rm_wait(r, off, off + n, seq0);
+	if (rc)
+		rc = rm_read_fail(r, err);
+	pthread_mutex_unlock(&r->lock);
+	while (!rc && done < n) {
+		ssize_t got = pread(r->c.data_fd, (char *)buf + done, n - done,
+				    (off_t)(off + done));
+
+		if (got <= 0)
+			rc = pt_fail(err, -EIO, "cache %s: %s", r->c.dir,
+				     got < 0 ? strerror(errno) : "short read");
+		else
+			done += (size_t)got;
+	}
+	return rc;
+}
+
+void pt_remote_prefetch(struct pt_remote *r, uint64_t off, uint64_t n)
+{
+	struct rm_job *list = NULL;
+
+	if (off >= r->size)
+		return;
+	if (n > r->size - off)
+		n = r->size - off;
+	if (n > RM_PREFETCH_CAP)
+		n = RM_PREFETCH_CAP;
+	if (getenv("PTFS_REMOTE_TRACE"))
+		fprintf(stderr, "remote: prefetch %llu at %llu\n",
+			(unsigned long long)n, (unsigned long long)off);
+	pthread_mutex_lock(&r->lock);
+	if (!r->stale && !r->closing) {
+		rm_fetch(r, off, off + n, false, &list);
+		if (r->ahead < off + n && r->ahead + RM_WINDOW_MAX >= off)
+			r->ahead = off + n;
+	}
+	pthread_mutex_unlock(&r->lock);
+	rm_submit(list);
+}
+
+int pt_remote_check(struct pt_remote *r, struct pt_error *err)
+{
+	bool stale;
+
+	pthread_mutex_lock(&r->lock);
+	stale = r->stale;
+	pthread_mutex_unlock(&r->lock);
+	if (stale)
+		return pt_fail(err, -ESTALE,
+			       "%s: changed on the server since it was opened",
+			       r->u.display);
+	return 0;
+}
+
+/* ---- open ---- */
+
+static bool rm_head_first(const struct rm_url *u)
+{
+	size_t n = strlen(u->rel);
+
+	return (n >= 12 && !strcmp(u->rel + n - 12, ".safetensors")) ||
+	       (n >= 5 && !strcmp(u->rel + n - 5, ".json"));
+}
+
+/* One line for a failed open: the URL as given, where it was requested
+ * (never a query string or a credential), what went wrong, a hint. */
+static int rm_open_fail(struct pt_remote *r, const struct rm_job *j,
+			struct pt_error *err)
+{
+	const char *hint = "";
+	int rc = j->rc;
+
+	if (rc == -EACCES && r->u.kind == RM_HF)
+		hint = getenv("HF_TOKEN") ? " (HF_TOKEN has no access to it)" :
+		       " (gated or private? set HF_TOKEN)";
+	else if (rc == -EACCES && r->u.kind == RM_S3)
+		hint = getenv("AWS_ACCESS_KEY_ID") ?
+			" (check the AWS_* credentials and region)" :
+			" (no AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY set)";
+	if (rc == -ENOENT)
+		hint = " (not found)";
+	if (r->u.kind == RM_HTTP)
+		return pt_fail(err, rc, "%s: %s%s", r->u.display, j->msg, hint);
+	return pt_fail(err, rc, "%s (%s%s): %s%s", r->u.display, r->u.prefix,
+		       r->u.rel, j->msg, hint);
+}
+
+/*
+ * Send the open requests and wait for them: the last RM_TAIL bytes (a ZIP's
+ * end records and central directory) and, in parallel, the first RM_FIRST
+ * (the format's magic, a ZIP's data.pkl); only the head for .safetensors and
+ * .json; only one conditional request when the cache has the object.
+ * *@main is the one that decides, *@extra the other (or NULL).
+ */
+static int rm_probe(struct pt_remote *r, bool conditional,
+		    struct rm_job **main, struct rm_job **extra,
+		    struct pt_error *err)
+{
+	bool head = rm_head_first(&r->u);
+	int want = head || conditional ? 1 : 2, got = 0;
+	struct rm_job *j = rm_job_new(r, 0, head ? RM_FIRST : RM_TAIL, true);
+	struct rm_job *h = want == 2 ? rm_job_new(r, 0, RM_FIRST, true) : NULL;
+
+	*main = *extra = NULL;
+	if (!j || (want == 2 && !h)) {
+		free(j);
+		free(h);
+		return pt_fail(err, -ENOMEM, "out of memory");
+	}
+	j->probe = true;
+	j->tail = !head;
+	j->conditional = conditional;
+	rm_engine_submit(j);
+	if (h) {
+		h->probe = true;
+		rm_engine_submit(h);
+	}
+	pthread_mutex_lock(&r->lock);
+	while (got < want) {
+		while (!r->probes)
+			pthread_cond_wait(&r->cond, &r->lock);
+		r->probes = r->probes->next;
+		got++;
+	}
+	pthread_mutex_unlock(&r->lock);
+	*main = j;
+	*extra = h;
+	if (j->rc)
+		return rm_open_fail(r, j, err);
+	if (j->status == 304 && !conditional)
+		return pt_fail(err, -EIO, "%s: HTTP 304 to a plain request",
+			       r->u.display);
+	return 0;
+}
+
+/* What the open request said about the object, into @m. */
+static int rm_probe_meta(struct pt_remote *r, const struct rm_job *j,
+			 struct rm_meta *m, struct pt_error *err)
+{
+	if (j->status == 304)
+		return 0;           /* @m is the cached version */
+	memset(m, 0, sizeof(*m));
+	if (j->status == 206 && j->total &&
+	    j->range_first + j->mem_len <= j->total)
+		m->size = j->total;
+	else if (j->status == 200)
+		m->size = j->mem_len;
+	else
+		return pt_fail(err, -EIO,
+			       "%s: HTTP %ld with a bad Content-Range",
+			       r->u.display, j->status);
+	snprintf(m->etag, sizeof(m->etag), "%s", j->etag);
+	m->mtime = j->mtime;
+	if (j->linked[0])
+		snprintf(m->ident, sizeof(m->ident), "%s", j->linked);
+	else if (j->etag[0])
+		snprintf(m->ident, sizeof(m->ident), "%s", j->etag);
+	else    /* no validator: never shared, never revalidated */
+		snprintf(m->ident, sizeof(m->ident), "unversioned-%d-%.0f",
+			 (int)getpid(), rm_now() * 1e6);
+	return 0;
+}
+
+/* Keep the open request's body in the cache. */
+static void rm_store_probe(struct pt_remote *r, const struct rm_job *j)
+{
+	uint64_t first, end, b0, b1, b;
+
+	if (j->status == 304 || !j->mem_len)
+		return;
+	first = j->status == 200 ? 0 : j->range_first;
+	end = first + j->mem_len;
+	if (pwrite(r->c.data_fd, j->mem, j->mem_len, (off_t)first) !=
+	    (ssize_t)j->mem_len)
+		return;
+	b0 = (first + RM_BLOCK - 1) / RM_BLOCK;
+	b1 = end == r->size ? r->nblocks : end / RM_BLOCK;
+	for (b = b0; b < b1; b++)
+		rm_set(r->held, b);
+	if (b1 > b0)
+		rm_cache_mark(&r->c, r->held, b0, b1);
+	r->st.bytes += j->mem_len;
+}
+
+/* Pin the version: the hub's commit, the URL requests go to. */
+static int rm_pin(struct pt_remote *r, const struct rm_job *j,
+		  struct rm_meta *m)
+{
+	char *req;
+
+	if (r->u.kind == RM_HF && !r->u.pinned) {
+		if (j->commit[0])
+			snprintf(m->commit, sizeof(m->commit), "%s", j->commit);
+		if (m->commit[0])
+			rm_url_pin(&r->u, m->commit);
+	}
+	req = rm_url_request(&r->u);
+	if (!req)
+		return -ENOMEM;
+	free(r->url);
+	if (j->eff_url && strcmp(j->eff_url, req) &&
+	    strncmp(j->eff_url, r->u.prefix, strlen(r->u.prefix))) {
+		/* redirected to another place (the hub's CDN): go there */
+		r->url = strdup(j->eff_url);
+		free(req);
+	} else {
+		r->url = req;
+	}
+	snprintf(r->etag, sizeof(r->etag), "%s", m->etag);
+	return r->url ? 0 : -ENOMEM;
+}
+
+static int rm_open_common(struct pt_remote *r, struct pt_error *err)
+{
+	struct rm_meta m;
+	struct rm_job *j = NULL, *h = NULL;
+	int rc;
+
+	rc = rm_engine_get(err);
+	if (rc)
+		return rc;
+	r->engine = true;
+	rc = rm_cache_root(&r->o, &r->cache_root, err);
+	if (rc)
+		return rc;
+	rm_cache_latest(r->cache_root, r->u.key, &m);
+	snprintf(r->etag, sizeof(r->etag), "%s", m.etag);
+	r->url = rm_url_request(&r->u);
+	if (!r->url)
+		return pt_fail(err, -ENOMEM, "out of memory");
+	rc = rm_probe(r, m.etag[0] != '\0', &j, &h, err);
+	if (!rc)
+		rc = rm_probe_meta(r, j, &m, err);
+	if (!rc && rm_pin(r, j, &m))
+		rc = pt_fail(err, -ENOMEM, "out of memory");
+	if (!rc) {
+		r->size = m.size;
+		r->mtime = m.mtime;
+		rc = rm_cache_open(&r->c, r->cache_root, r->u.key, &m, err);
+	}
+	if (!rc) {
+		r->nblocks = (r->size + RM_BLOCK - 1) / RM_BLOCK;
+		r->held = calloc(1, r->nblocks / 8 + 1);
+		r->busy = calloc(1, r->nblocks / 8 + 1);
+		if (!r->held || !r->busy)
+			rc = pt_fail(err, -ENOMEM, "out of memory");
+	}
+	if (!rc) {
+		rm_cache_load_map(&r->c, r->held, 0, r->nblocks);
+		rm_store_probe(r, j);
+		/* the head, when it is the same version */
+		if (h && !h->rc && !strcmp(h->etag, j->etag) &&
+		    (h->status == 200 ? h->mem_len == r->size :
+		     h->status == 206 && h->total == r->size))
+			rm_store_probe(r, h);
+		rm_cache_evict(r->cache_root, r->o.cache_size, r->c.dir);
+	}
+	if (j)
+		rm_job_free(j);
+	if (h)
+		rm_job_free(h);
+	return rc;
+}
+
+static struct pt_remote *rm_new(const struct pt_remote_opts *o)
+{
+	struct pt_remote *r = calloc(1, sizeof(*r));
+	struct pt_remote_opts def;
+
+	if (!r)
+		return NULL;
+	if (!o) {
+		pt_remote_opts_default(&def);
+		o = &def;
+	}
+	r->o = *o;
+	r->own[0] = o->cache_dir ? strdup(o->cache_dir) : NULL;
+	r->own[1] = o->cafile ? strdup(o->cafile) : NULL;
+	r->own[2] = o->s3_endpoint ? strdup(o->s3_endpoint) : NULL;
+	r->o.cache_dir = r->own[0];
+	r->o.cafile = r->own[1];
+	r->o.s3_endpoint = r->own[2];
+	if (!r->o.timeout_s)
+		r->o.timeout_s = 60;
+	if (!r->o.cache_size)
+		r->o.cache_size = (uint64_t)10 << 30;
+	r->c.data_fd = r->c.map_fd = r->c.lock_fd = -1;
+	pthread_mutex_init(&r->lock, NULL);
+	pthread_cond_init(&r->cond, NULL);
+	return r;
+}
+
+int pt_remote_open(struct pt_remote **out, const char *url,
+		   const struct pt_remote_opts *o, struct pt_error *err)
+{
+	struct pt_remote *r = rm_new(o);
+	int rc;
+
+	*out = NULL;
+	if (!r)
+		return pt_fail(err, -ENOMEM, "out of memory");
+	rc = rm_url_parse(&r->u, url, r->o.s3_endpoint, err);
+	if (!rc)
+		rc = rm_open_common(r, err);
+	if (rc) {
+		pt_remote_close(r);
+		return rc;
+	}
+	*out = r;
+	return 0;
+}
+
+int pt_remote_open_sibling(struct pt_remote *r, const char *rel,
+			   struct pt_remote **out, struct pt_error *err)
+{
+	struct pt_remote *s = rm_new(&r->o);
+	int rc;
+
+	*out = NULL;
+	if (!s)
+		return pt_fail(err, -ENOMEM, "out of memory");
+	rc = rm_url_sibling(&s->u, &r->u, rel, err);
+	if (!rc)
+		rc = rm_open_common(s, err);
+	if (rc) {
+		pt_remote_close(s);
+		return rc;
+	}
+	*out = s;
+	return 0;
+}
+
+void pt_remote_close(struct pt_remote *r)
+{
+	if (!r)
+		return;
+	pthread_mutex_lock(&r->lock);
+	r->closing = true;
+	pthread_mutex_unlock(&r->lock);
+	if (r->engine) {
+		rm_engine_cancel(r);
+		pthread_mutex_lock(&r->lock);
+		while (r->jobs > 0)
+			pthread_cond_wait(&r->cond, &r->lock);
+		pthread_mutex_unlock(&r->lock);
+		rm_engine_put();
+	}
+	rm_cache_close(&r->c);
+	rm_url_free(&r->u);
+	free(r->cache_root);
+	free(r->url);
+	free(r->held);
+	free(r->busy);
+	free(r->own[0]);
+	free(r->own[1]);
+	free(r->own[2]);
+	pthread_mutex_destroy(&r->lock);
+	pthread_cond_destroy(&r->cond);
+	free(r);
+}

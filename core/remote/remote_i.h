@@ -1,0 +1,178 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * remote_i.h -- the parts of ptfs_remote: URLs (url.c), the request engine
+ * (engine.c: one thread driving a libcurl multi handle for the process),
+ * the block cache on disk (cache.c) and the object (remote.c).
+ */
+#ifndef PTFS_CORE_REMOTE_I_H
+#define PTFS_CORE_REMOTE_I_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <curl/curl.h>
+
+#include "remote/remote.h"
+
+#define RM_BLOCK ((uint64_t)64 << 10)      /* cache granule */
+#define RM_FIRST ((uint64_t)1 << 20)       /* open: the first MiB */
+#define RM_TAIL ((uint64_t)2 << 20)        /* open: the last 2 MiB */
+#define RM_MISS ((uint64_t)1 << 20)        /* least fetched by a miss */
+#define RM_CHUNK ((uint64_t)8 << 20)       /* one parallel range */
+#define RM_PREFETCH_CAP ((uint64_t)256 << 20)
+#define RM_WINDOW_MAX ((uint64_t)128 << 20) /* sequential read-ahead */
+#define RM_MAX_INFLIGHT 16
+
+enum rm_kind { RM_HTTP, RM_S3, RM_HF };
+
+/* Where an object lives.  Request URL = prefix + rel + query. */
+struct rm_url {
+	enum rm_kind kind;
+	char *prefix;   /* "scheme://host[:port]/..." up to the object path */
+	char *rel;      /* object path below prefix, %-escaped */
+	char *query;    /* "?..." of an http URL ("" otherwise): never shown */
+	char *key;      /* cache identity (no revision, no query) */
+	char *display;  /* the URL for messages: as given, without query */
+	char *region;   /* s3: signing region */
+	char *hf_base;  /* hf: "<endpoint>/[datasets/]ORG/REPO/resolve/" */
+	char *rev;      /* hf: revision as given, then its commit */
+	bool pinned;    /* hf: rev is a commit id */
+};
+
+/* url.c */
+int rm_url_parse(struct rm_url *u, const char *url, const char *s3_endpoint,
+		 struct pt_error *err);
+int rm_url_sibling(struct rm_url *out, const struct rm_url *u,
+		   const char *rel, struct pt_error *err);
+char *rm_url_request(const struct rm_url *u);  /* malloc()ed */
+void rm_url_pin(struct rm_url *u, const char *commit);
+void rm_url_free(struct rm_url *u);
+char *rm_escape_path(const char *s);        /* keeps '/', malloc()ed */
+
+/* One range request, run by the engine. */
+struct rm_job {
+	struct pt_remote *r;
+	uint64_t off;           /* first byte wanted */
+	uint64_t len;           /* bytes wanted (0: open probe, see tail) */
+	uint64_t got;           /* bytes received and stored */
+	uint64_t start;         /* off at submission (blocks marked from) */
+	uint64_t marked;        /* blocks below this one are marked held */
+	bool probe;             /* open request: body to mem, headers kept */
+	bool tail;              /* probe: suffix range of len bytes */
+	bool urgent;            /* a reader waits: before prefetches */
+	bool conditional;       /* probe: If-None-Match r->etag */
+	bool cancel;            /* its object closes: stop it */
+	unsigned attempt;
+	double deadline;        /* monotonic seconds */
+	double not_before;      /* retry time */
+	/* response */
+	long status;
+	uint64_t total;         /* from Content-Range / Content-Length */
+	uint64_t range_first;   /* from Content-Range */
+	double retry_after;
+	char etag[160];
+	char linked[160];       /* X-Linked-Etag (the hub) */
+	char commit[64];        /* X-Repo-Commit (the hub) */
+	int64_t mtime;          /* Last-Modified */
+	char *eff_url;
+	uint8_t *mem;           /* probe body */
+	uint64_t mem_len;
+	int rc;                 /* result: 0, -errno */
+	char msg[320];
+	CURL *h;
+	struct curl_slist *hdrs;
+	char cerr[CURL_ERROR_SIZE];
+	struct rm_job *next;
+};
+
+/* engine.c */
+int rm_engine_get(struct pt_error *err);
+void rm_engine_put(void);
+void rm_engine_submit(struct rm_job *j);
+void rm_engine_cancel(struct pt_remote *r);
+int rm_http_setup(CURL *h, const struct pt_remote *r, const char *url,
+		  struct curl_slist **hdrs);
+double rm_now(void);
+void rm_sigv4(CURL *h, const char *region, const char *service,
+	      struct curl_slist **hdrs);
+
+/* The block cache of one object (cache.c). */
+struct rm_cache {
+	char *dir;              /* <cache_dir>/<hash of key> */
+	int data_fd;            /* sparse file of the object's bytes */
+	int map_fd;             /* bitmap of blocks held (flock'ed) */
+	int lock_fd;            /* flock LOCK_SH while open: not evicted */
+	uint64_t written;       /* bytes stored since the last eviction pass */
+};
+
+struct rm_meta {
+	uint64_t size;
+	char etag[160];
+	char ident[160];
+	char commit[64];
+	int64_t mtime;
+	char url[2048];
+};
+
+int rm_cache_root(const struct pt_remote_opts *o, char **root,
+		  struct pt_error *err);
+int rm_cache_open(struct rm_cache *c, const char *root, const char *key,
+		  struct rm_meta *m, struct pt_error *err);
+void rm_cache_latest(const char *root, const char *key, struct rm_meta *m);
+int rm_cache_load_map(struct rm_cache *c, uint8_t *held, uint64_t b0,
+		      uint64_t b1);
+int rm_cache_mark(struct rm_cache *c, const uint8_t *held, uint64_t b0,
+		  uint64_t b1);
+void rm_cache_evict(const char *root, uint64_t limit, const char *keep);
+void rm_cache_close(struct rm_cache *c);
+
+struct pt_remote {
+	struct rm_url u;
+	struct pt_remote_opts o;  /* its strings point into own[] */
+	char *own[3];
+	char *cache_root;
+	char *url;                /* request URL (the CDN's after a redirect) */
+	uint64_t size;
+	int64_t mtime;
+	char etag[160];           /* validator: If-Match / If-None-Match */
+	struct rm_cache c;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	uint8_t *held;            /* blocks in the cache */
+	uint8_t *busy;            /* blocks being fetched by this process */
+	uint64_t nblocks;
+	uint64_t seq_next;        /* end of the last read */
+	uint64_t window;          /* sequential read-ahead */
+	uint64_t ahead;           /* read-ahead requested up to here */
+	int fail_rc;
+	char fail_msg[2048];
+	uint64_t fail_seq;
+	bool stale;
+	bool closing;
+	bool engine;              /* holds a reference to the engine */
+	struct rm_job *probes;    /* the open requests, once done */
+	int jobs;                 /* jobs in the engine */
+	struct pt_remote_stats st;
+};
+
+/* remote.c, called by the engine (without r->lock held) */
+size_t rm_job_body(struct rm_job *j, const char *p, size_t n);
+void rm_job_done(struct rm_job *j);
+
+static inline bool rm_bit(const uint8_t *m, uint64_t b)
+{
+	return (m[b >> 3] >> (b & 7)) & 1;
+}
+
+static inline void rm_set(uint8_t *m, uint64_t b)
+{
+	m[b >> 3] = (uint8_t)(m[b >> 3] | (1u << (b & 7)));
+}
+
+static inline void rm_clr(uint8_t *m, uint64_t b)
+{
+	m[b >> 3] = (uint8_t)(m[b >> 3] & ~(1u << (b & 7)));
+}
+
+#endif /* PTFS_CORE_REMOTE_I_H */

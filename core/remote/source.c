@@ -1,0 +1,91 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * source.c -- a remote object as a core source (io/source.h): the rest of
+ * core reads, prefetches and checks it like any other input and never
+ * learns that its bytes come over the network.  No extent (nothing local
+ * to splice from), no local path (read-only: commits refuse).
+ */
+#include <stdlib.h>
+
+#include "remote/remote_source.h"
+
+static int rs_read(const struct pt_source *s, void *buf, size_t n,
+		   uint64_t off, struct pt_error *err)
+{
+	return pt_remote_read(s->priv, buf, n, off, err);
+}
+
+static void rs_prefetch(const struct pt_source *s, uint64_t off, uint64_t n)
+{
+	pt_remote_prefetch(s->priv, off, n);
+}
+
+static int rs_check(const struct pt_source *s, enum pt_check how,
+		    struct pt_error *err)
+{
+	(void)how;      /* the version (ETag) answers both questions */
+	return pt_remote_check(s->priv, err);
+}
+
+static int rs_wrap(struct pt_remote *r, struct pt_source **out,
+		   struct pt_error *err);
+
+static int rs_sibling(const struct pt_source *s, const char *rel,
+		      struct pt_source **out, struct pt_error *err)
+{
+	struct pt_remote *r;
+	int rc;
+
+	*out = NULL;
+	rc = pt_remote_open_sibling(s->priv, rel, &r, err);
+	return rc ? rc : rs_wrap(r, out, err);
+}
+
+static void rs_close(struct pt_source *s)
+{
+	pt_remote_close(s->priv);
+	free(s);
+}
+
+static const struct pt_source_ops rs_ops = {
+	.read = rs_read,
+	.prefetch = rs_prefetch,
+	.check = rs_check,
+	.open_sibling = rs_sibling,
+	.close = rs_close,
+};
+
+static int rs_wrap(struct pt_remote *r, struct pt_source **out,
+		   struct pt_error *err)
+{
+	struct pt_source *s = calloc(1, sizeof(*s));
+
+	if (!s) {
+		pt_remote_close(r);
+		return pt_fail(err, -ENOMEM, "out of memory");
+	}
+	s->ops = &rs_ops;
+	s->size = pt_remote_size(r);
+	s->name = pt_remote_name(r);
+	s->mtime = pt_remote_mtime(r);
+	s->priv = r;
+	s->costly_reads = true;
+	*out = s;
+	return 0;
+}
+
+int pt_source_open_remote(const char *url, const struct pt_remote_opts *o,
+			  struct pt_source **out, struct pt_error *err)
+{
+	struct pt_remote *r;
+	int rc;
+
+	*out = NULL;
+	rc = pt_remote_open(&r, url, o, err);
+	return rc ? rc : rs_wrap(r, out, err);
+}
+
+struct pt_remote *pt_source_remote(const struct pt_source *s)
+{
+	return s && s->ops == &rs_ops ? s->priv : NULL;
+}

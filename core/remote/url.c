@@ -1,0 +1,348 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * url.c -- the three URL forms and where their bytes are requested.
+ *
+ *   http(s)://HOST/PATH[?QUERY]   as given (a query, e.g. a presigned
+ *                                 URL, is sent but never shown)
+ *   s3://BUCKET/KEY               https://BUCKET.s3.REGION.amazonaws.com/KEY,
+ *                                 or ENDPOINT/BUCKET/KEY (path style) for an
+ *                                 S3-compatible store
+ *   hf://[datasets/]ORG/REPO[@REV]/PATH
+ *                                 ENDPOINT/ORG/REPO/resolve/REV/PATH (the
+ *                                 hub's resolve URL); REV defaults to main
+ *                                 and is pinned to a commit at open
+ */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "remote/remote_i.h"
+
+static char *rm_cat(const char *a, const char *b, const char *c)
+{
+	size_t la = strlen(a), lb = strlen(b), lc = strlen(c);
+	char *s = malloc(la + lb + lc + 1);
+
+	if (!s)
+		return NULL;
+	memcpy(s, a, la);
+	memcpy(s + la, b, lb);
+	memcpy(s + la + lb, c, lc + 1);
+	return s;
+}
+
+static char *rm_ndup(const char *s, size_t n)
+{
+	char *d = malloc(n + 1);
+
+	if (!d)
+		return NULL;
+	memcpy(d, s, n);
+	d[n] = '\0';
+	return d;
+}
+
+char *rm_escape_path(const char *s)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	size_t n = strlen(s);
+	char *d = malloc(3 * n + 1);
+	char *p = d;
+
+	if (!d)
+		return NULL;
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if (isalnum(c) || strchr("-._~/", c)) {
+			*p++ = (char)c;
+		} else {
+			*p++ = '%';
+			*p++ = hex[c >> 4];
+			*p++ = hex[c & 15];
+		}
+	}
+	*p = '\0';
+	return d;
+}
+
+/* A path is usable when it is not empty and has no empty, "." or ".."
+ * component (a shard name must stay beside its index). */
+static bool rm_path_ok(const char *p)
+{
+	const char *c = p;
+
+	if (!*p || *p == '/')
+		return false;
+	while (*c) {
+		size_t n = strcspn(c, "/");
+
+		if (n == 0 || (n == 1 && c[0] == '.') ||
+		    (n == 2 && c[0] == '.' && c[1] == '.'))
+			return false;
+		c += n;
+		if (*c == '/')
+			c++;
+		else
+			break;
+	}
+	return p[strlen(p) - 1] != '/';
+}
+
+static const char *rm_env(const char *a, const char *b)
+{
+	const char *v = getenv(a);
+
+	if ((!v || !*v) && b)
+		v = getenv(b);
+	return v && *v ? v : NULL;
+}
+
+static int rm_parse_http(struct rm_url *u, const char *url,
+			 struct pt_error *err)
+{
+	const char *host = strstr(url, "://") + 3;
+	const char *path = strchr(host, '/');
+	size_t plen;
+
+	if (!path || path == host)
+		return pt_fail(err, -EINVAL, "%s: URL names no object", url);
+	plen = strcspn(path + 1, "?#");
+	if (plen == 0 || path[plen] == '/')
+		return pt_fail(err, -EINVAL, "%s: URL names no object", url);
+	u->kind = RM_HTTP;
+	u->prefix = rm_ndup(url, (size_t)(path + 1 - url));
+	u->rel = rm_ndup(path + 1, plen);
+	u->query = rm_ndup(path + 1 + plen, strcspn(path + 1 + plen, "#"));
+	u->display = rm_ndup(url, (size_t)(path + 1 + plen - url));
+	u->key = u->display ? strdup(u->display) : NULL;
+	return 0;
+}
+
+static int rm_parse_s3(struct rm_url *u, const char *url, const char *ep,
+		       struct pt_error *err)
+{
+	const char *b = url + 5;
+	const char *slash = strchr(b, '/');
+	char *bucket;
+	char buf[512];
+	size_t blen;
+
+	if (!slash || slash == b || !rm_path_ok(slash + 1))
+		return pt_fail(err, -EINVAL,
+			       "%s: expected s3://BUCKET/KEY", url);
+	blen = (size_t)(slash - b);
+	if (blen > 63)
+		return pt_fail(err, -EINVAL, "%s: bucket name too long", url);
+	bucket = rm_ndup(b, blen);
+	if (!bucket)
+		return -ENOMEM;
+	u->kind = RM_S3;
+	if (!ep)
+		ep = rm_env("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL");
+	u->region = strdup(rm_env("AWS_REGION", "AWS_DEFAULT_REGION") ?
+				   rm_env("AWS_REGION", "AWS_DEFAULT_REGION") :
+				   "us-east-1");
+	if (ep) {
+		size_t el = strlen(ep);
+
+		while (el && ep[el - 1] == '/')
+			el--;
+		snprintf(buf, sizeof(buf), "%.*s/%s/", (int)el, ep, bucket);
+	} else if (strchr(bucket, '.')) {
+		snprintf(buf, sizeof(buf), "https://s3.%s.amazonaws.com/%s/",
+			 u->region ? u->region : "", bucket);
+	} else {
+		snprintf(buf, sizeof(buf), "https://%s.s3.%s.amazonaws.com/",
+			 bucket, u->region ? u->region : "");
+	}
+	free(bucket);
+	u->prefix = strdup(buf);
+	u->rel = rm_escape_path(slash + 1);
+	u->query = strdup("");
+	u->display = strdup(url);
+	u->key = ep ? rm_cat(ep, " ", url) : strdup(url);
+	return 0;
+}
+
+static bool rm_is_commit(const char *s)
+{
+	size_t i;
+
+	for (i = 0; s[i]; i++)
+		if (!isxdigit((unsigned char)s[i]) || isupper((unsigned char)s[i]))
+			return false;
+	return i == 40;
+}
+
+static int rm_parse_hf(struct rm_url *u, const char *url, struct pt_error *err)
+{
+	const char *p = url + 5;
+	const char *ep = rm_env("HF_ENDPOINT", NULL);
+	const char *kind = "";
+	const char *org, *repo_end, *path;
+	char *rev;
+	char buf[1024];
+
+	if (!strncmp(p, "datasets/", 9) || !strncmp(p, "spaces/", 7)) {
+		kind = p[0] == 'd' ? "datasets/" : "spaces/";
+		p += strlen(kind);
+	}
+	org = p;
+	p = strchr(org, '/');
+	if (!p || p == org)
+		return pt_fail(err, -EINVAL,
+			       "%s: expected hf://ORG/REPO[@REVISION]/PATH", url);
+	repo_end = p + 1 + strcspn(p + 1, "@/");
+	if (repo_end == p + 1 || !*repo_end)
+		return pt_fail(err, -EINVAL,
+			       "%s: expected hf://ORG/REPO[@REVISION]/PATH", url);
+	if (*repo_end == '@') {
+		path = strchr(repo_end, '/');
+		if (!path || path == repo_end + 1)
+			return pt_fail(err, -EINVAL,
+				       "%s: expected hf://ORG/REPO@REVISION/PATH",
+				       url);
+		rev = rm_ndup(repo_end + 1, (size_t)(path - repo_end - 1));
+	} else {
+		path = repo_end;
+		rev = strdup("main");
+	}
+	if (!rev)
+		return -ENOMEM;
+	if (!rm_path_ok(path + 1)) {
+		free(rev);
+		return pt_fail(err, -EINVAL, "%s: URL names no file", url);
+	}
+	if (!ep)
+		ep = "https://huggingface.co";
+	snprintf(buf, sizeof(buf), "%.*s/%s%.*s/resolve/",
+		 (int)(strlen(ep) - (ep[strlen(ep) - 1] == '/')), ep, kind,
+		 (int)(repo_end - org), org);
+	u->kind = RM_HF;
+	u->hf_base = strdup(buf);
+	u->rev = rev;
+	u->pinned = rm_is_commit(rev);
+	u->prefix = rm_cat(buf, rev, "/");
+	u->rel = rm_escape_path(path + 1);
+	u->query = strdup("");
+	u->display = strdup(url);
+	snprintf(buf, sizeof(buf), "%s hf://%s%.*s/%s", ep, kind,
+		 (int)(repo_end - org), org, path + 1);
+	u->key = strdup(buf);
+	return 0;
+}
+
+int rm_url_parse(struct rm_url *u, const char *url, const char *s3_endpoint,
+		 struct pt_error *err)
+{
+	int rc;
+
+	memset(u, 0, sizeof(*u));
+	if (strlen(url) > 1500)
+		return pt_fail(err, -ENAMETOOLONG, "URL too long (%zu bytes)",
+			       strlen(url));
+	if (!strncmp(url, "http://", 7) || !strncmp(url, "https://", 8))
+		rc = rm_parse_http(u, url, err);
+	else if (!strncmp(url, "s3://", 5))
+		rc = rm_parse_s3(u, url, s3_endpoint, err);
+	else if (!strncmp(url, "hf://", 5))
+		rc = rm_parse_hf(u, url, err);
+	else
+		rc = pt_fail(err, -EINVAL, "%s: not an http(s)://, s3:// or hf:// URL",
+			     url);
+	if (!rc && (!u->prefix || !u->rel || !u->query || !u->display ||
+		    !u->key || (u->kind == RM_S3 && !u->region)))
+		rc = pt_fail(err, -ENOMEM, "out of memory");
+	if (rc)
+		rm_url_free(u);
+	return rc;
+}
+
+/* @s with its last '/'-component replaced by @name (malloc()ed). */
+static char *rm_beside(const char *s, const char *name)
+{
+	const char *slash = strrchr(s, '/');
+	size_t n = slash ? (size_t)(slash + 1 - s) : 0;
+	char *head = rm_ndup(s, n);
+	char *r;
+
+	if (!head)
+		return NULL;
+	r = rm_cat(head, name, "");
+	free(head);
+	return r;
+}
+
+int rm_url_sibling(struct rm_url *out, const struct rm_url *u,
+		   const char *rel, struct pt_error *err)
+{
+	char *esc;
+
+	memset(out, 0, sizeof(*out));
+	if (!rm_path_ok(rel))
+		return pt_fail(err, -EINVAL,
+			       "%s: '%s' does not name a file beside it",
+			       u->display, rel);
+	esc = rm_escape_path(rel);
+	if (!esc)
+		return pt_fail(err, -ENOMEM, "out of memory");
+	out->kind = u->kind;
+	out->prefix = strdup(u->prefix);
+	out->rel = rm_beside(u->rel, esc);
+	out->query = strdup("");
+	out->display = rm_beside(u->display, rel);
+	out->key = rm_beside(u->key, rel);
+	out->region = u->region ? strdup(u->region) : NULL;
+	out->hf_base = u->hf_base ? strdup(u->hf_base) : NULL;
+	out->rev = u->rev ? strdup(u->rev) : NULL;
+	out->pinned = u->pinned;
+	free(esc);
+	if (!out->prefix || !out->rel || !out->query || !out->display ||
+	    !out->key || (u->region && !out->region) ||
+	    (u->hf_base && (!out->hf_base || !out->rev))) {
+		rm_url_free(out);
+		return pt_fail(err, -ENOMEM, "out of memory");
+	}
+	return 0;
+}
+
+char *rm_url_request(const struct rm_url *u)
+{
+	return rm_cat(u->prefix, u->rel, u->query);
+}
+
+void rm_url_pin(struct rm_url *u, const char *commit)
+{
+	char *rev = strdup(commit);
+	char *prefix;
+
+	if (!rev || u->kind != RM_HF || !rm_is_commit(commit)) {
+		free(rev);
+		return;
+	}
+	prefix = rm_cat(u->hf_base, rev, "/");
+	if (!prefix) {
+		free(rev);
+		return;
+	}
+	free(u->rev);
+	free(u->prefix);
+	u->rev = rev;
+	u->prefix = prefix;
+	u->pinned = true;
+}
+
+void rm_url_free(struct rm_url *u)
+{
+	free(u->prefix);
+	free(u->rel);
+	free(u->query);
+	free(u->key);
+	free(u->display);
+	free(u->region);
+	free(u->hf_base);
+	free(u->rev);
+	memset(u, 0, sizeof(*u));
+}

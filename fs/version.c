@@ -1,0 +1,33 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * version.c -- `ptfs --version`: the version, the containers this build
+ * reads, and the libraries it runs with (the versions loaded at run time
+ * where the library can say so), so a bug report says what was built.
+ */
+#include <stdio.h>
+
+#include <fuse_lowlevel.h>
+#include <libdeflate.h>
+#ifdef PTFS_HAVE_LIBARCHIVE
+#include <archive.h>
+#endif
+
+#include "ptfs.h"
+
+void ptfs_version(FILE *f)
+{
+	fprintf(f, "ptfs %s\n", PTFS_VERSION);
+	fputs("formats: torch.save zip, legacy torch.save, plain pickle, TorchScript,\n"
+	      "         torch.export .pt2, safetensors, sharded, DCP", f);
+#ifdef PTFS_HAVE_LIBARCHIVE
+	fputs(", tar (torch <= 0.1.9)\n", f);
+#else
+	fputs("\nnot built: tar (torch <= 0.1.9): no libarchive at build time\n", f);
+#endif
+	fprintf(f, "libraries: libfuse %s, libdeflate %s", fuse_pkgversion(),
+		LIBDEFLATE_VERSION_STRING);
+#ifdef PTFS_HAVE_LIBARCHIVE
+	fprintf(f, ", %s", archive_version_string());
+#endif
+	fputc('\n', f);
+}

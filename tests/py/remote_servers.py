@@ -1,0 +1,370 @@
+# SPDX-License-Identifier: MIT
+"""Real servers for the remote tests and benchmarks, on 127.0.0.1 only.
+
+Nginx: Debian's nginx run as our own child (generated config in a temp
+directory, daemon off, its own pid file and prefix), HTTP and HTTPS (a
+self-signed certificate made here with openssl, HTTP/2 on the TLS port); its
+access log gives the requests ($request $status $bytes_sent $http_range).
+FaultProxy: a small HTTP/1.1 proxy in front of it that can drop a
+connection mid-body, answer 503/429, and add a delay each way.
+HubStandIn: the hub's resolve endpoint (redirects to the "CDN", i.e.
+nginx, with X-Repo-Commit and X-Linked-Etag, like huggingface.co).
+Every server is stopped by its context manager, also on failure.
+"""
+import hashlib
+import http.server
+import os
+import shutil
+import socket
+import socketserver
+import subprocess
+import tempfile
+import threading
+import time
+
+NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, proc=None, timeout=20):
+    end = time.time() + timeout
+    while time.time() < end:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError("server exited with %d" % proc.returncode)
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError("port %d did not open" % port)
+
+
+def make_cert(d):
+    key, crt = os.path.join(d, "key.pem"), os.path.join(d, "cert.pem")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes",
+                    "-keyout", key, "-out", crt, "-days", "2",
+                    "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"],
+                   check=True, capture_output=True)
+    return key, crt
+
+
+CONF = """
+daemon off;
+worker_processes 1;
+pid {p}/nginx.pid;
+error_log {p}/error.log warn;
+events {{ worker_connections 512; }}
+http {{
+  log_format ptfs '$request $status $bytes_sent "$http_range" "$http_if_none_match" "$http_if_match" "$http_authorization"';
+  access_log {p}/access.log ptfs;
+  client_body_temp_path {p}/tmp-body;
+  proxy_temp_path {p}/tmp-proxy;
+  fastcgi_temp_path {p}/tmp-fcgi;
+  uwsgi_temp_path {p}/tmp-uwsgi;
+  scgi_temp_path {p}/tmp-scgi;
+  types {{ }}
+  default_type application/octet-stream;
+  sendfile on;
+  keepalive_requests 100000;
+  keepalive_timeout 120s;
+  server {{
+    listen 127.0.0.1:{port};
+    {tls}
+    root {root};
+  }}
+}}
+"""
+
+
+class Nginx:
+    """nginx serving @root on http://127.0.0.1:port (and https on tls_port)."""
+
+    def __init__(self, root, tls=False):
+        self.root = root
+        self.tls = tls
+
+    def __enter__(self):
+        self.prefix = tempfile.mkdtemp(prefix="ptfs-nginx-")
+        self.port = free_port()
+        tls = ""
+        if self.tls:
+            self.tls_port = free_port()
+            self.key, self.cert = make_cert(self.prefix)
+            tls = ("listen 127.0.0.1:%d ssl http2; ssl_certificate %s; "
+                   "ssl_certificate_key %s;" % (self.tls_port, self.cert, self.key))
+        with open(os.path.join(self.prefix, "nginx.conf"), "w") as f:
+            f.write(CONF.format(p=self.prefix, port=self.port, tls=tls,
+                                root=self.root))
+        self.proc = subprocess.Popen(
+            [NGINX, "-p", self.prefix, "-c", os.path.join(self.prefix, "nginx.conf"),
+             "-e", os.path.join(self.prefix, "error.log")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            wait_port(self.port, self.proc)
+            if self.tls:
+                wait_port(self.tls_port, self.proc)
+        except Exception:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.prefix, ignore_errors=True)
+
+    def url(self, name, tls=False):
+        if tls:
+            return "https://127.0.0.1:%d/%s" % (self.tls_port, name)
+        return "http://127.0.0.1:%d/%s" % (self.port, name)
+
+    def log(self):
+        """Access log lines so far, as dicts."""
+        time.sleep(0.05)        # nginx writes the line after the response
+        out = []
+        with open(os.path.join(self.prefix, "access.log")) as f:
+            for line in f:
+                head, _, rest = line.partition('"')
+                parts = head.split()
+                q = rest.split('"')
+                out.append({"method": parts[0], "path": parts[1],
+                            "status": int(parts[3]), "bytes": int(parts[4]),
+                            "range": q[0], "if_none_match": q[2],
+                            "if_match": q[4], "authorization": q[6]})
+        return out
+
+    def mark(self):
+        return len(self.log())
+
+    def since(self, mark, name=None):
+        return [e for e in self.log()[mark:]
+                if name is None or e["path"].split("?")[0].endswith("/" + name)]
+
+
+class FaultProxy:
+    """HTTP/1.1 proxy on 127.0.0.1 in front of upstream port @up.
+
+    faults: list of actions taken by the next requests, in order (one per
+    request): "drop" (forward half the body, then reset), "503", "429",
+    "stall" (send nothing for stall_s).  delay: seconds added each way to
+    every request (a round trip of 2 * delay).
+    """
+
+    def __init__(self, up, delay=0.0):
+        self.up = up
+        self.delay = delay
+        self.faults = []
+        self.stall_s = 3.0
+        self.lock = threading.Lock()
+        self.seen = 0
+
+    def __enter__(self):
+        proxy = self
+
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self):
+                proxy._serve(self.request)
+
+        class Server(socketserver.ThreadingTCPServer):
+            allow_reuse_address = True
+            daemon_threads = True
+
+        self.server = Server(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+    def url(self, name):
+        return "http://127.0.0.1:%d/%s" % (self.port, name)
+
+    @staticmethod
+    def _read_head(sock, buf):
+        while b"\r\n\r\n" not in buf:
+            d = sock.recv(65536)
+            if not d:
+                return None, buf
+            buf += d
+        head, _, rest = buf.partition(b"\r\n\r\n")
+        return head, rest
+
+    def _serve(self, c):
+        buf = b""
+        upstream = None
+        if self.delay:
+            time.sleep(2 * self.delay)      # the TCP handshake's round trip
+        try:
+            while True:
+                head, buf = self._read_head(c, buf)
+                if head is None:
+                    return
+                with self.lock:
+                    fault = self.faults.pop(0) if self.faults else None
+                    self.seen += 1
+                if self.delay:
+                    time.sleep(self.delay)
+                if fault in ("503", "429"):
+                    msg = b"Service Unavailable" if fault == "503" else b"Too Many Requests"
+                    c.sendall(b"HTTP/1.1 " + fault.encode() + b" " + msg +
+                              b"\r\nContent-Length: 0\r\nRetry-After: 0\r\n\r\n")
+                    continue
+                if fault == "stall":
+                    time.sleep(self.stall_s)
+                    return
+                if upstream is None:
+                    upstream = socket.create_connection(("127.0.0.1", self.up))
+                upstream.sendall(head + b"\r\n\r\n")
+                if not self._relay(upstream, c, fault):
+                    return
+        except OSError:
+            return
+        finally:
+            if upstream is not None:
+                upstream.close()
+            c.close()
+
+    def _relay(self, up, c, fault):
+        head, body = self._read_head(up, b"")
+        if head is None:
+            return False
+        length = 0
+        for line in head.split(b"\r\n")[1:]:
+            k, _, v = line.partition(b":")
+            if k.strip().lower() == b"content-length":
+                length = int(v)
+        if self.delay:
+            time.sleep(self.delay)
+        c.sendall(head + b"\r\n\r\n")
+        cut = length // 2 if fault == "drop" else None
+        sent = 0
+        while sent < length:
+            if not body:
+                body = up.recv(1 << 20)
+                if not body:
+                    return False
+            chunk = body[:length - sent]
+            body = body[len(chunk):]
+            if cut is not None and sent + len(chunk) >= cut:
+                c.sendall(chunk[:cut - sent])
+                c.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                             b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                return False
+            c.sendall(chunk)
+            sent += len(chunk)
+        return True
+
+
+class HubStandIn:
+    """The hub's resolve endpoint: /ORG/REPO/resolve/REV/PATH answers 302 to
+    the CDN (nginx: /COMMIT/PATH?signature) with X-Repo-Commit and
+    X-Linked-Etag; REV may be a branch (branches: name -> commit) or a
+    commit.  Records every request (path, Authorization) in .seen."""
+
+    def __init__(self, cdn, branches, token=None):
+        self.cdn = cdn              # Nginx
+        self.branches = branches
+        self.token = token
+        self.seen = []
+
+    def __enter__(self):
+        hub = self
+
+        class H(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def do_HEAD(self):
+                self.do_GET(body=False)
+
+            def do_GET(self, body=True):
+                hub.seen.append((self.path, self.headers.get("Authorization")))
+                parts = self.path.split("/", 5)
+                if len(parts) < 6 or parts[3] != "resolve":
+                    return self._reply(404)
+                rev, path = parts[4], parts[5]
+                commit = hub.branches.get(rev, rev)
+                if commit not in hub.branches.values():
+                    return self._reply(404)
+                if hub.token and self.headers.get("Authorization") != "Bearer " + hub.token:
+                    return self._reply(401)
+                local = os.path.join(hub.cdn.root, commit, path)
+                if not os.path.exists(local):
+                    return self._reply(404)
+                self.send_response(302)
+                self.send_header("Location", hub.cdn.url("%s/%s?X-Amz-Signature=cdn" % (commit, path)))
+                self.send_header("X-Repo-Commit", commit)
+                with open(local, "rb") as f:
+                    sha = hashlib.sha256(f.read()).hexdigest()
+                self.send_header("X-Linked-Etag", '"%s"' % sha)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def _reply(self, code):
+                self.send_response(code)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+            daemon_threads = True
+
+        self.server = Server(("127.0.0.1", 0), H)
+        self.port = self.server.server_address[1]
+        self.endpoint = "http://127.0.0.1:%d" % self.port
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class ProxyProcess:
+    """A FaultProxy (delay only) in a process of its own: a client that
+    blocks in a page fault on a FUSE file (numpy.memmap) holds its process's
+    memory map lock, so a proxy thread in that process could not even start
+    a thread to serve the daemon's request."""
+
+    def __init__(self, up, delay=0.0):
+        self.up, self.delay = up, delay
+
+    def __enter__(self):
+        import sys
+        self.proc = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "proxy", str(self.up),
+             str(self.delay)], stdout=subprocess.PIPE)
+        self.port = int(self.proc.stdout.readline())
+        wait_port(self.port, self.proc)
+        return self
+
+    def __exit__(self, *exc):
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+
+    def url(self, name):
+        return "http://127.0.0.1:%d/%s" % (self.port, name)
+
+
+if __name__ == "__main__":
+    import sys
+    if len(sys.argv) == 4 and sys.argv[1] == "proxy":
+        with FaultProxy(int(sys.argv[2]), delay=float(sys.argv[3])) as _p:
+            print(_p.port, flush=True)
+            while True:
+                time.sleep(3600)

@@ -1,0 +1,516 @@
+# SPDX-License-Identifier: MIT
+"""Commits that cannot hurt (issue 13).
+
+- the Hugging Face cache layout (snapshots/REV/FILE -> ../../blobs/HASH,
+  relative and absolute symlinks) for .pt and safetensors, through
+  `ptfs set` and through the mount: the blob changes, the links stay;
+- archives written by Python's zipfile (stored, deflated pickle, data
+  descriptors): every commit way succeeds, says which way it wrote, and a
+  second commit works (no "size changed", no ESTALE);
+- a fault injected at every step of every writer (PTFS_FAULT) leaves the
+  checkpoint byte-identical, with the real errno in the message;
+- SIGKILL at random moments of `-o commit=inplace` commits of a large
+  checkpoint, then any ptfs command: torch.load and zipfile.testzip() see
+  the old or the new file, never a mix; damaged and foreign journals;
+- clone commits on real XFS (reflink) and btrfs images, loop-mounted here.
+"""
+import json
+import os
+import random
+import shutil
+import signal
+import struct
+import subprocess
+import tempfile
+import time
+import zipfile
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import PTFS, mounted, needs_fuse, run
+
+REQUIRE_ROOT = os.environ.get("PTFS_REQUIRE_ROOT") == "1"
+
+
+def write_st(path, tensors):
+    """A safetensors file: [u64le N][JSON][data] (int32 tensors)."""
+    header, blobs, off = {}, [], 0
+    for name, arr in tensors.items():
+        b = np.ascontiguousarray(arr, dtype=np.int32).tobytes()
+        header[name] = {"dtype": "I32", "shape": list(arr.shape),
+                        "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+    return path
+
+
+def read_st(path, name):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        h = json.loads(f.read(n))
+        a, b = h[name]["data_offsets"]
+        f.seek(8 + n + a)
+        return f.read(b - a)
+
+
+def base_tensors():
+    return {"w": torch.arange(3072, dtype=torch.int32),
+            "b": torch.arange(100, dtype=torch.int64) * 3}
+
+
+def save_pt(path, obj=None):
+    torch.save(obj if obj is not None else base_tensors(), path)
+    return path
+
+
+def tensor_bytes(path, name):
+    """The bytes of a tensor, as a reader other than ptfs sees them."""
+    with open(path, "rb") as f:
+        if f.read(2) != b"PK":
+            return read_st(path, name)
+    t = torch.load(path, weights_only=True)[name]
+    return t.numpy().tobytes()
+
+
+def check_pt(path):
+    with zipfile.ZipFile(path) as z:
+        assert z.testzip() is None
+
+
+def temporaries(d):
+    return [n for n in os.listdir(d) if ".ptfs-" in n]
+
+
+# ---- the Hugging Face cache layout ---------------------------------------
+
+@pytest.fixture(params=["pt", "safetensors"])
+def kind(request):
+    return request.param
+
+
+def hf_cache(tmp_path, kind, absolute):
+    root = tmp_path / "models--org--name"
+    (root / "blobs").mkdir(parents=True)
+    (root / "snapshots" / "abc123").mkdir(parents=True)
+    blob = str(root / "blobs" / "9f86d081884c7d65")
+    if kind == "pt":
+        save_pt(blob)
+    else:
+        write_st(blob, {"w": np.arange(3072), "b": np.arange(100)})
+    link = str(root / "snapshots" / "abc123" / ("model." + kind))
+    os.symlink(blob if absolute else "../../blobs/9f86d081884c7d65", link)
+    return blob, link
+
+
+@pytest.mark.parametrize("absolute", [False, True], ids=["relative", "absolute"])
+def test_hf_cache_set(tmp_path, kind, absolute):
+    blob, link = hf_cache(tmp_path, kind, absolute)
+    new = np.full(3072, 7, dtype=np.int32).tobytes()
+    r = run("set", "-v", link, "w", input=new)
+    assert r.returncode == 0, r.stderr
+    assert b"committed (" in r.stderr
+    assert os.path.islink(link)
+    assert tensor_bytes(blob, "w") == new
+    assert tensor_bytes(link, "w") == new
+    assert not temporaries(os.path.dirname(blob))
+    assert not temporaries(os.path.dirname(link))
+
+
+@needs_fuse
+@pytest.mark.parametrize("absolute", [False, True], ids=["relative", "absolute"])
+def test_hf_cache_mount(tmp_path, kind, absolute):
+    blob, link = hf_cache(tmp_path, kind, absolute)
+    new = np.full(3072, 9, dtype=np.int32).tobytes()
+    with mounted(link) as mnt:
+        with open(os.path.join(mnt, "w"), "r+b") as f:
+            f.write(new)
+            f.flush()
+            os.fsync(f.fileno())
+        # and once more: the second commit sees the new file
+        with open(os.path.join(mnt, "w"), "r+b") as f:
+            f.write(new[:4])
+            os.fsync(f.fileno())
+    assert os.path.islink(link)
+    assert tensor_bytes(blob, "w") == new
+    assert not temporaries(os.path.dirname(blob))
+
+
+# ---- archives written by Python's zipfile ---------------------------------
+
+class Unseekable:
+    """A write-only stream: zipfile then writes data descriptors."""
+
+    def __init__(self, f):
+        self.f = f
+
+    def write(self, b):
+        return self.f.write(b)
+
+    def flush(self):
+        self.f.flush()
+
+
+def python_zip(tmp_path, layout):
+    """torch's records, rewritten by Python's zipfile."""
+    src = save_pt(str(tmp_path / "torch.pt"))
+    out = str(tmp_path / ("py-%s.pt" % layout))
+    with zipfile.ZipFile(src) as z:
+        recs = [(i.filename, z.read(i.filename)) for i in z.infolist()]
+    with open(out, "wb") as f:
+        target = Unseekable(f) if layout == "descriptor" else f
+        with zipfile.ZipFile(target, "w", zipfile.ZIP_STORED) as w:
+            for name, data in recs:
+                deflate = layout == "deflated" and name.endswith("data.pkl")
+                w.writestr(zipfile.ZipInfo(name), data,
+                           compress_type=zipfile.ZIP_DEFLATED if deflate
+                           else zipfile.ZIP_STORED)
+    with zipfile.ZipFile(out) as z:
+        flags = {i.flag_bits & 8 for i in z.infolist()}
+        assert flags == ({8} if layout == "descriptor" else {0})
+    return out
+
+
+@pytest.mark.parametrize("layout", ["stored", "deflated", "descriptor"])
+@pytest.mark.parametrize("way", ["auto", "rewrite", "inplace"])
+def test_python_zipfile_set(tmp_path, layout, way):
+    ck = python_zip(tmp_path, layout)
+    for k in (5, 6):
+        new = np.full(3072, k, dtype=np.int32).tobytes()
+        r = run("set", "-v", "-o", "commit=" + way, ck, "w", input=new)
+        assert r.returncode == 0, r.stderr
+        assert ("(%s," % ("rewrite" if way == "auto" else way)).encode() in r.stderr \
+            or b"(clone," in r.stderr, r.stderr
+        check_pt(ck)
+        assert tensor_bytes(ck, "w") == new
+        assert torch.equal(torch.load(ck, weights_only=True)["b"],
+                           base_tensors()["b"])
+        # and ptfs reads it back
+        r = run("cat", ck, "w")
+        assert r.returncode == 0 and r.stdout == new
+
+
+@needs_fuse
+@pytest.mark.parametrize("layout", ["stored", "descriptor"])
+def test_python_zipfile_mount_rewrite(tmp_path, layout):
+    """The rewriter moves records of a Python archive: the mount reindexes
+    and goes on serving and committing (was: ESTALE forever)."""
+    ck = python_zip(tmp_path, layout)
+    with mounted(ck, "-o", "commit=rewrite") as mnt:
+        for k in (3, 4):
+            new = np.full(3072, k, dtype=np.int32).tobytes()
+            with open(os.path.join(mnt, "w"), "r+b") as f:
+                f.write(new)
+                os.fsync(f.fileno())
+            with open(os.path.join(mnt, "w"), "rb") as f:
+                assert f.read() == new
+            with open(os.path.join(mnt, "b"), "rb") as f:
+                assert f.read() == base_tensors()["b"].numpy().tobytes()
+    check_pt(ck)
+    assert tensor_bytes(ck, "w") == new
+
+
+# ---- faults at every step ---------------------------------------------------
+
+REWRITE_STEPS = ["create", "owner", "mode", "write", "copy", "patch", "fsync",
+                 "close", "rename"]
+INPLACE_STEPS = ["jcreate", "jwrite", "jfsync", "patch", "pfsync"]
+
+
+def make_ck(tmp_path, kind):
+    if kind == "pt":
+        return save_pt(str(tmp_path / "m.pt"))
+    return write_st(str(tmp_path / "m.safetensors"),
+                    {"w": np.arange(3072), "b": np.arange(100)})
+
+
+@pytest.mark.parametrize("way,step", [("rewrite", s) for s in REWRITE_STEPS] +
+                         [("inplace", s) for s in INPLACE_STEPS])
+def test_fault_every_step(tmp_path, kind, way, step):
+    ck = make_ck(tmp_path, kind)
+    before = open(ck, "rb").read()
+    os.chmod(ck, 0o640)
+    new = np.full(3072, 1, dtype=np.int32).tobytes()
+    env = dict(os.environ, PTFS_FAULT="%s:1:ENOSPC" % step)
+    r = subprocess.run([PTFS, "set", "-o", "commit=" + way, ck, "w"], input=new,
+                       capture_output=True, env=env, timeout=60)
+    after = open(ck, "rb").read()
+    if r.returncode == 0:
+        # this writer has no such step (the ZIP rewriter copies with its
+        # own loop; safetensors has no "write" of headers): it committed
+        assert step in ("write", "copy", "patch"), r.stderr
+        assert tensor_bytes(ck, "w") == new
+    else:
+        assert r.returncode == 1
+        assert b"No space left on device" in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert after == before
+    assert not temporaries(str(tmp_path))
+    assert not os.path.exists(ck + ".ptfs-journal")
+    assert os.stat(ck).st_mode & 0o777 == 0o640
+
+
+def test_fault_steps_are_reached(tmp_path, kind):
+    """Each step above fails at least one writer (no step name is dead)."""
+    failed = set()
+    for way, steps in (("rewrite", REWRITE_STEPS), ("inplace", INPLACE_STEPS)):
+        for step in steps:
+            ck = make_ck(tmp_path / ("%s-%s" % (way, step)) if False else tmp_path, kind)
+            env = dict(os.environ, PTFS_FAULT="%s:1:EIO" % step)
+            r = subprocess.run([PTFS, "set", "-o", "commit=" + way, ck, "w"],
+                               input=bytes(3072 * 4), capture_output=True,
+                               env=env, timeout=60)
+            if r.returncode:
+                failed.add(step)
+    assert failed >= set(INPLACE_STEPS) | {"create", "owner", "mode", "fsync",
+                                           "close", "rename"}
+
+
+# ---- kill -9 during in-place commits ---------------------------------------
+
+BIG = 64 << 20          # int32 elements of the big tensor: 256 MiB
+
+
+def big_ck(tmp_path, kind):
+    big = np.zeros(BIG // 4 * 4 // 4, dtype=np.int32)
+    if kind == "pt":
+        p = str(tmp_path / "big.pt")
+        torch.save({"big": torch.from_numpy(big), "w": torch.arange(3072, dtype=torch.int32)}, p)
+    else:
+        p = write_st(str(tmp_path / "big.safetensors"), {"big": big, "w": np.arange(3072)})
+    return p
+
+
+def big_bytes(path):
+    if path.endswith(".safetensors"):
+        return read_st(path, "big")
+    r = run("cat", path, "big")
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def test_kill9_inplace(tmp_path, kind):
+    ck = big_ck(tmp_path, kind)
+    current = big_bytes(ck)
+    rng = random.Random(13)
+    outcomes = {"old": 0, "new": 0, "rolled back": 0}
+    # how long one commit takes here, to kill within it
+    current = np.full(len(current) // 4, 99, dtype=np.int32).tobytes()
+    with open(str(tmp_path / "same.bin"), "wb") as f:
+        f.write(current)
+    t0 = time.monotonic()
+    with open(str(tmp_path / "same.bin"), "rb") as f:
+        r = subprocess.run([PTFS, "set", "-o", "commit=inplace", ck, "big"],
+                           stdin=f, capture_output=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    took = time.monotonic() - t0
+    for i in range(10):
+        newf = str(tmp_path / "new.bin")
+        new = np.full(len(current) // 4, i + 1, dtype=np.int32).tobytes()
+        with open(newf, "wb") as f:
+            f.write(new)
+        with open(newf, "rb") as f:
+            p = subprocess.Popen([PTFS, "set", "-o", "commit=inplace", ck, "big"],
+                                 stdin=f, stderr=subprocess.PIPE)
+            time.sleep(rng.uniform(0.0, 1.5 * took))
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+        # any ptfs command rolls back first, and says so
+        r = run("ls", ck)
+        assert r.returncode == 0, r.stderr
+        if b"rolled back" in r.stderr:
+            outcomes["rolled back"] += 1
+        assert not os.path.exists(ck + ".ptfs-journal")
+        got = big_bytes(ck)
+        assert got in (current, new), "a mix of old and new"
+        outcomes["new" if got == new else "old"] += 1
+        current = got
+        if kind == "pt":
+            check_pt(ck)
+            assert torch.load(ck, weights_only=True)["w"].tolist() == list(range(3072))
+    print(outcomes, "one commit: %.2f s" % took)
+    assert outcomes["old"] >= 1, outcomes   # some kill landed mid-commit
+
+
+def test_crash_at_each_step_then_any_command(tmp_path, kind):
+    ck = make_ck(tmp_path, kind)
+    old = tensor_bytes(ck, "w")
+    new = np.full(3072, 2, dtype=np.int32).tobytes()
+    for step, n in (("jwrite", 2), ("jfsync", 1), ("patch", 1), ("patch", 2),
+                    ("pfsync", 1), ("jdone", 1), ("jremove", 1)):
+        env = dict(os.environ, PTFS_FAULT="%s:%d:KILL" % (step, n))
+        r = subprocess.run([PTFS, "set", "-o", "commit=inplace", ck, "w"],
+                           input=new, capture_output=True, env=env, timeout=60)
+        if r.returncode == 0 and (step, n) == ("patch", 2):
+            # safetensors patches one range: no second patch write
+            assert kind == "safetensors" and tensor_bytes(ck, "w") == new
+            assert run("set", ck, "w", input=old).returncode == 0
+            continue
+        assert r.returncode == -signal.SIGKILL, (step, r.returncode, r.stderr)
+        info = run("info", ck)
+        assert info.returncode == 0, info.stderr
+        if os.path.exists(ck + ".ptfs-journal.invalid"):
+            os.unlink(ck + ".ptfs-journal.invalid")
+        else:
+            assert b"journal" in info.stderr, (step, info.stderr)
+            assert b"journal: " in info.stdout
+        got = tensor_bytes(ck, "w")
+        assert got in (old, new), step
+        if kind == "pt":
+            check_pt(ck)
+        # restore the old contents for the next step
+        assert run("set", ck, "w", input=old).returncode == 0
+
+
+def test_damaged_and_foreign_journal(tmp_path, kind):
+    ck = make_ck(tmp_path, kind)
+    before = open(ck, "rb").read()
+    j = ck + ".ptfs-journal"
+    new = np.full(3072, 2, dtype=np.int32).tobytes()
+    env = dict(os.environ, PTFS_FAULT="patch:1:KILL")
+    # killed before the first byte of the checkpoint changed: the journal
+    # is complete; damage it the way an unfinished one would look
+    for damage in ("truncate", "flip"):
+        subprocess.run([PTFS, "set", "-o", "commit=inplace", ck, "w"], input=new,
+                       capture_output=True, env=env, timeout=60)
+        data = bytearray(open(j, "rb").read())
+        if damage == "truncate":
+            data = data[:len(data) // 2]
+        else:
+            data[len(data) // 2] ^= 0x40
+        open(j, "wb").write(data)
+        r = run("ls", ck)
+        assert r.returncode == 0, r.stderr
+        assert b"incomplete journal" in r.stderr and b"never touched" in r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1
+        assert open(ck, "rb").read() == before
+        assert os.path.exists(j + ".invalid") and not os.path.exists(j)
+        os.unlink(j + ".invalid")
+    # a journal for another file: refused, nothing touched
+    subprocess.run([PTFS, "set", "-o", "commit=inplace", ck, "w"], input=new,
+                   capture_output=True, env=dict(os.environ, PTFS_FAULT="patch:1:KILL"),
+                   timeout=60)
+    assert os.path.exists(j)
+    other = open(ck, "rb").read() + b"\0" * 8
+    os.unlink(ck)
+    open(ck, "wb").write(other)
+    r = run("info", ck)
+    assert r.returncode == 1
+    assert b"another file" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert open(ck, "rb").read() == other and os.path.exists(j)
+    r = run("set", "-o", "commit=inplace", ck, "w", input=new)
+    assert r.returncode == 1
+
+
+# ---- clone commits on real XFS and btrfs -----------------------------------
+
+def have_cmd(c):
+    return shutil.which(c) is not None
+
+
+@pytest.fixture(params=["xfs", "btrfs"])
+def reflink_fs(request, tmp_path):
+    fs = request.param
+    mkfs = {"xfs": ["mkfs.xfs", "-q", "-m", "reflink=1"],
+            "btrfs": ["mkfs.btrfs", "-q"]}[fs]
+    why = None
+    if os.geteuid() != 0:
+        why = "needs root to loop-mount a %s image" % fs
+    elif not have_cmd(mkfs[0]) or not have_cmd("losetup"):
+        why = "%s or losetup missing" % mkfs[0]
+    if why:
+        if REQUIRE_ROOT:
+            pytest.fail("PTFS_REQUIRE_ROOT=1: " + why)
+        pytest.skip(why)
+    img = str(tmp_path / ("%s.img" % fs))
+    mnt = tempfile.mkdtemp(prefix="ptfs-%s-" % fs)
+    dev = None
+    mounted_fs = False
+    try:
+        with open(img, "wb") as f:
+            f.truncate(600 << 20)
+        subprocess.run(mkfs + [img], check=True, capture_output=True)
+        r = subprocess.run(["losetup", "-f", "--show", img], capture_output=True)
+        if r.returncode != 0:
+            msg = "loop devices unavailable: " + r.stderr.decode().strip()
+            if REQUIRE_ROOT:
+                pytest.fail("PTFS_REQUIRE_ROOT=1: " + msg)
+            pytest.skip(msg)
+        dev = r.stdout.decode().strip()
+        subprocess.run(["mount", dev, mnt], check=True, capture_output=True)
+        mounted_fs = True
+        yield mnt
+    finally:
+        if mounted_fs:
+            subprocess.run(["umount", mnt], capture_output=True)
+        if dev:
+            subprocess.run(["losetup", "-d", dev], capture_output=True)
+        os.rmdir(mnt)
+
+
+def test_clone_commit(reflink_fs, kind):
+    d = reflink_fs
+    if kind == "pt":
+        ck = save_pt(os.path.join(d, "m.pt"), {"big": torch.zeros(32 << 20, dtype=torch.int32),
+                                               "w": torch.arange(3072, dtype=torch.int32)})
+    else:
+        ck = write_st(os.path.join(d, "m.safetensors"),
+                      {"big": np.zeros(32 << 20), "w": np.arange(3072)})
+    os.chmod(ck, 0o600)
+    subprocess.run(["sync", "-f", ck], check=True)   # btrfs: settle delalloc
+    free_before = shutil.disk_usage(d).free
+    new = np.full(3072, 11, dtype=np.int32).tobytes()
+    r = run("set", "-v", ck, "w", input=new)
+    assert r.returncode == 0, r.stderr
+    assert b"(clone, 12" in r.stderr, r.stderr     # 12 KiB (+ CRC fields)
+    assert tensor_bytes(ck, "w") == new
+    if kind == "pt":
+        check_pt(ck)
+    assert os.stat(ck).st_mode & 0o777 == 0o600
+    # a 128 MiB file cloned, not copied: far less than a copy's worth used
+    subprocess.run(["sync", "-f", ck], check=True)
+    assert free_before - shutil.disk_usage(d).free < (16 << 20)
+    assert not temporaries(d)
+    # an explicit clone works; inplace too
+    assert run("set", "-o", "commit=clone", ck, "w", input=new).returncode == 0
+    r = run("set", "-v", "-o", "commit=inplace", ck, "w", input=new[::-1])
+    assert r.returncode == 0 and b"(inplace," in r.stderr
+
+
+@needs_fuse
+def test_clone_commit_through_mount(reflink_fs):
+    ck = save_pt(os.path.join(reflink_fs, "m.pt"))
+    new = np.full(3072, 12, dtype=np.int32).tobytes()
+    log = tempfile.TemporaryFile()
+    mnt = tempfile.mkdtemp(prefix="ptfs-mnt-")
+    p = subprocess.Popen([PTFS, "-f", ck, mnt], stderr=log)
+    try:
+        deadline = time.time() + 30
+        while not os.path.ismount(mnt):
+            assert p.poll() is None and time.time() < deadline
+            time.sleep(0.02)
+        with open(os.path.join(mnt, "w"), "r+b") as f:
+            f.write(new)
+            os.fsync(f.fileno())
+    finally:
+        subprocess.run(["fusermount3", "-u", mnt], capture_output=True)
+        p.wait(timeout=60)
+        os.rmdir(mnt)
+    log.seek(0)
+    text = log.read().decode()
+    assert "committed on fsync (clone," in text, text
+    assert tensor_bytes(ck, "w") == new
+
+
+def test_clone_refused_where_unsupported(tmp_path):
+    """commit=clone on a filesystem without FICLONE: one clear line."""
+    ck = save_pt(str(tmp_path / "m.pt"))
+    r = run("set", "-o", "commit=clone", ck, "w", input=bytes(3072 * 4))
+    if r.returncode == 0:
+        pytest.skip("%s can clone files" % tmp_path)
+    assert b"cannot clone" in r.stderr and len(r.stderr.splitlines()) == 1

@@ -1,0 +1,78 @@
+# SPDX-License-Identifier: MIT
+"""contrib/ptfs.bash-completion: commands, options, -o names, files, and
+paths inside a checkpoint taken from `ptfs ls` -- called the way bash
+calls it (COMP_WORDS, COMP_CWORD, then _ptfs; COMPREPLY is the answer)."""
+import os
+import subprocess
+
+import pytest
+import torch
+
+from conftest import PTFS, ROOT
+
+SCRIPT = os.path.join(ROOT, "contrib", "ptfs.bash-completion")
+
+
+def complete(*words, cwd=None):
+    code = ('source "$0"; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); _ptfs; '
+            'printf "%s\\n" "${COMPREPLY[@]}"')
+    r = subprocess.run(["bash", "-c", code, SCRIPT, *words], cwd=cwd,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    return [w for w in r.stdout.splitlines() if w]
+
+
+@pytest.fixture(scope="module")
+def ck(tmp_path_factory):
+    d = tmp_path_factory.mktemp("comp")
+    p = d / "model.pt"
+    torch.save({"model": {"layer.weight": torch.ones(2, 2), "layer.bias": torch.zeros(2)},
+                "module_count": 3, "opt": [torch.ones(1)]}, str(p))
+    (d / "mnt").mkdir()
+    return d
+
+
+def test_commands_and_options(ck):
+    # the first word: a subcommand, or the checkpoint of a mount
+    assert sorted(complete(PTFS, "", cwd=ck)) == ["cat", "info", "ls", "mnt", "model.pt", "set"]
+    assert complete(PTFS, "c", cwd=ck) == ["cat"]
+    assert sorted(complete(PTFS, "m", cwd=ck)) == ["mnt", "model.pt"]
+    assert complete(PTFS, "--v") == ["--version"]
+    assert set(complete(PTFS, "-")) == {"-f", "-d", "-s", "-o", "-h", "--help",
+                                        "-V", "--version"}
+    assert set(complete(PTFS, "ls", "-")) == {"-a", "--max", "--nested", "-o"}
+    assert complete(PTFS, "info", "-") == ["-o"]
+
+
+def test_o_names():
+    assert complete(PTFS, "-o", "allow") == ["allow_other"]
+    assert complete(PTFS, "-o", "ro,max_d") == ["ro,max_depth="]
+    # the subcommands take only the limit options and nested
+    assert complete(PTFS, "ls", "-o", "r") == []
+    assert set(complete(PTFS, "cat", "-o", "max_")) == {
+        "max_depth=", "max_values=", "max_memory=", "max_records="}
+
+
+def test_files_and_mountpoints(ck):
+    assert complete(PTFS, "cat", "mod", cwd=ck) == ["model.pt"]
+    assert complete(PTFS, "model.pt", "m", cwd=ck) == ["mnt"]  # directories only
+
+
+def test_paths_inside_the_checkpoint(ck):
+    assert complete(PTFS, "cat", "model.pt", "mod", cwd=ck) == ["model/", "module_count"]
+    assert complete(PTFS, "cat", "model.pt", "model/", cwd=ck) == [
+        "model/layer.weight", "model/layer.weight.json",
+        "model/layer.bias", "model/layer.bias.json"]
+    assert complete(PTFS, "ls", "model.pt", "model/layer.b", cwd=ck) == [
+        "model/layer.bias", "model/layer.bias.json"]
+    assert complete(PTFS, "cat", "model.pt", "o", cwd=ck) == ["opt/"]
+    assert complete(PTFS, "cat", "model.pt", "opt/", cwd=ck) == ["opt/0", "opt/0.json"]
+    # options before the checkpoint are skipped; --nested splits dotted keys
+    assert complete(PTFS, "cat", "--nested", "-o", "max_depth=50", "model.pt",
+                    "model/", cwd=ck) == ["model/layer/"]
+    # /.ptfs only when a dot is typed
+    assert ".ptfs/" not in complete(PTFS, "cat", "model.pt", "", cwd=ck)
+    assert complete(PTFS, "cat", "model.pt", ".", cwd=ck) == [".ptfs/"]
+    # nothing after the path, nothing for a file that is not a checkpoint
+    assert complete(PTFS, "cat", "model.pt", "opt/0", "", cwd=ck) == []
+    assert complete(PTFS, "cat", "missing.pt", "m", cwd=ck) == []

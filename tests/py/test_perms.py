@@ -1,0 +1,125 @@
+# SPDX-License-Identifier: MIT
+"""Permissions of the mounted tree, enforced by the kernel for every user
+(default_permissions): a second real user (nobody) against allow_other
+mounts of root's checkpoints of modes 0600, 0640, 0644 and 0666, and of a
+checkpoint nobody owns.  Reads and writes are refused or allowed exactly
+as the checkpoint's mode says, and an allowed write is committed."""
+import os
+import pwd
+import shutil
+import stat
+import subprocess
+
+import pytest
+import torch
+
+from conftest import mounted, needs_fuse
+
+REQUIRE_ROOT = os.environ.get("PTFS_REQUIRE_ROOT") == "1"
+RUNUSER = shutil.which("runuser") or shutil.which("setpriv")
+
+
+def need_root():
+    if os.geteuid() != 0 or not RUNUSER:
+        if REQUIRE_ROOT:
+            pytest.fail("PTFS_REQUIRE_ROOT=1 but not root or no runuser")
+        pytest.skip("needs root and runuser to act as user nobody")
+
+
+def as_nobody(code, *args):
+    """Run Python @code as user nobody; return (exit status, stderr)."""
+    if os.path.basename(RUNUSER) == "runuser":
+        cmd = [RUNUSER, "-u", "nobody", "--"]
+    else:
+        cmd = [RUNUSER, "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+    r = subprocess.run(cmd + ["/usr/bin/python3", "-c", code, *args],
+                       capture_output=True, timeout=60)
+    return r.returncode, r.stderr.decode()
+
+
+READ = """
+import sys
+try:
+    open(sys.argv[1], 'rb').read()
+except PermissionError:
+    sys.exit(13)
+"""
+LIST = """
+import os, sys
+try:
+    os.listdir(sys.argv[1])
+except PermissionError:
+    sys.exit(13)
+"""
+WRITE = """
+import sys
+try:
+    with open(sys.argv[1], 'r+b') as f:
+        f.write(bytes([7]) * 8)
+except PermissionError:
+    sys.exit(13)
+"""
+
+
+def make(tmp_path, mode, owner=None):
+    d = tmp_path / ("m%o" % mode)
+    d.mkdir()
+    p = str(d / "ck.pt")
+    torch.save({"w": torch.arange(16, dtype=torch.int64)}, p)
+    if owner is not None:
+        os.chown(p, owner, owner)
+    os.chmod(p, mode)
+    return p
+
+
+@needs_fuse
+@pytest.mark.parametrize("mode,read,write", [
+    (0o600, False, False),
+    (0o640, False, False),      # nobody is not in root's group
+    (0o644, True, False),
+    (0o666, True, True),
+])
+def test_nobody_against_root_checkpoint(tmp_path, mode, read, write):
+    need_root()
+    ck = make(tmp_path, mode)
+    with mounted(ck, "-o", "allow_other") as mnt:
+        st = os.stat(os.path.join(mnt, "w"))
+        assert st.st_uid == 0 and st.st_gid == 0
+        assert stat.S_IMODE(st.st_mode) == mode
+        dmode = stat.S_IMODE(os.stat(mnt).st_mode)
+        assert dmode == (mode & 0o444) | ((mode & 0o444) >> 2)
+        w = os.path.join(mnt, "w")
+        rc, err = as_nobody(LIST, mnt)
+        assert rc == (0 if read else 13), err
+        rc, err = as_nobody(READ, w)
+        assert rc == (0 if read else 13), err
+        rc, err = as_nobody(WRITE, w)
+        assert rc == (0 if write else 13), err
+        # root is still allowed everything
+        assert open(w, "rb").read(8) == (b"\x07" * 8 if write else bytes(8))
+    got = torch.load(ck)["w"]
+    assert got[0].item() == (0x0707070707070707 if write else 0)
+    assert got[1:].tolist() == list(range(1, 16))
+
+
+@needs_fuse
+def test_nobody_owns_checkpoint(tmp_path):
+    need_root()
+    nobody = pwd.getpwnam("nobody").pw_uid
+    ck = make(tmp_path, 0o600, owner=nobody)
+    with mounted(ck, "-o", "allow_other") as mnt:
+        st = os.stat(os.path.join(mnt, "w"))
+        assert st.st_uid == nobody
+        rc, err = as_nobody(WRITE, os.path.join(mnt, "w"))
+        assert rc == 0, err
+    assert torch.load(ck)["w"][0].item() == 0x0707070707070707
+
+
+@needs_fuse
+def test_readonly_modes(tmp_path):
+    need_root()
+    ck = make(tmp_path, 0o640)
+    with mounted(ck, "-o", "ro,allow_other") as mnt:
+        assert stat.S_IMODE(os.stat(os.path.join(mnt, "w")).st_mode) == 0o440
+        assert stat.S_IMODE(os.stat(mnt).st_mode) == 0o550
+        assert stat.S_IMODE(os.stat(os.path.join(mnt, "w.json")).st_mode) == 0o440

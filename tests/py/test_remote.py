@@ -1,0 +1,328 @@
+# SPDX-License-Identifier: MIT
+"""Remote checkpoints (issue 16): http(s)://, hf:// (and s3:// signing, in
+tests/remote/test_sigv4.c) against real servers on 127.0.0.1: nginx (HTTP,
+HTTPS with a certificate made here), a fault proxy in front of it, a
+stand-in for the hub's resolve endpoint.  Request counts come from nginx's
+access log; every tensor is compared with torch.load of the local file.
+"""
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import oracle
+import remote_servers as rs
+import test_safetensors as sts
+from conftest import PTFS, have_fuse, mounted, needs_fuse
+
+pytestmark = pytest.mark.skipif(
+    subprocess.run([PTFS, "ls", "http://127.0.0.1:1/x.pt"],
+                   capture_output=True).stderr.find(b"without libcurl") >= 0,
+    reason="ptfs built without libcurl")
+
+
+def ptfs(*args, env=None, timeout=120):
+    e = dict(os.environ)
+    e.update(env or {})
+    return subprocess.run([PTFS, *args], capture_output=True, timeout=timeout,
+                          env=e)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """A directory of checkpoints made by torch, served by nginx."""
+    # nginx's worker (nobody, www-data) must read it: not under pytest's
+    # private tmp
+    d = tempfile.mkdtemp(prefix="ptfs-served-")
+    os.chmod(d, 0o755)
+    g = torch.Generator().manual_seed(16)
+    objs = {
+        "model.pt": {"enc.weight": torch.randn(300, 257, generator=g),
+                     "enc.bias": torch.arange(7, dtype=torch.int64),
+                     "half": torch.randn(5, 3, generator=g).half(),
+                     "flags": torch.tensor([True, False, True]),
+                     "view": torch.arange(100.)[10:20],
+                     "step": 12},
+        "big.pt": {"w": torch.randn(6 << 20, generator=g)},     # 24 MiB
+    }
+    objs["wide.pt"] = {"t%d" % i: torch.full((3,), float(i)) for i in range(20000)}
+    for name, obj in objs.items():
+        torch.save(obj, os.path.join(d, name))
+    raw = np.arange(3000, dtype=np.float32).reshape(30, 100)
+    sts.write_st(os.path.join(d, "model.safetensors"),
+                 [("a.weight", "F32", raw.shape, raw.tobytes()),
+                  ("b", "I64", (4,), np.arange(4, dtype=np.int64).tobytes())])
+    shards = os.path.join(d, "shards")
+    os.mkdir(shards)
+    st_want, st_order = sts.st_shards(shards)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = os.path.join(d, ".xdg-cache")  # never ~
+    try:
+        with rs.Nginx(d, tls=True) as n:
+            yield n, objs, (shards, st_want, st_order)
+    finally:
+        if xdg is None:
+            os.environ.pop("XDG_CACHE_HOME", None)
+        else:
+            os.environ["XDG_CACHE_HOME"] = xdg
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def cache(tmp_path):
+    return str(tmp_path / "cache")
+
+
+def o(cache, *more):
+    return ["-o", ",".join(["cache_dir=" + cache] + list(more))]
+
+
+def test_ls_pt_in_at_most_3_requests_then_every_tensor(served, cache):
+    n, objs, _ = served
+    url = n.url("model.pt")
+    m = n.mark()
+    r = ptfs("ls", *o(cache), url)
+    assert r.returncode == 0, r.stderr
+    reqs = n.since(m, "model.pt")
+    assert 1 <= len(reqs) <= 3, reqs
+    assert sum(e["bytes"] for e in reqs) < 4 * os.path.getsize(
+        os.path.join(n.root, "model.pt")) + 8192
+    names = [line.split()[2] for line in r.stdout.decode().splitlines()]
+    assert "enc.weight" in names and "step" in names
+    # every tensor and value, through the cache
+    assert oracle.compare_cli(PTFS, url, torch.load(os.path.join(n.root, "model.pt")),
+                              "model") > 10
+    for key, t in objs["model.pt"].items():
+        c = ptfs("cat", *o(cache), url, key)
+        assert c.returncode == 0, c.stderr
+        if isinstance(t, torch.Tensor):
+            assert c.stdout == oracle.tensor_bytes(t), key
+
+
+def test_ls_20000_tensors_at_most_3_requests_nothing_else(served, cache):
+    n, objs, _ = served
+    m = n.mark()
+    r = ptfs("ls", "--max", "100000", *o(cache), n.url("wide.pt"))
+    assert r.returncode == 0, r.stderr
+    assert len(r.stdout.splitlines()) == 20000
+    reqs = n.since(m, "wide.pt")
+    assert len(reqs) <= 3, reqs
+    size = os.path.getsize(os.path.join(n.root, "wide.pt"))
+    got = sum(e["bytes"] for e in reqs)
+    assert got < size, (got, size)      # the tensors' bytes were not read
+
+
+def test_safetensors_at_most_2_requests(served, cache):
+    n, _, _ = served
+    m = n.mark()
+    r = ptfs("ls", *o(cache), n.url("model.safetensors"))
+    assert r.returncode == 0, r.stderr
+    assert len(n.since(m, "model.safetensors")) <= 2
+    c = ptfs("cat", *o(cache), n.url("model.safetensors"), "a.weight")
+    assert c.stdout == np.arange(3000, dtype=np.float32).tobytes()
+
+
+def test_second_open_is_one_conditional_request(served, cache):
+    n, objs, _ = served
+    url = n.url("model.pt")
+    assert ptfs("ls", *o(cache), url).returncode == 0
+    m = n.mark()
+    r = ptfs("cat", *o(cache), url, "enc.bias")
+    assert r.returncode == 0 and r.stdout == oracle.tensor_bytes(objs["model.pt"]["enc.bias"])
+    reqs = n.since(m, "model.pt")
+    assert len(reqs) == 1 and reqs[0]["status"] == 304, reqs
+    assert reqs[0]["if_none_match"] not in ("", "-")
+
+
+def test_big_tensor_streams_in_parallel_ranges(served, cache):
+    n, objs, _ = served
+    m = n.mark()
+    r = ptfs("cat", *o(cache), n.url("big.pt"), "w")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == oracle.tensor_bytes(objs["big.pt"]["w"])
+    reqs = n.since(m, "big.pt")
+    # 24 MiB in ~8 MiB ranges, not one request per read
+    assert len(reqs) <= 8, [e["range"] for e in reqs]
+    assert all(e["if_match"] not in ("", "-") for e in reqs[2:])
+
+
+def test_https_self_signed(served, cache):
+    n, objs, _ = served
+    url = n.url("model.pt", tls=True)
+    r = ptfs("cat", *o(cache), url, "enc.bias")
+    assert r.returncode == 1
+    err = r.stderr.decode()
+    assert err.count("\n") == 1 and url in err, err
+    r = ptfs("cat", *o(cache, "cafile=" + n.cert), url, "enc.bias")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == oracle.tensor_bytes(objs["model.pt"]["enc.bias"])
+    r = ptfs("cat", *o(cache + "2"), url, "half", env={"CURL_CA_BUNDLE": n.cert})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == oracle.tensor_bytes(objs["model.pt"]["half"])
+
+
+def test_not_found_and_denied_one_line(served, cache):
+    n, _, _ = served
+    url = n.url("missing.pt")
+    r = ptfs("ls", *o(cache), url)
+    assert r.returncode == 1
+    err = r.stderr.decode()
+    assert err.count("\n") == 1 and url in err and "404" in err, err
+
+
+@needs_fuse
+def test_mount_every_tensor_and_memmap(served, cache):
+    n, objs, _ = served
+    url = n.url("model.pt")
+    with mounted(url, *o(cache)) as mnt:
+        oracle.compare_mount(mnt, torch.load(os.path.join(n.root, "model.pt")), "model")
+        with pytest.raises(OSError):
+            open(os.path.join(mnt, "enc.bias"), "r+b")
+    with mounted(n.url("big.pt"), *o(cache)) as mnt:
+        a = np.memmap(os.path.join(mnt, "w"), dtype=np.float32, mode="r")
+        assert np.array_equal(a, objs["big.pt"]["w"].numpy())
+        del a
+
+
+def test_sharded_index_lazy_shards(served, cache):
+    n, _, (shards, want, order) = served
+    url = n.url("shards/model.safetensors.index.json")
+    m = n.mark()
+    r = ptfs("ls", *o(cache), url)
+    assert r.returncode == 0, r.stderr
+    assert [line.split()[2] for line in r.stdout.decode().splitlines()] == \
+        [sts.enc(k).decode() if isinstance(sts.enc(k), bytes) else sts.enc(k) for k in order]
+    reqs = n.since(m)
+    per_shard = {}
+    for e in reqs:
+        per_shard[e["path"]] = per_shard.get(e["path"], 0) + 1
+    assert all(v <= 2 for v in per_shard.values()), per_shard
+    for k, v in want.items():
+        c = ptfs("cat", *o(cache), url, sts.enc(k))
+        assert c.returncode == 0 and c.stdout == oracle.tensor_bytes(v), k
+
+
+def test_two_processes_share_one_cache(served, cache):
+    n, objs, _ = served
+    url = n.url("big.pt")
+    procs = [subprocess.Popen([PTFS, "cat", *o(cache), url, "w"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    want = oracle.tensor_bytes(objs["big.pt"]["w"])
+    for (out, err), p in zip(outs, procs):
+        assert p.returncode == 0, err
+        assert out == want
+    m = n.mark()
+    r = ptfs("cat", *o(cache), url, "w")
+    assert r.stdout == want
+    assert len(n.since(m, "big.pt")) == 1       # all from the cache
+
+
+def test_faults_are_retried(served, cache):
+    n, objs, _ = served
+    want = oracle.tensor_bytes(objs["big.pt"]["w"])
+    with rs.FaultProxy(n.port) as p:
+        p.faults = ["503", "429", None, None, "drop", "503", "drop"]
+        r = ptfs("cat", *o(cache), p.url("big.pt"), "w")
+        assert r.returncode == 0, r.stderr
+        assert r.stdout == want
+        assert p.faults == []
+
+
+def test_deadline_gives_one_line(served, cache):
+    n, _, _ = served
+    with rs.FaultProxy(n.port) as p:
+        p.faults = ["503"] * 1000
+        t = time.time()
+        r = ptfs("ls", *o(cache, "timeout=2"), p.url("model.pt"))
+        assert r.returncode == 1
+        assert time.time() - t < 20
+        err = r.stderr.decode()
+        assert err.count("\n") == 1 and "503" in err and "timeout=2" in err, err
+
+
+@needs_fuse
+def test_object_changed_under_the_mount_is_eio(served, cache, tmp_path):
+    n, objs, _ = served
+    name = "changing.pt"
+    path = os.path.join(n.root, name)
+    torch.save({"a": torch.zeros(1 << 20), "b": torch.ones(1 << 20)}, path)
+    try:
+        with mounted(n.url(name), *o(cache)) as mnt:
+            with open(os.path.join(mnt, "a"), "rb") as f:
+                assert f.read(16) == bytes(16)
+            torch.save({"a": torch.ones(1 << 20), "b": torch.zeros(1 << 20)}, path + ".new")
+            os.utime(path + ".new", (time.time() + 5, time.time() + 5))
+            os.rename(path + ".new", path)
+            with pytest.raises(OSError) as e:
+                with open(os.path.join(mnt, "b"), "rb") as f:
+                    f.read()
+            assert e.value.errno == 5
+    finally:
+        os.unlink(path)
+
+
+def test_hub_resolve_pin_and_token(served, cache, tmp_path):
+    n, objs, _ = served
+    c1, c2 = "1" * 40, "2" * 40
+    for c, val in ((c1, 1.0), (c2, 2.0)):
+        os.makedirs(os.path.join(n.root, c, "sub"), exist_ok=True)
+        torch.save({"x": torch.full((4,), val)}, os.path.join(n.root, c, "sub", "m.pt"))
+    try:
+        with rs.HubStandIn(n, {"main": c1}, token="hf_secret") as hub:
+            env = {"HF_ENDPOINT": hub.endpoint, "HF_TOKEN": "hf_secret"}
+            url = "hf://org/repo/sub/m.pt"
+            m = n.mark()
+            r = ptfs("cat", *o(cache), url, "x", env=env)
+            assert r.returncode == 0, r.stderr
+            assert r.stdout == torch.full((4,), 1.0).numpy().tobytes()
+            assert hub.seen and all(a == "Bearer hf_secret" for _, a in hub.seen)
+            assert hub.seen[0][0] == "/org/repo/resolve/main/sub/m.pt"
+            cdn = n.since(m)
+            assert cdn and all(e["authorization"] == "-" for e in cdn), cdn
+            assert all(e["path"].startswith("/" + c1) for e in cdn)
+            # a revision given explicitly
+            r = ptfs("cat", *o(cache), "hf://org/repo@%s/sub/m.pt" % c1, "x", env=env)
+            assert r.returncode == 0, r.stderr
+            # no token: one line, naming the URL, never a token
+            r = ptfs("ls", *o(cache), url, env={"HF_ENDPOINT": hub.endpoint, "HF_TOKEN": "hf_wrong"})
+            err = r.stderr.decode()
+            assert r.returncode == 1 and err.count("\n") == 1 and url in err, err
+            assert "hf_wrong" not in err and "401" in err
+    finally:
+        shutil.rmtree(os.path.join(n.root, c1))
+        shutil.rmtree(os.path.join(n.root, c2))
+
+
+@needs_fuse
+def test_hub_branch_pinned_for_the_mount(served, cache):
+    n, _, _ = served
+    c1, c2 = "a" * 40, "b" * 40
+    for c, val in ((c1, 1.0), (c2, 2.0)):
+        os.makedirs(os.path.join(n.root, c), exist_ok=True)
+        torch.save({"x": torch.full((4,), val), "y": torch.full((1 << 20,), val)},
+                   os.path.join(n.root, c, "m.pt"))
+    try:
+        branches = {"main": c1}
+        with rs.HubStandIn(n, branches) as hub:
+            env = {"HF_ENDPOINT": hub.endpoint}
+            os.environ.update(env)
+            try:
+                with mounted("hf://org/repo/m.pt", *o(cache)) as mnt:
+                    branches["main"] = c2          # the branch moves on
+                    with open(os.path.join(mnt, "y"), "rb") as f:
+                        assert f.read() == torch.full((1 << 20,), 1.0).numpy().tobytes()
+            finally:
+                for k in env:
+                    os.environ.pop(k, None)
+    finally:
+        shutil.rmtree(os.path.join(n.root, c1))
+        shutil.rmtree(os.path.join(n.root, c2))

@@ -1,0 +1,400 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_journal.c -- core/container/journal.c: in-place patches behind the
+ * undo journal and clone patches.  A fault at every step leaves the old
+ * file; a child killed (SIGKILL) at every step leaves, after
+ * pt_journal_recover(), the old or the new file and never a mix; a
+ * truncated, corrupt, finished or foreign journal is handled as journal.h
+ * says.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "container/journal.h"
+
+#define FSIZE (3u << 20)
+
+static char g_dir[64];
+static char g_file[128];
+static char g_jrnl[160];
+static uint8_t *g_old;
+static uint8_t *g_new;
+
+static int rm_cb(const char *p, const struct stat *sb, int flag,
+		 struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	return remove(p);
+}
+
+static void write_file(const char *p, const uint8_t *b, size_t n)
+{
+	int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, b, n), (ssize_t)n);
+	assert_int_equal(close(fd), 0);
+}
+
+static uint8_t *read_file(const char *p, size_t *n)
+{
+	struct stat st;
+	uint8_t *b;
+	int fd = open(p, O_RDONLY);
+
+	assert_true(fd >= 0);
+	assert_int_equal(fstat(fd, &st), 0);
+	b = malloc((size_t)st.st_size + 1);
+	assert_non_null(b);
+	assert_int_equal(read(fd, b, (size_t)st.st_size), st.st_size);
+	close(fd);
+	*n = (size_t)st.st_size;
+	return b;
+}
+
+static bool exists(const char *p)
+{
+	return access(p, F_OK) == 0;
+}
+
+/* Three ranges: 100 bytes at 10, 2 MiB at 300000, 4 bytes at the end. */
+static struct pt_patch g_p[3];
+
+static void make_patches(void)
+{
+	size_t i;
+
+	g_p[0].off = 10;
+	g_p[0].len = 100;
+	g_p[1].off = 300000;
+	g_p[1].len = 2u << 20;
+	g_p[2].off = FSIZE - 4;
+	g_p[2].len = 4;
+	for (i = 0; i < 3; i++) {
+		g_p[i].data = g_new + g_p[i].off;
+		g_p[i].read = NULL;
+	}
+}
+
+static int setup(void **state)
+{
+	size_t i;
+
+	(void)state;
+	snprintf(g_dir, sizeof(g_dir), "/tmp/ptfs-jr-XXXXXX");
+	if (!mkdtemp(g_dir))
+		return -1;
+	snprintf(g_file, sizeof(g_file), "%s/model.safetensors", g_dir);
+	snprintf(g_jrnl, sizeof(g_jrnl), "%s.ptfs-journal", g_file);
+	g_old = malloc(FSIZE);
+	g_new = malloc(FSIZE);
+	if (!g_old || !g_new)
+		return -1;
+	for (i = 0; i < FSIZE; i++)
+		g_old[i] = (uint8_t)(i * 7 + 3);
+	memcpy(g_new, g_old, FSIZE);
+	make_patches();
+	for (i = 0; i < 3; i++)
+		memset(g_new + g_p[i].off, 0xA5, (size_t)g_p[i].len);
+	write_file(g_file, g_old, FSIZE);
+	pt_fault_set(NULL, 0, 0);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	pt_fault_set(NULL, 0, 0);
+	free(g_old);
+	free(g_new);
+	return nftw(g_dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* 0 old, 1 new, -1 a mix. */
+static int which(void)
+{
+	size_t n;
+	uint8_t *b = read_file(g_file, &n);
+	int r = -1;
+
+	assert_int_equal(n, FSIZE);
+	if (memcmp(b, g_old, FSIZE) == 0)
+		r = 0;
+	else if (memcmp(b, g_new, FSIZE) == 0)
+		r = 1;
+	free(b);
+	return r;
+}
+
+static void test_inplace(void **state)
+{
+	struct pt_error err;
+	struct stat a;
+	struct stat b;
+	char note[512];
+
+	(void)state;
+	assert_int_equal(stat(g_file, &a), 0);
+	pt_error_clear(&err);
+	assert_int_equal(pt_patch_inplace(g_file, g_p, 3, NULL, &err), 0);
+	assert_int_equal(which(), 1);
+	assert_false(exists(g_jrnl));
+	assert_int_equal(stat(g_file, &b), 0);
+	assert_int_equal(a.st_ino, b.st_ino);     /* in place */
+	assert_int_equal(pt_journal_recover(g_file, note, sizeof(note), &err), 0);
+}
+
+static void test_faults(void **state)
+{
+	static const struct {
+		const char *step;
+		unsigned nth;
+		int e;
+	} f[] = {
+		{ "jcreate", 1, EACCES }, { "jwrite", 1, ENOSPC },
+		{ "jwrite", 3, ENOSPC }, { "jfsync", 1, EIO },
+		{ "dirfsync", 1, EIO }, { "patch", 1, ENOSPC },
+		{ "patch", 3, EIO }, { "pfsync", 1, EIO },
+	};
+	struct pt_error err;
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < sizeof(f) / sizeof(f[0]); i++) {
+		pt_fault_set(f[i].step, f[i].nth, f[i].e);
+		pt_error_clear(&err);
+		assert_int_equal(pt_patch_inplace(g_file, g_p, 3, NULL, &err),
+				 -f[i].e);
+		assert_non_null(strstr(err.msg, strerror(f[i].e)));
+		assert_int_equal(which(), 0);
+		assert_false(exists(g_jrnl));
+	}
+	/* the journal cannot be marked finished: removing it commits */
+	pt_fault_set("jdone", 1, EIO);
+	assert_int_equal(pt_patch_inplace(g_file, g_p, 3, NULL, &err), 0);
+	assert_int_equal(which(), 1);
+	assert_false(exists(g_jrnl));
+	/* marked finished but cannot be removed: committed, and the next
+	 * open removes the finished journal */
+	write_file(g_file, g_old, FSIZE);
+	pt_fault_set("jremove", 1, EIO);
+	assert_int_equal(pt_patch_inplace(g_file, g_p, 3, NULL, &err), 0);
+	assert_int_equal(which(), 1);
+	assert_true(exists(g_jrnl));
+	{
+		char note[512];
+
+		assert_int_equal(pt_journal_recover(g_file, note, sizeof(note), &err), 1);
+		assert_non_null(strstr(note, "finished"));
+	}
+	assert_false(exists(g_jrnl));
+	assert_int_equal(which(), 1);
+}
+
+/* Kill a child at @step's @nth call; recover; old or new, never a mix. */
+static int crash_at(const char *step, unsigned nth)
+{
+	struct pt_error err;
+	char note[512];
+	pid_t pid;
+	int st;
+	int rc;
+
+	write_file(g_file, g_old, FSIZE);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		pt_fault_set(step, nth, -1);
+		pt_error_clear(&err);
+		_exit(pt_patch_inplace(g_file, g_p, 3, NULL, &err) ? 1 : 0);
+	}
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	pt_error_clear(&err);
+	rc = pt_journal_recover(g_file, note, sizeof(note), &err);
+	assert_true(rc == 0 || rc == 1);
+	if (rc == 1)
+		print_message("%s:%u: %s\n", step, nth, note);
+	assert_false(exists(g_jrnl));
+	rc = which();
+	assert_true(rc == 0 || rc == 1);
+	/* a second recovery has nothing to do */
+	assert_int_equal(pt_journal_recover(g_file, note, sizeof(note), &err), 0);
+	return WIFSIGNALED(st) ? rc : 2 + rc;
+}
+
+static void test_crash_everywhere(void **state)
+{
+	static const struct {
+		const char *step;
+		unsigned nth;
+		int want;       /* 0 old after recovery, 1 new, 3 finished */
+	} c[] = {
+		{ "jwrite", 1, 0 }, { "jwrite", 4, 0 }, { "jwrite", 7, 0 },
+		{ "jfsync", 1, 0 }, { "dirfsync", 1, 0 }, { "patch", 1, 0 },
+		{ "patch", 2, 0 }, { "patch", 3, 0 }, { "pfsync", 1, 0 },
+		{ "jdone", 1, 0 }, { "jremove", 1, 1 }, { "dirfsync", 2, 1 },
+		{ "nothing", 1, 3 },
+	};
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < sizeof(c) / sizeof(c[0]); i++)
+		assert_int_equal(crash_at(c[i].step, c[i].nth), c[i].want);
+}
+
+/* Crash in the middle of the patch, then damage the journal: only a
+ * journal that never was complete may be set aside, so the damage here
+ * is made before the checkpoint is touched (killed while writing it). */
+static void test_incomplete_journal(void **state)
+{
+	struct pt_error err;
+	char note[512];
+	char aside[200];
+	pid_t pid;
+	int st;
+
+	(void)state;
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		pt_fault_set("jwrite", 5, -1);
+		_exit(pt_patch_inplace(g_file, g_p, 3, NULL, &err) ? 1 : 0);
+	}
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFSIGNALED(st));
+	assert_true(exists(g_jrnl));
+	pt_error_clear(&err);
+	assert_int_equal(pt_journal_recover(g_file, note, sizeof(note), &err), 1);
+	assert_non_null(strstr(note, "incomplete journal"));
+	snprintf(aside, sizeof(aside), "%s.invalid", g_jrnl);
+	assert_true(exists(aside));
+	assert_false(exists(g_jrnl));
+	assert_int_equal(which(), 0);
+}
+
+/* A complete journal truncated by one byte, and one with a flipped byte:
+ * both fail their checks and are set aside, the file is not written. */
+static void test_damaged_journal(void **state)
+{
+	struct pt_error err;
+	char note[512];
+	size_t n;
+	uint8_t *j;
+	pid_t pid;
+	int st;
+	int round;
+
+	(void)state;
+	for (round = 0; round < 2; round++) {
+		char aside[200];
+
+		pid = fork();
+		assert_true(pid >= 0);
+		if (pid == 0) {
+			pt_fault_set("patch", 1, -1);
+			_exit(pt_patch_inplace(g_file, g_p, 3, NULL, &err) ? 1 : 0);
+		}
+		assert_int_equal(waitpid(pid, &st, 0), pid);
+		j = read_file(g_jrnl, &n);
+		if (round == 0)
+			n--;
+		else
+			j[n / 2] ^= 1;
+		write_file(g_jrnl, j, n);
+		free(j);
+		/* the checkpoint was not touched yet (killed at the 1st
+		 * patch write), as journal.h reasons for any such journal */
+		assert_int_equal(which(), 0);
+		pt_error_clear(&err);
+		assert_int_equal(pt_journal_recover(g_file, note, sizeof(note), &err), 1);
+		assert_non_null(strstr(note, round ? "checksum" : "truncated"));
+		assert_int_equal(which(), 0);
+		snprintf(aside, sizeof(aside), "%s.invalid", g_jrnl);
+		assert_int_equal(unlink(aside), 0);
+	}
+}
+
+static void test_foreign_journal(void **state)
+{
+	struct pt_error err;
+	char note[512];
+	pid_t pid;
+	int st;
+
+	(void)state;
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		pt_fault_set("patch", 2, -1);
+		_exit(pt_patch_inplace(g_file, g_p, 3, NULL, &err) ? 1 : 0);
+	}
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	/* someone replaced the checkpoint by another file meanwhile */
+	assert_int_equal(unlink(g_file), 0);
+	write_file(g_file, g_new, FSIZE - 1);
+	pt_error_clear(&err);
+	assert_int_equal(pt_journal_recover(g_file, note, sizeof(note), &err), -EBUSY);
+	assert_non_null(strstr(err.msg, "another file"));
+	assert_true(exists(g_jrnl));
+	/* and a new in-place commit refuses while it is there */
+	assert_int_equal(pt_patch_inplace(g_file, g_p, 2, NULL, &err), -EBUSY);
+}
+
+static void test_symlink_and_clone(void **state)
+{
+	struct pt_error err;
+	char link[200];
+	int rc;
+
+	(void)state;
+	snprintf(link, sizeof(link), "%s/link", g_dir);
+	assert_int_equal(symlink("model.safetensors", link), 0);
+	pt_error_clear(&err);
+	rc = pt_patch_clone(link, g_p, 3, NULL, &err);
+	if (rc == -EOPNOTSUPP || rc == -EXDEV || rc == -EINVAL || rc == -ENOTTY) {
+		print_message("clone unsupported in /tmp (%s): in-place only\n",
+			      strerror(-rc));
+		assert_int_equal(pt_patch_inplace(link, g_p, 3, NULL, &err), 0);
+	} else {
+		assert_int_equal(rc, 0);
+	}
+	assert_int_equal(which(), 1);
+	{
+		struct stat st;
+
+		assert_int_equal(lstat(link, &st), 0);
+		assert_true(S_ISLNK(st.st_mode));
+	}
+	assert_false(exists(g_jrnl));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_inplace, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_faults, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_crash_everywhere, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_incomplete_journal, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_damaged_journal, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_foreign_journal, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_symlink_and_clone, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
