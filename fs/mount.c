@@ -88,6 +88,7 @@ struct fh {
 	struct ov_st *ov;               /* storage overlay (tensor files) */
 	uint64_t lo;                    /* file's first byte in the storage */
 	bool write;                     /* opened for writing */
+	struct fh *prev, *next;         /* fs->handles */
 };
 
 struct ptfs {
@@ -102,9 +103,35 @@ struct ptfs {
 	struct fuse_session *se;
 	struct ov *ov;
 	bool warned_changed;            /* logged that it changed (atomic) */
-	pthread_mutex_t wlock;          /* guards wfiles */
+	pthread_mutex_t wlock;          /* guards wfiles and handles */
 	struct wfile *wfiles;
+	struct fh *handles;             /* open files: a signal can end the
+					 * loop before their RELEASE comes */
 };
+
+/* Keep @h in fs->handles from its open until its release. */
+static void fh_track(struct ptfs *fs, struct fh *h)
+{
+	pthread_mutex_lock(&fs->wlock);
+	h->prev = NULL;
+	h->next = fs->handles;
+	if (fs->handles)
+		fs->handles->prev = h;
+	fs->handles = h;
+	pthread_mutex_unlock(&fs->wlock);
+}
+
+static void fh_untrack(struct ptfs *fs, struct fh *h)
+{
+	pthread_mutex_lock(&fs->wlock);
+	if (h->prev)
+		h->prev->next = h->next;
+	else
+		fs->handles = h->next;
+	if (h->next)
+		h->next->prev = h->prev;
+	pthread_mutex_unlock(&fs->wlock);
+}
 
 /* The size a file shows: its write state's, else the node's. */
 static uint64_t file_size(struct ptfs *fs, struct pt_node *n, uint64_t size)
@@ -506,6 +533,8 @@ static void ptfs_op_open(fuse_req_t req, fuse_ino_t ino,
 				ov_writers(h->ov, -1);
 			}
 			pthread_mutex_unlock(&fs->wlock);
+			if (h->ov)
+				ov_note_close(h->ov, ino);
 			free(h);
 			return;
 		}
@@ -515,6 +544,7 @@ static void ptfs_op_open(fuse_req_t req, fuse_ino_t ino,
 	fi->keep_cache = !write;
 	fi->noflush = !write;
 	fi->fh = (uint64_t)(uintptr_t)h;
+	fh_track(fs, h);
 	fuse_reply_open(req, fi);
 }
 
@@ -821,6 +851,8 @@ static void ptfs_op_release(fuse_req_t req, fuse_ino_t ino,
 		ov_writers(h->ov, -1);
 		pthread_mutex_unlock(&fs->wlock);
 	}
+	if (h)
+		fh_untrack(fs, h);
 	free(h);
 	fuse_reply_err(req, 0);
 }
@@ -1380,6 +1412,12 @@ out:
 			HASH_DEL(fs.wfiles, w);
 			free(w);
 		}
+	}
+	while (fs.handles) {
+		struct fh *h = fs.handles;
+
+		fs.handles = h->next;
+		free(h);
 	}
 	pt_ckpt_close(fs.ck);
 	for (size_t k = 0; k < 5; k++)
