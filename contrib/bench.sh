@@ -5,12 +5,15 @@
 # table, remove the temp dir and leave no mount behind.
 #
 #   contrib/bench.sh [--quick] [--reps N] [--only seq,memmap,open,memory,peers,commit,commitways,settings]
-#                    [--no-settings] [--json FILE]
+#                    [--no-settings] [--json FILE] [--many 20000,100000]
 #
 # --quick: 256 MiB / 512 MiB checkpoints, 3 repetitions, no settings build.
+# --many: tensor counts of the state dicts that section 3 opens and lists.
 # Needs /usr/bin/python3 with torch and numpy, fusermount3, and for the
-# peers fuse-zip and archivemount.  Disk: ~3.5 GiB under $TMPDIR (or /tmp),
-# plus a 2 GiB copy during the commit measurement.  Full mode took ~11 min on 2 vCPUs.
+# peers fuse-zip and archivemount (Debian); mount-zip and fuse-archive are
+# used when on PATH or in $PTFS_BENCH_PEERS (binaries built elsewhere).
+# Disk: ~3.5 GiB under $TMPDIR (or /tmp), plus a 2 GiB copy during the
+# commit measurement.  Full mode took ~11 min on 2 vCPUs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 src=$PWD
@@ -21,8 +24,8 @@ while [ $# -gt 0 ]; do
 	--quick) quick=1; args+=("$1") ;;
 	--no-settings) settings=0 ;;
 	--only) only=1; args+=("$1" "$2"); shift ;;
-	--reps|--json) args+=("$1" "$2"); shift ;;
-	-h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	--reps|--json|--many) args+=("$1" "$2"); shift ;;
+	-h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "bench.sh: unknown argument $1" >&2; exit 2 ;;
 	esac
 	shift

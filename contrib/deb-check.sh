@@ -24,7 +24,7 @@ deb=$(realpath "${debs[0]}")
 echo "$(basename "$deb"): $(stat -c %s "$deb") bytes"
 depends=$(dpkg-deb -f "$deb" Depends)
 echo "Depends: $depends"
-for d in fuse3 libfuse3-3 libdeflate0 libarchive13 libc6; do
+for d in fuse3 libfuse3-3 libdeflate0 libarchive13 libcurl4 libc6; do
 	grep -qE "(^|, )$d( |,|$)" <<<"$depends" || fail "Depends lacks $d"
 done
 files=$(dpkg-deb -c "$deb" | awk '{print $NF}')
@@ -58,6 +58,10 @@ echo "== demo with the installed ptfs"
 PTFS=/usr/bin/ptfs PTFS_DEMO_DIR="$mnt/demo" contrib/demo.sh --umount
 
 echo "== mount -t fuse.ptfs with the installed ptfs"
+# mount.fuse3 runs ptfs through /bin/sh with its default PATH, where
+# /usr/local comes first: an earlier `cmake --install` would shadow us
+helper=$(env -i /bin/sh -c 'command -v ptfs')
+[ "$helper" = /usr/bin/ptfs ] || fail "mount.fuse3 would run $helper, not /usr/bin/ptfs"
 mkdir "$mnt/mnt"
 mount -t fuse.ptfs "$mnt/demo/model.pt" "$mnt/mnt" -o ro,noatime
 findmnt -n -o FSTYPE,SOURCE,OPTIONS "$mnt/mnt"

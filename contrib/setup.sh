@@ -8,6 +8,7 @@ pkgs=(build-essential cmake pkg-config clang libclang-rt-14-dev
       strace man-db bsdextrautils dpkg-dev bash-completion)
 pkgs+=(zlib1g-dev xfsprogs btrfs-progs util-linux hyperfine)  # issue 13: crc32_combine, reflink tests, bench
 pkgs+=(libcurl4-openssl-dev nginx-light openssl)  # issue 16: remote sources and their tests
+pkgs+=(fuse-zip archivemount)  # issue 17: peer mounters in contrib/bench.sh (optional there)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

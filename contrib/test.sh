@@ -36,7 +36,7 @@ fi
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 
 # Features the configure summary must list as enabled.
-ci_features="tar-format unit-tests integration-tests man-check bash-completion werror"
+ci_features="tar-format remote unit-tests integration-tests man-check bash-completion werror"
 
 # Configure, build and test in build dir $1 with cmake flags $2...
 build_and_test() {

@@ -249,6 +249,8 @@ static int cmd_info(int argc, char **argv)
 	struct pt_buf b;
 	int rc;
 
+	if (argc == 3 && strcmp(argv[1], "--weights-only") == 0)
+		return ptfs_cmd_weights_only(argv[2], &cli_opts);
 	if (argc != 2) {
 		return PTFS_EXIT_USAGE;
 	}
@@ -431,5 +433,9 @@ int ptfs_cli(int argc, char **argv)
 		return cmd_cat(argc, argv);
 	if (strcmp(argv[0], "info") == 0)
 		return cmd_info(argc, argv);
+	if (strcmp(argv[0], "tree") == 0)
+		return ptfs_cmd_tree(argc, argv, &cli_opts);
+	if (strcmp(argv[0], "export") == 0)
+		return ptfs_cmd_export(argc, argv, &cli_opts);
 	return cmd_set(argc, argv);
 }

@@ -15,7 +15,11 @@ static void usage(FILE *f)
 	      "       ptfs ls [-a] [--max N] [--nested] [-o OPTS] CHECKPOINT [PATH]\n"
 	      "       ptfs cat [--nested] [-o OPTS] CHECKPOINT PATH\n"
 	      "       ptfs info [-o OPTS] CHECKPOINT\n"
+	      "       ptfs info --weights-only CHECKPOINT\n"
 	      "       ptfs set [-v] [-o commit=WAY] CHECKPOINT PATH < BYTES\n"
+	      "       ptfs tree --json [--max N] CHECKPOINT\n"
+	      "       ptfs export CHECKPOINT --to safetensors|pt|npy [--shard-size SIZE]\n"
+	      "                   [--skip-unsupported] [--no-fsync] OUT\n"
 	      "\n"
 	      "Mount a PyTorch checkpoint as a directory tree: every tensor is a file\n"
 	      "of its raw bytes with NAME.json beside it (see ptfs(1)).\n"
@@ -69,7 +73,8 @@ int main(int argc, char **argv)
 		return PTFS_EXIT_OK;
 	}
 	if (strcmp(argv[1], "ls") == 0 || strcmp(argv[1], "cat") == 0 ||
-	    strcmp(argv[1], "info") == 0 || strcmp(argv[1], "set") == 0)
+	    strcmp(argv[1], "info") == 0 || strcmp(argv[1], "set") == 0 ||
+	    strcmp(argv[1], "tree") == 0 || strcmp(argv[1], "export") == 0)
 		rc = ptfs_cli(argc - 1, argv + 1);
 	else
 		rc = ptfs_mount_main(argc, argv);

@@ -39,6 +39,7 @@
 #include <uthash.h>
 
 #include "ckpt/ckpt.h"
+#include "export/export.h"
 #include "opts.h"
 #include "overlay.h"
 
@@ -655,7 +656,10 @@ static void ptfs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 		read_overlay(req, fs, h, size, off);
 		return;
 	}
-	if (!busy && pt_node_extent(fs->ck, n, (uint64_t)off, size, &fd, &file_off)) {
+	/* a generated file's extent is the checkpoint's bytes: not while
+	 * uncommitted writes are pending (reads apply them) */
+	if (!busy && !(pt_node_generated(n) && ov_any_dirty(fs->ov)) &&
+	    pt_node_extent(fs->ck, n, (uint64_t)off, size, &fd, &file_off)) {
 		struct fuse_bufvec bv = FUSE_BUFVEC_INIT(size);
 
 		bv.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
@@ -1371,6 +1375,8 @@ int ptfs_mount_main(int argc, char **argv)
 	pt_ckpt_set_storage_hook(fs.ck, storage_hook, &fs);
 	if (take_permissions(&fs, c.checkpoint, &args) != 0)
 		goto out;
+	/* /.ptfs/export: the export forms as generated files (issue 14) */
+	(void)pt_export_mount_files(fs.ck);
 	se = fuse_session_new(&args, &ptfs_ops, sizeof(ptfs_ops), &fs);
 	if (!se) {
 		rc = PTFS_EXIT_USAGE;

@@ -357,6 +357,8 @@ static int dirty_ranges(struct commit_src *c, struct pt_commit *cm)
 	struct ov_st *s = c->s;
 	size_t k, n = 0;
 
+	if (!s->chunks)
+		return 0;               /* no chunk map: the whole storage */
 	c->ranges = calloc(s->nchunks ? s->nchunks : 1, sizeof(*c->ranges));
 	if (!c->ranges)
 		return -ENOMEM;

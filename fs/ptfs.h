@@ -23,6 +23,15 @@
  * the codes above. */
 int ptfs_cli(int argc, char **argv);
 
+/* export.c: `ptfs tree --json ...` and `ptfs export ...` (argv[0] is the
+ * subcommand; @o the parsed --nested/-o options). */
+struct pt_ckpt_opts;
+int ptfs_cmd_tree(int argc, char **argv, const struct pt_ckpt_opts *o);
+int ptfs_cmd_export(int argc, char **argv, const struct pt_ckpt_opts *o);
+/* `ptfs info --weights-only CHECKPOINT`: exit 0 when torch >= 2.6 would
+ * load it with weights_only=True, 1 when not (or it cannot be opened). */
+int ptfs_cmd_weights_only(const char *path, const struct pt_ckpt_opts *o);
+
 /* `ptfs [options] CHECKPOINT MOUNTPOINT`: mounts and serves until
  * unmounted.  Returns one of the codes above. */
 int ptfs_mount_main(int argc, char **argv);

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * version.c -- `ptfs --version`: the version, the containers this build
- * reads, and the libraries it runs with (the versions loaded at run time
+ * version.c -- `ptfs --version`: the version, the containers and sources
+ * this build reads, and the libraries it runs with (the versions loaded at run time
  * where the library can say so), so a bug report says what was built.
  */
 #include "ptfs.h"
@@ -12,6 +12,9 @@
 #include <libdeflate.h>
 #ifdef PTFS_HAVE_LIBARCHIVE
 #include <archive.h>
+#endif
+#ifdef PTFS_HAVE_REMOTE
+#include <curl/curl.h>
 #endif
 
 
@@ -25,10 +28,19 @@ void ptfs_version(FILE *f)
 #else
 	fputs("\nnot built: tar (torch <= 0.1.9): no libarchive at build time\n", f);
 #endif
+#ifdef PTFS_HAVE_REMOTE
+	fputs("sources: local files, http://, https://, s3://, hf://\n", f);
+#else
+	fputs("sources: local files\n"
+	      "not built: remote sources (http, https, s3, hf): no libcurl at build time\n", f);
+#endif
 	fprintf(f, "libraries: libfuse %s, libdeflate %s", fuse_pkgversion(),
 		LIBDEFLATE_VERSION_STRING);
 #ifdef PTFS_HAVE_LIBARCHIVE
 	fprintf(f, ", %s", archive_version_string());
+#endif
+#ifdef PTFS_HAVE_REMOTE
+	fprintf(f, ", libcurl %s", curl_version_info(CURLVERSION_NOW)->version);
 #endif
 	fputc('\n', f);
 }

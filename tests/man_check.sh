@@ -31,6 +31,10 @@ for c in $cmds; do
 	n=$((n + 1))
 	grep -qE -- "ptfs $c " <<<"$text" || { echo "FAIL: command ptfs $c of --help is not in $page"; status=1; }
 done
+# the page's header names the version the binary reports
+version=$("$ptfs" --version | head -1)
+grep -q "^\.TH PTFS 1 \"[^\"]*\" \"$version\"" "$page" ||
+	{ echo "FAIL: $page's .TH line does not name '$version'"; status=1; }
 [ "$n" -ge 20 ] || { echo "FAIL: only $n options found in --help: the check is broken"; status=1; }
 for section in NAME SYNOPSIS DESCRIPTION OPTIONS "EXIT STATUS" FILES EXAMPLES LIMITS; do
 	grep -qx "$section" <<<"$text" || { echo "FAIL: no $section section"; status=1; }

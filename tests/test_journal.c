@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -330,6 +331,139 @@ static void test_damaged_journal(void **state)
 	}
 }
 
+/* The journal is input too: 300 random damages of a complete journal
+ * (one flipped byte anywhere, a random truncation, random garbage) never
+ * crash recovery and never change the checkpoint, which that journal's
+ * commit had not touched yet. */
+static void test_fuzzed_journal(void **state)
+{
+	struct pt_error err;
+	char note[512];
+	char aside[200];
+	uint8_t *good;
+	size_t n;
+	pid_t pid;
+	int st;
+	int i;
+	uint64_t x = 88172645463325252ull;
+
+	(void)state;
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		pt_fault_set("patch", 1, -1);
+		_exit(pt_patch_inplace(g_file, g_p, 3, NULL, &err) ? 1 : 0);
+	}
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	good = read_file(g_jrnl, &n);
+	snprintf(aside, sizeof(aside), "%s.invalid", g_jrnl);
+	for (i = 0; i < 300; i++) {
+		uint8_t *j = malloc(n);
+		size_t len = n;
+		int rc;
+
+		assert_non_null(j);
+		memcpy(j, good, n);
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		if (i % 3 == 0)
+			j[x % n] ^= (uint8_t)(1u << (x >> 40) % 8);
+		else if (i % 3 == 1)
+			len = (size_t)(x % n);
+		else
+			memset(j + x % n, (int)(x >> 32), (size_t)((x >> 20) % 64) < n - x % n ?
+			       (size_t)((x >> 20) % 64) : n - x % n);
+		write_file(g_jrnl, j, len);
+		free(j);
+		pt_error_clear(&err);
+		rc = pt_journal_recover(g_file, note, sizeof(note), &err);
+		assert_true(rc == 1);   /* rolled back (no-op) or set aside */
+		assert_int_equal(which(), 0);
+		assert_false(exists(g_jrnl));
+		(void)unlink(aside);
+	}
+	free(good);
+}
+
+/* A recovery while another process is in the middle of an in-place
+ * commit (stopped after its journal, holding the lock) waits and then
+ * refuses (-EBUSY), touching neither the journal nor the file; the
+ * committer then finishes normally. */
+static void test_live_committer(void **state)
+{
+	struct pt_error err;
+	char note[512];
+	pid_t pid;
+	int st;
+
+	(void)state;
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		pt_fault_set("patch", 2, -2);
+		_exit(pt_patch_inplace(g_file, g_p, 3, NULL, &err) ? 1 : 0);
+	}
+	assert_int_equal(waitpid(pid, &st, WUNTRACED), pid);
+	assert_true(WIFSTOPPED(st));
+	assert_true(exists(g_jrnl));
+	pt_journal_lock_wait_ms = 200;
+	pt_error_clear(&err);
+	assert_int_equal(pt_journal_recover(g_file, note, sizeof(note), &err), -EBUSY);
+	assert_non_null(strstr(err.msg, "another process"));
+	assert_true(exists(g_jrnl));
+	assert_int_equal(which(), -1);  /* half-patched, as the committer left it */
+	assert_int_equal(kill(pid, SIGCONT), 0);
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	assert_int_equal(which(), 1);
+	assert_false(exists(g_jrnl));
+	assert_int_equal(pt_journal_recover(g_file, note, sizeof(note), &err), 0);
+	pt_journal_lock_wait_ms = 30000;
+}
+
+static void *resume_later(void *arg)
+{
+	usleep(300000);
+	kill(*(pid_t *)arg, SIGCONT);
+	return NULL;
+}
+
+/* Two in-place commits of one file: the second waits for the first's lock
+ * and then finds the file changed (-ESTALE) instead of patching it with
+ * CRCs and bytes planned against the old one. */
+static void test_second_committer(void **state)
+{
+	struct pt_replace_expect ex;
+	struct pt_error err;
+	struct stat st;
+	pthread_t t;
+	pid_t pid;
+	int ws;
+
+	(void)state;
+	assert_int_equal(stat(g_file, &st), 0);
+	memset(&ex, 0, sizeof(ex));
+	ex.size = st.st_size;
+	ex.mtime = st.st_mtim;
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		pt_fault_set("patch", 1, -2);
+		_exit(pt_patch_inplace(g_file, g_p, 3, NULL, &err) ? 1 : 0);
+	}
+	assert_int_equal(waitpid(pid, &ws, WUNTRACED), pid);
+	assert_true(WIFSTOPPED(ws));
+	assert_int_equal(pthread_create(&t, NULL, resume_later, &pid), 0);
+	pt_error_clear(&err);
+	assert_int_equal(pt_patch_inplace(g_file, g_p, 1, &ex, &err), -ESTALE);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	assert_int_equal(waitpid(pid, &ws, 0), pid);
+	assert_true(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+	assert_int_equal(which(), 1);
+	assert_false(exists(g_jrnl));
+}
+
 static void test_foreign_journal(void **state)
 {
 	struct pt_error err;
@@ -392,6 +526,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_crash_everywhere, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_incomplete_journal, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_damaged_journal, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fuzzed_journal, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_live_committer, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_second_committer, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_foreign_journal, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_symlink_and_clone, setup, teardown),
 	};

@@ -65,14 +65,25 @@ def make_probe(path):
     torch.save({"small": torch.zeros(16), "other": torch.ones(4)}, path)
 
 
-def generate(dirpath, quick, log=print):
+def generate(dirpath, quick, log=print, names=None, many_counts=()):
+    """Make the checkpoints (all, or those in @names) and, for each count
+    in @many_counts other than sizes()["many"], a state dict "many<count>"
+    of that many tensors.  Returns {name: path}."""
     s = sizes(quick)
     out = {}
-    for name, fn in (("seq", lambda p: make_seq(p, s["seq"])),
-                     ("big", lambda p: make_big(p, s["big_part"])),
-                     ("many", lambda p: make_many(p, s["many"])),
-                     ("peer", lambda p: make_seq(p, s["peer"])),
-                     ("probe", make_probe)):
+    makers = [("seq", lambda p: make_seq(p, s["seq"])),
+              ("big", lambda p: make_big(p, s["big_part"])),
+              ("many", lambda p: make_many(p, s["many"])),
+              ("peer", lambda p: make_seq(p, s["peer"])),
+              ("probe", make_probe)]
+    for c in many_counts:
+        if c != s["many"]:
+            makers.append(("many%d" % c, lambda p, c=c: make_many(p, c)))
+    for name, fn in makers:
+        if names is not None and name not in names and not name.startswith("many"):
+            continue
+        if names is not None and name.startswith("many") and "many" not in names:
+            continue
         p = os.path.join(dirpath, name + ".pt")
         fn(p)
         out[name] = p

@@ -265,26 +265,55 @@ def count_opcodes(logpath):
     return c
 
 
+# Archive mounters that can list a torch.save file (a ZIP), each found on
+# PATH or in $PTFS_BENCH_PEERS (a directory holding binaries built
+# elsewhere, e.g. mount-zip and fuse-archive from source in /tmp): argv
+# without the mountpoint.  fuse-zip and archivemount are Debian packages.
+LIST_PEERS = [("mount-zip", ["mount-zip"]), ("fuse-archive", ["fuse-archive"]),
+              ("fuse-zip", ["fuse-zip", "-r"]), ("archivemount", ["archivemount", "-o", "readonly"])]
+
+
+def find_peer(name):
+    d = os.environ.get("PTFS_BENCH_PEERS")
+    if d and os.access(os.path.join(d, name), os.X_OK):
+        return os.path.join(d, name)
+    return shutil.which(name)
+
+
+def walk_json(mnt):
+    for root, dirs, files in os.walk(mnt):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        for fn in files:
+            if fn.endswith(".json"):
+                read_small(os.path.join(root, fn))
+
+
 def bench_open(ctx, R):
+    for count in ctx.many_counts:
+        bench_open_one(ctx, R, count)
+
+
+def bench_open_one(ctx, R, count):
     import torch  # noqa: F401  (imported before timing: favours torch)
-    ck = ctx.ck["many"]
-    sec = "3. open and list a checkpoint of %d tensors" % ctx.many
+    ck = ctx.ck["many"] if count == ctx.many else ctx.ck["many%d" % count]
+    sec = "3. open and list a checkpoint of %d tensors" % count
     mnt = ctx.mnt("many")
     P = ctx.ptfs
+    reps = ctx.reps if count <= 20000 else max(3, ctx.reps // 2)
 
     def mount_tree():
         with Mount([P, ck], mnt):
             with open(os.path.join(mnt, ".ptfs", "tree.json"), "rb") as f:
                 f.read()
 
-    def mount_ls():
-        with Mount([P, ck], mnt):
+    def mount_ls(*opts):
+        with Mount([P, *opts, ck], mnt):
             subprocess.run(["ls", "-lR", mnt], stdout=subprocess.DEVNULL, check=True)
-            for root, dirs, files in os.walk(mnt):
-                dirs[:] = [d for d in dirs if not d.startswith(".")]
-                for fn in files:
-                    if fn.endswith(".json"):
-                        read_small(os.path.join(root, fn))
+            walk_json(mnt)
+
+    def mount_lsR(argv):
+        with Mount(argv + [ck], mnt):
+            subprocess.run(["ls", "-R", mnt], stdout=subprocess.DEVNULL, check=True)
 
     def mount_only():
         with Mount([P, ck], mnt):
@@ -293,56 +322,74 @@ def bench_open(ctx, R):
     def cli(*args):
         subprocess.run([P, *args], stdout=subprocess.DEVNULL, check=True)
 
+    peers = [(n, [find_peer(n)] + argv[1:]) for n, argv in LIST_PEERS if find_peer(n)]
+    for n, _ in LIST_PEERS:
+        if not find_peer(n):
+            R.note("%s not found (PATH, $PTFS_BENCH_PEERS); its rows are skipped" % n)
     contenders = [
         ("torch.load(weights_only=True) + iterate", lambda: torch_load_iter(ck)),
         ("(a) mount + read /.ptfs/tree.json + umount", mount_tree),
         ("(b) mount + ls -lR + read every .json + umount", mount_ls),
+        ("(b) the same, mounted -o ro", lambda: mount_ls("-o", "ro")),
         ("    mount + umount alone", mount_only),
         ("(c) ptfs ls (no FUSE)", lambda: cli("ls", "--max", "1000000000", ck)),
         ("(c) ptfs info (no FUSE)", lambda: cli("info", ck)),
+        ("(d) ptfs: mount + first ls -R + umount", lambda: mount_lsR([P])),
     ]
+    for n, argv in peers:
+        contenders.append(("(d) %s: mount + first ls -R + umount" % n,
+                           lambda argv=argv: mount_lsR(argv)))
     for _, fn in contenders:       # warm the page cache and torch
         fn()
     samples = {name: [] for name, _ in contenders}
     cpu = {name: [] for name, _ in contenders}
-    for rep in range(ctx.reps):
+    for rep in range(reps):
         for name, fn in alternate(rep, contenders):
             c0 = cpu_now()
             samples[name].append(timed(fn))
             cpu[name].append(cpu_now() - c0)
     ref = contenders[0][0]
     R.add(sec, ref, samples[ref], extra="(CPU %.3f s)" % median(cpu[ref]))
+    targets = {"(a)": 12, "(c)": 25, "(b) mount": 3}
     for name, _ in contenders[1:]:
-        tgt = ("speed", 20) if name.startswith("(a)") or name.startswith("(c)") else None
+        tgt = next((("speed", v) for k, v in targets.items() if name.startswith(k)), None)
         ex = ""
         if name.startswith("(c)"):
             ex = "(CPU %.3f s: %.1fx torch's CPU)" % (median(cpu[name]), median(cpu[ref]) / max(median(cpu[name]), 1e-9))
+        if name.startswith("(d)"):
+            ex = "(%.1f ms)" % (1000 * median(samples[name]))
         R.add(sec, name, samples[name], ref=ref, target=tgt, extra=ex)
-    with Mount([P, "-f", ck], mnt, foreground=True) as m:
-        subprocess.run(["ls", "-lR", mnt], stdout=subprocess.DEVNULL, check=True)
-        R.note("daemon VmHWM with the %d-tensor checkpoint mounted and listed: %.1f MiB"
-               % (ctx.many, lib.vm_status(m.pid, "VmHWM") / MiB))
+
+    # daemon peak memory after mount + ls -lR, 3 fresh mounts each
+    mem = [("ptfs", [P, "-f"])] + [(n, argv + ["-f"]) for n, argv in peers]
+    hwm = {n: [] for n, _ in mem}
+    for rep in range(3):
+        for n, argv in alternate(rep, mem):
+            with Mount(argv + [ck], mnt, foreground=True) as m:
+                subprocess.run(["ls", "-lR", mnt], stdout=subprocess.DEVNULL, check=True)
+                hwm[n].append(lib.vm_status(m.pid, "VmHWM"))
+    for n, _ in mem:
+        R.add(sec, "daemon VmHWM after mount + ls -lR: %s" % n, hwm[n], unit="MiB",
+              target=("max", 21 * MiB) if n == "ptfs" and count <= 20000 else None)
 
     # FUSE round trips: one untimed run each with the daemon in debug mode
-    for label, work in (("(a) tree.json", lambda: open(os.path.join(mnt, ".ptfs", "tree.json"), "rb").read()),
-                        ("(b) ls -lR + every .json", None)):
+    for label, opts, work in (
+            ("(a) tree.json", [], lambda: open(os.path.join(mnt, ".ptfs", "tree.json"), "rb").read()),
+            ("(b) ls -lR + every .json", [], None),
+            ("(b) ls -lR + every .json, -o ro", ["-o", "ro"], None)):
         logp = os.path.join(ctx.tmp, "fuse-debug.log")
         with open(logp, "w") as lf:
-            with Mount([P, "-d", ck], mnt, foreground=True, stderr=lf):
+            with Mount([P, "-d", *opts, ck], mnt, foreground=True, stderr=lf):
                 if work:
                     work()
                 else:
                     subprocess.run(["ls", "-lR", mnt], stdout=subprocess.DEVNULL, check=True)
-                    for root, dirs, files in os.walk(mnt):
-                        dirs[:] = [d for d in dirs if not d.startswith(".")]
-                        for fn in files:
-                            if fn.endswith(".json"):
-                                read_small(os.path.join(root, fn))
+                    walk_json(mnt)
         c = count_opcodes(logp)
         os.unlink(logp)
         top = ", ".join("%s %d" % kv for kv in c.most_common(6))
-        R.note("FUSE round trips for %s (mount to umount, ptfs -d): %d requests: %s"
-               % (label, sum(c.values()), top))
+        R.note("%d tensors: FUSE round trips for %s (mount to umount, ptfs -d): %d requests: %s"
+               % (count, label, sum(c.values()), top))
 
 
 # ---- 4. daemon memory --------------------------------------------------
@@ -547,7 +594,7 @@ def commit_ways(ctx, R, sec, ck, ways):
     for w in ways:
         label = "ptfs set -o commit=%s" % w
         R.add(sec, label, samples[w], extra="(%s)" % said[w],
-              ref=None if label == ref else ref, target=None if w == ref else ("speed", 20.0))
+              ref=None if label == ref else ref, target=None if label == ref else ("speed", 20.0))
 
 
 def memmap_flush(ctx, R, sec, ck, ways, mnt):
@@ -568,7 +615,7 @@ def memmap_flush(ctx, R, sec, ck, ways, mnt):
     for w in ways:
         label = "flush(), -o commit=%s" % w
         R.add(sec, label, samples[w],
-              ref=None if label == ref else ref, target=None if w == ref else ("time", 0.2))
+              ref=None if label == ref else ref, target=None if label == ref else ("time", 0.2))
 
 
 def bench_commit_ways(ctx, R):
@@ -660,6 +707,12 @@ SECTIONS = {"seq": bench_seq, "memmap": bench_memmap, "open": bench_open,
             "settings": bench_settings}
 
 
+# The checkpoints each section reads (gen.generate names).
+NEEDS = {"seq": {"seq"}, "memmap": {"seq"}, "open": {"many"}, "memory": {"big"},
+         "peers": {"peer", "seq"}, "commit": {"big", "probe"}, "commitways": {"seq", "big", "probe"},
+         "settings": {"seq"}}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ptfs", required=True, help="the ptfs binary (Release build)")
@@ -669,6 +722,7 @@ def main():
     ap.add_argument("--reps", type=int, help="repetitions (default 7, --quick 3)")
     ap.add_argument("--only", help="comma-separated sections: " + ",".join(SECTIONS))
     ap.add_argument("--json", help="also write the raw samples here")
+    ap.add_argument("--many", help="tensor counts for section 3 (default 20000,100000; --quick 20000)")
     a = ap.parse_args()
 
     ctx = Ctx()
@@ -684,9 +738,17 @@ def main():
     try:
         log("ptfs benchmark: %d repetitions, work dir %s" % (ctx.reps, ctx.tmp))
         log("generating checkpoints with torch.save ...")
-        ctx.ck = gen.generate(ctx.tmp, a.quick, log=log)
-        ctx.seq_bytes = gen.sizes(a.quick)["seq"]
         ctx.many = gen.sizes(a.quick)["many"]
+        ctx.many_counts = [int(x) for x in a.many.split(",")] if a.many else \
+            ([ctx.many] if a.quick else [ctx.many, 100000])
+        need = None
+        if a.only:
+            need = set()
+            for name in only:
+                need |= NEEDS.get(name, set())
+        ctx.ck = gen.generate(ctx.tmp, a.quick, log=log, names=need,
+                              many_counts=ctx.many_counts)
+        ctx.seq_bytes = gen.sizes(a.quick)["seq"]
         for name in only:
             log("running %s ..." % name)
             t0 = time.monotonic()

@@ -28,6 +28,16 @@ int pt_fail(struct pt_error *err, int code, const char *fmt, ...)
 	return code;
 }
 
+int pt_fail_over(struct pt_error *err, int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	pt_vfail(err, code, fmt, ap);
+	va_end(ap);
+	return code;
+}
+
 void pt_error_prefix(struct pt_error *err, const char *fmt, ...)
 {
 	char head[PT_ERROR_MSG_MAX];

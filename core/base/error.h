@@ -31,6 +31,10 @@ struct pt_error {
 int pt_fail(struct pt_error *err, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
+/* Like pt_fail(), but always overwrites a message already recorded. */
+int pt_fail_over(struct pt_error *err, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
 /* Prefix the recorded message with "what: " (used to add context). */
 void pt_error_prefix(struct pt_error *err, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));

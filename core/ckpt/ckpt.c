@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -260,6 +261,7 @@ void pt_ckpt_close(struct pt_ckpt *ck)
 	for (i = 0; i < ck->n_owned; i++)
 		free(ck->owned[i]);
 	free(ck->owned);
+	pt__alloc_free(ck);
 	pt_buf_free(&ck->warnings);
 	pt_buf_free(&ck->notes);
 	pt_buf_free(&ck->globals);

@@ -287,4 +287,100 @@ const char *pt_ckpt_recovery(const struct pt_ckpt *ck);
 /* Whether pt_ckpt_commit() can work for this container. */
 bool pt_ckpt_writable(const struct pt_ckpt *ck);
 
+/* ---- export accessors (issue 14: core/export/) ---- */
+
+/* A tensor file's layout, without parsing its JSON.  Pointers borrowed
+ * from the checkpoint (valid until pt_ckpt_close()). */
+struct pt_tinfo {
+	const char *dtype;      /* torch name of the bytes' type ("float32",
+				 * "bfloat16", "quint4x2", ...) */
+	unsigned itemsize;      /* bytes per element (packed types: 1) */
+	bool packed;            /* several values per byte */
+	uint32_t rank;
+	const int64_t *shape;   /* rank entries */
+	const int64_t *stride;  /* rank entries, in elements */
+	int64_t offset;         /* first element in the storage */
+	uint64_t numel;
+	uint64_t nbytes;        /* bytes of the file (C order) */
+	char byteorder;         /* '<', '>' or '|' (one byte per element) */
+	bool contiguous;        /* C-contiguous in its storage */
+	const void *storage;    /* identity of the storage (ties) */
+	uint64_t byte_lo;       /* first and one past the last byte it */
+	uint64_t byte_hi;       /* touches in that storage */
+	bool ndarray;           /* a numpy array (not a torch tensor) */
+	bool parameter;         /* torch.nn.Parameter */
+	bool requires_grad;
+};
+
+/* Fill @ti for a tensor file (not its sidecar); false for other nodes. */
+bool pt_node_tinfo(const struct pt_node *n, struct pt_tinfo *ti);
+
+/* Read @n bytes at @off of the whole storage tensor file @node views
+ * (element e of the tensor is at (offset + sum idx * stride) * itemsize);
+ * 0 or -errno with @err.  For readers that gather views themselves. */
+int pt_node_storage_read(struct pt_ckpt *ck, const struct pt_node *node,
+			 void *buf, size_t n, uint64_t off, struct pt_error *err);
+
+/* What a node is for an exporter. */
+enum pt_nkind {
+	PT_NK_TENSOR,   /* tensor or array file */
+	PT_NK_SCALAR,   /* None, bool, int, float, str, or a value shown as
+			 * text (device, dtype, complex, a global) */
+	PT_NK_BYTES,    /* bytes or bytearray */
+	PT_NK_DIR,      /* dict, list, tuple, object, or a folder of dotted
+			 * keys */
+	PT_NK_LINK,     /* a container repeating an ancestor */
+	PT_NK_OTHER,    /* NAME.json sidecars, /.ptfs and what is under it */
+};
+
+enum pt_nkind pt_node_kind(const struct pt_node *n);
+
+/* Append the JSON text of a scalar file's value (null, true, 7, 0.1,
+ * "text"; NaN and Infinity as Python's json writes them); false (nothing
+ * appended) for other nodes. */
+bool pt_node_scalar_json(const struct pt_node *n, struct pt_buf *out);
+
+/* 0 when the checkpoint's file (and the files of its shards) are the ones
+ * opened, unchanged (device, inode, size, mtime); -ESTALE with one line in
+ * @err naming the file otherwise. */
+int pt_ckpt_unchanged(const struct pt_ckpt *ck, struct pt_error *err);
+
+/* ---- generated files (issue 14: /.ptfs/export) ---- */
+
+/*
+ * A generated file: its exact size is known before any read; @read fills
+ * [@off, @off + @n) (inside the file) or fails with -errno and @err;
+ * @extent (may be NULL) says when such a range is one contiguous range of
+ * a local file, for zero-copy replies.  @free (may be NULL) releases @ctx
+ * when the checkpoint closes.  Reads may come from several threads.
+ */
+struct pt_vfile {
+	uint64_t size;
+	int (*read)(void *ctx, void *buf, size_t n, uint64_t off,
+		    struct pt_error *err);
+	bool (*extent)(void *ctx, uint64_t off, uint64_t n, int *fd,
+		       uint64_t *file_off);
+	void (*free)(void *ctx);
+	void *ctx;
+};
+
+struct pt_vdir;
+
+/* Fill a generated directory with pt_vdir_add(); 0 or -errno (@err). */
+typedef int (*pt_vdir_fill)(void *ctx, struct pt_ckpt *ck,
+			    struct pt_vdir *d, struct pt_error *err);
+
+/* Add /.ptfs/@name (a static string), a directory @fill fills the first
+ * time it is used (lookup, listing).  Call once, right after opening,
+ * before /.ptfs is used: -EBUSY otherwise. */
+int pt_tree_set_vdir(struct pt_ckpt *ck, const char *name, pt_vdir_fill fill,
+		     void *ctx);
+
+/* Add the file @rel ("a/b/c.npy": folders made as needed) holding @vf
+ * (copied) to the directory being filled.  -EEXIST if taken. */
+int pt_vdir_add(struct pt_vdir *d, const char *rel, const struct pt_vfile *vf);
+
+/* Is @n a generated file? */
+bool pt_node_generated(const struct pt_node *n);
+
 #endif /* PTFS_CORE_CKPT_H */

@@ -231,11 +231,20 @@ struct pt_ckpt {
 	/* memory owned by the checkpoint, freed at close */
 	void **owned;
 	size_t n_owned, cap_owned;
+	struct pt_blk *blks;            /* pt__alloc() blocks */
 };
 
 /* Keep @p (malloc()ed) until close; returns @p, or NULL (and frees it) when
  * out of memory. */
 void *pt__own(struct pt_ckpt *ck, void *p);
+
+/* @n zeroed bytes (16-byte aligned) that live until close, carved from
+ * blocks: no malloc per tensor or storage.  NULL when out of memory.
+ * Like pt__own(), only while the checkpoint is being opened (one
+ * thread). */
+void *pt__alloc(struct pt_ckpt *ck, size_t n);
+/* Free every pt__alloc() block (ckpt.c, at close). */
+void pt__alloc_free(struct pt_ckpt *ck);
 
 /* Add the file /.ptfs/@name (a static string) holding @len bytes at @data
  * (malloc()ed; ownership passes to ck, also on failure).  Call from a

@@ -8,7 +8,7 @@
  * place the value appears.  Nodes are created per (parent, entry) on first
  * use, so a pickle whose references multiply costs only what is visited,
  * and a container that holds itself becomes a symlink where it would
- * repeat.  Lookups are O(1) per component (uthash).
+ * repeat.  Lookups are O(1) per component (a hash index per table).
  *
  * Locking: one mutex guards creation of tables and nodes.  Published
  * pointers (a value's table, a directory's child slots) are written with
@@ -19,6 +19,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,8 @@ enum role {
 	R_RECORD,       /* a raw archive record */
 	R_GEN,          /* generated text under /.ptfs */
 	R_BLOB,         /* a format's file under /.ptfs (ck->meta_files) */
+	R_VDIR,         /* a generated directory, filled on first use */
+	R_VFILE,        /* a generated file (struct pt_vfile) */
 };
 
 enum gen {
@@ -42,28 +45,46 @@ enum gen {
 	GEN_PICKLE,
 };
 
+/* An entry and its name live in the tree's pool (pool_alloc): 40,000
+ * entries of a 20,000-tensor directory cost no malloc each. */
 struct dent {
-	char *name;                     /* encoded, unique in its table */
-	size_t idx;                     /* position in the table */
+	const char *name;               /* encoded, unique in its table */
 	struct pt_value *val;           /* R_VALUE, R_JSON */
+	union {
+		const struct pt_zip_entry *entry; /* R_RECORD */
+		struct dtab *sub;               /* R_RECDIR */
+		enum gen gen;                   /* R_GEN */
+		const struct pt_meta_file *blob; /* R_BLOB */
+	};
+	uint32_t idx;                   /* position in the table */
+	uint32_t hash;                  /* of the name (name_hash) */
 	uint8_t role;
-	const struct pt_zip_entry *entry; /* R_RECORD */
-	struct dtab *sub;               /* R_RECDIR */
-	enum gen gen;                   /* R_GEN */
-	const struct pt_meta_file *blob; /* R_BLOB */
-	UT_hash_handle hh;              /* by name */
+	const struct pt_value *key;     /* a dict key that is not a str */
+	struct pt_vfile *vf;            /* R_VFILE */
 };
 
 struct dtab {
 	struct dent **ents;             /* n entries, listing order */
 	size_t n;
 	size_t cap;
-	struct dent *byname;            /* hash over ents */
+	uint32_t *slots;                /* by name: open addressing, idx + 1
+					 * (0: empty), nslots a power of two
+					 * at least twice n */
+	size_t nslots;
 	struct pt_tree *t;              /* the tree it belongs to */
 	int err;                        /* a directory that cannot be listed
 					 * (-EFBIG past max_dir_entries, ...):
 					 * kept, empty, so that every later
 					 * call gets the error at once */
+};
+
+/* Pool blocks: 64 KiB, or one of its own for a long name. */
+#define POOL_BLOCK (64u << 10)
+
+struct pool_blk {
+	struct pool_blk *next;
+	size_t used, size;
+	max_align_t data[];
 };
 
 struct pt_node {
@@ -80,6 +101,8 @@ struct pt_node {
 	const struct pt_zip_entry *entry; /* R_RECORD */
 	const uint8_t *data;            /* contents held in memory */
 	uint64_t size;
+	const struct pt_value *key;     /* a dict key that is not a str */
+	struct pt_vfile *vf;            /* R_VFILE */
 };
 
 /* Nodes are carved from blocks: no allocation per node, and a node's
@@ -100,10 +123,17 @@ struct pt_tree {
 	struct dtab **tabs;             /* every table, for freeing */
 	size_t n_tabs, cap_tabs;
 	struct node_blk *blks;          /* every node, newest block first */
+	struct pool_blk *pool;          /* entries and names of the tables */
 	struct pt_buf scratch;          /* sizes of sidecars (under lock) */
 	char **texts;                   /* generated contents */
 	size_t n_texts, cap_texts;
 	bool nested;                    /* dotted keys as directories */
+	const char *vname;              /* the R_VDIR entry of /.ptfs */
+	pt_vdir_fill vfill;             /* fills it */
+	void *vfill_ctx;
+	pthread_mutex_t vlock;          /* one fill at a time */
+	struct pt_vfile **vfiles;       /* every generated file, for freeing */
+	size_t n_vfiles, cap_vfiles;
 };
 
 static bool grow(void **arr, size_t *cap, size_t n, size_t elem)
@@ -137,6 +167,39 @@ static struct pt_node *node_alloc(struct pt_tree *t)
 	return &b->n[b->used++];
 }
 
+/* @n zeroed bytes (8-byte aligned) that live as long as the tree, or
+ * NULL when out of memory.  Call under the lock. */
+static void *pool_alloc(struct pt_tree *t, size_t n)
+{
+	struct pool_blk *b = t->pool;
+	size_t need = (n + 7) & ~(size_t)7;
+	uint8_t *p;
+
+	if (need < n || need > SIZE_MAX - sizeof(*b))
+		return NULL;
+	if (!b || b->size - b->used < need) {
+		size_t size = need > POOL_BLOCK / 4 ? need : POOL_BLOCK;
+
+		b = malloc(sizeof(*b) + size);
+		if (!b)
+			return NULL;
+		b->used = 0;
+		b->size = size;
+		if (size == need && t->pool) {
+			/* a one-off: the current block keeps filling */
+			b->next = t->pool->next;
+			t->pool->next = b;
+		} else {
+			b->next = t->pool;
+			t->pool = b;
+		}
+	}
+	p = (uint8_t *)b->data + b->used;
+	b->used += need;
+	memset(p, 0, n);
+	return p;
+}
+
 static char *keep_text(struct pt_tree *t, char *s)
 {
 	if (!s)
@@ -164,16 +227,12 @@ static struct dtab *tab_new(struct pt_tree *t)
 	return d;
 }
 
-/* Drop every entry of @d. */
+/* Drop every entry of @d (entries and names are the pool's). */
 static void tab_clear(struct dtab *d)
 {
-	size_t i;
-
-	HASH_CLEAR(hh, d->byname);
-	for (i = 0; i < d->n; i++) {
-		free(d->ents[i]->name);
-		free(d->ents[i]);
-	}
+	free(d->slots);
+	d->slots = NULL;
+	d->nslots = 0;
 	free(d->ents);
 	d->ents = NULL;
 	d->n = d->cap = 0;
@@ -187,34 +246,96 @@ static void tab_free(struct dtab *d)
 	free(d);
 }
 
-static bool tab_has(struct dtab *d, const char *name, size_t len)
+/* FNV-1a, 32 bits */
+static uint32_t name_hash(const char *p, size_t n)
 {
-	struct dent *e;
+	uint32_t h = 2166136261u;
+	size_t i;
 
-	HASH_FIND(hh, d->byname, name, len, e);
-	return e != NULL;
+	for (i = 0; i < n; i++) {
+		h ^= (uint8_t)p[i];
+		h *= 16777619u;
+	}
+	return h;
 }
 
-/* Add an entry named @name (already encoded; ownership passes to the
- * table, also on failure). */
-static struct dent *tab_add(struct dtab *d, char *name, uint8_t role,
-			    struct pt_value *val)
+/* The entry named @name (@len bytes), or NULL. */
+static struct dent *tab_find(const struct dtab *d, const char *name,
+			     size_t len)
+{
+	uint32_t h = name_hash(name, len);
+	size_t i, mask = d->nslots - 1;
+
+	if (!d->nslots)
+		return NULL;
+	for (i = h & mask; d->slots[i]; i = (i + 1) & mask) {
+		struct dent *e = d->ents[d->slots[i] - 1];
+
+		if (e->hash == h && memcmp(e->name, name, len) == 0 &&
+		    e->name[len] == '\0')
+			return e;
+	}
+	return NULL;
+}
+
+static bool tab_has(const struct dtab *d, const char *name, size_t len)
+{
+	return tab_find(d, name, len) != NULL;
+}
+
+static void slot_put(uint32_t *slots, size_t nslots, const struct dent *e)
+{
+	size_t i, mask = nslots - 1;
+
+	for (i = e->hash & mask; slots[i]; i = (i + 1) & mask)
+		;
+	slots[i] = e->idx + 1;
+}
+
+/* Room for one more entry in the name index; false when out of memory. */
+static bool tab_reserve(struct dtab *d)
+{
+	uint32_t *slots;
+	size_t ns, i;
+
+	if (2 * (d->n + 1) <= d->nslots)
+		return true;
+	if (d->n >= UINT32_MAX / 4)
+		return false;
+	ns = d->nslots ? 2 * d->nslots : 16;
+	slots = calloc(ns, sizeof(*slots));
+	if (!slots)
+		return false;
+	for (i = 0; i < d->n; i++)
+		slot_put(slots, ns, d->ents[i]);
+	free(d->slots);
+	d->slots = slots;
+	d->nslots = ns;
+	return true;
+}
+
+/* Add an entry named @name (@len bytes, already encoded, not yet in the
+ * table; copied).  NULL when out of memory. */
+static struct dent *tab_add(struct dtab *d, const char *name, size_t len,
+			    uint8_t role, struct pt_value *val)
 {
 	struct dent *e;
+	char *nm;
 
-	if (!name)
-		return NULL;
 	if (!grow((void **)&d->ents, &d->cap, d->n, sizeof(*d->ents)) ||
-	    !(e = calloc(1, sizeof(*e)))) {
-		free(name);
+	    !tab_reserve(d) || len == SIZE_MAX ||
+	    !(e = pool_alloc(d->t, sizeof(*e))) ||
+	    !(nm = pool_alloc(d->t, len + 1)))
 		return NULL;
-	}
-	e->name = name;
-	e->idx = d->n;
+	memcpy(nm, name, len);
+	nm[len] = '\0';
+	e->name = nm;
+	e->idx = (uint32_t)d->n;
+	e->hash = name_hash(name, len);
 	e->role = role;
 	e->val = val;
 	d->ents[d->n++] = e;
-	HASH_ADD_KEYPTR(hh, d->byname, e->name, strlen(e->name), e);
+	slot_put(d->slots, d->nslots, e);
 	return e;
 }
 
@@ -272,13 +393,11 @@ static int claim(struct dtab *d, const char *base, size_t blen,
 			if (tab_has(d, js, len + 5))
 				continue;
 		}
-		/* tab_add takes the names, also when it fails */
-		if (!tab_add(d, nm, R_VALUE, val)) {
-			free(js);
-			return -ENOMEM;
-		}
-		if (tensor && !tab_add(d, js, R_JSON, val))
-			return -ENOMEM;
+		if (!tab_add(d, nm, len, R_VALUE, val) ||
+		    (tensor && !tab_add(d, js, len + 5, R_JSON, val)))
+			goto oom;
+		free(nm);
+		free(js);
 		return 0;
 	}
 	free(nm);
@@ -328,7 +447,7 @@ static int add_dotted(struct dtab *d, const char *p, size_t n,
 				pt_buf_printf(&nm, "~%u", k);
 			if (nm.oom)
 				break;
-			HASH_FIND(hh, d->byname, nm.p, nm.len, e);
+			e = tab_find(d, nm.p, nm.len);
 			if (!e || e->role == R_RECDIR)
 				break;
 		}
@@ -339,7 +458,7 @@ static int add_dotted(struct dtab *d, const char *p, size_t n,
 		if (!e) {
 			struct dtab *sub = tab_new(d->t);
 
-			e = sub ? tab_add(d, strndup(nm.p, nm.len), R_RECDIR, NULL) : NULL;
+			e = sub ? tab_add(d, nm.p, nm.len, R_RECDIR, NULL) : NULL;
 			if (!e) {
 				rc = -ENOMEM;
 				break;
@@ -383,6 +502,12 @@ static int add_keyed(struct dtab *d, struct pt_value *key,
 			rc = -ENOMEM;
 		else
 			rc = claim(d, enc.p ? enc.p : "%", enc.p ? enc.len : 1, deref(val));
+		if (rc == 0 && key->kind != PT_V_STR) {
+			struct dent *e = d->ents[d->n - 1];
+			if (e->role == R_JSON && d->n > 1)
+				e = d->ents[d->n - 2];
+			e->key = key;   /* tree.json says "key": 0 */
+		}
 	}
 	pt_buf_free(&raw);
 	pt_buf_free(&enc);
@@ -662,6 +787,7 @@ static struct pt_node *node_new(struct pt_ckpt *ck, struct pt_node *parent,
 	n->depth = parent ? parent->depth + 1 : 0;
 	n->role = e->role;
 	n->val = e->val;
+	n->key = e->key;
 	switch (e->role) {
 	case R_VALUE:
 		break;
@@ -694,6 +820,14 @@ static struct pt_node *node_new(struct pt_ckpt *ck, struct pt_node *parent,
 		n->type = PT_NT_FILE;
 		n->data = e->blob->data;
 		n->size = e->blob->len;
+		return n;
+	case R_VDIR:
+		n->type = PT_NT_DIR;            /* table made by vdir_tab() */
+		return n;
+	case R_VFILE:
+		n->type = PT_NT_FILE;
+		n->vf = e->vf;
+		n->size = e->vf->size;
 		return n;
 	case R_GEN:
 		/* generated by the caller, outside the lock (tree.json walks
@@ -774,6 +908,7 @@ static struct dtab *meta_table(struct pt_ckpt *ck, int *rc)
 	}
 	return t->meta_tab;
 }
+static struct dtab *vdir_tab(struct pt_ckpt *ck, struct pt_node *dir, int *rc);
 
 static struct dtab *node_tab(struct pt_ckpt *ck, struct pt_node *dir, int *rc)
 {
@@ -782,6 +917,8 @@ static struct dtab *node_tab(struct pt_ckpt *ck, struct pt_node *dir, int *rc)
 
 	if (d)
 		return d;
+	if (dir->role == R_VDIR)
+		return vdir_tab(ck, dir, rc);
 	if (dir == t->root || dir->role == R_META) {
 		pthread_mutex_lock(&t->lock);
 		d = dir->tab;
@@ -876,7 +1013,7 @@ struct pt_node *pt_tree_lookup(struct pt_ckpt *ck, struct pt_node *dir,
 	d = node_tab(ck, dir, rc);
 	if (!d)
 		return NULL;
-	HASH_FIND_STR(d->byname, name, e);
+	e = tab_find(d, name, strlen(name));
 	if (!e) {
 		*rc = -ENOENT;
 		return NULL;
@@ -1016,6 +1153,10 @@ ssize_t pt_node_read(struct pt_ckpt *ck, struct pt_node *node, void *buf,
 		pt_buf_free(&b);
 		return (ssize_t)n;
 	}
+	if (node->role == R_VFILE) {
+		int rc = node->vf->read(node->vf->ctx, buf, n, off, err);
+		return rc ? rc : (ssize_t)n;
+	}
 	memcpy(buf, node->data + off, n);
 	return (ssize_t)n;
 }
@@ -1042,6 +1183,8 @@ bool pt_node_extent(struct pt_ckpt *ck, const struct pt_node *node,
 	if (node->role == R_RECORD && node->entry->method == PT_ZIP_STORED)
 		return pt_source_extent(ck->src, node->entry->data_off + off,
 					n, fd, file_off);
+	if (node->role == R_VFILE && node->vf->extent)
+		return node->vf->extent(node->vf->ctx, off, n, fd, file_off);
 	return false;
 }
 
@@ -1218,6 +1361,74 @@ out:
 
 /* ---- tree.json ---- */
 
+/* A dict key that is not a str, as JSON (readers rebuilding the object
+ * need optimizer.state's int keys as ints): ", \"key\": 0". */
+static void key_json(const struct pt_value *k, struct pt_buf *out)
+{
+	struct pt_buf t;
+
+	if (!k || (k->kind != PT_V_INT && k->kind != PT_V_BIGINT &&
+		   k->kind != PT_V_BOOL && k->kind != PT_V_NONE &&
+		   k->kind != PT_V_FLOAT))
+		return;
+	pt_buf_init(&t);
+	if (k->kind == PT_V_NONE)
+		pt_buf_puts(&t, "null");
+	else if (k->kind == PT_V_BOOL)
+		pt_buf_puts(&t, k->u.b ? "true" : "false");
+	else if (k->kind == PT_V_INT)
+		pt_buf_printf(&t, "%lld", (long long)k->u.i);
+	else if (k->kind == PT_V_BIGINT)
+		pt_bigint_decimal(&t, k->u.s.p, k->u.s.len);
+	else if (k->u.f != k->u.f)
+		pt_buf_puts(&t, "NaN");
+	else if (k->u.f > 1.7976931348623157e308 || k->u.f < -1.7976931348623157e308)
+		pt_buf_puts(&t, k->u.f > 0 ? "Infinity" : "-Infinity");
+	else
+		pt_repr_float(&t, k->u.f);
+	pt_buf_printf(out, ", \"key\": %s", t.p ? t.p : "null");
+	pt_buf_free(&t);
+}
+
+/* What kind of container a directory shows, for readers that rebuild the
+ * object (contrib/python/ptfs_load.py): ", \"container\": \"dict\"" (dict,
+ * list, tuple, set, or object with its "class"). */
+static void container_json(const struct pt_node *n, struct pt_buf *out)
+{
+	const struct pt_value *v = n->val, *fn;
+	const char *kind = "dict";
+
+	if (n->role == R_VALUE && v) {
+		switch (pt__vclass(v)) {
+		case PT_C_SEQ:
+			kind = v->kind == PT_V_TUPLE ? "tuple" :
+			       v->kind == PT_V_SET || v->kind == PT_V_FROZENSET ? "set" : "list";
+			if (v->kind == PT_V_CALL || v->kind == PT_V_OBJ) {
+				fn = v->u.call.callable;
+				kind = pt__is_global(fn, "torch", "Size") ? "tuple" :
+				       pt__is_global(fn, "builtins", "set") ? "set" : "list";
+			}
+			break;
+		case PT_C_OBJECT:
+			fn = v->kind == PT_V_CALL || v->kind == PT_V_OBJ ? v->u.call.callable : NULL;
+			pt_buf_puts(out, ", \"container\": \"object\"");
+			if (fn && fn->kind == PT_V_GLOBAL) {
+				pt_buf_puts(out, ", \"class\": \"");
+				pt_json_str(out, (const uint8_t *)fn->u.global.module,
+						strlen(fn->u.global.module));
+				pt_buf_putc(out, '.');
+				pt_json_str(out, (const uint8_t *)fn->u.global.name,
+						strlen(fn->u.global.name));
+				pt_buf_putc(out, '"');
+			}
+			return;
+		default:
+			break;
+		}
+	}
+	pt_buf_printf(out, ", \"container\": \"%s\"", kind);
+}
+
 /*
  * Every entry is one JSON object with its path, type and size, tensors
  * with their metadata, small scalar files with their text.  Sidecars and
@@ -1252,20 +1463,24 @@ static int json_entry(void *ctx, const struct pt_walk *w)
 	pt_buf_puts(out, j->first ? "\n {\"path\": \"" : ",\n {\"path\": \"");
 	j->first = false;
 	pt_json_str(out, (const uint8_t *)w->path, w->path_len);
+	pt_buf_putc(out, '"');
+	key_json(c->key, out);
 	if (c->type == PT_NT_DIR) {
 		size_t cnt = 0;
 
 		(void)pt_tree_count(j->ck, c, &cnt);
-		pt_buf_printf(out, "\", \"type\": \"dir\", \"entries\": %zu}", cnt);
+		pt_buf_printf(out, ", \"type\": \"dir\", \"entries\": %zu", cnt);
+		container_json(c, out);
+		pt_buf_putc(out, '}');
 		return 0;
 	}
 	if (c->type == PT_NT_LINK) {
-		pt_buf_puts(out, "\", \"type\": \"link\", \"target\": \"");
+		pt_buf_puts(out, ", \"type\": \"link\", \"target\": \"");
 		pt_json_str(out, c->data, c->size);
 		pt_buf_puts(out, "\"}");
 		return 0;
 	}
-	pt_buf_printf(out, "\", \"type\": \"file\", \"size\": %llu",
+	pt_buf_printf(out, ", \"type\": \"file\", \"size\": %llu",
 		      (unsigned long long)c->size);
 	if (c->tensor) {
 		pt_buf_puts(out, ", \"tensor\": ");
@@ -1275,7 +1490,8 @@ static int json_entry(void *ctx, const struct pt_walk *w)
 		   pt__vclass(c->val) != PT_C_BYTES) {
 		pt_buf_puts(out, ", \"value\": \"");
 		pt_json_str(out, c->data, c->size ? c->size - 1 : 0);
-		pt_buf_putc(out, '"');
+		pt_buf_puts(out, "\", \"json\": ");
+		pt_node_scalar_json(c, out);
 	}
 	pt_buf_putc(out, '}');
 	return 0;
@@ -1285,8 +1501,15 @@ void pt_tree_json(struct pt_ckpt *ck, struct pt_buf *out, uint64_t max_entries)
 {
 	struct json_walk j = { ck, out, 0, max_entries, true, false };
 
-	pt_buf_printf(out, "{\"format\": \"%s\", \"tensors\": %llu, \"entries\": [",
+	pt_buf_printf(out, "{\"format\": \"%s\", \"tensors\": %llu",
 		      pt_ckpt_format(ck), (unsigned long long)ck->n_tensors);
+	/* the object itself when it is not a directory (shown under the
+	 * file's stem): "root": "value" */
+	if (!is_dir_class(ck->tree->root->val))
+		pt_buf_puts(out, ", \"root\": \"value\"");
+	else
+		container_json(ck->tree->root, out);
+	pt_buf_puts(out, ", \"entries\": [");
 	(void)pt_tree_walk(ck, ck->tree->root, "", 0, json_entry, &j);
 	pt_buf_printf(out, "\n], \"truncated\": %s}\n", j.truncated ? "true" : "false");
 }
@@ -1330,24 +1553,21 @@ static int add_record(struct pt_tree *t, struct dtab *top,
 			}
 			break;
 		}
-		HASH_FIND(hh, d->byname, enc.p, enc.len, e);
+		e = tab_find(d, enc.p, enc.len);
 		if (!e || e->role != R_RECDIR) {
 			struct dtab *sub = tab_new(t);
-			char *nm;
 
 			if (!sub) {
 				rc = -ENOMEM;
 				break;
 			}
-			nm = strndup(enc.p, enc.len);
-			if (!nm || tab_has(d, enc.p, enc.len)) {
-				free(nm);
+			if (e) {
 				rc = claim(d, enc.p, enc.len, NULL);
 				if (rc)
 					break;
 				e = d->ents[d->n - 1];
 			} else {
-				e = tab_add(d, nm, R_RECDIR, NULL);
+				e = tab_add(d, enc.p, enc.len, R_RECDIR, NULL);
 				if (!e) {
 					rc = -ENOMEM;
 					break;
@@ -1379,7 +1599,7 @@ static struct dtab *record_dir(struct dtab *top, const char *rel)
 		enc.len = 0;
 		pt_name_encode(&enc, (const uint8_t *)rel, len);
 		if (!enc.oom)
-			HASH_FIND(hh, d->byname, enc.p, enc.len, e);
+			e = tab_find(d, enc.p, enc.len);
 		d = e && e->role == R_RECDIR ? e->sub : NULL;
 		rel += len + (slash ? 1 : 0);
 	}
@@ -1405,15 +1625,22 @@ static int build_meta(struct pt_ckpt *ck, struct pt_tree *t)
 	struct dent *e;
 
 	for (i = 0; i < 3; i++) {
-		e = tab_add(t->meta_tab, strdup(gens[i].name), R_GEN, NULL);
+		e = tab_add(t->meta_tab, gens[i].name, strlen(gens[i].name),
+			    R_GEN, NULL);
 		if (!e)
 			return -ENOMEM;
 		e->gen = gens[i].gen;
 	}
+	/* a generated directory (pt_tree_set_vdir: /.ptfs/export) */
+	if (t->vfill && !tab_has(t->meta_tab, t->vname, strlen(t->vname))) {
+		e = tab_add(t->meta_tab, t->vname, strlen(t->vname), R_VDIR, NULL);
+		if (!e)
+			return -ENOMEM;
+	}
 	/* files the format added (a safetensors header, an index) */
 	for (i = 0; i < (uint64_t)ck->n_meta_files; i++) {
-		e = tab_add(t->meta_tab, strdup(ck->meta_files[i].name), R_BLOB,
-			    NULL);
+		e = tab_add(t->meta_tab, ck->meta_files[i].name,
+			    strlen(ck->meta_files[i].name), R_BLOB, NULL);
 		if (!e)
 			return -ENOMEM;
 		e->blob = &ck->meta_files[i];
@@ -1432,7 +1659,7 @@ static int build_meta(struct pt_ckpt *ck, struct pt_tree *t)
 	if (!ck->zip)
 		return 0;
 	recs = tab_new(t);
-	e = recs ? tab_add(t->meta_tab, strdup("records"), R_RECDIR, NULL) : NULL;
+	e = recs ? tab_add(t->meta_tab, "records", 7, R_RECDIR, NULL) : NULL;
 	if (!e)
 		return -ENOMEM;
 	e->sub = recs;
@@ -1453,7 +1680,8 @@ static int build_meta(struct pt_ckpt *ck, struct pt_tree *t)
 			sub = record_dir(sub, md->records);
 		if (!sub)
 			continue;
-		e = tab_add(t->meta_tab, strdup(md->name), R_RECDIR, NULL);
+		e = tab_add(t->meta_tab, md->name, strlen(md->name), R_RECDIR,
+			    NULL);
 		if (!e)
 			return -ENOMEM;
 		e->sub = sub;
@@ -1469,6 +1697,7 @@ int pt__tree_new(struct pt_ckpt *ck, struct pt_error *err)
 	if (!t)
 		return pt_fail(err, -ENOMEM, "out of memory");
 	pthread_mutex_init(&t->lock, NULL);
+	pthread_mutex_init(&t->vlock, NULL);
 	t->nested = ck->opts.nested;
 	ck->tree = t;
 	pt_buf_init(&t->scratch);
@@ -1496,7 +1725,7 @@ static struct dtab *root_table(struct pt_ckpt *ck, int *rc)
 	struct pt_value *v = t->root->val;
 	struct dtab *d = tab_new(t);
 
-	if (!d || !tab_add(d, strdup(".ptfs"), R_META, NULL)) {
+	if (!d || !tab_add(d, ".ptfs", 5, R_META, NULL)) {
 		*rc = -ENOMEM;
 		return NULL;
 	}
@@ -1533,6 +1762,19 @@ void pt__tree_free(struct pt_ckpt *ck)
 	for (i = 0; i < t->n_texts; i++)
 		free(t->texts[i]);
 	pt_buf_free(&t->scratch);
+	while (t->pool) {
+		struct pool_blk *b = t->pool;
+
+		t->pool = b->next;
+		free(b);
+	}
+	for (i = 0; i < t->n_vfiles; i++) {
+		if (t->vfiles[i]->free)
+			t->vfiles[i]->free(t->vfiles[i]->ctx);
+		free(t->vfiles[i]);
+	}
+	free(t->vfiles);
+	pthread_mutex_destroy(&t->vlock);
 	free(t->tabs);
 	free(t->texts);
 	pthread_mutex_destroy(&t->lock);
@@ -1562,4 +1804,263 @@ const struct pt_storage *pt_node_viewed_storage(const struct pt_node *n)
 	    t->st->kind != PT_ST_FILE || t->st->home)
 		return NULL;
 	return t->st;
+}
+
+/* ---- export accessors (issue 14: core/export/) ---- */
+
+bool pt_node_tinfo(const struct pt_node *n, struct pt_tinfo *ti)
+{
+	const struct pt_tensor *t = n->tensor;
+
+	if (!t || n->role != R_VALUE)
+		return false;
+	ti->dtype = t->dtype->name;
+	ti->itemsize = t->dtype->size;
+	ti->packed = t->dtype->packed;
+	ti->rank = t->rank;
+	ti->shape = t->shape;
+	ti->stride = t->stride;
+	ti->offset = t->offset;
+	ti->numel = t->numel;
+	ti->nbytes = t->nbytes;
+	ti->byteorder = t->dtype->size == 1 ? '|' : t->byteorder;
+	ti->contiguous = t->contiguous;
+	ti->storage = t->st;
+	ti->byte_lo = t->byte_lo;
+	ti->byte_hi = t->byte_hi;
+	ti->ndarray = t->kind == PT_TK_NDARRAY;
+	ti->parameter = t->kind == PT_TK_PARAMETER;
+	ti->requires_grad = t->requires_grad;
+	return true;
+}
+
+int pt_node_storage_read(struct pt_ckpt *ck, const struct pt_node *node,
+			 void *buf, size_t n, uint64_t off, struct pt_error *err)
+{
+	const struct pt_tensor *t = node->tensor;
+	struct pt_tensor whole;
+	ssize_t got;
+
+	if (!t || node->role != R_VALUE)
+		return -EINVAL;
+	memset(&whole, 0, sizeof(whole));
+	whole.dtype = t->dtype;
+	whole.st = t->st;
+	whole.nbytes = t->st->nbytes;
+	whole.byte_hi = t->st->nbytes;
+	whole.contiguous = true;
+	got = pt__tensor_read(ck, &whole, buf, n, off, err);
+	if (got < 0)
+		return (int)got;
+	return (size_t)got == n ? 0 : pt_fail(err, -EIO, "storage read past its end");
+}
+
+enum pt_nkind pt_node_kind(const struct pt_node *n)
+{
+	const struct pt_node *a;
+
+	if (n->role == R_RECDIR) {
+		/* a level of dotted keys (nested), unless under /.ptfs */
+		for (a = n->parent; a; a = a->parent)
+			if (a->role == R_META)
+				return PT_NK_OTHER;
+		return PT_NK_DIR;
+	}
+	if (n->role != R_VALUE)
+		return PT_NK_OTHER;
+	if (n->type == PT_NT_LINK)
+		return PT_NK_LINK;
+	if (n->type == PT_NT_DIR)
+		return PT_NK_DIR;
+	if (n->tensor)
+		return PT_NK_TENSOR;
+	return pt__vclass(n->val) == PT_C_BYTES ? PT_NK_BYTES : PT_NK_SCALAR;
+}
+
+bool pt_node_scalar_json(const struct pt_node *n, struct pt_buf *out)
+{
+	const struct pt_value *v = n->val;
+
+	if (pt_node_kind(n) != PT_NK_SCALAR)
+		return false;
+	if (pt__vclass(v) == PT_C_TEXT) {
+		size_t len = n->size;
+		if (len && n->data[len - 1] == '\n')
+			len--;
+		pt_buf_putc(out, '"');
+		pt_json_str(out, n->data, len);
+		pt_buf_putc(out, '"');
+		return true;
+	}
+	switch (v->kind) {
+	case PT_V_NONE:
+		pt_buf_puts(out, "null");
+		break;
+	case PT_V_BOOL:
+		pt_buf_puts(out, v->u.b ? "true" : "false");
+		break;
+	case PT_V_FLOAT:
+		if (v->u.f != v->u.f)
+			pt_buf_puts(out, "NaN");
+		else if (v->u.f > 1.7976931348623157e308)
+			pt_buf_puts(out, "Infinity");
+		else if (v->u.f < -1.7976931348623157e308)
+			pt_buf_puts(out, "-Infinity");
+		else
+			pt_buf_add(out, n->data, n->size - 1);
+		break;
+	case PT_V_STR:
+		pt_buf_putc(out, '"');
+		pt_json_str(out, v->u.s.p, v->u.s.len);
+		pt_buf_putc(out, '"');
+		break;
+	default:        /* ints of any size: the decimal text */
+		pt_buf_add(out, n->data, n->size ? n->size - 1 : 0);
+		break;
+	}
+	return true;
+}
+
+static int file_unchanged(const struct pt_ckpt *ck, struct pt_error *err)
+{
+	int rc;
+
+	if (!ck->src)
+		return 0;
+	rc = pt_source_check(ck->src, PT_CHECK_NAME, err);
+	if (rc && rc != -ENOMEM)
+		return pt_fail_over(err, -ESTALE, "%s: changed on disk while it was read",
+				    ck->path);
+	return rc;
+}
+
+int pt_ckpt_unchanged(const struct pt_ckpt *ck, struct pt_error *err)
+{
+	const struct pt_storage *s, *tmp;
+	const struct pt_ckpt *last = ck;
+	int rc = file_unchanged(ck, err);
+
+	HASH_ITER(hh, ck->storages, s, tmp) {
+		if (rc)
+			break;
+		if (s->home && s->home != last) {
+			last = s->home;
+			rc = file_unchanged(last, err);
+		}
+	}
+	return rc;
+}
+
+/* ---- generated files (issue 14: /.ptfs/export) ---- */
+
+struct pt_vdir {
+	struct pt_tree *t;
+	struct dtab *top;
+};
+
+int pt_tree_set_vdir(struct pt_ckpt *ck, const char *name, pt_vdir_fill fill,
+		     void *ctx)
+{
+	struct pt_tree *t = ck->tree;
+
+	pthread_mutex_lock(&t->lock);
+	if (t->vfill || t->meta_tab) {
+		pthread_mutex_unlock(&t->lock);
+		return -EBUSY;
+	}
+	t->vname = name;        /* added to /.ptfs when it is built */
+	t->vfill = fill;
+	t->vfill_ctx = ctx;
+	pthread_mutex_unlock(&t->lock);
+	return 0;
+}
+
+static int vdir_add(struct pt_vdir *b, const char *rel,
+		    const struct pt_vfile *vf);
+
+/* Tables and the vfile list are shared with lookups in other threads:
+ * changed under the tree lock. */
+int pt_vdir_add(struct pt_vdir *b, const char *rel, const struct pt_vfile *vf)
+{
+	int rc;
+
+	pthread_mutex_lock(&b->t->lock);
+	rc = vdir_add(b, rel, vf);
+	pthread_mutex_unlock(&b->t->lock);
+	return rc;
+}
+
+static int vdir_add(struct pt_vdir *b, const char *rel,
+		    const struct pt_vfile *vf)
+{
+	struct dtab *d = b->top;
+	struct pt_vfile *copy;
+	struct dent *e;
+	const char *p = rel, *slash;
+
+	while ((slash = strchr(p, '/')) != NULL) {
+		size_t len = (size_t)(slash - p);
+
+		e = tab_find(d, p, len);
+		if (e && e->role != R_RECDIR)
+			return -EEXIST;
+		if (!e) {
+			struct dtab *sub = tab_new(b->t);
+
+			e = sub ? tab_add(d, p, len, R_RECDIR, NULL) : NULL;
+			if (!e)
+				return -ENOMEM;
+			e->sub = sub;
+		}
+		d = e->sub;
+		p = slash + 1;
+	}
+	if (tab_has(d, p, strlen(p)))
+		return -EEXIST;
+	copy = malloc(sizeof(*copy));
+	if (!copy || !grow((void **)&b->t->vfiles, &b->t->cap_vfiles,
+			   b->t->n_vfiles, sizeof(*b->t->vfiles))) {
+		free(copy);
+		return -ENOMEM;
+	}
+	*copy = *vf;
+	b->t->vfiles[b->t->n_vfiles++] = copy;
+	e = tab_add(d, p, strlen(p), R_VFILE, NULL);
+	if (!e)
+		return -ENOMEM;
+	e->vf = copy;
+	return 0;
+}
+
+/* The generated directory's table: filled once, outside the tree lock
+ * (the filler walks the tree), one filler at a time. */
+static struct dtab *vdir_tab(struct pt_ckpt *ck, struct pt_node *dir, int *rc)
+{
+	struct pt_tree *t = ck->tree;
+	struct pt_vdir b;
+	struct pt_error err;
+	struct dtab *d;
+
+	pthread_mutex_lock(&t->vlock);
+	d = __atomic_load_n(&dir->tab, __ATOMIC_ACQUIRE);
+	if (!d) {
+		pthread_mutex_lock(&t->lock);
+		d = tab_new(t);
+		pthread_mutex_unlock(&t->lock);
+		b.t = t;
+		b.top = d;
+		pt_error_clear(&err);
+		*rc = d ? t->vfill(t->vfill_ctx, ck, &b, &err) : -ENOMEM;
+		if (*rc == 0)
+			__atomic_store_n(&dir->tab, d, __ATOMIC_RELEASE);
+		else
+			d = NULL;       /* freed with the tree; tried again */
+	}
+	pthread_mutex_unlock(&t->vlock);
+	return d;
+}
+
+bool pt_node_generated(const struct pt_node *n)
+{
+	return n->role == R_VFILE;
 }

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -53,6 +54,38 @@ static int write_patch(int fd, const struct pt_patch *p, uint8_t *buf,
 	return 0;
 }
 
+unsigned pt_journal_lock_wait_ms = 30000;
+
+/*
+ * The lock that keeps a live in-place commit and a recovery apart: an
+ * exclusive flock() on the checkpoint itself, held by the committer from
+ * before it creates the journal until the journal is gone, and taken by
+ * pt_journal_recover() before it reads one.  Without it, a `ptfs ls` run
+ * during a mount's commit would take the journal being written for an
+ * incomplete one (or the complete one for an interrupted commit) and roll
+ * back or set aside under the committer's feet.  The kernel drops the lock
+ * of a killed committer.  Waits up to pt_journal_lock_wait_ms: -EBUSY then.
+ */
+int pt_journal_lock(int fd, const char *real, struct pt_error *err)
+{
+	unsigned waited = 0;
+
+	for (;;) {
+		if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+			return 0;
+		if (errno == EINTR)
+			continue;
+		if (errno != EWOULDBLOCK)
+			return pt_fail(err, -errno, "lock %s: %s", real, strerror(errno));
+		if (waited >= pt_journal_lock_wait_ms)
+			return pt_fail(err, -EBUSY,
+				       "%s: another process is committing to it in place (locked for %u ms); try again",
+				       real, waited);
+		usleep(10000);
+		waited += 10;
+	}
+}
+
 int pt_patch_clone(const char *path, const struct pt_patch *p, size_t n,
 		   const struct pt_replace_expect *expect,
 		   struct pt_error *err)
@@ -71,7 +104,10 @@ int pt_patch_clone(const char *path, const struct pt_patch *p, size_t n,
 		rc = pt_fail(err, -errno, "%s: %s", r.real, strerror(errno));
 		goto fail;
 	}
-	rc = pt_replace_clone(&r, in, err);
+	/* not in the middle of another process's in-place commit */
+	rc = pt_journal_lock(in, r.real, err);
+	if (!rc)
+		rc = pt_replace_clone(&r, in, err);
 	close(in);
 	if (rc)
 		goto fail;
@@ -108,7 +144,9 @@ int pt_patch_copy(const char *path, const struct pt_patch *p, size_t n,
 		rc = pt_fail(err, -errno, "%s: %s", r.real, strerror(errno));
 		goto fail;
 	}
-	rc = pt_replace_copy(&r, in, 0, (uint64_t)r.st.st_size, 0, err);
+	rc = pt_journal_lock(in, r.real, err);
+	if (!rc)
+		rc = pt_replace_copy(&r, in, 0, (uint64_t)r.st.st_size, 0, err);
 	close(in);
 	buf = rc ? NULL : malloc(J_CHUNK);
 	if (!rc && !buf)
@@ -356,7 +394,15 @@ int pt_patch_inplace(const char *path, const struct pt_patch *p, size_t n,
 	if (rc)
 		return rc;
 	fd = open(real, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-	if (fd < 0 || fstat(fd, &st) != 0) {
+	if (fd < 0) {
+		rc = pt_fail(err, -errno, "%s: %s", real, strerror(errno));
+		goto out;
+	}
+	rc = pt_journal_lock(fd, real, err);   /* released by close() */
+	if (rc)
+		goto out;
+	/* after the lock: another commit may have finished while we waited */
+	if (fstat(fd, &st) != 0) {
 		rc = pt_fail(err, -errno, "%s: %s", real, strerror(errno));
 		goto out;
 	}
@@ -388,6 +434,9 @@ int pt_patch_inplace(const char *path, const struct pt_patch *p, size_t n,
 		rc = rc == -EEXIST ? -EBUSY : rc;
 		goto out;
 	}
+	/* the checkpoint's owner must be able to roll it back after a crash
+	 * (best effort: only root can give a file away) */
+	(void)fchown(jfd, st.st_uid, st.st_gid);
 	rc = journal_write(jfd, fd, &st, p, n, buf, jpath, err);
 	if (!rc) {
 		rc = pt_fsync_parent(jpath);
@@ -446,7 +495,7 @@ static int journal_read(int jfd, struct jinfo *j, char *why, size_t cap)
 	j->done = memcmp(h, J_DONE, 8) == 0;
 	if ((!j->done && memcmp(h, J_MAGIC, 8) != 0) ||
 	    pt_le32(h + 8) != J_VERSION || pt_le32(h + 12) != J_HDR ||
-	    pt_le32(h + 56) != libdeflate_crc32(0, h, 56)) {
+	    pt_le32(h + 56) != libdeflate_crc32(0, h, 56) || pt_le32(h + 60) != 0) {
 		snprintf(why, cap, "bad header");
 		return j->done ? 0 : -EBADMSG;
 	}
@@ -551,9 +600,12 @@ static int roll_back(const char *jpath, const char *real, int fd,
 		rc = restore(jfd, fd, &j, real, err);
 	else if (rc)
 		pt_fail(err, rc, "%s: %s", jpath, why);
-	if (rc == 0 && journal_finish(jfd, jpath) != 0)
-		rc = pt_fail(err, -errno, "remove journal %s after rolling back: %s",
-			     jpath, strerror(errno));
+	if (rc == 0) {
+		rc = journal_finish(jfd, jpath);
+		if (rc)
+			pt_fail(err, rc, "remove journal %s after rolling back: %s",
+				jpath, strerror(-rc));
+	}
 	free(j.ranges);
 	close(jfd);
 	return rc;
@@ -589,6 +641,7 @@ int pt_journal_recover(const char *path, char *note, size_t cap,
 	struct stat st;
 	int jfd = -1;
 	int fd = -1;
+	int lfd = -1;
 	int rc;
 
 	note[0] = '\0';
@@ -600,7 +653,21 @@ int pt_journal_recover(const char *path, char *note, size_t cap,
 	rc = pt_resolve_path(path, &real, err);
 	if (rc)
 		goto out;
+	/* a live committer holds the lock: wait for it to finish (its
+	 * journal is then gone) rather than take its journal for ours */
+	lfd = open(real, O_RDONLY | O_CLOEXEC);
+	if (lfd < 0) {
+		rc = pt_fail(err, -errno, "%s: %s", real, strerror(errno));
+		goto out;
+	}
+	rc = pt_journal_lock(lfd, real, err);
+	if (rc)
+		goto out;
 	jfd = open(jpath, O_RDONLY | O_CLOEXEC);
+	if (jfd < 0 && errno == ENOENT) {
+		rc = 0;                 /* that commit finished meanwhile */
+		goto out;
+	}
 	if (jfd < 0) {
 		rc = pt_fail(err, -errno, "%s: %s", jpath, strerror(errno));
 		goto out;
@@ -642,6 +709,8 @@ int pt_journal_recover(const char *path, char *note, size_t cap,
 		rc = 1;
 	}
 out:
+	if (lfd >= 0)
+		close(lfd);
 	if (fd >= 0)
 		close(fd);
 	if (jfd >= 0)

@@ -23,6 +23,12 @@
  *  - valid but for another file (size or inode differ): nothing is
  *    touched, and the checkpoint is refused (-EBUSY) until a person looks.
  *
+ * A committer holds an exclusive flock() on FILE from before it creates
+ * the journal until the journal is gone; recovery takes the same lock
+ * before it reads a journal, so a journal whose writer is alive (a mount
+ * committing while `ptfs ls` runs) is never mistaken for an interrupted
+ * one.  The kernel releases the lock of a killed process.
+ *
  * Layout (little-endian): "PTFSJRNL" (or "PTFSDONE" once finished), u32
  * version 1, u32 header size 64, u64 file size, u64 range count, u64 old
  * bytes, u64 inode, u64 0, u32 CRC-32 of bytes 0..55, u32 0; then per
@@ -105,6 +111,19 @@ int pt_patch_apply(const char *path, enum pt_commit_way way,
 		   const struct pt_replace_expect *expect, bool own_rewrite,
 		   bool *no_clone, enum pt_commit_way *used,
 		   struct pt_error *err);
+
+/* How long an in-place commit or a recovery waits for another process's
+ * in-place commit of the same file (flock on the file), in ms; 30000.
+ * Tests lower it. */
+extern unsigned pt_journal_lock_wait_ms;
+
+/*
+ * Take the in-place commit lock (an exclusive flock) on @fd, the file
+ * @real, waiting up to pt_journal_lock_wait_ms; -EBUSY then.  Every
+ * writer takes it while it reads the file it replaces, so none copies a
+ * file another process is patching; close(@fd) releases it.
+ */
+int pt_journal_lock(int fd, const char *real, struct pt_error *err);
 
 /* "<real path>.ptfs-journal" for @path (malloc), NULL without memory or
  * when @path cannot be resolved. */

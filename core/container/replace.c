@@ -28,7 +28,7 @@
 static pthread_mutex_t fault_mu = PTHREAD_MUTEX_INITIALIZER;
 static char fault_step[16];     /* "" = none */
 static unsigned fault_nth;
-static int fault_errno;         /* -1: SIGKILL */
+static int fault_errno;         /* -1: SIGKILL, -2: SIGSTOP */
 static bool fault_env_read;
 static struct {
 	char step[16];
@@ -44,7 +44,7 @@ static int errno_by_name(const char *s)
 		{ "ENOSPC", ENOSPC }, { "EIO", EIO }, { "EDQUOT", EDQUOT },
 		{ "EROFS", EROFS }, { "EACCES", EACCES }, { "EPERM", EPERM },
 		{ "EXDEV", EXDEV }, { "EOPNOTSUPP", EOPNOTSUPP },
-		{ "EINTR", EINTR }, { "KILL", -1 },
+		{ "EINTR", EINTR }, { "KILL", -1 }, { "STOP", -2 },
 	};
 	size_t i;
 
@@ -97,8 +97,15 @@ int pt_fault(const char *step)
 		++*c;
 		if (fault_nth && *c == fault_nth &&
 		    strcmp(fault_step, step) == 0) {
-			if (fault_errno < 0)
+			if (fault_errno == -1)
 				raise(SIGKILL);
+			if (fault_errno == -2) {
+				/* stopped here until SIGCONT (tests of a
+				 * live committer); then the step runs */
+				pthread_mutex_unlock(&fault_mu);
+				raise(SIGSTOP);
+				return 0;
+			}
 			rc = fault_errno > 0 ? -fault_errno : -EIO;
 		}
 	}

@@ -30,7 +30,8 @@
  * pt_fault_set() or the environment variable PTFS_FAULT=STEP:N:ERR makes
  * the Nth call of STEP fail with errno ERR (a number or a name: ENOSPC,
  * EIO, EDQUOT, EROFS, EACCES, EPERM, EXDEV, EOPNOTSUPP), or, with ERR =
- * KILL, kills the process with SIGKILL right there (crash tests).  STEP is
+ * KILL, kills the process with SIGKILL right there (crash tests), or with
+ * STOP stops it (SIGSTOP) until SIGCONT, then goes on (a live writer).  STEP is
  * one of create, owner, mode, xattr, write, copy, clone, fsync, close,
  * rename, dirfsync, and the journal's jwrite, jfsync, patch, pfsync,
  * jremove (core/container/journal.c).
@@ -114,7 +115,8 @@ int pt_fsync_parent(const char *path);
 int pt_fault(const char *step);
 
 /* Fail the @nth call (1-based, counted from now) of @step with @errnum
- * (positive); @step NULL clears every fault and counter. */
+ * (positive; -1 SIGKILL, -2 SIGSTOP); @step NULL clears every fault and
+ * counter. */
 void pt_fault_set(const char *step, unsigned nth, int errnum);
 
 /* How many times @step ran since the last pt_fault_set(). */

@@ -106,7 +106,8 @@ static int new_crc(const struct pt_zp_change *c, int fd, uint8_t *old,
 }
 
 /* Where the CRC fields of @e are: local header (when it carries the CRC),
- * central directory, data descriptor. */
+ * central directory, data descriptor.  1 when the descriptor's CRC is not
+ * where it should be (the caller rewrites instead). */
 static int crc_fields(const struct pt_zip_entry *e, int fd, uint64_t cd,
 		      uint64_t *out, size_t *n)
 {
@@ -120,10 +121,19 @@ static int crc_fields(const struct pt_zip_entry *e, int fd, uint64_t cd,
 	if (pt_le32(b) == e->crc32 || !(e->flags & 0x0008))
 		out[(*n)++] = e->lho + 14;
 	if (e->has_descriptor) {
-		rc = pt_pread_full(fd, b, 4, e->data_end);
+		uint8_t d[8];
+
+		/* the signature is optional: find the CRC that is the
+		 * record's; anything else is not patched blindly (rewrite) */
+		rc = pt_pread_full(fd, d, 8, e->data_end);
 		if (rc)
 			return rc;
-		out[(*n)++] = e->data_end + (pt_le32(b) == ZP_SIG_DESC ? 4 : 0);
+		if (pt_le32(d) == ZP_SIG_DESC && pt_le32(d + 4) == e->crc32)
+			out[(*n)++] = e->data_end + 4;
+		else if (pt_le32(d) == e->crc32)
+			out[(*n)++] = e->data_end;
+		else
+			return 1;
 	}
 	out[(*n)++] = cd + 16;
 	return 0;
@@ -194,9 +204,12 @@ int pt_zip_plan(const struct pt_zip *z, int fd, const struct pt_zp_change *c,
 		uint64_t f[3];
 		size_t nf;
 
-		rc = new_crc(&c[i], fd, old, nw, &plan->crcs[i], err);
-		if (!rc && crc_fields(e, fd, cd[e->index], f, &nf) != 0)
-			rc = pt_fail(err, -EIO, "read the headers of '%s'", e->name);
+		rc = crc_fields(e, fd, cd[e->index], f, &nf);
+		if (rc < 0)
+			rc = pt_fail(err, rc, "read the headers of '%s': %s", e->name,
+				     strerror(-rc));
+		if (!rc)
+			rc = new_crc(&c[i], fd, old, nw, &plan->crcs[i], err);
 		if (rc)
 			break;
 		pt_put32(pv->fields[i], plan->crcs[i]);

@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,64 @@ void *pt__own(struct pt_ckpt *ck, void *p)
 	}
 	ck->owned[ck->n_owned++] = p;
 	return p;
+}
+
+/* pt__alloc() blocks: 64 KiB, or one of its own for a big request. */
+#define PT_BLK_SIZE (64u << 10)
+
+struct pt_blk {
+	struct pt_blk *next;
+	size_t used, size;
+	max_align_t data[];
+};
+
+void *pt__alloc(struct pt_ckpt *ck, size_t n)
+{
+	struct pt_blk *b = ck->blks;
+	size_t need = n ? (n + 15) & ~(size_t)15 : 16;
+	uint8_t *p;
+
+	if (need < n)
+		return NULL;
+	if (need > PT_BLK_SIZE / 4) {
+		if (need > SIZE_MAX - sizeof(*b))
+			return NULL;
+		b = malloc(sizeof(*b) + need);
+		if (!b)
+			return NULL;
+		b->used = b->size = need;
+		/* behind the head, which keeps filling */
+		b->next = ck->blks ? ck->blks->next : NULL;
+		if (ck->blks)
+			ck->blks->next = b;
+		else
+			ck->blks = b;
+		memset(b->data, 0, n);
+		return b->data;
+	}
+	if (!b || b->size - b->used < need) {
+		b = malloc(sizeof(*b) + PT_BLK_SIZE);
+		if (!b)
+			return NULL;
+		b->used = 0;
+		b->size = PT_BLK_SIZE;
+		b->next = ck->blks;
+		ck->blks = b;
+	}
+	p = (uint8_t *)b->data + b->used;
+	b->used += need;
+	memset(p, 0, n);
+	return p;
+}
+
+void pt__alloc_free(struct pt_ckpt *ck)
+{
+	while (ck->blks) {
+		struct pt_blk *b = ck->blks;
+
+		ck->blks = b->next;
+		free(b);
+	}
 }
 
 int pt__add_meta_file(struct pt_ckpt *ck, const char *name, void *data,

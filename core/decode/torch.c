@@ -186,14 +186,12 @@ int pt__tensor_make(struct pt_ckpt *ck, const struct pt_tensor_spec *sp,
 			       rank, lim->max_rank);
 	if (sp->offset < 0)
 		return pt_fail(err, -EBADMSG, "tensor has a negative storage offset");
-	t = calloc(1, sizeof(*t));
-	if (!t || !pt__own(ck, t))
+	/* one allocation: the tensor, then its sizes and strides */
+	t = pt__alloc(ck, sizeof(*t) + 2 * (rank + 1) * sizeof(int64_t));
+	if (!t)
 		return pt_fail(err, -ENOMEM, "out of memory");
-	t->shape = calloc((size_t)rank + 1, sizeof(int64_t));
-	t->stride = calloc((size_t)rank + 1, sizeof(int64_t));
-	if (!t->shape || !pt__own(ck, t->shape) || !t->stride ||
-	    !pt__own(ck, t->stride))
-		return pt_fail(err, -ENOMEM, "out of memory");
+	t->shape = (int64_t *)(t + 1);
+	t->stride = t->shape + rank + 1;
 	t->rank = rank;
 	for (i = 0; i < rank; i++) {
 		if (sp->shape[i] < 0)
@@ -854,8 +852,8 @@ static int classify_one(struct pt_ckpt *ck, struct pt_value *v,
 		return 0;
 	case PT_V_BYTES:
 	case PT_V_BYTEARRAY: {
-		struct pt_bytes *bb = calloc(1, sizeof(*bb));
-		if (!bb || !pt__own(ck, bb))
+		struct pt_bytes *bb = pt__alloc(ck, sizeof(*bb));
+		if (!bb)
 			return pt_fail(err, -ENOMEM, "out of memory");
 		bb->p = v->u.s.p;
 		bb->len = v->u.s.len;

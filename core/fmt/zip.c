@@ -355,8 +355,14 @@ static int zip_patch(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
 	if (e && pt_source_extent(ck->src, 0, ck->src->size, &fd, &base) && base == 0)
 		rc = pt_zip_plan(ck->zip, fd, ch, n, &plan, err);
 	if (rc == 0) {
+		struct pt_replace_expect ex;
+
+		/* the file must still be the one the plan read */
+		memset(&ex, 0, sizeof(ex));
+		ex.size = (off_t)ck->src->size;
+		ex.mtime = ck->src->mtime;
 		rc = pt_patch_apply(pt_source_local_path(ck->src), ck->opts.commit,
-				    plan.p, plan.n, NULL, true, &ck->no_clone, used, err);
+				    plan.p, plan.n, &ex, true, &ck->no_clone, used, err);
 		*bytes = plan.bytes;
 		if (rc == 0)
 			memcpy(crcs, plan.crcs, n * sizeof(*crcs));
@@ -423,10 +429,14 @@ struct pt_storage *pt__record_storage(struct pt_ckpt *ck,
 				      const char *key, const char *location,
 				      size_t loc_len, const struct pt_dtype *dt)
 {
-	struct pt_storage *st = calloc(1, sizeof(*st));
+	size_t klen = strlen(key);
+	struct pt_storage *st = pt__alloc(ck, sizeof(*st) + klen + 1);
 
-	if (!st || !pt__own(ck, st) || !(st->key = pt__own(ck, strdup(key))))
+	if (!st)
 		return NULL;
+	/* the key right behind it: one allocation per storage */
+	memcpy((char *)(st + 1), key, klen + 1);
+	st->key = (const char *)(st + 1);
 	/* nearly every storage says "cpu": share that one */
 	if (loc_len == 3 && memcmp(location, "cpu", 3) == 0)
 		st->location = "cpu";

@@ -152,13 +152,17 @@ int rm_http_setup(CURL *h, const struct pt_remote *r, const char *url,
 	curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
 	curl_easy_setopt(h, CURLOPT_MAXREDIRS, 10L);
 	curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
-	curl_easy_setopt(h, CURLOPT_PIPEWAIT, 1L);
+	/* over TLS, wait for the connection's ALPN answer and multiplex on
+	 * it when it is HTTP/2; plain http:// is HTTP/1.1: open in parallel */
+	curl_easy_setopt(h, CURLOPT_PIPEWAIT, strncmp(url, "https:", 6) ? 0L : 1L);
 	curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
 	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, slow ? slow : 1L);
 	curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
 	curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, slow ? slow : 1L);
 	curl_easy_setopt(h, CURLOPT_USERAGENT, "ptfs/" PTFS_VERSION);
+	/* fewer, larger writes into the cache (default 16 KiB) */
+	curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 512L * 1024);
 	if (ca)
 		curl_easy_setopt(h, CURLOPT_CAINFO, ca);
 	if (r->u.kind == RM_S3)
@@ -235,14 +239,14 @@ static size_t rm_on_body(char *p, size_t size, size_t nmemb, void *ud)
 	if (code != 200 && code != 206)
 		return size * nmemb;    /* an error page: dropped */
 	j->status = code;
-	return rm_job_body(j, p, size * nmemb);
+	return j->on_body(j, p, size * nmemb);
 }
 
 static int rm_job_start(struct rm_job *j)
 {
 	char range[80];
 	char cond[200];
-	char *url = j->r->url;
+	char *url = j->via_origin && j->r->origin ? j->r->origin : j->r->url;
 
 	j->h = curl_easy_init();
 	if (!j->h)
@@ -278,6 +282,8 @@ static int rm_job_start(struct rm_job *j)
 	curl_easy_setopt(j->h, CURLOPT_PRIVATE, j);
 	if (curl_multi_add_handle(E.m, j->h) != CURLM_OK)
 		return -EIO;
+	if (getenv("PTFS_REMOTE_TRACE"))
+		fprintf(stderr, "remote: %.3f start %s\n", rm_now(), range);
 	pthread_mutex_lock(&j->r->lock);
 	j->r->st.requests++;
 	if (j->attempt)
@@ -346,6 +352,15 @@ static bool rm_job_finished(struct rm_job *j, CURLcode cc)
 		j->rc = 0;
 		return false;
 	}
+	if (cc == CURLE_OK && (code == 403 || code == 410) && !j->probe &&
+	    j->r->origin && !j->via_origin) {
+		/* the CDN's signed URL expired: ask the origin again, which
+		 * redirects to a fresh one (the version is still If-Match'ed) */
+		j->via_origin = true;
+		j->not_before = 0;
+		j->rc = 0;
+		return true;
+	}
 	if (cc == CURLE_OK) {
 		transient = code == 408 || code == 429 || code >= 500;
 		snprintf(j->msg, sizeof(j->msg), "HTTP %ld", code);
@@ -411,6 +426,9 @@ static void rm_reap(void)
 			continue;
 		curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&j);
 		again = rm_job_finished(j, msg->data.result);
+		if (getenv("PTFS_REMOTE_TRACE"))
+			fprintf(stderr, "remote: %.3f done %ld\n", rm_now(),
+				j->status);
 		rm_job_release(j);
 		pthread_mutex_lock(&E.lock);
 		rm_unlink_running(j);
@@ -420,7 +438,7 @@ static void rm_reap(void)
 		}
 		pthread_mutex_unlock(&E.lock);
 		if (!again)
-			rm_job_done(j);
+			j->on_done(j);
 	}
 }
 
@@ -514,13 +532,13 @@ static void *rm_loop(void *arg)
 			gone = j->next;
 			rm_job_release(j);
 			j->rc = -ECANCELED;
-			rm_job_done(j);
+			j->on_done(j);
 		}
 		while (failed) {
 			struct rm_job *j = failed;
 
 			failed = j->next;
-			rm_job_done(j);
+			j->on_done(j);
 		}
 		curl_multi_perform(E.m, &running);
 		rm_reap();
@@ -552,6 +570,10 @@ int rm_engine_get(struct pt_error *err)
 					  (long)CURLPIPE_MULTIPLEX);
 			curl_multi_setopt(E.m, CURLMOPT_MAX_HOST_CONNECTIONS,
 					  (long)RM_MAX_INFLIGHT + 2);
+			/* keep idle connections for the next request: the
+			 * default cache shrinks with the handles in use */
+			curl_multi_setopt(E.m, CURLMOPT_MAXCONNECTS,
+					  (long)RM_MAX_INFLIGHT * 2);
 			if (pthread_create(&E.thread, NULL, rm_loop, NULL)) {
 				curl_multi_cleanup(E.m);
 				E.m = NULL;
@@ -626,7 +648,7 @@ void rm_engine_cancel(struct pt_remote *r)
 
 		drop = j->next;
 		j->rc = -ECANCELED;
-		rm_job_done(j);
+		j->on_done(j);
 	}
 	curl_multi_wakeup(E.m);
 }

@@ -68,6 +68,8 @@ static void rm_job_mark(struct rm_job *j, uint64_t end)
 	struct pt_remote *r = j->r;
 	uint64_t upto = end == r->size ? r->nblocks : end / RM_BLOCK;
 
+	if (j->marked >= upto)
+		return;
 	for (; j->marked < upto; j->marked++) {
 		rm_set(r->held, j->marked);
 		rm_clr(r->busy, j->marked);
@@ -96,7 +98,7 @@ static size_t rm_probe_body(struct rm_job *j, const char *p, size_t n)
 	return n;
 }
 
-size_t rm_job_body(struct rm_job *j, const char *p, size_t n)
+static size_t rm_job_body(struct rm_job *j, const char *p, size_t n)
 {
 	struct pt_remote *r = j->r;
 	ssize_t w;
@@ -147,7 +149,7 @@ static void rm_job_free(struct rm_job *j)
 	free(j);
 }
 
-void rm_job_done(struct rm_job *j)
+static void rm_job_done(struct rm_job *j)
 {
 	struct pt_remote *r = j->r;
 	uint64_t b, end = (j->off + j->len + RM_BLOCK - 1) / RM_BLOCK;
@@ -193,6 +195,8 @@ static struct rm_job *rm_job_new(struct pt_remote *r, uint64_t off,
 	if (!j)
 		return NULL;
 	j->r = r;
+	j->on_body = rm_job_body;
+	j->on_done = rm_job_done;
 	j->off = j->start = off;
 	j->len = len;
 	j->marked = off / RM_BLOCK;
@@ -340,7 +344,7 @@ int pt_remote_read(struct pt_remote *r, void *buf, size_t n, uint64_t off,
 {
 	uint64_t b0 = off / RM_BLOCK, b1, seq0, want;
 	struct rm_job *list = NULL;
-	bool lost, missed = false;
+	bool lost, missed = false, evict;
 	size_t done = 0;
 	int rc;
 
@@ -353,7 +357,7 @@ int pt_remote_read(struct pt_remote *r, void *buf, size_t n, uint64_t off,
 			       (unsigned long long)r->size);
 	b1 = (off + n - 1) / RM_BLOCK + 1;
 	if (getenv("PTFS_REMOTE_TRACE"))
-		fprintf(stderr, "remote: read %zu at %llu\n", n,
+		fprintf(stderr, "remote: %.3f read %zu at %llu\n", rm_now(), n,
 			(unsigned long long)off);
 	pthread_mutex_lock(&r->lock);
 	seq0 = r->fail_seq;
@@ -379,7 +383,12 @@ int pt_remote_read(struct pt_remote *r, void *buf, size_t n, uint64_t off,
 	rc = r->stale ? -1 : rm_wait(r, off, off + n, seq0);
 	if (rc)
 		rc = rm_read_fail(r, err);
+	evict = r->c.written > r->o.cache_size / 8;
+	if (evict)
+		r->c.written = 0;
 	pthread_mutex_unlock(&r->lock);
+	if (evict)  /* keep the bound while a mount streams (not this one) */
+		rm_cache_evict(r->cache_root, r->o.cache_size, r->c.dir);
 	while (!rc && done < n) {
 		ssize_t got = pread(r->c.data_fd, (char *)buf + done, n - done,
 				    (off_t)(off + done));
@@ -391,6 +400,31 @@ int pt_remote_read(struct pt_remote *r, void *buf, size_t n, uint64_t off,
 			done += (size_t)got;
 	}
 	return rc;
+}
+
+bool pt_remote_extent(struct pt_remote *r, uint64_t off, uint64_t n, int *fd,
+		      uint64_t *file_off)
+{
+	struct rm_job *list = NULL;
+	bool lost, held;
+
+	if (n == 0 || off > r->size || n > r->size - off)
+		return false;
+	pthread_mutex_lock(&r->lock);
+	held = !r->stale && rm_all_held(r, off / RM_BLOCK,
+					(off + n - 1) / RM_BLOCK + 1, &lost);
+	if (held) {
+		/* served without pt_remote_read: keep the read-ahead going */
+		r->st.cache_hits++;
+		rm_read_ahead(r, off, off + n, false, &list);
+	}
+	pthread_mutex_unlock(&r->lock);
+	rm_submit(list);
+	if (held) {
+		*fd = r->c.data_fd;
+		*file_off = off;
+	}
+	return held;
 }
 
 void pt_remote_prefetch(struct pt_remote *r, uint64_t off, uint64_t n)
@@ -407,6 +441,16 @@ void pt_remote_prefetch(struct pt_remote *r, uint64_t off, uint64_t n)
 		fprintf(stderr, "remote: prefetch %llu at %llu\n",
 			(unsigned long long)n, (unsigned long long)off);
 	pthread_mutex_lock(&r->lock);
+	/* a hint repeated by every read of a tensor: new requests only once
+	 * the reads got through half of what was asked before, so that they
+	 * stay RM_CHUNK ranges instead of one small range per read */
+	if (off >= r->pf_off && off < r->pf_end &&
+	    r->pf_end - off >= (n < RM_PREFETCH_CAP ? n : RM_PREFETCH_CAP) / 2) {
+		pthread_mutex_unlock(&r->lock);
+		return;
+	}
+	r->pf_off = off;
+	r->pf_end = off + n;
 	if (!r->stale && !r->closing) {
 		rm_fetch(r, off, off + n, false, &list);
 		if (r->ahead < off + n && r->ahead + RM_WINDOW_MAX >= off)
@@ -560,6 +604,61 @@ static void rm_store_probe(struct pt_remote *r, const struct rm_job *j)
 	r->st.bytes += j->mem_len;
 }
 
+static size_t rm_api_body(char *p, size_t size, size_t n, void *ud)
+{
+	char *buf = ud;
+	size_t have = strlen(buf), add = size * n;
+
+	if (have + add >= 65536)
+		add = 65535 - have;
+	memcpy(buf + have, p, add);
+	buf[have + add] = '\0';
+	return size * n;
+}
+
+/*
+ * The hub's commit for a branch or tag, when the resolve answer had no
+ * X-Repo-Commit: GET <endpoint>/api/models/ORG/REPO/revision/REV, whose
+ * JSON has "sha": "<40 hex digits>".  Into @commit ("" when unknown).
+ */
+static void rm_hf_api_commit(struct pt_remote *r, char *commit, size_t cap)
+{
+	struct curl_slist *hdrs = NULL;
+	char *body = calloc(1, 65536);
+	char *url = malloc(strlen(r->u.hf_api) + strlen(r->u.rev) + 1);
+	CURL *h = curl_easy_init();
+	const char *sha;
+	long code = 0;
+
+	commit[0] = '\0';
+	if (body && url && h) {
+		strcpy(url, r->u.hf_api);
+		strcat(url, r->u.rev);
+		rm_http_setup(h, r, url, &hdrs);
+		if (hdrs)
+			curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+		curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, rm_api_body);
+		curl_easy_setopt(h, CURLOPT_WRITEDATA, body);
+		curl_easy_setopt(h, CURLOPT_TIMEOUT, (long)r->o.timeout_s);
+		if (curl_easy_perform(h) == CURLE_OK &&
+		    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code) == CURLE_OK &&
+		    code == 200 && (sha = strstr(body, "\"sha\"")) != NULL) {
+			sha = strchr(sha + 5, '"');
+			if (sha && strspn(sha + 1, "0123456789abcdef") == 40 &&
+			    sha[41] == '"')
+				snprintf(commit, cap, "%.40s", sha + 1);
+		}
+		pthread_mutex_lock(&r->lock);
+		r->st.requests++;
+		pthread_mutex_unlock(&r->lock);
+	}
+	if (h)
+		curl_easy_cleanup(h);
+	curl_slist_free_all(hdrs);
+	free(url);
+	free(body);
+}
+
 /* Pin the version: the hub's commit, the URL requests go to. */
 static int rm_pin(struct pt_remote *r, const struct rm_job *j,
 		  struct rm_meta *m)
@@ -569,6 +668,8 @@ static int rm_pin(struct pt_remote *r, const struct rm_job *j,
 	if (r->u.kind == RM_HF && !r->u.pinned) {
 		if (j->commit[0])
 			snprintf(m->commit, sizeof(m->commit), "%s", j->commit);
+		else if (j->status != 304)
+			rm_hf_api_commit(r, m->commit, sizeof(m->commit));
 		if (m->commit[0])
 			rm_url_pin(&r->u, m->commit);
 	}
@@ -578,9 +679,11 @@ static int rm_pin(struct pt_remote *r, const struct rm_job *j,
 	free(r->url);
 	if (j->eff_url && strcmp(j->eff_url, req) &&
 	    strncmp(j->eff_url, r->u.prefix, strlen(r->u.prefix))) {
-		/* redirected to another place (the hub's CDN): go there */
+		/* redirected to another place (the hub's CDN): go there; a
+		 * signed CDN URL expires, then requests go through @req again */
 		r->url = strdup(j->eff_url);
-		free(req);
+		free(r->origin);
+		r->origin = req;
 	} else {
 		r->url = req;
 	}
@@ -727,6 +830,7 @@ void pt_remote_close(struct pt_remote *r)
 	rm_url_free(&r->u);
 	free(r->cache_root);
 	free(r->url);
+	free(r->origin);
 	free(r->held);
 	free(r->busy);
 	free(r->own[0]);

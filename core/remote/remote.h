@@ -72,6 +72,12 @@ const char *pt_remote_name(const struct pt_remote *r);
 int pt_remote_read(struct pt_remote *r, void *buf, size_t n, uint64_t off,
 		   struct pt_error *err);
 
+/* When [@off, @off + @n) is in the cache already: the cache file's
+ * descriptor (owned by @r) and the offset there, for zero copy; else false
+ * (then pt_remote_read() fetches it). */
+bool pt_remote_extent(struct pt_remote *r, uint64_t off, uint64_t n, int *fd,
+		      uint64_t *file_off);
+
 /* Hint: [@off, @off + @n) is read soon (a tensor); starts parallel range
  * requests for it (capped) and returns at once. */
 void pt_remote_prefetch(struct pt_remote *r, uint64_t off, uint64_t n);

@@ -36,6 +36,7 @@ struct rm_url {
 	char *display;  /* the URL for messages: as given, without query */
 	char *region;   /* s3: signing region */
 	char *hf_base;  /* hf: "<endpoint>/[datasets/]ORG/REPO/resolve/" */
+	char *hf_api;   /* hf: "<endpoint>/api/models/ORG/REPO/revision/" */
 	char *rev;      /* hf: revision as given, then its commit */
 	bool pinned;    /* hf: rev is a commit id */
 };
@@ -63,6 +64,7 @@ struct rm_job {
 	bool urgent;            /* a reader waits: before prefetches */
 	bool conditional;       /* probe: If-None-Match r->etag */
 	bool cancel;            /* its object closes: stop it */
+	bool via_origin;        /* sent to r->origin (the CDN's URL expired) */
 	unsigned attempt;
 	double deadline;        /* monotonic seconds */
 	double not_before;      /* retry time */
@@ -83,6 +85,11 @@ struct rm_job {
 	CURL *h;
 	struct curl_slist *hdrs;
 	char cerr[CURL_ERROR_SIZE];
+	/* the owner's callbacks, run on the engine's thread without locks:
+	 * body bytes (returns @n to go on, else stops the transfer), and
+	 * the end (after which the engine forgets the job) */
+	size_t (*on_body)(struct rm_job *j, const char *p, size_t n);
+	void (*on_done)(struct rm_job *j);
 	struct rm_job *next;
 };
 
@@ -133,6 +140,7 @@ struct pt_remote {
 	char *own[3];
 	char *cache_root;
 	char *url;                /* request URL (the CDN's after a redirect) */
+	char *origin;             /* the URL that redirected there, or NULL */
 	uint64_t size;
 	int64_t mtime;
 	char etag[160];           /* validator: If-Match / If-None-Match */
@@ -145,6 +153,7 @@ struct pt_remote {
 	uint64_t seq_next;        /* end of the last read */
 	uint64_t window;          /* sequential read-ahead */
 	uint64_t ahead;           /* read-ahead requested up to here */
+	uint64_t pf_off, pf_end;  /* the last prefetch hint's range */
 	int fail_rc;
 	char fail_msg[2048];
 	uint64_t fail_seq;
@@ -156,9 +165,6 @@ struct pt_remote {
 	struct pt_remote_stats st;
 };
 
-/* remote.c, called by the engine (without r->lock held) */
-size_t rm_job_body(struct rm_job *j, const char *p, size_t n);
-void rm_job_done(struct rm_job *j);
 
 static inline bool rm_bit(const uint8_t *m, uint64_t b)
 {

@@ -2,8 +2,9 @@
 /*
  * source.c -- a remote object as a core source (io/source.h): the rest of
  * core reads, prefetches and checks it like any other input and never
- * learns that its bytes come over the network.  No extent (nothing local
- * to splice from), no local path (read-only: commits refuse).
+ * learns that its bytes come over the network.  Bytes already in the block
+ * cache have an extent (the cache file: zero-copy replies); there is no
+ * local path (read-only: commits refuse).
  */
 #include <stdlib.h>
 
@@ -18,6 +19,12 @@ static int rs_read(const struct pt_source *s, void *buf, size_t n,
 static void rs_prefetch(const struct pt_source *s, uint64_t off, uint64_t n)
 {
 	pt_remote_prefetch(s->priv, off, n);
+}
+
+static bool rs_extent(const struct pt_source *s, uint64_t off, uint64_t n,
+		      int *fd, uint64_t *file_off)
+{
+	return pt_remote_extent(s->priv, off, n, fd, file_off);
 }
 
 static int rs_check(const struct pt_source *s, enum pt_check how,
@@ -50,6 +57,7 @@ static void rs_close(struct pt_source *s)
 static const struct pt_source_ops rs_ops = {
 	.read = rs_read,
 	.prefetch = rs_prefetch,
+	.extent = rs_extent,
 	.check = rs_check,
 	.open_sibling = rs_sibling,
 	.close = rs_close,

@@ -225,6 +225,10 @@ static int rm_parse_hf(struct rm_url *u, const char *url, struct pt_error *err)
 	u->rev = rev;
 	u->pinned = rm_is_commit(rev);
 	u->prefix = rm_cat(buf, rev, "/");
+	snprintf(buf, sizeof(buf), "%.*s/api/%s%.*s/revision/",
+		 (int)(strlen(ep) - (ep[strlen(ep) - 1] == '/')), ep,
+		 *kind ? kind : "models/", (int)(repo_end - org), org);
+	u->hf_api = strdup(buf);
 	u->rel = rm_escape_path(path + 1);
 	u->query = strdup("");
 	u->display = strdup(url);
@@ -253,7 +257,8 @@ int rm_url_parse(struct rm_url *u, const char *url, const char *s3_endpoint,
 		rc = pt_fail(err, -EINVAL, "%s: not an http(s)://, s3:// or hf:// URL",
 			     url);
 	if (!rc && (!u->prefix || !u->rel || !u->query || !u->display ||
-		    !u->key || (u->kind == RM_S3 && !u->region)))
+		    !u->key || (u->kind == RM_S3 && !u->region) ||
+		    (u->kind == RM_HF && (!u->hf_base || !u->hf_api))))
 		rc = pt_fail(err, -ENOMEM, "out of memory");
 	if (rc)
 		rm_url_free(u);
@@ -296,12 +301,13 @@ int rm_url_sibling(struct rm_url *out, const struct rm_url *u,
 	out->key = rm_beside(u->key, rel);
 	out->region = u->region ? strdup(u->region) : NULL;
 	out->hf_base = u->hf_base ? strdup(u->hf_base) : NULL;
+	out->hf_api = u->hf_api ? strdup(u->hf_api) : NULL;
 	out->rev = u->rev ? strdup(u->rev) : NULL;
 	out->pinned = u->pinned;
 	free(esc);
 	if (!out->prefix || !out->rel || !out->query || !out->display ||
 	    !out->key || (u->region && !out->region) ||
-	    (u->hf_base && (!out->hf_base || !out->rev))) {
+	    (u->hf_base && (!out->hf_base || !out->hf_api || !out->rev))) {
 		rm_url_free(out);
 		return pt_fail(err, -ENOMEM, "out of memory");
 	}
@@ -343,6 +349,7 @@ void rm_url_free(struct rm_url *u)
 	free(u->display);
 	free(u->region);
 	free(u->hf_base);
+	free(u->hf_api);
 	free(u->rev);
 	memset(u, 0, sizeof(*u));
 }

@@ -77,6 +77,8 @@ http {{
     listen 127.0.0.1:{port};
     {tls}
     root {root};
+    # a "CDN" URL whose signature the test expired
+    if (-f $document_root/.expired-$arg_sig) {{ return 403; }}
   }}
 }}
 """
@@ -138,7 +140,7 @@ class Nginx:
                 head, _, rest = line.partition('"')
                 parts = head.split()
                 q = rest.split('"')
-                out.append({"method": parts[0], "path": parts[1],
+                out.append({"method": parts[0], "path": parts[1], "proto": parts[2],
                             "status": int(parts[3]), "bytes": int(parts[4]),
                             "range": q[0], "if_none_match": q[2],
                             "if_match": q[4], "authorization": q[6]})
@@ -251,6 +253,8 @@ class FaultProxy:
             time.sleep(self.delay)
         c.sendall(head + b"\r\n\r\n")
         cut = length // 2 if fault == "drop" else None
+        if cut is None and hasattr(os, "splice"):
+            return self._splice(up, c, body, length)
         sent = 0
         while sent < length:
             if not body:
@@ -269,17 +273,41 @@ class FaultProxy:
         return True
 
 
+    @staticmethod
+    def _splice(up, c, body, length):
+        """Relay @length body bytes (@body already read) without copying
+        them through Python: socket -> pipe -> socket (os.splice)."""
+        if body:
+            c.sendall(body[:length])
+        left = length - min(len(body), length)
+        r, w = os.pipe()
+        try:
+            while left:
+                n = os.splice(up.fileno(), w, min(left, 1 << 20))
+                if n == 0:
+                    return False
+                left -= n
+                while n:
+                    n -= os.splice(r, c.fileno(), n)
+        finally:
+            os.close(r)
+            os.close(w)
+        return True
+
+
 class HubStandIn:
     """The hub's resolve endpoint: /ORG/REPO/resolve/REV/PATH answers 302 to
     the CDN (nginx: /COMMIT/PATH?signature) with X-Repo-Commit and
     X-Linked-Etag; REV may be a branch (branches: name -> commit) or a
     commit.  Records every request (path, Authorization) in .seen."""
 
-    def __init__(self, cdn, branches, token=None):
+    def __init__(self, cdn, branches, token=None, commit_header=True):
         self.cdn = cdn              # Nginx
         self.branches = branches
         self.token = token
+        self.commit_header = commit_header   # else only /api/.../revision
         self.seen = []
+        self.sig = "1"              # the CDN URLs' signature generation
 
     def __enter__(self):
         hub = self
@@ -295,6 +323,8 @@ class HubStandIn:
 
             def do_GET(self, body=True):
                 hub.seen.append((self.path, self.headers.get("Authorization")))
+                if self.path.startswith("/api/models/"):
+                    return self._api(body)
                 parts = self.path.split("/", 5)
                 if len(parts) < 6 or parts[3] != "resolve":
                     return self._reply(404)
@@ -308,13 +338,30 @@ class HubStandIn:
                 if not os.path.exists(local):
                     return self._reply(404)
                 self.send_response(302)
-                self.send_header("Location", hub.cdn.url("%s/%s?X-Amz-Signature=cdn" % (commit, path)))
-                self.send_header("X-Repo-Commit", commit)
+                self.send_header("Location", hub.cdn.url("%s/%s?sig=%s" % (commit, path, hub.sig)))
+                if hub.commit_header:
+                    self.send_header("X-Repo-Commit", commit)
                 with open(local, "rb") as f:
                     sha = hashlib.sha256(f.read()).hexdigest()
                 self.send_header("X-Linked-Etag", '"%s"' % sha)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
+
+            def _api(self, body):
+                # /api/models/ORG/REPO/revision/REV
+                parts = self.path.split("/")
+                commit = hub.branches.get(parts[-1], parts[-1])
+                if len(parts) != 7 or parts[5] != "revision" or \
+                        commit not in hub.branches.values():
+                    return self._reply(404)
+                data = ('{"id": "%s/%s", "sha": "%s", "siblings": []}'
+                        % (parts[3], parts[4], commit)).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if body:
+                    self.wfile.write(data)
 
             def _reply(self, code):
                 self.send_response(code)

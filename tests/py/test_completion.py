@@ -42,13 +42,19 @@ def test_commands_and_options(ck):
                                         "-V", "--version"}
     assert set(complete(PTFS, "ls", "-")) == {"-a", "--max", "--nested", "-o"}
     assert complete(PTFS, "info", "-") == ["-o"]
+    assert set(complete(PTFS, "set", "-")) == {"-v", "-o"}
 
 
 def test_o_names():
     assert complete(PTFS, "-o", "allow") == ["allow_other"]
     assert complete(PTFS, "-o", "ro,max_d") == ["ro,max_depth="]
-    # the subcommands take only the limit options and nested
+    assert set(complete(PTFS, "-o", "commit=")) == {
+        "commit=auto", "commit=rewrite", "commit=clone", "commit=inplace"}
+    assert complete(PTFS, "set", "-o", "com") == ["commit="]
+    assert complete(PTFS, "info", "-o", "cache_s") == ["cache_size="]
+    # the subcommands take no mount options
     assert complete(PTFS, "ls", "-o", "r") == []
+    assert complete(PTFS, "ls", "-o", "com") == []
     assert set(complete(PTFS, "cat", "-o", "max_")) == {
         "max_depth=", "max_values=", "max_memory=", "max_records="}
 
@@ -76,3 +82,15 @@ def test_paths_inside_the_checkpoint(ck):
     # nothing after the path, nothing for a file that is not a checkpoint
     assert complete(PTFS, "cat", "model.pt", "opt/0", "", cwd=ck) == []
     assert complete(PTFS, "cat", "missing.pt", "m", cwd=ck) == []
+
+
+def test_names_with_spaces(tmp_path):
+    torch.save({"a key": torch.ones(1)}, str(tmp_path / "my model.pt"))
+    assert complete(PTFS, "info", "my", cwd=tmp_path) == ["my model.pt"]
+    # a path inside the checkpoint comes back shell-quoted
+    assert complete(PTFS, "cat", "my model.pt", "a", cwd=tmp_path) == [r"a\ key", r"a\ key.json"]
+    assert complete(PTFS, "cat", "my model.pt", r"a\ key.", cwd=tmp_path) == [r"a\ key.json"]
+    assert complete(PTFS, "cat", "my model.pt", '"a k', cwd=tmp_path) == [r"a\ key", r"a\ key.json"]
+    # the checkpoint as bash passes it, escaped or quoted
+    assert complete(PTFS, "cat", r"my\ model.pt", "a", cwd=tmp_path) == [r"a\ key", r"a\ key.json"]
+    assert complete(PTFS, "ls", "'my model.pt'", "a", cwd=tmp_path) == [r"a\ key", r"a\ key.json"]

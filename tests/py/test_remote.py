@@ -160,9 +160,12 @@ def test_https_self_signed(served, cache):
     assert r.returncode == 1
     err = r.stderr.decode()
     assert err.count("\n") == 1 and url in err, err
+    m = n.mark()
     r = ptfs("cat", *o(cache, "cafile=" + n.cert), url, "enc.bias")
     assert r.returncode == 0, r.stderr
     assert r.stdout == oracle.tensor_bytes(objs["model.pt"]["enc.bias"])
+    log = n.since(m, "model.pt")
+    assert log and all(e["proto"] == "HTTP/2.0" for e in log), log   # ALPN h2
     r = ptfs("cat", *o(cache + "2"), url, "half", env={"CURL_CA_BUNDLE": n.cert})
     assert r.returncode == 0, r.stderr
     assert r.stdout == oracle.tensor_bytes(objs["model.pt"]["half"])
@@ -303,7 +306,10 @@ def test_hub_resolve_pin_and_token(served, cache, tmp_path):
 
 
 @needs_fuse
-def test_hub_branch_pinned_for_the_mount(served, cache):
+@pytest.mark.parametrize("commit_header", [True, False])
+def test_hub_branch_pinned_for_the_mount(served, cache, commit_header):
+    """The branch is resolved once: from X-Repo-Commit, or without it from
+    /api/models/REPO/revision/BRANCH; the mount then reads that commit."""
     n, _, _ = served
     c1, c2 = "a" * 40, "b" * 40
     for c, val in ((c1, 1.0), (c2, 2.0)):
@@ -312,7 +318,7 @@ def test_hub_branch_pinned_for_the_mount(served, cache):
                    os.path.join(n.root, c, "m.pt"))
     try:
         branches = {"main": c1}
-        with rs.HubStandIn(n, branches) as hub:
+        with rs.HubStandIn(n, branches, commit_header=commit_header) as hub:
             env = {"HF_ENDPOINT": hub.endpoint}
             os.environ.update(env)
             try:
@@ -320,9 +326,100 @@ def test_hub_branch_pinned_for_the_mount(served, cache):
                     branches["main"] = c2          # the branch moves on
                     with open(os.path.join(mnt, "y"), "rb") as f:
                         assert f.read() == torch.full((1 << 20,), 1.0).numpy().tobytes()
+                api = [p for p, _ in hub.seen if p.startswith("/api/")]
+                assert api == ([] if commit_header else
+                               ["/api/models/org/repo/revision/main"]), hub.seen
             finally:
                 for k in env:
                     os.environ.pop(k, None)
     finally:
         shutil.rmtree(os.path.join(n.root, c1))
         shutil.rmtree(os.path.join(n.root, c2))
+
+
+def test_s3_endpoint_path_style_signed(served, cache):
+    """s3://BUCKET/KEY against an S3-compatible endpoint: path style,
+    signed with SigV4 (the signature itself: tests/remote/test_sigv4.c)."""
+    n, objs, _ = served
+    os.makedirs(os.path.join(n.root, "bkt", "run"), exist_ok=True)
+    shutil.copy(os.path.join(n.root, "model.pt"), os.path.join(n.root, "bkt", "run", "model.pt"))
+    env = {"AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "secret/key",
+           "AWS_REGION": "eu-west-3", "AWS_ENDPOINT_URL": "http://127.0.0.1:%d" % n.port}
+    try:
+        m = n.mark()
+        r = ptfs("cat", *o(cache), "s3://bkt/run/model.pt", "enc.bias", env=env)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout == oracle.tensor_bytes(objs["model.pt"]["enc.bias"])
+        log = n.since(m)
+        assert log and all(e["path"] == "/bkt/run/model.pt" for e in log), log
+        assert all(e["authorization"].startswith(
+            "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/") and "/eu-west-3/s3/aws4_request" in
+            e["authorization"] for e in log), log
+        assert "secret" not in "".join(e["authorization"] for e in log)
+        # -o s3_endpoint= wins over the environment
+        env["AWS_ENDPOINT_URL"] = "http://127.0.0.1:1"
+        r = ptfs("ls", *o(cache, "s3_endpoint=http://127.0.0.1:%d" % n.port),
+                 "s3://bkt/run/model.pt", env=env)
+        assert r.returncode == 0, r.stderr
+    finally:
+        shutil.rmtree(os.path.join(n.root, "bkt"))
+
+
+def test_cache_size_evicts_least_recently_used(served, cache):
+    n, _, _ = served
+    v1 = os.path.join(cache, "v1")
+    assert ptfs("cat", *o(cache, "cache_size=20M"), n.url("big.pt"), "w").returncode == 0
+    dirs = [os.path.join(v1, k, v) for k in os.listdir(v1)
+            if os.path.isdir(os.path.join(v1, k)) for v in os.listdir(os.path.join(v1, k))
+            if os.path.isdir(os.path.join(v1, k, v))]
+    assert len(dirs) == 1
+    time.sleep(0.05)
+    # a second object pushes the cache over 20 MiB: the first version goes
+    assert ptfs("cat", *o(cache, "cache_size=20M"), n.url("model.pt"), "half").returncode == 0
+    assert ptfs("cat", *o(cache, "cache_size=20M"), n.url("model.safetensors"), "b").returncode == 0
+    assert not os.path.exists(dirs[0])
+    used = sum(os.stat(os.path.join(dp, f)).st_blocks * 512
+               for dp, _, fs in os.walk(cache) for f in fs)
+    assert used <= 20 << 20, used
+
+
+@needs_fuse
+def test_daemonized_mount_reads(served, cache):
+    """The mount detaches (fork) after opening: the request engine's thread
+    must live on in the daemon."""
+    n, objs, _ = served
+    with mounted(n.url("big.pt"), *o(cache), foreground=False) as mnt:
+        with open(os.path.join(mnt, "w"), "rb") as f:
+            assert f.read() == oracle.tensor_bytes(objs["big.pt"]["w"])
+
+
+@needs_fuse
+def test_hub_cdn_url_expiry_goes_back_to_the_hub(served, cache):
+    """A signed CDN URL that expires under a mount (403) is replaced by
+    asking the hub again; the reads go on."""
+    n, _, _ = served
+    c1 = "c" * 40
+    os.makedirs(os.path.join(n.root, c1), exist_ok=True)
+    torch.save({"x": torch.full((4,), 3.0), "y": torch.full((1 << 20,), 4.0)},
+               os.path.join(n.root, c1, "m.pt"))
+    expired = os.path.join(n.root, ".expired-1")
+    try:
+        with rs.HubStandIn(n, {"main": c1}) as hub:
+            os.environ["HF_ENDPOINT"] = hub.endpoint
+            try:
+                with mounted("hf://org/repo/m.pt", *o(cache)) as mnt:
+                    with open(os.path.join(mnt, "x"), "rb") as f:
+                        assert f.read() == torch.full((4,), 3.0).numpy().tobytes()
+                    open(expired, "w").close()
+                    hub.sig = "2"
+                    m = n.mark()
+                    with open(os.path.join(mnt, "y"), "rb") as f:
+                        assert f.read() == torch.full((1 << 20,), 4.0).numpy().tobytes()
+                    codes = [e["status"] for e in n.since(m, "m.pt")]
+                    assert 403 in codes and codes[-1] == 206, codes
+            finally:
+                os.environ.pop("HF_ENDPOINT", None)
+    finally:
+        shutil.rmtree(os.path.join(n.root, c1))
+        if os.path.exists(expired):
+            os.unlink(expired)

@@ -212,6 +212,7 @@ static void test_urls(void **state)
 	assert_string_equal(req, "http://127.0.0.1:1/org/repo/resolve/v1.0/sub/model.bin");
 	free(req);
 	assert_false(u.pinned);
+	assert_string_equal(u.hf_api, "http://127.0.0.1:1/api/models/org/repo/revision/");
 	rm_url_pin(&u, "0123456789abcdef0123456789abcdef01234567");
 	req = rm_url_request(&u);
 	assert_string_equal(req, "http://127.0.0.1:1/org/repo/resolve/0123456789abcdef0123456789abcdef01234567/sub/model.bin");
@@ -220,6 +221,7 @@ static void test_urls(void **state)
 	assert_int_equal(rm_url_parse(&u, "hf://datasets/org/repo/x.pt", NULL, &err), 0);
 	req = rm_url_request(&u);
 	assert_string_equal(req, "http://127.0.0.1:1/datasets/org/repo/resolve/main/x.pt");
+	assert_string_equal(u.hf_api, "http://127.0.0.1:1/api/datasets/org/repo/revision/");
 	free(req);
 	assert_int_not_equal(rm_url_sibling(&s, &u, "../y.pt", &err), 0);
 	rm_url_free(&u);
