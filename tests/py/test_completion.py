@@ -108,3 +108,12 @@ def test_export_and_tree(ck):
     # tree and info take only the checkpoint
     assert complete(PTFS, "tree", "--json", "model.pt", "m", cwd=ck) == []
     assert complete(PTFS, "info", "model.pt", "m", cwd=ck) == []
+
+
+def test_every_subcommand_of_help(tmp_path):
+    """A subcommand `ptfs --help` shows is completed (catches new ones)."""
+    import re
+    help_text = subprocess.run([PTFS, "--help"], capture_output=True, text=True).stdout
+    cmds = set(re.findall(r"^\s*(?:usage: )?ptfs ([a-z]+)", help_text, re.M))
+    assert len(cmds) >= 4, help_text
+    assert cmds <= set(complete(PTFS, "", cwd=tmp_path)), cmds
