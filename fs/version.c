@@ -14,7 +14,7 @@
 #include <archive.h>
 #endif
 #ifdef PTFS_HAVE_REMOTE
-#include <curl/curl.h>
+#include <curl/curlver.h>
 #endif
 
 
@@ -40,7 +40,8 @@ void ptfs_version(FILE *f)
 	fprintf(f, ", %s", archive_version_string());
 #endif
 #ifdef PTFS_HAVE_REMOTE
-	fprintf(f, ", libcurl %s", curl_version_info(CURLVERSION_NOW)->version);
+	/* the header's version: ptfs may load libcurl only for a URL */
+	fprintf(f, ", libcurl %s (build)", LIBCURL_VERSION);
 #endif
 	fputc('\n', f);
 }
