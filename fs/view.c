@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <sys/xattr.h>
 
+#include "base/json.h"
 #include "ckpt/ckpt.h"
 #include "decode/dtype.h"
 #include "ptfs.h"
@@ -166,7 +167,7 @@ static void stat_print(const char *ckpath, struct pt_view_item *items,
 	pt_buf_init(&b);
 	if (json) {
 		pt_buf_puts(&b, "{\"checkpoint\": \"");
-		pt_buf_json_str(&b, (const uint8_t *)ckpath, strlen(ckpath));
+		pt_json_str(&b, (const uint8_t *)ckpath, strlen(ckpath));
 		pt_buf_puts(&b, "\", \"tensors\": [");
 	}
 	for (i = 0; i < n; i++) {
@@ -174,9 +175,9 @@ static void stat_print(const char *ckpath, struct pt_view_item *items,
 			pt_buf_puts(&b, i ? ",\n  " : "\n  ");
 			if (rc[i]) {
 				pt_buf_puts(&b, "{\"path\": \"");
-				pt_buf_json_str(&b, (const uint8_t *)items[i].path, strlen(items[i].path));
+				pt_json_str(&b, (const uint8_t *)items[i].path, strlen(items[i].path));
 				pt_buf_puts(&b, "\", \"error\": \"");
-				pt_buf_json_str(&b, (const uint8_t *)err[i].msg, strlen(err[i].msg));
+				pt_json_str(&b, (const uint8_t *)err[i].msg, strlen(err[i].msg));
 				pt_buf_puts(&b, "\"}");
 			} else {
 				pt_tstats_json(&st[i], items[i].path, false, &b);
@@ -325,7 +326,7 @@ static void side_json(struct pt_buf *o, const char *what, const struct pt_view_i
 		return;
 	pt_node_tinfo(it->node, &ti);
 	pt_buf_printf(o, ", \"%s\": {\"path\": \"", what);
-	pt_buf_json_str(o, (const uint8_t *)it->path, strlen(it->path));
+	pt_json_str(o, (const uint8_t *)it->path, strlen(it->path));
 	pt_buf_printf(o, "\", \"dtype\": \"%s\", \"shape\": ", ti.dtype);
 	shape_str(o, &ti);
 	pt_buf_putc(o, '}');
@@ -368,13 +369,13 @@ static void pair_out(struct pt_buf *o, const struct pair *p, bool json)
 
 	if (json) {
 		pt_buf_puts(o, "{\"key\": \"");
-		pt_buf_json_str(o, (const uint8_t *)it->key, strlen(it->key));
+		pt_json_str(o, (const uint8_t *)it->key, strlen(it->key));
 		pt_buf_printf(o, "\", \"status\": \"%s\"", p->rc ? "error" : pt_dstatus_name(p->d.status));
 		side_json(o, "a", p->a);
 		side_json(o, "b", p->b);
 		if (p->rc) {
 			pt_buf_puts(o, ", \"error\": \"");
-			pt_buf_json_str(o, (const uint8_t *)p->err.msg, strlen(p->err.msg));
+			pt_json_str(o, (const uint8_t *)p->err.msg, strlen(p->err.msg));
 			pt_buf_putc(o, '"');
 		}
 		values_text(o, &p->d, true);
@@ -443,9 +444,9 @@ static int diff_print(const char *pa, const char *pb, const struct pair *p,
 	pt_buf_init(&o);
 	if (json) {
 		pt_buf_puts(&o, "{\"a\": \"");
-		pt_buf_json_str(&o, (const uint8_t *)pa, strlen(pa));
+		pt_json_str(&o, (const uint8_t *)pa, strlen(pa));
 		pt_buf_puts(&o, "\", \"b\": \"");
-		pt_buf_json_str(&o, (const uint8_t *)pb, strlen(pb));
+		pt_json_str(&o, (const uint8_t *)pb, strlen(pb));
 		pt_buf_puts(&o, "\", \"tensors\": [");
 	}
 	for (i = 0; i < n; i++) {

@@ -17,6 +17,7 @@
 
 #include <openssl/evp.h>
 
+#include "base/json.h"
 #include "view/stats.h"
 
 #define CHUNK (1u << 20)
@@ -259,7 +260,7 @@ void pt_tstats_json(const struct pt_tstats *s, const char *path, bool fixed,
 	pt_buf_putc(out, '{');
 	if (path) {
 		pt_buf_puts(out, "\"path\": \"");
-		pt_buf_json_str(out, (const uint8_t *)path, strlen(path));
+		pt_json_str(out, (const uint8_t *)path, strlen(path));
 		pt_buf_puts(out, "\", ");
 	}
 	pt_buf_printf(out, "\"dtype\": \"%s\", \"shape\": [", s->ti.dtype);

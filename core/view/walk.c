@@ -47,20 +47,28 @@ static int push_item(struct pt_view_item **v, size_t *n, size_t *cap,
 	return 0;
 }
 
-struct frame {
-	struct pt_node *dir;
-	size_t next;
-	size_t plen;
+struct collect {
+	struct pt_view_item *items;
+	size_t n, cap;
 };
+
+static int visit(void *ctx, const struct pt_walk *w)
+{
+	struct collect *c = ctx;
+	struct pt_nattr a;
+
+	pt_node_attr(w->node, &a);
+	if (!a.tensor)
+		return 0;
+	return push_item(&c->items, &c->n, &c->cap, w->path, w->node);
+}
 
 int pt_view_tensors(struct pt_ckpt *ck, struct pt_node *top, const char *prefix,
 		    struct pt_view_item **out, size_t *nout)
 {
-	struct frame *st = NULL;
-	size_t n = 0, cap = 0, ni = 0, icap = 0;
-	struct pt_view_item *items = NULL;
-	struct pt_nattr a;
+	struct collect c = { NULL, 0, 0 };
 	struct pt_buf path;
+	struct pt_nattr a;
 	int rc = 0;
 
 	pt_buf_init(&path);
@@ -70,63 +78,23 @@ int pt_view_tensors(struct pt_ckpt *ck, struct pt_node *top, const char *prefix,
 	pt_node_attr(top, &a);
 	if (a.type != PT_NT_DIR) {
 		if (a.tensor)
-			rc = push_item(&items, &ni, &icap, path.p ? path.p : "", top);
-		goto out;
+			rc = push_item(&c.items, &c.n, &c.cap, path.p ? path.p : "", top);
+	} else {
+		/* the walk leaves out sidecars, pictures and /.ptfs; a folder
+		 * that cannot be listed is left out too (its error is not
+		 * fatal here: the other tensors still count) */
+		rc = pt_tree_walk(ck, top, path.p ? path.p : "", 0, visit, &c);
+		if (rc != -ENOMEM)
+			rc = 0;
 	}
-	st = malloc(16 * sizeof(*st));
-	if (!st) {
-		rc = -ENOMEM;
-		goto out;
-	}
-	cap = 16;
-	st[n++] = (struct frame){ top, 0, path.len };
-	while (n > 0 && rc == 0) {
-		struct frame *f = &st[n - 1];
-		struct pt_node *c;
-		const char *name;
-
-		if (f->next >= pt_tree_count(ck, f->dir)) {
-			n--;
-			continue;
-		}
-		c = pt_tree_child(ck, f->dir, f->next++);
-		if (!c)
-			continue;
-		name = pt_node_name(c);
-		if (name[0] == '.' && f->dir == pt_tree_root(ck) &&
-		    strcmp(name, ".ptfs") == 0)
-			continue;
-		pt_node_attr(c, &a);
-		path.len = f->plen;
-		if (path.len)
-			pt_buf_putc(&path, '/');
-		pt_buf_puts(&path, name);
-		if (a.tensor) {
-			f->next++;      /* its .json sidecar comes next */
-			rc = push_item(&items, &ni, &icap, path.p, c);
-		} else if (a.type == PT_NT_DIR) {
-			if (n == cap) {
-				struct frame *q = realloc(st, cap * 2 * sizeof(*q));
-				if (!q) {
-					rc = -ENOMEM;
-					break;
-				}
-				st = q;
-				cap *= 2;
-			}
-			st[n++] = (struct frame){ c, 0, path.len };
-		}
-	}
-out:
-	free(st);
 	pt_buf_free(&path);
 	if (rc) {
-		pt_view_items_free(items, ni);
-		items = NULL;
-		ni = 0;
+		pt_view_items_free(c.items, c.n);
+		c.items = NULL;
+		c.n = 0;
 	}
-	*out = items;
-	*nout = ni;
+	*out = c.items;
+	*nout = c.n;
 	return rc;
 }
 
