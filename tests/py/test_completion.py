@@ -34,15 +34,20 @@ def ck(tmp_path_factory):
 
 def test_commands_and_options(ck):
     # the first word: a subcommand, or the checkpoint of a mount
-    assert sorted(complete(PTFS, "", cwd=ck)) == ["cat", "info", "ls", "mnt", "model.pt", "set"]
+    assert sorted(complete(PTFS, "", cwd=ck)) == ["cat", "export", "info", "ls", "mnt",
+                                                  "model.pt", "set", "tree"]
     assert complete(PTFS, "c", cwd=ck) == ["cat"]
     assert sorted(complete(PTFS, "m", cwd=ck)) == ["mnt", "model.pt"]
     assert complete(PTFS, "--v") == ["--version"]
     assert set(complete(PTFS, "-")) == {"-f", "-d", "-s", "-o", "-h", "--help",
                                         "-V", "--version"}
     assert set(complete(PTFS, "ls", "-")) == {"-a", "--max", "--nested", "-o"}
-    assert complete(PTFS, "info", "-") == ["-o"]
+    assert set(complete(PTFS, "info", "-")) == {"-o", "--weights-only"}
     assert set(complete(PTFS, "set", "-")) == {"-v", "-o"}
+    assert set(complete(PTFS, "export", "--")) == {"--to", "--shard-size",
+                                                   "--skip-unsupported", "--no-fsync"}
+    assert complete(PTFS, "export", "model.pt", "--to", "s") == ["safetensors"]
+    assert complete(PTFS, "tree", "--j") == ["--json"]
 
 
 def test_o_names():
