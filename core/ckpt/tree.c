@@ -1826,9 +1826,11 @@ static int file_unchanged(const struct pt_ckpt *ck, struct pt_error *err)
 	if (!ck->src)
 		return 0;
 	rc = pt_source_check(ck->src, PT_CHECK_NAME, err);
-	if (rc && rc != -ENOMEM)
-		return pt_fail_over(err, -ESTALE, "%s: changed on disk while it was read",
-				    ck->path);
+	if (rc && rc != -ENOMEM) {
+		pt_error_clear(err);
+		return pt_fail(err, -ESTALE, "%s: changed on disk while it was read",
+			       ck->path);
+	}
 	return rc;
 }
 

@@ -239,7 +239,8 @@ static int write_file(struct pt_ckpt *ck, const struct pt_xlist *xl,
 		if (rc && !strstr(err->msg, it->path)) {
 			char m[sizeof(err->msg)];
 			snprintf(m, sizeof(m), "%s", err->msg);
-			pt_fail_over(err, rc, "%s: %s", it->path, m);
+			pt_error_clear(err);
+			pt_fail(err, rc, "%s: %s", it->path, m);
 		}
 	}
 	if (!rc)
