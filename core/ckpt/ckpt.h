@@ -294,6 +294,9 @@ enum pt_nkind {
 
 enum pt_nkind pt_node_kind(const struct pt_node *n);
 
+/* Is directory @n an object of a class (not a dict, list, tuple, set)? */
+bool pt_node_is_object(const struct pt_node *n);
+
 /* Append the JSON text of a scalar file's value (null, true, 7, 0.1,
  * "text"; NaN and Infinity as Python's json writes them); false (nothing
  * appended) for other nodes. */

@@ -1753,6 +1753,12 @@ int pt_node_storage_read(struct pt_ckpt *ck, const struct pt_node *node,
 	return (size_t)got == n ? 0 : pt_fail(err, -EIO, "storage read past its end");
 }
 
+bool pt_node_is_object(const struct pt_node *n)
+{
+	return n->role == R_VALUE && n->type == PT_NT_DIR && n->val &&
+	       pt__vclass(n->val) == PT_C_OBJECT;
+}
+
 enum pt_nkind pt_node_kind(const struct pt_node *n)
 {
 	const struct pt_node *a;

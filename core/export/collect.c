@@ -81,6 +81,16 @@ static int add_meta(struct pt_xlist *xl, struct pt_node *n, const char *key)
 	return 0;
 }
 
+/* A pickled nn.Module shows its attributes: _modules/0/_parameters/weight.
+ * Keys follow state_dict() instead ("0.weight"): those three attribute
+ * levels of an object add nothing to the key. */
+static bool module_level(const struct pt_node *dir, const char *name)
+{
+	return pt_node_is_object(dir) &&
+	       (strcmp(name, "_modules") == 0 || strcmp(name, "_parameters") == 0 ||
+		strcmp(name, "_buffers") == 0);
+}
+
 struct frame {
 	struct pt_node *dir;
 	size_t next;
@@ -150,11 +160,13 @@ int pt_export_collect(struct pt_ckpt *ck, struct pt_xlist *xl,
 			continue;
 		key.len = f->klen;
 		path.len = f->plen;
-		if (key.len)
-			pt_buf_putc(&key, '.');
 		if (path.len)
 			pt_buf_putc(&path, '/');
-		decode_name(&key, pt_node_name(c));
+		if (!module_level(f->dir, pt_node_name(c))) {
+			if (key.len)
+				pt_buf_putc(&key, '.');
+			decode_name(&key, pt_node_name(c));
+		}
 		pt_buf_puts(&path, pt_node_name(c));
 		pt_buf_putc(&key, '\0');
 		key.len--;

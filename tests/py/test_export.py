@@ -87,15 +87,9 @@ def dotted(path):
 
 def expected_tensors(obj, stem):
     if isinstance(obj, torch.nn.Module):
-        # a pickled module shows its attributes: _modules/0/_parameters/...
-        out = {}
-        for name, mod in obj.named_modules():
-            pre = "".join("_modules.%s." % p for p in name.split(".")) if name else ""
-            for k, v in mod._parameters.items():
-                out[pre + "_parameters." + k] = v
-            for k, v in mod._buffers.items():
-                out[pre + "_buffers." + k] = v
-        return out
+        # a pickled module: keys follow state_dict() ("0.weight"), not the
+        # attribute path of the tree (_modules/0/_parameters/weight)
+        return dict(obj.state_dict())
     return {dotted(p): oracle.as_tensor(v) for p, kind, v in oracle.expected(obj, stem)
             if kind == "tensor"}
 
