@@ -447,9 +447,11 @@ def test_full_disk(gen, tmp_path):
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(small)],
                    check=True)
     try:
-        for form, out in (("safetensors", str(small / "x.safetensors")),
-                          ("npy", str(small / "npy"))):
-            r = export(p, form, out, "--skip-unsupported")
+        for form, out, *extra in (("safetensors", str(small / "x.safetensors")),
+                                  ("npy", str(small / "npy")),
+                                  ("safetensors", str(small / "sh"), "--shard-size", "40KB"),
+                                  ("pt", str(small / "x.pt"))):
+            r = export(p, form, out, "--skip-unsupported", *extra)
             lines = r.stderr.decode().strip().splitlines()
             lines = [x for x in lines if "left out" not in x]
             assert r.returncode == 1 and len(lines) == 1, lines
