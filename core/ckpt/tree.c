@@ -461,6 +461,35 @@ static int add_dotted(struct dtab *d, const char *p, size_t n,
 	return rc;
 }
 
+/* Does @name, with LAYOUT.md's escapes undone, spell @raw (@n bytes)?
+ * Not when rule 4 cut it or rule 5 renamed it. */
+static bool name_spells(const char *name, const char *raw, size_t n)
+{
+	static const char *const esc[] = { "%2F", "%25", "%00", "%2E" };
+	static const char val[] = { '/', '%', '\0', '.' };
+	size_t j = 0;
+	int k;
+
+	if (strcmp(name, "%") == 0)
+		return n == 0;
+	while (*name) {
+		char c = *name;
+		size_t step = 1;
+
+		for (k = 0; k < 4; k++)
+			if (strncmp(name, esc[k], 3) == 0) {
+				c = val[k];
+				step = 3;
+				break;
+			}
+		if (j >= n || raw[j] != c)
+			return false;
+		j++;
+		name += step;
+	}
+	return j == n;
+}
+
 static int add_keyed(struct dtab *d, struct pt_value *key,
 		     struct pt_value *val)
 {
@@ -489,11 +518,15 @@ static int add_keyed(struct dtab *d, struct pt_value *key,
 			rc = -ENOMEM;
 		else
 			rc = claim(d, enc.p ? enc.p : "%", enc.p ? enc.len : 1, deref(val));
-		if (rc == 0 && key->kind != PT_V_STR) {
+		if (rc == 0) {
 			struct dent *e = d->ents[d->n - 1];
 			if (e->role == R_JSON && d->n > 1)
 				e = d->ents[d->n - 2];
-			e->key = key;   /* tree.json says "key": 0 */
+			/* tree.json says "key": 0, or the str key a cut or
+			 * renamed name no longer spells */
+			if (key->kind != PT_V_STR ||
+			    !name_spells(e->name, raw.p ? raw.p : "", raw.len))
+				e->key = key;
 		}
 	}
 	pt_buf_free(&raw);
@@ -1232,12 +1265,19 @@ void pt_node_describe(struct pt_ckpt *ck, struct pt_node *node,
 
 /* ---- tree.json ---- */
 
-/* A dict key that is not a str, as JSON (readers rebuilding the object
- * need optimizer.state's int keys as ints): ", \"key\": 0". */
+/* A dict key that is not a str, or a str key the entry's name no longer
+ * spells (cut, or renamed NAME~2), as JSON: readers rebuilding the object
+ * need optimizer.state's int keys as ints: ", \"key\": 0". */
 static void key_json(const struct pt_value *k, struct pt_buf *out)
 {
 	struct pt_buf t;
 
+	if (k && k->kind == PT_V_STR) {
+		pt_buf_puts(out, ", \"key\": \"");
+		pt_buf_json_str(out, k->u.s.p, k->u.s.len);
+		pt_buf_putc(out, '"');
+		return;
+	}
 	if (!k || (k->kind != PT_V_INT && k->kind != PT_V_BIGINT &&
 		   k->kind != PT_V_BOOL && k->kind != PT_V_NONE &&
 		   k->kind != PT_V_FLOAT))

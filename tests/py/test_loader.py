@@ -74,7 +74,7 @@ def same(a, b, path=""):
     assert isinstance(a, dict), (path, type(b))
 
 
-GEN = ["every_dtype", "views", "tied", "optimizer", "nested", "single_tensor",
+GEN = ["every_dtype", "views", "tied", "optimizer", "nested", "single_tensor", "odd_keys",
        "single_int", "numpy_arrays", "namespace"]
 
 
