@@ -1793,6 +1793,15 @@ int pt_node_storage_read(struct pt_ckpt *ck, const struct pt_node *node,
 	return (size_t)got == n ? 0 : pt_fail(err, -EIO, "storage read past its end");
 }
 
+bool pt_node_str_key(const struct pt_node *n, const uint8_t **p, size_t *len)
+{
+	if (!n->key || n->key->kind != PT_V_STR)
+		return false;
+	*p = n->key->u.s.p;
+	*len = n->key->u.s.len;
+	return true;
+}
+
 bool pt_node_is_object(const struct pt_node *n)
 {
 	return n->role == R_VALUE && n->type == PT_NT_DIR && n->val &&

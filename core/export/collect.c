@@ -122,6 +122,55 @@ static int visit(struct pt_xlist *xl, struct pt_node *c, struct pt_buf *key,
 	}
 }
 
+static const struct pt_xmeta *meta_base;
+
+static int meta_by_key(const void *a, const void *b)
+{
+	size_t x = *(const size_t *)a, y = *(const size_t *)b;
+	int c = strcmp(meta_base[x].key, meta_base[y].key);
+
+	return c ? c : x < y ? -1 : x > y;
+}
+
+/* Values whose keys coincide (the int key 1 and the str key "1" both
+ * read "1"): the first in tree order stays, the others are noted. */
+static int dedupe_meta(struct pt_xlist *xl, struct pt_buf *notes)
+{
+	size_t *idx, i, n = 0;
+	bool *drop;
+
+	if (xl->nm < 2)
+		return 0;
+	idx = malloc(xl->nm * sizeof(*idx));
+	drop = calloc(xl->nm, sizeof(*drop));
+	if (!idx || !drop) {
+		free(idx);
+		free(drop);
+		return -ENOMEM;
+	}
+	for (i = 0; i < xl->nm; i++)
+		idx[i] = i;
+	meta_base = xl->m;
+	qsort(idx, xl->nm, sizeof(*idx), meta_by_key);
+	for (i = 1; i < xl->nm; i++)
+		if (strcmp(xl->m[idx[i]].key, xl->m[idx[i - 1]].key) == 0)
+			drop[idx[i]] = true;
+	for (i = 0; i < xl->nm; i++) {
+		if (drop[i]) {
+			pt_buf_printf(notes, "%s: a second value under this key: left out\n",
+				      xl->m[i].key);
+			free(xl->m[i].key);
+			free(xl->m[i].json);
+			continue;
+		}
+		xl->m[n++] = xl->m[i];
+	}
+	xl->nm = n;
+	free(idx);
+	free(drop);
+	return 0;
+}
+
 int pt_export_collect(struct pt_ckpt *ck, struct pt_xlist *xl,
 		      struct pt_buf *notes, struct pt_error *err)
 {
@@ -163,9 +212,15 @@ int pt_export_collect(struct pt_ckpt *ck, struct pt_xlist *xl,
 		if (path.len)
 			pt_buf_putc(&path, '/');
 		if (!module_level(f->dir, pt_node_name(c))) {
+			const uint8_t *kp;
+			size_t kn;
+
 			if (key.len)
 				pt_buf_putc(&key, '.');
-			decode_name(&key, pt_node_name(c));
+			if (pt_node_str_key(c, &kp, &kn))
+				pt_buf_add(&key, kp, kn);       /* cut or renamed */
+			else
+				decode_name(&key, pt_node_name(c));
 		}
 		pt_buf_puts(&path, pt_node_name(c));
 		pt_buf_putc(&key, '\0');
@@ -197,6 +252,8 @@ int pt_export_collect(struct pt_ckpt *ck, struct pt_xlist *xl,
 		return pt_fail(err, rc, "over %u entries in the tree (references that multiply?): not exported",
 			       PT_EXPORT_MAX_ENTRIES);
 	}
+	if (rc >= 0)
+		rc = dedupe_meta(xl, notes);
 	if (rc < 0) {
 		pt_export_list_free(xl);
 		return pt_fail(err, rc, "listing the tree: %s", strerror(-rc));

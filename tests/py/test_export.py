@@ -44,7 +44,11 @@ def read_safetensors(path):
     assert 8 + n <= len(raw) and (8 + n) % 8 == 0, "header not padded to 8"
     text = raw[8:8 + n]
     assert text.startswith(b"{") and text.rstrip(b" ") == text.rstrip(b" ").rstrip()
-    header = json.loads(text.decode("utf-8"))
+    def no_dupes(pairs):
+        keys = [k for k, _ in pairs]
+        assert len(keys) == len(set(keys)), "duplicate keys in the header"
+        return dict(pairs)
+    header = json.loads(text.decode("utf-8"), object_pairs_hook=no_dupes)
     meta = header.pop("__metadata__", None)
     if meta is not None:
         assert all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items())
@@ -90,8 +94,24 @@ def expected_tensors(obj, stem):
         # a pickled module: keys follow state_dict() ("0.weight"), not the
         # attribute path of the tree (_modules/0/_parameters/weight)
         return dict(obj.state_dict())
-    return {dotted(p): oracle.as_tensor(v) for p, kind, v in oracle.expected(obj, stem)
-            if kind == "tensor"}
+    # keys: the checkpoint's own keys joined by dots (their text, for keys
+    # that are not str), list positions as numbers
+    out = {}
+
+    def fix(text):
+        return "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in text)
+
+    def walk(v, pre):
+        if oracle.is_tensor(v):
+            out[fix(".".join(pre))] = oracle.as_tensor(v)
+        elif isinstance(v, dict):
+            for k, x in v.items():
+                walk(x, pre + [oracle.key_text(k)])
+        elif isinstance(v, (list, tuple)):
+            for i, x in enumerate(v):
+                walk(x, pre + [str(i)])
+    walk(obj if oracle.is_dir(obj) else {stem: obj}, [])
+    return out
 
 
 def export(ck, form, out, *extra):
