@@ -337,6 +337,14 @@ enum pt_nkind {
 
 enum pt_nkind pt_node_kind(const struct pt_node *n);
 
+/* The str dict key of @n when its name does not spell it (a key cut to
+ * 240 bytes, or renamed NAME~2 by a collision): true, with the key's
+ * bytes in *@p, *@len (borrowed).  False otherwise (the name is the key). */
+bool pt_node_str_key(const struct pt_node *n, const uint8_t **p, size_t *len);
+
+/* Is directory @n an object of a class (not a dict, list, tuple, set)? */
+bool pt_node_is_object(const struct pt_node *n);
+
 /* Append the JSON text of a scalar file's value (null, true, 7, 0.1,
  * "text"; NaN and Infinity as Python's json writes them); false (nothing
  * appended) for other nodes. */

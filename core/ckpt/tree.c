@@ -494,6 +494,35 @@ static int add_dotted(struct dtab *d, const char *p, size_t n,
 	return rc;
 }
 
+/* Does @name, with LAYOUT.md's escapes undone, spell @raw (@n bytes)?
+ * Not when rule 4 cut it or rule 5 renamed it. */
+static bool name_spells(const char *name, const char *raw, size_t n)
+{
+	static const char *const esc[] = { "%2F", "%25", "%00", "%2E" };
+	static const char val[] = { '/', '%', '\0', '.' };
+	size_t j = 0;
+	int k;
+
+	if (strcmp(name, "%") == 0)
+		return n == 0;
+	while (*name) {
+		char c = *name;
+		size_t step = 1;
+
+		for (k = 0; k < 4; k++)
+			if (strncmp(name, esc[k], 3) == 0) {
+				c = val[k];
+				step = 3;
+				break;
+			}
+		if (j >= n || raw[j] != c)
+			return false;
+		j++;
+		name += step;
+	}
+	return j == n;
+}
+
 static int add_keyed(struct dtab *d, struct pt_value *key,
 		     struct pt_value *val)
 {
@@ -522,11 +551,15 @@ static int add_keyed(struct dtab *d, struct pt_value *key,
 			rc = -ENOMEM;
 		else
 			rc = claim(d, enc.p ? enc.p : "%", enc.p ? enc.len : 1, deref(val));
-		if (rc == 0 && key->kind != PT_V_STR) {
+		if (rc == 0) {
 			struct dent *e = d->ents[d->n - 1];
 			if (e->role == R_JSON && d->n > 1)
 				e = d->ents[d->n - 2];
-			e->key = key;   /* tree.json says "key": 0 */
+			/* tree.json says "key": 0, or the str key a cut or
+			 * renamed name no longer spells */
+			if (key->kind != PT_V_STR ||
+			    !name_spells(e->name, raw.p ? raw.p : "", raw.len))
+				e->key = key;
 		}
 	}
 	pt_buf_free(&raw);
@@ -1393,12 +1426,19 @@ out:
 
 /* ---- tree.json ---- */
 
-/* A dict key that is not a str, as JSON (readers rebuilding the object
- * need optimizer.state's int keys as ints): ", \"key\": 0". */
+/* A dict key that is not a str, or a str key the entry's name no longer
+ * spells (cut, or renamed NAME~2), as JSON: readers rebuilding the object
+ * need optimizer.state's int keys as ints: ", \"key\": 0". */
 static void key_json(const struct pt_value *k, struct pt_buf *out)
 {
 	struct pt_buf t;
 
+	if (k && k->kind == PT_V_STR) {
+		pt_buf_puts(out, ", \"key\": \"");
+		pt_buf_json_str(out, k->u.s.p, k->u.s.len);
+		pt_buf_putc(out, '"');
+		return;
+	}
 	if (!k || (k->kind != PT_V_INT && k->kind != PT_V_BIGINT &&
 		   k->kind != PT_V_BOOL && k->kind != PT_V_NONE &&
 		   k->kind != PT_V_FLOAT))
@@ -1894,6 +1934,21 @@ int pt_node_storage_read(struct pt_ckpt *ck, const struct pt_node *node,
 	return (size_t)got == n ? 0 : pt_fail(err, -EIO, "storage read past its end");
 }
 
+bool pt_node_str_key(const struct pt_node *n, const uint8_t **p, size_t *len)
+{
+	if (!n->key || n->key->kind != PT_V_STR)
+		return false;
+	*p = n->key->u.s.p;
+	*len = n->key->u.s.len;
+	return true;
+}
+
+bool pt_node_is_object(const struct pt_node *n)
+{
+	return n->role == R_VALUE && n->type == PT_NT_DIR && n->val &&
+	       pt__vclass(n->val) == PT_C_OBJECT;
+}
+
 enum pt_nkind pt_node_kind(const struct pt_node *n)
 {
 	const struct pt_node *a;
@@ -1967,9 +2022,11 @@ static int file_unchanged(const struct pt_ckpt *ck, struct pt_error *err)
 	if (!ck->src)
 		return 0;
 	rc = pt_source_check(ck->src, PT_CHECK_NAME, err);
-	if (rc && rc != -ENOMEM)
-		return pt_fail_over(err, -ESTALE, "%s: changed on disk while it was read",
-				    ck->path);
+	if (rc && rc != -ENOMEM) {
+		pt_error_clear(err);
+		return pt_fail(err, -ESTALE, "%s: changed on disk while it was read",
+			       ck->path);
+	}
 	return rc;
 }
 

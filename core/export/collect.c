@@ -81,6 +81,16 @@ static int add_meta(struct pt_xlist *xl, struct pt_node *n, const char *key)
 	return 0;
 }
 
+/* A pickled nn.Module shows its attributes: _modules/0/_parameters/weight.
+ * Keys follow state_dict() instead ("0.weight"): those three attribute
+ * levels of an object add nothing to the key. */
+static bool module_level(const struct pt_node *dir, const char *name)
+{
+	return pt_node_is_object(dir) &&
+	       (strcmp(name, "_modules") == 0 || strcmp(name, "_parameters") == 0 ||
+		strcmp(name, "_buffers") == 0);
+}
+
 struct frame {
 	struct pt_node *dir;
 	size_t next;
@@ -110,6 +120,55 @@ static int visit(struct pt_xlist *xl, struct pt_node *c, struct pt_buf *key,
 	default:
 		return 0;
 	}
+}
+
+static const struct pt_xmeta *meta_base;
+
+static int meta_by_key(const void *a, const void *b)
+{
+	size_t x = *(const size_t *)a, y = *(const size_t *)b;
+	int c = strcmp(meta_base[x].key, meta_base[y].key);
+
+	return c ? c : x < y ? -1 : x > y;
+}
+
+/* Values whose keys coincide (the int key 1 and the str key "1" both
+ * read "1"): the first in tree order stays, the others are noted. */
+static int dedupe_meta(struct pt_xlist *xl, struct pt_buf *notes)
+{
+	size_t *idx, i, n = 0;
+	bool *drop;
+
+	if (xl->nm < 2)
+		return 0;
+	idx = malloc(xl->nm * sizeof(*idx));
+	drop = calloc(xl->nm, sizeof(*drop));
+	if (!idx || !drop) {
+		free(idx);
+		free(drop);
+		return -ENOMEM;
+	}
+	for (i = 0; i < xl->nm; i++)
+		idx[i] = i;
+	meta_base = xl->m;
+	qsort(idx, xl->nm, sizeof(*idx), meta_by_key);
+	for (i = 1; i < xl->nm; i++)
+		if (strcmp(xl->m[idx[i]].key, xl->m[idx[i - 1]].key) == 0)
+			drop[idx[i]] = true;
+	for (i = 0; i < xl->nm; i++) {
+		if (drop[i]) {
+			pt_buf_printf(notes, "%s: a second value under this key: left out\n",
+				      xl->m[i].key);
+			free(xl->m[i].key);
+			free(xl->m[i].json);
+			continue;
+		}
+		xl->m[n++] = xl->m[i];
+	}
+	xl->nm = n;
+	free(idx);
+	free(drop);
+	return 0;
 }
 
 int pt_export_collect(struct pt_ckpt *ck, struct pt_xlist *xl,
@@ -160,11 +219,19 @@ int pt_export_collect(struct pt_ckpt *ck, struct pt_xlist *xl,
 			continue;
 		key.len = f->klen;
 		path.len = f->plen;
-		if (key.len)
-			pt_buf_putc(&key, '.');
 		if (path.len)
 			pt_buf_putc(&path, '/');
-		decode_name(&key, pt_node_name(c));
+		if (!module_level(f->dir, pt_node_name(c))) {
+			const uint8_t *kp;
+			size_t kn;
+
+			if (key.len)
+				pt_buf_putc(&key, '.');
+			if (pt_node_str_key(c, &kp, &kn))
+				pt_buf_add(&key, kp, kn);       /* cut or renamed */
+			else
+				decode_name(&key, pt_node_name(c));
+		}
 		pt_buf_puts(&path, pt_node_name(c));
 		pt_buf_putc(&key, '\0');
 		key.len--;
@@ -195,6 +262,8 @@ int pt_export_collect(struct pt_ckpt *ck, struct pt_xlist *xl,
 		return pt_fail(err, rc, "over %u entries in the tree (references that multiply?): not exported",
 			       PT_EXPORT_MAX_ENTRIES);
 	}
+	if (rc >= 0)
+		rc = dedupe_meta(xl, notes);
 	if (rc < 0) {
 		pt_export_list_free(xl);
 		return pt_fail(err, rc, "listing the tree: %s", strerror(-rc));

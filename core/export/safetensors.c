@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/json.h"
 #include "export/export.h"
@@ -202,11 +203,13 @@ void pt__st_header(const struct pt_xlist *xl, const size_t *idx, size_t n,
 }
 
 /* Write one safetensors file of tensors @idx[0..@n) at @path. */
+/* Write one safetensors file of tensors @idx[0..@n) as the temporary file
+ * of @o (for @path); the caller commits or aborts it. */
 static int write_file(struct pt_ckpt *ck, const struct pt_xlist *xl,
 		      const size_t *idx, size_t n, const char *path,
-		      const struct pt_export_opts *opts, struct pt_error *err)
+		      const struct pt_export_opts *opts, struct pt_xout *o,
+		      struct pt_error *err)
 {
-	struct pt_xout o;
 	struct pt_buf h;
 	uint8_t len8[8];
 	size_t i;
@@ -225,27 +228,25 @@ static int write_file(struct pt_ckpt *ck, const struct pt_xlist *xl,
 	}
 	for (b = 0; b < 8; b++)
 		len8[b] = (uint8_t)((uint64_t)h.len >> (8 * b));
-	rc = pt_xout_open(&o, path, err);
-	o.nosync = opts->no_fsync;
+	rc = pt_xout_open(o, path, err);
+	o->nosync = opts->no_fsync;
 	if (!rc)
-		rc = pt_xout_write(&o, len8, 8, err);
+		rc = pt_xout_write(o, len8, 8, err);
 	if (!rc)
-		rc = pt_xout_write(&o, h.p, h.len, err);
+		rc = pt_xout_write(o, h.p, h.len, err);
 	pt_buf_free(&h);
 	for (i = 0; i < n && !rc; i++) {
 		const struct pt_xitem *it = &xl->v[idx[i]];
 
-		rc = pt_xout_tensor(&o, ck, it->node, &it->ti,
+		rc = pt_xout_tensor(o, ck, it->node, &it->ti,
 				    it->ti.byteorder == '>', err);
 		if (rc && !strstr(err->msg, it->path)) {
 			char m[sizeof(err->msg)];
 			snprintf(m, sizeof(m), "%s", err->msg);
-			pt_fail_over(err, rc, "%s: %s", it->path, m);
+			pt_error_clear(err);
+			pt_fail(err, rc, "%s: %s", it->path, m);
 		}
 	}
-	if (!rc)
-		rc = pt_xout_commit(&o, ck, err);
-	pt_xout_abort(&o);
 	return rc;
 }
 
@@ -258,13 +259,21 @@ static int write_shards(struct pt_ckpt *ck, const struct pt_xlist *xl,
 	size_t *first = malloc((n + 2) * sizeof(*first)), ns = 0, i, s;
 	uint64_t fill = 0, total = 0;
 	struct pt_buf name, ix;
-	struct pt_xout o;
+	struct pt_xout *o = calloc(n + 2, sizeof(*o));
+	bool made;
 	int rc = 0;
 
-	if (!first)
-		return pt_fail(err, -ENOMEM, "out of memory");
-	if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+	if (!first || !o) {
 		free(first);
+		free(o);
+		return pt_fail(err, -ENOMEM, "out of memory");
+	}
+	for (i = 0; i < n + 2; i++)
+		o[i].fd = -1;
+	made = mkdir(dir, 0777) == 0;
+	if (!made && errno != EEXIST) {
+		free(first);
+		free(o);
 		return pt_fail(err, -errno, "%s: %s", dir, strerror(errno));
 	}
 	for (i = 0; i < n; i++) {
@@ -292,7 +301,7 @@ static int write_shards(struct pt_ckpt *ck, const struct pt_xlist *xl,
 			pt_buf_printf(&name, "%s/model-%05zu-of-%05zu.safetensors",
 				      dir, s + 1, ns);
 		rc = write_file(ck, xl, idx + first[s], first[s + 1] - first[s],
-				name.p, opts, err);
+				name.p, opts, &o[s], err);
 		for (i = first[s]; i < first[s + 1]; i++) {
 			const char *k = xl->v[idx[i]].key;
 			pt_buf_puts(&ix, i ? ",\n    \"" : "\n    \"");
@@ -306,14 +315,20 @@ static int write_shards(struct pt_ckpt *ck, const struct pt_xlist *xl,
 	if (!rc && ns > 1) {
 		name.len = 0;
 		pt_buf_printf(&name, "%s/model.safetensors.index.json", dir);
-		rc = pt_xout_open(&o, name.p, err);
-		o.nosync = opts->no_fsync;
+		rc = pt_xout_open(&o[ns], name.p, err);
+		o[ns].nosync = opts->no_fsync;
 		if (!rc)
-			rc = pt_xout_write(&o, ix.p, ix.len, err);
-		if (!rc)
-			rc = pt_xout_commit(&o, ck, err);
-		pt_xout_abort(&o);
+			rc = pt_xout_write(&o[ns], ix.p, ix.len, err);
 	}
+	/* every shard written: only now do they (then the index) appear */
+	for (s = 0; s <= ns && !rc; s++)
+		if (o[s].path)
+			rc = pt_xout_commit(&o[s], ck, err);
+	for (s = 0; s <= ns; s++)
+		pt_xout_abort(&o[s]);
+	if (rc && made)
+		(void)rmdir(dir);       /* the directory we made, if still empty */
+	free(o);
 	pt_buf_free(&name);
 	pt_buf_free(&ix);
 	free(first);
@@ -332,10 +347,16 @@ int pt_export_safetensors(struct pt_ckpt *ck, const char *out,
 	if (rc)
 		return rc;
 	rc = pt__st_plan(&xl, opts, &idx, &n, notes, err);
-	if (!rc && opts->shard_size)
+	if (!rc && opts->shard_size) {
 		rc = write_shards(ck, &xl, idx, n, out, opts, err);
-	else if (!rc)
-		rc = write_file(ck, &xl, idx, n, out, opts, err);
+	} else if (!rc) {
+		struct pt_xout o = { .fd = -1 };
+
+		rc = write_file(ck, &xl, idx, n, out, opts, &o, err);
+		if (!rc)
+			rc = pt_xout_commit(&o, ck, err);
+		pt_xout_abort(&o);
+	}
 	free(idx);
 	pt_export_list_free(&xl);
 	return rc;

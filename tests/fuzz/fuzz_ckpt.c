@@ -7,7 +7,8 @@
  * tree depth-first with an explicit stack (at most FUZZ_NODES nodes, since
  * shared references may make it exponentially large), stats every node,
  * reads every file in pieces and generates what the front ends show
- * (tree.json, info, tensor metadata, xattrs).  Invariants: a read of @n at
+ * (tree.json, info, tensor metadata, xattrs, the weights-only verdict).
+ * Invariants: a read of @n at
  * @off returns exactly min(size - off, n) bytes, and the same bytes
  * whatever the piece size; names are non-empty with no '/'; lookups by name
  * find the same node.
@@ -15,6 +16,7 @@
 #include <string.h>
 
 #include "ckpt/ckpt.h"
+#include "export/export.h"
 #include "fuzz.h"
 
 #define FUZZ_NODES 20000
@@ -169,6 +171,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	b.len = 0;
 	pt_ckpt_info(ck, &b);
 	FUZZ_CHECK(!b.oom);
+	b.len = 0;
+	rc = pt_weights_only(ck, &b);     /* the opcode scanner on any pickle */
+	FUZZ_CHECK((rc == 0 || rc == 1) && b.len > 0);
 	pt_buf_free(&b);
 	pt_ckpt_close(ck);
 	return 0;

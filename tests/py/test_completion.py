@@ -49,6 +49,8 @@ def test_commands_and_options(ck):
     assert complete(PTFS, "export", "--to", "s") == ["safetensors"]
     assert set(complete(PTFS, "set", "-")) == {"-v", "-o"}
     assert set(complete(PTFS, "diff", "-")) == {"--json", "-q", "-j", "--nested", "-o"}
+    assert complete(PTFS, "export", "model.pt", "--to", "s") == ["safetensors"]
+    assert complete(PTFS, "tree", "--j") == ["--json"]
 
 
 def test_o_names():

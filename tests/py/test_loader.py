@@ -13,7 +13,7 @@ import torch
 
 import make_ckpts
 import oracle
-from conftest import FIXTURES, PTFS, ROOT, fixture_rows, run
+from conftest import FIXTURES, PTFS, ROOT, fixture_corpus, fixture_rows
 
 sys.path.insert(0, os.path.join(ROOT, "contrib", "python"))
 import ptfs_load  # noqa: E402
@@ -74,7 +74,7 @@ def same(a, b, path=""):
     assert isinstance(a, dict), (path, type(b))
 
 
-GEN = ["every_dtype", "views", "tied", "optimizer", "nested", "single_tensor",
+GEN = ["every_dtype", "views", "tied", "optimizer", "nested", "single_tensor", "odd_keys",
        "single_int", "numpy_arrays", "namespace"]
 
 
@@ -119,22 +119,12 @@ def test_loader_refuses_clearly(tmp_path):
 
 
 ROWS = [r for r in fixture_rows() if "/malicious/" not in r["local_name"]
-        and r["torch113_loads"] == "ok"]
+        and r["torch113_loads"] == "ok" and r["container"] in ("zip", "legacy-pickle")]
 
 
-def test_loader_fixtures_present():
-    if not ROWS:
-        if os.environ.get("PTFS_REQUIRE_FIXTURES") == "1":
-            pytest.fail("no fixtures at %s" % FIXTURES)
-        pytest.skip("no ../shared/fixtures")
-
-
+@fixture_corpus
 @pytest.mark.parametrize("row", ROWS, ids=lambda r: r["local_name"] if isinstance(r, dict) else "none")
 def test_loader_fixture(row):
     path = os.path.join(FIXTURES, row["local_name"])
-    if run("ls", path).returncode != 0:
-        pytest.skip("format not read by ptfs")
     obj = torch.load(path, map_location="cpu", weights_only=True)
-    if isinstance(obj, torch.jit.ScriptModule):
-        pytest.skip("TorchScript: a module's state is compared by test_fixtures")
-    same(load(path), obj if oracle.is_dir(obj) else obj)
+    same(load(path), obj)
