@@ -1435,7 +1435,7 @@ static void key_json(const struct pt_value *k, struct pt_buf *out)
 
 	if (k && k->kind == PT_V_STR) {
 		pt_buf_puts(out, ", \"key\": \"");
-		pt_buf_json_str(out, k->u.s.p, k->u.s.len);
+		pt_json_str(out, k->u.s.p, k->u.s.len);
 		pt_buf_putc(out, '"');
 		return;
 	}
