@@ -240,6 +240,21 @@ def test_faults_are_retried(served, cache):
         assert p.faults == []
 
 
+def test_stalled_transfer_is_given_up_and_sent_again(served, cache):
+    """A request that gets no answer is abandoned after a quarter of the
+    deadline (-o timeout=12: 3 s) and sent again, within the deadline."""
+    n, objs, _ = served
+    with rs.FaultProxy(n.port) as p:
+        p.stall_s = 30
+        p.faults = [None, None, "stall"]     # the open's two, then the tensor
+        t = time.time()
+        r = ptfs("cat", *o(cache, "timeout=12"), p.url("big.pt"), "w")
+        assert r.returncode == 0, r.stderr
+        assert r.stdout == oracle.tensor_bytes(objs["big.pt"]["w"])
+        assert 2.5 < time.time() - t < 12
+        assert p.faults == []
+
+
 def test_deadline_gives_one_line(served, cache):
     n, _, _ = served
     with rs.FaultProxy(n.port) as p:
