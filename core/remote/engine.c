@@ -557,6 +557,10 @@ int rm_engine_get(struct pt_error *err)
 {
 	int rc = 0;
 
+	int lrc = rm_curl_load(err);
+
+	if (lrc)
+		return lrc;
 	pthread_once(&rm_once, rm_global_init);
 	if (rm_global_rc != CURLE_OK)
 		return pt_fail(err, -EIO, "libcurl: %s",
