@@ -12,7 +12,7 @@
 #include <archive.h>
 #endif
 #ifdef PTFS_HAVE_REMOTE
-#include <curl/curl.h>
+#include <curl/curlver.h>
 #endif
 
 #include "ptfs.h"
@@ -39,7 +39,9 @@ void ptfs_version(FILE *f)
 	fprintf(f, ", %s", archive_version_string());
 #endif
 #ifdef PTFS_HAVE_REMOTE
-	fprintf(f, ", libcurl %s", curl_version_info(CURLVERSION_NOW)->version);
+	/* libcurl is loaded on the first URL (core/remote/curl_dl.c), not
+	 * for --version: the version it was built against */
+	fprintf(f, ", libcurl %s (loaded on the first URL)", LIBCURL_VERSION);
 #endif
 	fputc('\n', f);
 }
