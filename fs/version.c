@@ -4,6 +4,8 @@
  * this build reads, and the libraries it runs with (the versions loaded at run time
  * where the library can say so), so a bug report says what was built.
  */
+#include "ptfs.h"
+
 #include <stdio.h>
 
 #include <fuse_lowlevel.h>
@@ -15,7 +17,6 @@
 #include <curl/curlver.h>
 #endif
 
-#include "ptfs.h"
 
 void ptfs_version(FILE *f)
 {
