@@ -40,8 +40,9 @@ void ptfs_version(FILE *f)
 	fprintf(f, ", %s", archive_version_string());
 #endif
 #ifdef PTFS_HAVE_REMOTE
-	/* the header's version: ptfs may load libcurl only for a URL */
-	fprintf(f, ", libcurl %s (build)", LIBCURL_VERSION);
+	/* libcurl is loaded on the first URL (core/remote/curl_dl.c), not
+	 * for --version: the version it was built against */
+	fprintf(f, ", libcurl %s (loaded on the first URL)", LIBCURL_VERSION);
 #endif
 	fputc('\n', f);
 }

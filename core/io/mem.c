@@ -130,6 +130,7 @@ int pt_source_sub(const struct pt_source *parent, uint64_t off,
 	b->s.ops = &sub_ops;
 	b->s.size = len;
 	b->s.name = name;
+	b->s.costly_reads = parent->costly_reads;
 	b->s.mtime = parent->mtime;
 	b->s.priv = b;
 	*out = &b->s;

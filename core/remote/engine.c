@@ -144,7 +144,10 @@ int rm_http_setup(CURL *h, const struct pt_remote *r, const char *url,
 		  struct curl_slist **hdrs)
 {
 	const char *ca = r->o.cafile ? r->o.cafile : rm_env("CURL_CA_BUNDLE");
-	long slow = r->o.timeout_s < 15 ? (long)r->o.timeout_s : 15;
+	/* a stalled transfer is given up (and sent again) after a quarter of
+	 * the deadline, 2 to 15 s, so that retries fit in the deadline */
+	long slow = (long)r->o.timeout_s / 4 < 2 ? 2 :
+		    (long)r->o.timeout_s / 4 > 15 ? 15 : (long)r->o.timeout_s / 4;
 
 	curl_easy_setopt(h, CURLOPT_URL, url);
 	curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
@@ -157,9 +160,9 @@ int rm_http_setup(CURL *h, const struct pt_remote *r, const char *url,
 	curl_easy_setopt(h, CURLOPT_PIPEWAIT, strncmp(url, "https:", 6) ? 0L : 1L);
 	curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
 	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, slow ? slow : 1L);
+	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, slow);
 	curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
-	curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, slow ? slow : 1L);
+	curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, slow);
 	curl_easy_setopt(h, CURLOPT_USERAGENT, "ptfs/" PTFS_VERSION);
 	/* fewer, larger writes into the cache (default 16 KiB) */
 	curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 512L * 1024);
@@ -554,6 +557,10 @@ int rm_engine_get(struct pt_error *err)
 {
 	int rc = 0;
 
+	int lrc = rm_curl_load(err);
+
+	if (lrc)
+		return lrc;
 	pthread_once(&rm_once, rm_global_init);
 	if (rm_global_rc != CURLE_OK)
 		return pt_fail(err, -EIO, "libcurl: %s",

@@ -501,6 +501,8 @@ static int rm_open_fail(struct pt_remote *r, const struct rm_job *j,
 			" (no AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY set)";
 	if (rc == -ENOENT)
 		hint = " (not found)";
+	else if (rc == -ENXIO)
+		hint = " (an empty object: not a checkpoint)";
 	if (r->u.kind == RM_HTTP)
 		return pt_fail(err, rc, "%s: %s%s", r->u.display, j->msg, hint);
 	return pt_fail(err, rc, "%s (%s%s): %s%s", r->u.display, r->u.prefix,

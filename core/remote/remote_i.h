@@ -11,7 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include <curl/curl.h>
+#include "remote/curl_dl.h"
 
 #include "remote/remote.h"
 

@@ -240,6 +240,21 @@ def test_faults_are_retried(served, cache):
         assert p.faults == []
 
 
+def test_stalled_transfer_is_given_up_and_sent_again(served, cache):
+    """A request that gets no answer is abandoned after a quarter of the
+    deadline (-o timeout=12: 3 s) and sent again, within the deadline."""
+    n, objs, _ = served
+    with rs.FaultProxy(n.port) as p:
+        p.stall_s = 30
+        p.faults = [None, None, "stall"]     # the open's two, then the tensor
+        t = time.time()
+        r = ptfs("cat", *o(cache, "timeout=12"), p.url("big.pt"), "w")
+        assert r.returncode == 0, r.stderr
+        assert r.stdout == oracle.tensor_bytes(objs["big.pt"]["w"])
+        assert 2.5 < time.time() - t < 12
+        assert p.faults == []
+
+
 def test_deadline_gives_one_line(served, cache):
     n, _, _ = served
     with rs.FaultProxy(n.port) as p:
@@ -423,3 +438,30 @@ def test_hub_cdn_url_expiry_goes_back_to_the_hub(served, cache):
         shutil.rmtree(os.path.join(n.root, c1))
         if os.path.exists(expired):
             os.unlink(expired)
+
+
+@needs_fuse
+def test_two_mounts_share_one_cache(served, cache):
+    """Two mounts of one URL at once, one cache: both read every byte right
+    while they fill the same sparse file and bitmap."""
+    n, objs, _ = served
+    url = n.url("big.pt")
+    want = oracle.tensor_bytes(objs["big.pt"]["w"])
+    with mounted(url, *o(cache)) as m1, mounted(url, *o(cache)) as m2:
+        got = {}
+
+        def read(k, mnt):
+            with open(os.path.join(mnt, "w"), "rb") as f:
+                got[k] = f.read()
+
+        ts = [threading.Thread(target=read, args=(k, m)) for k, m in ((1, m1), (2, m2))]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(120)
+        assert got.get(1) == want and got.get(2) == want
+    m = n.mark()
+    with mounted(url, *o(cache)) as m3:
+        with open(os.path.join(m3, "w"), "rb") as f:
+            assert f.read() == want
+    assert len(n.since(m, "big.pt")) == 1          # the 304, nothing else

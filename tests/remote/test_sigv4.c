@@ -241,6 +241,12 @@ int main(void)
 		cmocka_unit_test(test_urls),
 	};
 
+	struct pt_error err = { 0 };
+
+	if (rm_curl_load(&err)) {
+		fprintf(stderr, "test_sigv4: %s\n", err.msg);
+		return 1;
+	}
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
