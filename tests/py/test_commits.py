@@ -464,8 +464,15 @@ def reflink_fs(request, tmp_path):
         mounted_fs = True
         yield mnt
     finally:
+        # a ptfs daemon that served a file here may still be exiting
+        for _ in range(100):
+            if not mounted_fs or subprocess.run(["umount", mnt],
+                                                capture_output=True).returncode == 0:
+                mounted_fs = False
+                break
+            time.sleep(0.1)
         if mounted_fs:
-            subprocess.run(["umount", mnt], capture_output=True)
+            subprocess.run(["umount", "-l", mnt], capture_output=True)
         if dev:
             subprocess.run(["losetup", "-d", dev], capture_output=True)
         os.rmdir(mnt)
