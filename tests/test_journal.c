@@ -422,6 +422,42 @@ static void test_live_committer(void **state)
 	pt_journal_lock_wait_ms = 30000;
 }
 
+/* An interrupted commit, then the file is written again in place (same
+ * inode, same size: torch.save to the same path): recovery must not put
+ * the old bytes into the newer file. */
+static void test_rewritten_after_crash(void **state)
+{
+	struct pt_error err;
+	char note[512];
+	uint8_t *other = malloc(FSIZE);
+	uint8_t *got;
+	size_t n;
+	pid_t pid;
+	int st;
+
+	(void)state;
+	assert_non_null(other);
+	memset(other, 0x3C, FSIZE);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		pt_fault_set("patch", 2, -1);
+		_exit(pt_patch_inplace(g_file, g_p, 3, NULL, &err) ? 1 : 0);
+	}
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(exists(g_jrnl));
+	write_file(g_file, other, FSIZE);       /* O_TRUNC: same inode */
+	pt_error_clear(&err);
+	assert_int_equal(pt_journal_recover(g_file, note, sizeof(note), &err), -EBUSY);
+	assert_non_null(strstr(err.msg, "neither the old nor the new"));
+	got = read_file(g_file, &n);
+	assert_int_equal(n, FSIZE);
+	assert_memory_equal(got, other, FSIZE);
+	assert_true(exists(g_jrnl));
+	free(got);
+	free(other);
+}
+
 static void *resume_later(void *arg)
 {
 	usleep(300000);
@@ -529,6 +565,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_fuzzed_journal, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_live_committer, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_second_committer, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_rewritten_after_crash, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_foreign_journal, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_symlink_and_clone, setup, teardown),
 	};

@@ -24,7 +24,8 @@
 #define J_TRAILER 12u
 #define J_VERSION 1u
 #define J_CHUNK (1u << 20)
-#define J_MAX_RANGES (1u << 24)
+#define J_MAX_RANGES (1u << 20)
+#define J_SECTOR 512u           /* new-bytes CRC granularity (disk sector) */
 
 /* Stream the new bytes of @p into @fd (step "patch" per write). */
 static int write_patch(int fd, const struct pt_patch *p, uint8_t *buf,
@@ -229,8 +230,46 @@ char *pt_journal_path(const char *path)
 	return j;
 }
 
+/* Sectors of a range of @len bytes (CRC'd one by one). */
+static uint64_t sectors(uint64_t len)
+{
+	return len / J_SECTOR + (len % J_SECTOR != 0);
+}
+
+/* Append the CRC-32 of each J_SECTOR bytes of @p's NEW contents: recovery
+ * then knows every sector of the range must hold its old or its new bytes,
+ * and anything else means the file was rewritten since (journal.h). */
+static int write_new_crcs(int jfd, const struct pt_patch *p, uint8_t *buf,
+			  uint64_t *pos, uint32_t *crc)
+{
+	uint8_t out[4 * (J_CHUNK / J_SECTOR)];
+	uint64_t at;
+	int rc = 0;
+
+	for (at = 0; rc == 0 && at < p->len;) {
+		size_t k = p->len - at < J_CHUNK ? (size_t)(p->len - at) : J_CHUNK;
+		const uint8_t *src = buf;
+		size_t o, m = 0;
+
+		if (p->read)
+			rc = p->read(p->ctx, buf, k, at);
+		else
+			src = (const uint8_t *)p->data + at;
+		for (o = 0; rc == 0 && o < k; o += J_SECTOR, m += 4)
+			pt_put32(out + m, libdeflate_crc32(0, src + o,
+							   k - o < J_SECTOR ? k - o : J_SECTOR));
+		if (rc)
+			break;
+		*crc = libdeflate_crc32(*crc, out, m);
+		rc = pt_pwrite_full(jfd, out, m, *pos, "jwrite");
+		*pos += m;
+		at += k;
+	}
+	return rc;
+}
+
 /* Write the journal for @p into @jfd: header, ranges, old bytes of @in,
- * trailer; then fsync it. */
+ * the new bytes' sector CRCs, trailer; then fsync it. */
 static int journal_write(int jfd, int in, const struct stat *st,
 			 const struct pt_patch *p, size_t n, uint8_t *buf,
 			 const char *jpath, struct pt_error *err)
@@ -253,6 +292,7 @@ static int journal_write(int jfd, int in, const struct stat *st,
 	pt_put64(h + 24, n);
 	pt_put64(h + 32, old);
 	pt_put64(h + 40, (uint64_t)st->st_ino);
+	pt_put64(h + 48, J_SECTOR);
 	pt_put32(h + 56, libdeflate_crc32(0, h, 56));
 	for (i = 0; i < n && rc == 0; i++) {
 		uint8_t r[16];
@@ -280,6 +320,8 @@ static int journal_write(int jfd, int in, const struct stat *st,
 			at += k;
 		}
 	}
+	for (i = 0; i < n && rc == 0; i++)
+		rc = write_new_crcs(jfd, &p[i], buf, &pos, &crc);
 	pt_put32(t, crc);
 	memcpy(t + 4, J_END, 8);
 	if (!rc)
@@ -471,20 +513,81 @@ struct jinfo {
 	uint64_t n;
 	uint64_t old;
 	uint64_t *ranges;       /* 2n: off, len */
+	uint64_t crc_off;       /* where the new bytes' sector CRCs start */
 	bool done;              /* marked finished */
 };
+
+/* The range table of @j (already sized) from @jfd: sorted, disjoint,
+ * inside the file, adding up to the old bytes; the sector CRCs' size. */
+static int read_ranges(int jfd, struct jinfo *j, uint64_t *crc_bytes,
+		       char *why, size_t cap)
+{
+	uint64_t i, sum = 0, end = 0;
+	uint8_t *raw = (uint8_t *)j->ranges;
+
+	if (pt_pread_full(jfd, raw, (size_t)(16 * j->n), J_HDR) != 0) {
+		snprintf(why, cap, "truncated range table");
+		return -EBADMSG;
+	}
+	*crc_bytes = 0;
+	for (i = 0; i < 2 * j->n; i++)
+		j->ranges[i] = pt_le64(raw + 8 * i);
+	for (i = 0; i < j->n; i++) {
+		uint64_t off = j->ranges[2 * i], len = j->ranges[2 * i + 1];
+
+		if (off > j->size || len > j->size - off || off < end) {
+			snprintf(why, cap, "range %llu outside the file or out of order",
+				 (unsigned long long)i);
+			return -EBADMSG;
+		}
+		end = off + len;
+		sum += len;             /* <= size: the ranges are disjoint */
+		*crc_bytes += 4 * sectors(len);
+	}
+	if (sum != j->old) {
+		snprintf(why, cap, "ranges add up to %llu bytes, not %llu",
+			 (unsigned long long)sum, (unsigned long long)j->old);
+		return -EBADMSG;
+	}
+	return 0;
+}
+
+/* CRC-32 of the journal body [J_HDR, @end) against the trailer's. */
+static int check_body(int jfd, uint64_t end, char *why, size_t cap)
+{
+	uint8_t t[J_TRAILER];
+	uint8_t *buf = malloc(J_CHUNK);
+	uint32_t crc = 0;
+	uint64_t pos;
+
+	if (!buf) {
+		snprintf(why, cap, "out of memory");
+		return -ENOMEM;
+	}
+	for (pos = J_HDR; pos < end;) {
+		size_t k = end - pos < J_CHUNK ? (size_t)(end - pos) : J_CHUNK;
+
+		if (pt_pread_full(jfd, buf, k, pos) != 0)
+			break;
+		crc = libdeflate_crc32(crc, buf, k);
+		pos += k;
+	}
+	free(buf);
+	if (pos != end || pt_pread_full(jfd, t, J_TRAILER, end) != 0 ||
+	    pt_le32(t) != crc || memcmp(t + 4, J_END, 8) != 0) {
+		snprintf(why, cap, "checksum mismatch");
+		return -EBADMSG;
+	}
+	return 0;
+}
 
 /* 0 valid, -EBADMSG with a reason in @why when incomplete or damaged. */
 static int journal_read(int jfd, struct jinfo *j, char *why, size_t cap)
 {
 	struct stat st;
 	uint8_t h[J_HDR];
-	uint8_t t[J_TRAILER];
-	uint8_t *buf;
-	uint64_t pos;
-	uint64_t end;
-	uint32_t crc = 0;
-	uint64_t i;
+	uint64_t crc_bytes = 0;
+	int rc;
 
 	memset(j, 0, sizeof(*j));
 	if (fstat(jfd, &st) != 0 || (uint64_t)st.st_size < J_HDR + J_TRAILER ||
@@ -495,6 +598,7 @@ static int journal_read(int jfd, struct jinfo *j, char *why, size_t cap)
 	j->done = memcmp(h, J_DONE, 8) == 0;
 	if ((!j->done && memcmp(h, J_MAGIC, 8) != 0) ||
 	    pt_le32(h + 8) != J_VERSION || pt_le32(h + 12) != J_HDR ||
+	    pt_le64(h + 48) != J_SECTOR ||
 	    pt_le32(h + 56) != libdeflate_crc32(0, h, 56) || pt_le32(h + 60) != 0) {
 		snprintf(why, cap, "bad header");
 		return j->done ? 0 : -EBADMSG;
@@ -506,48 +610,74 @@ static int journal_read(int jfd, struct jinfo *j, char *why, size_t cap)
 	j->old = pt_le64(h + 32);
 	j->ino = pt_le64(h + 40);
 	if (j->n > J_MAX_RANGES || j->old > (uint64_t)st.st_size ||
-	    J_HDR + 16 * j->n + j->old + J_TRAILER != (uint64_t)st.st_size) {
+	    J_HDR + 16 * j->n + j->old + J_TRAILER > (uint64_t)st.st_size) {
 		snprintf(why, cap, "truncated or damaged (%lld bytes)",
 			 (long long)st.st_size);
 		return -EBADMSG;
 	}
 	j->ranges = malloc((size_t)(16 * j->n + 1));
-	buf = malloc(J_CHUNK);
-	if (!j->ranges || !buf) {
-		free(buf);
+	if (!j->ranges) {
 		snprintf(why, cap, "out of memory");
 		return -ENOMEM;
 	}
-	end = (uint64_t)st.st_size - J_TRAILER;
-	for (pos = J_HDR; pos < end;) {
-		size_t k = end - pos < J_CHUNK ? (size_t)(end - pos) : J_CHUNK;
-
-		if (pt_pread_full(jfd, buf, k, pos) != 0)
-			break;
-		if (pos < J_HDR + 16 * j->n) {
-			uint64_t upto = J_HDR + 16 * j->n - pos;
-
-			memcpy((uint8_t *)j->ranges + (pos - J_HDR), buf,
-			       (size_t)(upto < k ? upto : k));
-		}
-		crc = libdeflate_crc32(crc, buf, k);
-		pos += k;
-	}
-	free(buf);
-	if (pos != end || pt_pread_full(jfd, t, J_TRAILER, end) != 0 ||
-	    pt_le32(t) != crc || memcmp(t + 4, J_END, 8) != 0) {
-		snprintf(why, cap, "checksum mismatch");
+	rc = read_ranges(jfd, j, &crc_bytes, why, cap);
+	if (rc)
+		return rc;
+	j->crc_off = J_HDR + 16 * j->n + j->old;
+	if (j->crc_off + crc_bytes + J_TRAILER != (uint64_t)st.st_size) {
+		snprintf(why, cap, "truncated or damaged (%lld bytes)",
+			 (long long)st.st_size);
 		return -EBADMSG;
 	}
-	for (i = 0; i < 2 * j->n; i++)
-		j->ranges[i] = pt_le64((uint8_t *)&j->ranges[i]);
-	for (i = 0; i < j->n; i++)
-		if (j->ranges[2 * i] > j->size ||
-		    j->ranges[2 * i + 1] > j->size - j->ranges[2 * i]) {
-			snprintf(why, cap, "range outside the file");
-			return -EBADMSG;
+	return check_body(jfd, (uint64_t)st.st_size - J_TRAILER, why, cap);
+}
+
+/*
+ * Before writing anything back: every sector of every range must hold
+ * either its old bytes (in the journal) or its new ones (their CRC is in
+ * the journal).  Anything else means the file was written since the
+ * interrupted commit (say, torch.save again to the same inode): rolling
+ * back would put stale bytes into a newer checkpoint.  -EBUSY then.
+ */
+static int verify_sectors(int jfd, int fd, const struct jinfo *j,
+			  const char *real, struct pt_error *err)
+{
+	uint8_t *old = malloc(J_CHUNK), *cur = malloc(J_CHUNK);
+	uint8_t crcs[4 * (J_CHUNK / J_SECTOR)];
+	uint64_t pos = J_HDR + 16 * j->n, cpos = j->crc_off, i;
+	int rc = old && cur ? 0 : -ENOMEM;
+
+	for (i = 0; i < j->n && rc == 0; i++) {
+		uint64_t off = j->ranges[2 * i], len = j->ranges[2 * i + 1], at;
+
+		for (at = 0; rc == 0 && at < len;) {
+			size_t k = len - at < J_CHUNK ? (size_t)(len - at) : J_CHUNK;
+			size_t o, m = 0;
+
+			rc = pt_pread_full(jfd, old, k, pos);
+			if (!rc)
+				rc = pt_pread_full(fd, cur, k, off + at);
+			if (!rc)
+				rc = pt_pread_full(jfd, crcs, 4 * (size_t)sectors(k), cpos);
+			for (o = 0; rc == 0 && o < k; o += J_SECTOR, m += 4) {
+				size_t sl = k - o < J_SECTOR ? k - o : J_SECTOR;
+				uint32_t c = libdeflate_crc32(0, cur + o, sl);
+
+				if (memcmp(cur + o, old + o, sl) != 0 && c != pt_le32(crcs + m))
+					rc = pt_fail(err, -EBUSY,
+						     "%s: changed since the interrupted commit of its journal (bytes at %llu are neither the old nor the new ones): not rolled back; move the journal away once the checkpoint is known good",
+						     real, (unsigned long long)(off + at + o));
+			}
+			pos += k;
+			cpos += 4 * sectors(k);
+			at += k;
 		}
-	return 0;
+	}
+	free(old);
+	free(cur);
+	if (rc && rc != -EBUSY)
+		return pt_fail(err, rc, "%s: %s", real, strerror(-rc));
+	return rc;
 }
 
 /* Write the journal's old bytes back into @fd and fsync it. */
@@ -596,6 +726,8 @@ static int roll_back(const char *jpath, const char *real, int fd,
 	if (jfd < 0)
 		return pt_fail(err, -errno, "%s: %s", jpath, strerror(errno));
 	rc = journal_read(jfd, &j, why, sizeof(why));
+	if (rc == 0 && !j.done)
+		rc = verify_sectors(jfd, fd, &j, real, err);
 	if (rc == 0 && !j.done)
 		rc = restore(jfd, fd, &j, real, err);
 	else if (rc)

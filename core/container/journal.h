@@ -20,8 +20,11 @@
  *    fully written, and FILE is only touched after the complete journal is
  *    durable, so FILE was never touched -- the old file.  The journal is
  *    set aside as FILE.ptfs-journal.invalid (never deleted: evidence);
- *  - valid but for another file (size or inode differ): nothing is
- *    touched, and the checkpoint is refused (-EBUSY) until a person looks.
+ *  - valid but for another file (size or inode differ), or for a file
+ *    written again since (a sector of a range holds neither its old bytes
+ *    nor the new ones, whose per-512-byte CRCs the journal keeps: say
+ *    torch.save to the same path after the crash): nothing is touched,
+ *    and the checkpoint is refused (-EBUSY) until a person looks.
  *
  * A committer holds an exclusive flock() on FILE from before it creates
  * the journal until the journal is gone; recovery takes the same lock
@@ -31,9 +34,11 @@
  *
  * Layout (little-endian): "PTFSJRNL" (or "PTFSDONE" once finished), u32
  * version 1, u32 header size 64, u64 file size, u64 range count, u64 old
- * bytes, u64 inode, u64 0, u32 CRC-32 of bytes 0..55, u32 0; then per
- * range u64 offset, u64 length; then the old bytes of the ranges in
- * order; then u32 CRC-32 of everything from byte 64, "PTFSJEND".
+ * bytes, u64 inode, u64 sector size 512, u32 CRC-32 of bytes 0..55, u32 0;
+ * then per range u64 offset, u64 length (sorted, disjoint, adding up to
+ * the old bytes); then the old bytes of the ranges in order; then the
+ * CRC-32 of each 512 bytes of each range's new bytes; then u32 CRC-32 of
+ * everything from byte 64, "PTFSJEND".
  */
 #ifndef PTFS_CORE_CONTAINER_JOURNAL_H
 #define PTFS_CORE_CONTAINER_JOURNAL_H

@@ -539,3 +539,28 @@ def test_clone_refused_where_unsupported(tmp_path):
     if r.returncode == 0:
         pytest.skip("%s can clone files" % tmp_path)
     assert b"cannot clone" in r.stderr and len(r.stderr.splitlines()) == 1
+
+
+def test_resaved_after_crash_is_not_rolled_back(tmp_path):
+    """An in-place commit is killed; the training job then torch.saves the
+    checkpoint again to the same path (same inode, same size).  The next
+    ptfs command must not put the journal's old bytes into the newer file."""
+    ck = save_pt(str(tmp_path / "m.pt"))
+    new = np.full(3072, 2, dtype=np.int32).tobytes()
+    r = subprocess.run([PTFS, "set", "-o", "commit=inplace", ck, "w"], input=new,
+                       capture_output=True, timeout=60,
+                       env=dict(os.environ, PTFS_FAULT="patch:2:KILL"))
+    assert r.returncode == -signal.SIGKILL
+    assert os.path.exists(ck + ".ptfs-journal")
+    ino = os.stat(ck).st_ino
+    newer = {"w": torch.arange(3072, dtype=torch.int32) * 5,
+             "b": torch.arange(100, dtype=torch.int64) * 3}
+    torch.save(newer, ck)
+    assert os.stat(ck).st_ino == ino
+    before = open(ck, "rb").read()
+    r = run("ls", ck)
+    assert r.returncode == 1
+    assert b"neither the old nor the new" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert open(ck, "rb").read() == before
+    assert torch.equal(torch.load(ck, weights_only=True)["w"], newer["w"])
