@@ -23,6 +23,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "container/journal.h"
@@ -159,6 +160,29 @@ static void test_inplace(void **state)
 	assert_int_equal(stat(g_file, &b), 0);
 	assert_int_equal(a.st_ino, b.st_ino);     /* in place */
 	assert_int_equal(pt_journal_recover(g_file, note, sizeof(note), &err), 0);
+}
+
+/* A patch in place writes the file: the kernel then drops its file
+ * capabilities (and, for other users, set-id bits); they come back. */
+static void test_inplace_keeps_privs(void **state)
+{
+	static const unsigned char cap[20] = { 1, 0, 0, 2, 0, 0x20 };
+	struct pt_error err;
+	struct stat st;
+	char v[32];
+
+	(void)state;
+	assert_int_equal(chmod(g_file, 02755), 0);
+	if (setxattr(g_file, "security.capability", cap, sizeof(cap), 0) != 0) {
+		print_message("skipped: cannot set security.capability here\n");
+		return;
+	}
+	pt_error_clear(&err);
+	assert_int_equal(pt_patch_inplace(g_file, g_p, 3, NULL, &err), 0);
+	assert_int_equal(which(), 1);
+	assert_int_equal(stat(g_file, &st), 0);
+	assert_int_equal(st.st_mode & 07777, 02755);
+	assert_int_equal(getxattr(g_file, "security.capability", v, sizeof(v)), 20);
 }
 
 static void test_faults(void **state)
@@ -558,6 +582,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_inplace, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_inplace_keeps_privs, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_faults, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_crash_everywhere, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_incomplete_journal, setup, teardown),

@@ -198,6 +198,7 @@ static void test_mode_owner_xattr(void **state)
 	char v[64];
 	ssize_t n;
 	bool have_xattr;
+	bool have_cap;
 
 	(void)state;
 	put("f", "old");
@@ -206,9 +207,20 @@ static void test_mode_owner_xattr(void **state)
 	if (geteuid() == 0)
 		assert_int_equal(chown(p, 65534, 65534), 0);
 	assert_int_equal(chmod(p, 02640), 0);
+	{
+		/* cap_net_raw+ep (VFS_CAP_REVISION_2): only root may set it,
+		 * and every write to a file removes it */
+		static const unsigned char cap[20] = { 1, 0, 0, 2, 0, 0x20 };
+
+		have_cap = setxattr(p, "security.capability", cap, sizeof(cap), 0) == 0;
+	}
 	assert_int_equal(replace_text("f", "new", &err), 0);
 	assert_int_equal(stat(p, &st), 0);
 	assert_int_equal(st.st_mode & 07777, 02640);
+	if (have_cap)
+		assert_int_equal(getxattr(p, "security.capability", v, sizeof(v)), 20);
+	else
+		print_message("skipped: cannot set security.capability here\n");
 	if (geteuid() == 0) {
 		assert_int_equal(st.st_uid, 65534);
 		assert_int_equal(st.st_gid, 65534);

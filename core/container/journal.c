@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "base/rd.h"
@@ -382,15 +383,46 @@ static int roll_back(const char *jpath, const char *real, int fd,
 		     struct pt_error *err);
 
 /* The in-place patch proper, between the journal and its removal. */
+/*
+ * Writing to a file clears its set-id bits (unless the writer may keep
+ * them) and its file capabilities (always): what a patch or a rollback
+ * writes in place must not change more than the bytes.  Saved before,
+ * put back after the writes (best effort: only who could set them can).
+ */
+struct privs {
+	mode_t mode;
+	uint8_t cap[64];
+	ssize_t caplen;
+};
+
+static void privs_save(int fd, struct privs *pv)
+{
+	struct stat st;
+
+	pv->mode = fstat(fd, &st) == 0 ? st.st_mode & 07777 : 0;
+	pv->caplen = fgetxattr(fd, "security.capability", pv->cap, sizeof(pv->cap));
+}
+
+static void privs_put(int fd, const struct privs *pv)
+{
+	if (pv->mode & 06000)
+		(void)fchmod(fd, pv->mode);
+	if (pv->caplen > 0)
+		(void)fsetxattr(fd, "security.capability", pv->cap, (size_t)pv->caplen, 0);
+}
+
 static int patch_all(int fd, int jfd, const char *real, const char *jpath,
 		     const struct pt_patch *p, size_t n, uint8_t *buf,
 		     struct pt_error *err)
 {
+	struct privs pv;
 	size_t i;
 	int rc = 0;
 
+	privs_save(fd, &pv);
 	for (i = 0; i < n && rc == 0; i++)
 		rc = write_patch(fd, &p[i], buf, real, err);
+	privs_put(fd, &pv);
 	if (!rc) {
 		rc = pt_fault("pfsync");
 		if (!rc && fsync(fd) != 0)
@@ -684,6 +716,7 @@ static int verify_sectors(int jfd, int fd, const struct jinfo *j,
 static int restore(int jfd, int fd, const struct jinfo *j, const char *real,
 		   struct pt_error *err)
 {
+	struct privs pv;
 	uint8_t *buf = malloc(J_CHUNK);
 	uint64_t pos = J_HDR + 16 * j->n;
 	uint64_t i;
@@ -691,6 +724,7 @@ static int restore(int jfd, int fd, const struct jinfo *j, const char *real,
 
 	if (!buf)
 		return pt_fail(err, -ENOMEM, "out of memory");
+	privs_save(fd, &pv);
 	for (i = 0; i < j->n && rc == 0; i++) {
 		uint64_t off = j->ranges[2 * i];
 		uint64_t len = j->ranges[2 * i + 1];
@@ -707,6 +741,7 @@ static int restore(int jfd, int fd, const struct jinfo *j, const char *real,
 		}
 	}
 	free(buf);
+	privs_put(fd, &pv);
 	if (!rc && fsync(fd) != 0)
 		rc = -errno;
 	if (rc)

@@ -343,14 +343,13 @@ static int copy_xattrs(int from, int to, const char *tmp,
 	return rc;
 }
 
-/* Owner, then mode (chown clears set-id bits), then attributes. */
-static int copy_identity(struct pt_replace *r, int orig, struct pt_error *err)
+/* Owner, then mode (chown clears set-id bits), then attributes; after
+ * the data, since writing clears set-id bits and file capabilities. */
+static int copy_identity(struct pt_replace *r, struct pt_error *err)
 {
 	int rc = pt_fault("owner");
 
-	if (!rc && fchown(r->fd, r->st.st_uid, r->st.st_gid) != 0 &&
-	    (errno != EPERM ||
-	     (r->st.st_uid == geteuid() && r->st.st_gid == getegid())))
+	if (!rc && fchown(r->fd, r->st.st_uid, r->st.st_gid) != 0)
 		rc = -errno;
 	if (rc)
 		return pt_fail(err, rc, "set owner of %s: %s", r->tmp,
@@ -361,7 +360,7 @@ static int copy_identity(struct pt_replace *r, int orig, struct pt_error *err)
 	if (rc)
 		return pt_fail(err, rc, "set mode of %s: %s", r->tmp,
 			       strerror(-rc));
-	return copy_xattrs(orig, r->fd, r->tmp, err);
+	return copy_xattrs(r->orig, r->fd, r->tmp, err);
 }
 
 static int make_temp(struct pt_replace *r, struct pt_error *err)
@@ -393,22 +392,37 @@ static int make_temp(struct pt_replace *r, struct pt_error *err)
 	return rc;
 }
 
+/* May this user replace the target and keep its owner?  A rewrite that
+ * cannot chown the new file to the old owner would give it away. */
+static int may_replace(struct pt_replace *r, struct pt_error *err)
+{
+	if (faccessat(AT_FDCWD, r->real, W_OK, AT_EACCESS) != 0)
+		return pt_fail(err, -errno, "%s: not writable by this user: %s",
+			       r->real, strerror(errno));
+	if (fchown(r->fd, r->st.st_uid, r->st.st_gid) != 0)
+		return pt_fail(err, -errno,
+			       "%s belongs to %lu:%lu and a new file made by this user could not keep that owner (%s); use -o commit=inplace",
+			       r->real, (unsigned long)r->st.st_uid,
+			       (unsigned long)r->st.st_gid, strerror(errno));
+	return 0;
+}
+
 int pt_replace_begin(struct pt_replace *r, const char *path,
 		     const struct pt_replace_expect *expect,
 		     struct pt_error *err)
 {
-	int orig;
 	int rc;
 
 	memset(r, 0, sizeof(*r));
 	r->fd = -1;
+	r->orig = -1;
 	if (expect)
 		r->expect = *expect;
 	rc = pt_resolve_path(path, &r->real, err);
 	if (rc)
 		return rc;
-	orig = open(r->real, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	if (orig < 0 || fstat(orig, &r->st) != 0) {
+	r->orig = open(r->real, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (r->orig < 0 || fstat(r->orig, &r->st) != 0) {
 		rc = pt_fail(err, -errno, "%s: %s", r->real, strerror(errno));
 		goto fail;
 	}
@@ -429,14 +443,11 @@ int pt_replace_begin(struct pt_replace *r, const char *path,
 	r->expect.mtime = r->st.st_mtim;
 	rc = make_temp(r, err);
 	if (!rc)
-		rc = copy_identity(r, orig, err);
+		rc = may_replace(r, err);
 	if (rc)
 		goto fail;
-	close(orig);
 	return 0;
 fail:
-	if (orig >= 0)
-		close(orig);
 	pt_replace_abort(r);
 	return rc;
 }
@@ -550,9 +561,12 @@ int pt_fsync_parent(const char *path)
 int pt_replace_commit(struct pt_replace *r, struct pt_error *err)
 {
 	struct stat now;
-	int rc = pt_fault("fsync");
+	int rc = copy_identity(r, err);
 	int fd = r->fd;
 
+	if (rc)
+		goto fail;
+	rc = pt_fault("fsync");
 	if (!rc && fsync(fd) != 0)
 		rc = -errno;
 	if (rc) {
@@ -598,7 +612,10 @@ void pt_replace_abort(struct pt_replace *r)
 {
 	if (r->fd >= 0)
 		close(r->fd);
+	if (r->orig >= 0)
+		close(r->orig);
 	r->fd = -1;
+	r->orig = -1;
 	if (r->tmp)
 		unlink(r->tmp);
 	free(r->tmp);
