@@ -815,7 +815,8 @@ int pt_journal_recover(const char *path, char *note, size_t cap,
 	memset(&j, 0, sizeof(j));
 	if (!jpath || access(jpath, F_OK) != 0) {
 		free(jpath);
-		return 0;
+		/* the rewrite and clone ways leave only temporaries */
+		return pt_replace_sweep(path, note, cap) > 0;
 	}
 	rc = pt_resolve_path(path, &real, err);
 	if (rc)

@@ -136,7 +136,8 @@ char *pt_journal_path(const char *path);
 
 /*
  * Bring the file at @path back to a consistent state if a journal lies
- * beside it (see above).  Returns 0 when there was nothing to do, 1 when
+ * beside it (see above); without a journal, remove the temporary files a
+ * killed rewrite or clone left beside it (pt_replace_sweep()).  Returns 0 when there was nothing to do, 1 when
  * something was done (one line in @note: what, and which journal), or a
  * negative errno with one line in @err when the file must not be used
  * (-EBUSY: a journal for another file; -EACCES/-EROFS: cannot write the

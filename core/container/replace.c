@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -382,6 +384,9 @@ static int make_temp(struct pt_replace *r, struct pt_error *err)
 		r->fd = mkostemp(r->tmp, O_CLOEXEC);
 		if (r->fd < 0)
 			rc = -errno;
+		else
+			/* ours while we live: pt_replace_sweep() skips it */
+			(void)flock(r->fd, LOCK_EX | LOCK_NB);
 	}
 	if (rc) {
 		pt_fail(err, rc, "create a temporary file beside %s: %s",
@@ -537,6 +542,65 @@ int pt_replace_clone(struct pt_replace *r, int in, struct pt_error *err)
 		return pt_fail(err, rc, "clone %s: %s", r->real,
 			       strerror(-rc));
 	return 0;
+}
+
+/* Is @name ".<base>.ptfs-XXXXXX" (our temporary files for @base)? */
+static bool is_our_temp(const char *name, const char *base)
+{
+	size_t bl = strlen(base);
+	size_t nl = strlen(name);
+
+	if (bl > 200)
+		bl = 200;
+	return nl == 1 + bl + 12 && name[0] == '.' &&
+	       strncmp(name + 1, base, bl) == 0 &&
+	       strncmp(name + 1 + bl, ".ptfs-", 6) == 0;
+}
+
+int pt_replace_sweep(const char *path, char *note, size_t cap)
+{
+	struct pt_error err;
+	struct dirent *d;
+	char *real = NULL;
+	char *dir;
+	uint64_t bytes = 0;
+	int n = 0;
+	DIR *dp;
+
+	note[0] = '\0';
+	if (pt_resolve_path(path, &real, &err) != 0)
+		return 0;
+	dir = dir_of(real);
+	dp = dir ? opendir(dir) : NULL;
+	while (dp && (d = readdir(dp))) {
+		struct stat st;
+		int fd;
+
+		if (!is_our_temp(d->d_name, strrchr(real, '/') + 1))
+			continue;
+		fd = openat(dirfd(dp), d->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		if (fd < 0)
+			continue;
+		/* dead: nobody holds its lock, and it is not brand new (a
+		 * writer locks it right after creating it) */
+		if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+		    time(NULL) - st.st_mtime > 60 &&
+		    flock(fd, LOCK_EX | LOCK_NB) == 0 &&
+		    unlinkat(dirfd(dp), d->d_name, 0) == 0) {
+			n++;
+			bytes += (uint64_t)st.st_size;
+		}
+		close(fd);
+	}
+	if (dp)
+		closedir(dp);
+	if (n)
+		snprintf(note, cap,
+			 "removed %d temporary file%s (%llu bytes) beside %s left by an interrupted commit",
+			 n, n > 1 ? "s" : "", (unsigned long long)bytes, real);
+	free(dir);
+	free(real);
+	return n;
 }
 
 int pt_fsync_parent(const char *path)

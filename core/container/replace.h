@@ -111,6 +111,14 @@ int pt_replace_commit(struct pt_replace *r, struct pt_error *err);
  * and after commit. */
 void pt_replace_abort(struct pt_replace *r);
 
+/*
+ * Remove the temporary files an interrupted replacement of @path left
+ * beside its real file (kill -9, power loss): ".<name>.ptfs-XXXXXX" that
+ * no live writer holds locked (a writer flocks its temporary file) and
+ * that are over a minute old.  Returns how many, with one line in @note.
+ */
+int pt_replace_sweep(const char *path, char *note, size_t cap);
+
 /* fsync the directory holding @path; 0 or -errno (step "dirfsync"). */
 int pt_fsync_parent(const char *path);
 

@@ -564,3 +564,26 @@ def test_resaved_after_crash_is_not_rolled_back(tmp_path):
     assert len(r.stderr.strip().splitlines()) == 1
     assert open(ck, "rb").read() == before
     assert torch.equal(torch.load(ck, weights_only=True)["w"], newer["w"])
+
+
+def test_killed_rewrite_leaves_no_temporary_for_long(tmp_path, kind):
+    """kill -9 during a rewrite leaves a full-size temporary file; the next
+    ptfs command that opens the checkpoint removes it and says so."""
+    ck = make_ck(tmp_path, kind)
+    before = open(ck, "rb").read()
+    for way in ("rewrite", "clone"):
+        r = subprocess.run([PTFS, "set", "-o", "commit=" + way, ck, "w"],
+                           input=bytes(3072 * 4), capture_output=True, timeout=60,
+                           env=dict(os.environ, PTFS_FAULT="fsync:1:KILL"))
+        if r.returncode != -signal.SIGKILL:
+            assert way == "clone" and b"cannot clone" in r.stderr
+            continue
+        left = temporaries(str(tmp_path))
+        assert len(left) == 1
+        old = time.time() - 3600
+        os.utime(os.path.join(str(tmp_path), left[0]), (old, old))
+        r = run("ls", ck)
+        assert r.returncode == 0, r.stderr
+        assert b"removed 1 temporary file" in r.stderr, r.stderr
+        assert not temporaries(str(tmp_path))
+        assert open(ck, "rb").read() == before
