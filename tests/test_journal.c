@@ -304,10 +304,21 @@ static void test_incomplete_journal(void **state)
 	assert_int_equal(waitpid(pid, &st, 0), pid);
 	assert_true(WIFSIGNALED(st));
 	assert_true(exists(g_jrnl));
+	/* an earlier set-aside journal is evidence too: not overwritten */
+	snprintf(aside, sizeof(aside), "%s.invalid", g_jrnl);
+	write_file(aside, (const uint8_t *)"earlier", 7);
 	pt_error_clear(&err);
 	assert_int_equal(pt_journal_recover(g_file, note, sizeof(note), &err), 1);
 	assert_non_null(strstr(note, "incomplete journal"));
-	snprintf(aside, sizeof(aside), "%s.invalid", g_jrnl);
+	assert_non_null(strstr(note, ".invalid.1"));
+	{
+		size_t k;
+		uint8_t *e = read_file(aside, &k);
+
+		assert_int_equal(k, 7);
+		free(e);
+	}
+	snprintf(aside, sizeof(aside), "%s.invalid.1", g_jrnl);
 	assert_true(exists(aside));
 	assert_false(exists(g_jrnl));
 	assert_int_equal(which(), 0);

@@ -783,13 +783,27 @@ static int set_aside(const char *jpath, const char *why, char *note,
 		     size_t cap, struct pt_error *err)
 {
 	char *aside = NULL;
-	int rc = 0;
+	int rc = -EEXIST;
+	int i;
 
-	if (asprintf(&aside, "%s.invalid", jpath) < 0)
-		return pt_fail(err, -ENOMEM, "out of memory");
-	if (rename(jpath, aside) != 0)
-		rc = pt_fail(err, -errno, "%s: incomplete journal (%s), cannot set it aside: %s",
-			     jpath, why, strerror(errno));
+	/* never over an earlier one: each is evidence */
+	for (i = 0; rc == -EEXIST && i < 1000; i++) {
+		free(aside);
+		aside = NULL;
+		if ((i ? asprintf(&aside, "%s.invalid.%d", jpath, i)
+		       : asprintf(&aside, "%s.invalid", jpath)) < 0)
+			return pt_fail(err, -ENOMEM, "out of memory");
+		rc = renameat2(AT_FDCWD, jpath, AT_FDCWD, aside, RENAME_NOREPLACE) == 0 ? 0 : -errno;
+		if (rc == -EINVAL || rc == -ENOSYS) {
+			/* no RENAME_NOREPLACE here: link + unlink */
+			rc = link(jpath, aside) == 0 ? 0 : -errno;
+			if (rc == 0)
+				rc = unlink(jpath) == 0 ? 0 : -errno;
+		}
+	}
+	if (rc)
+		rc = pt_fail(err, rc, "%s: incomplete journal (%s), cannot set it aside: %s",
+			     jpath, why, strerror(-rc));
 	else
 		snprintf(note, cap,
 			 "%s: incomplete journal (%s): the commit that wrote it never touched the checkpoint; kept as %s",

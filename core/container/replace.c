@@ -328,17 +328,36 @@ static int copy_one_xattr(int from, int to, const char *name,
 static int copy_xattrs(int from, int to, const char *tmp,
 		       struct pt_error *err)
 {
-	ssize_t n = flistxattr(from, NULL, 0);
-	char *names;
+	char *names = NULL;
+	ssize_t n = 0;
 	ssize_t i;
+	int tries;
 	int rc = 0;
 
-	if (n <= 0)
-		return 0;       /* none, or not supported here */
-	names = malloc((size_t)n);
-	if (!names)
-		return pt_fail(err, -ENOMEM, "out of memory");
-	n = flistxattr(from, names, (size_t)n);
+	/* the list may grow between the two calls (ERANGE): ask again */
+	for (tries = 0; tries < 8; tries++) {
+		ssize_t want = flistxattr(from, NULL, 0);
+
+		if (want <= 0) {
+			if (want < 0 && errno != ENOTSUP && errno != EOPNOTSUPP)
+				return pt_fail(err, -errno, "list attributes of the original: %s",
+					       strerror(errno));
+			return 0;       /* none, or not supported here */
+		}
+		free(names);
+		names = malloc((size_t)want);
+		if (!names)
+			return pt_fail(err, -ENOMEM, "out of memory");
+		n = flistxattr(from, names, (size_t)want);
+		if (n >= 0 || errno != ERANGE)
+			break;
+	}
+	if (n < 0) {
+		rc = pt_fail(err, -errno, "list attributes of the original: %s",
+			     strerror(errno));
+		free(names);
+		return rc;
+	}
 	for (i = 0; rc == 0 && i < n; i += (ssize_t)strlen(names + i) + 1)
 		rc = copy_one_xattr(from, to, names + i, err, tmp);
 	free(names);
