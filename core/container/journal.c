@@ -56,38 +56,6 @@ static int write_patch(int fd, const struct pt_patch *p, uint8_t *buf,
 	return 0;
 }
 
-unsigned pt_journal_lock_wait_ms = 30000;
-
-/*
- * The lock that keeps a live in-place commit and a recovery apart: an
- * exclusive flock() on the checkpoint itself, held by the committer from
- * before it creates the journal until the journal is gone, and taken by
- * pt_journal_recover() before it reads one.  Without it, a `ptfs ls` run
- * during a mount's commit would take the journal being written for an
- * incomplete one (or the complete one for an interrupted commit) and roll
- * back or set aside under the committer's feet.  The kernel drops the lock
- * of a killed committer.  Waits up to pt_journal_lock_wait_ms: -EBUSY then.
- */
-int pt_journal_lock(int fd, const char *real, struct pt_error *err)
-{
-	unsigned waited = 0;
-
-	for (;;) {
-		if (flock(fd, LOCK_EX | LOCK_NB) == 0)
-			return 0;
-		if (errno == EINTR)
-			continue;
-		if (errno != EWOULDBLOCK)
-			return pt_fail(err, -errno, "lock %s: %s", real, strerror(errno));
-		if (waited >= pt_journal_lock_wait_ms)
-			return pt_fail(err, -EBUSY,
-				       "%s: another process is committing to it in place (locked for %u ms); try again",
-				       real, waited);
-		usleep(10000);
-		waited += 10;
-	}
-}
-
 int pt_patch_clone(const char *path, const struct pt_patch *p, size_t n,
 		   const struct pt_replace_expect *expect,
 		   struct pt_error *err)
@@ -95,22 +63,13 @@ int pt_patch_clone(const char *path, const struct pt_patch *p, size_t n,
 	struct pt_replace r;
 	uint8_t *buf = NULL;
 	size_t i;
-	int in;
 	int rc;
 
 	rc = pt_replace_begin(&r, path, expect, err);
 	if (rc)
 		return rc;
-	in = open(r.real, O_RDONLY | O_CLOEXEC);
-	if (in < 0) {
-		rc = pt_fail(err, -errno, "%s: %s", r.real, strerror(errno));
-		goto fail;
-	}
-	/* not in the middle of another process's in-place commit */
-	rc = pt_journal_lock(in, r.real, err);
-	if (!rc)
-		rc = pt_replace_clone(&r, in, err);
-	close(in);
+	/* r.orig: the file begin() checked, locked until the rename */
+	rc = pt_replace_clone(&r, r.orig, err);
 	if (rc)
 		goto fail;
 	buf = malloc(J_CHUNK);
@@ -135,21 +94,12 @@ int pt_patch_copy(const char *path, const struct pt_patch *p, size_t n,
 	struct pt_replace r;
 	uint8_t *buf = NULL;
 	size_t i;
-	int in;
 	int rc;
 
 	rc = pt_replace_begin(&r, path, expect, err);
 	if (rc)
 		return rc;
-	in = open(r.real, O_RDONLY | O_CLOEXEC);
-	if (in < 0) {
-		rc = pt_fail(err, -errno, "%s: %s", r.real, strerror(errno));
-		goto fail;
-	}
-	rc = pt_journal_lock(in, r.real, err);
-	if (!rc)
-		rc = pt_replace_copy(&r, in, 0, (uint64_t)r.st.st_size, 0, err);
-	close(in);
+	rc = pt_replace_copy(&r, r.orig, 0, (uint64_t)r.st.st_size, 0, err);
 	buf = rc ? NULL : malloc(J_CHUNK);
 	if (!rc && !buf)
 		rc = pt_fail(err, -ENOMEM, "out of memory");
@@ -232,9 +182,29 @@ char *pt_journal_path(const char *path)
 }
 
 /* Sectors of a range of @len bytes (CRC'd one by one). */
-static uint64_t sectors(uint64_t len)
+/* Sectors that [@off, @off + @len) of the file touches: pieces split at
+ * multiples of J_SECTOR of the FILE offset, where page-cache writeback and
+ * the disk tear a write (never inside one). */
+static uint64_t sectors(uint64_t off, uint64_t len)
 {
-	return len / J_SECTOR + (len % J_SECTOR != 0);
+	return len ? (off + len - 1) / J_SECTOR - off / J_SECTOR + 1 : 0;
+}
+
+/* The next chunk of a range at file offset @at, @left bytes to go: at most
+ * J_CHUNK and ending on a sector boundary unless it ends the range. */
+static size_t chunk_at(uint64_t at, uint64_t left)
+{
+	uint64_t k = J_CHUNK - at % J_SECTOR;
+
+	return (size_t)(left < k ? left : k);
+}
+
+/* Length of the sector piece at file offset @at, @left bytes to go. */
+static size_t piece_at(uint64_t at, size_t left)
+{
+	size_t k = J_SECTOR - (size_t)(at % J_SECTOR);
+
+	return left < k ? left : k;
 }
 
 /* Append the CRC-32 of each J_SECTOR bytes of @p's NEW contents: recovery
@@ -243,22 +213,23 @@ static uint64_t sectors(uint64_t len)
 static int write_new_crcs(int jfd, const struct pt_patch *p, uint8_t *buf,
 			  uint64_t *pos, uint32_t *crc)
 {
-	uint8_t out[4 * (J_CHUNK / J_SECTOR)];
+	uint8_t out[4 * (J_CHUNK / J_SECTOR + 1)];
 	uint64_t at;
 	int rc = 0;
 
 	for (at = 0; rc == 0 && at < p->len;) {
-		size_t k = p->len - at < J_CHUNK ? (size_t)(p->len - at) : J_CHUNK;
+		size_t k = chunk_at(p->off + at, p->len - at);
 		const uint8_t *src = buf;
-		size_t o, m = 0;
+		size_t o, sl, m = 0;
 
 		if (p->read)
 			rc = p->read(p->ctx, buf, k, at);
 		else
 			src = (const uint8_t *)p->data + at;
-		for (o = 0; rc == 0 && o < k; o += J_SECTOR, m += 4)
-			pt_put32(out + m, libdeflate_crc32(0, src + o,
-							   k - o < J_SECTOR ? k - o : J_SECTOR));
+		for (o = 0; rc == 0 && o < k; o += sl, m += 4) {
+			sl = piece_at(p->off + at + o, k - o);
+			pt_put32(out + m, libdeflate_crc32(0, src + o, sl));
+		}
 		if (rc)
 			break;
 		*crc = libdeflate_crc32(*crc, out, m);
@@ -472,7 +443,7 @@ int pt_patch_inplace(const char *path, const struct pt_patch *p, size_t n,
 		rc = pt_fail(err, -errno, "%s: %s", real, strerror(errno));
 		goto out;
 	}
-	rc = pt_journal_lock(fd, real, err);   /* released by close() */
+	rc = pt_lock_file(fd, real, err);   /* released by close() */
 	if (rc)
 		goto out;
 	/* after the lock: another commit may have finished while we waited */
@@ -574,7 +545,7 @@ static int read_ranges(int jfd, struct jinfo *j, uint64_t *crc_bytes,
 		}
 		end = off + len;
 		sum += len;             /* <= size: the ranges are disjoint */
-		*crc_bytes += 4 * sectors(len);
+		*crc_bytes += 4 * sectors(off, len);
 	}
 	if (sum != j->old) {
 		snprintf(why, cap, "ranges add up to %llu bytes, not %llu",
@@ -675,7 +646,7 @@ static int verify_sectors(int jfd, int fd, const struct jinfo *j,
 			  const char *real, struct pt_error *err)
 {
 	uint8_t *old = malloc(J_CHUNK), *cur = malloc(J_CHUNK);
-	uint8_t crcs[4 * (J_CHUNK / J_SECTOR)];
+	uint8_t crcs[4 * (J_CHUNK / J_SECTOR + 1)];
 	uint64_t pos = J_HDR + 16 * j->n, cpos = j->crc_off, i;
 	int rc = old && cur ? 0 : -ENOMEM;
 
@@ -683,25 +654,25 @@ static int verify_sectors(int jfd, int fd, const struct jinfo *j,
 		uint64_t off = j->ranges[2 * i], len = j->ranges[2 * i + 1], at;
 
 		for (at = 0; rc == 0 && at < len;) {
-			size_t k = len - at < J_CHUNK ? (size_t)(len - at) : J_CHUNK;
-			size_t o, m = 0;
+			size_t k = chunk_at(off + at, len - at);
+			size_t ns = (size_t)sectors(off + at, k);
+			size_t o, sl, m = 0;
 
 			rc = pt_pread_full(jfd, old, k, pos);
 			if (!rc)
 				rc = pt_pread_full(fd, cur, k, off + at);
 			if (!rc)
-				rc = pt_pread_full(jfd, crcs, 4 * (size_t)sectors(k), cpos);
-			for (o = 0; rc == 0 && o < k; o += J_SECTOR, m += 4) {
-				size_t sl = k - o < J_SECTOR ? k - o : J_SECTOR;
-				uint32_t c = libdeflate_crc32(0, cur + o, sl);
-
-				if (memcmp(cur + o, old + o, sl) != 0 && c != pt_le32(crcs + m))
+				rc = pt_pread_full(jfd, crcs, 4 * ns, cpos);
+			for (o = 0; rc == 0 && o < k; o += sl, m += 4) {
+				sl = piece_at(off + at + o, k - o);
+				if (memcmp(cur + o, old + o, sl) != 0 &&
+				    libdeflate_crc32(0, cur + o, sl) != pt_le32(crcs + m))
 					rc = pt_fail(err, -EBUSY,
 						     "%s: changed since the interrupted commit of its journal (bytes at %llu are neither the old nor the new ones): not rolled back; move the journal away once the checkpoint is known good",
 						     real, (unsigned long long)(off + at + o));
 			}
 			pos += k;
-			cpos += 4 * sectors(k);
+			cpos += 4 * ns;
 			at += k;
 		}
 	}
@@ -842,7 +813,7 @@ int pt_journal_recover(const char *path, char *note, size_t cap,
 		rc = pt_fail(err, -errno, "%s: %s", real, strerror(errno));
 		goto out;
 	}
-	rc = pt_journal_lock(lfd, real, err);
+	rc = pt_lock_file(lfd, real, err);
 	if (rc)
 		goto out;
 	jfd = open(jpath, O_RDONLY | O_CLOEXEC);

@@ -117,19 +117,6 @@ int pt_patch_apply(const char *path, enum pt_commit_way way,
 		   bool *no_clone, enum pt_commit_way *used,
 		   struct pt_error *err);
 
-/* How long an in-place commit or a recovery waits for another process's
- * in-place commit of the same file (flock on the file), in ms; 30000.
- * Tests lower it. */
-extern unsigned pt_journal_lock_wait_ms;
-
-/*
- * Take the in-place commit lock (an exclusive flock) on @fd, the file
- * @real, waiting up to pt_journal_lock_wait_ms; -EBUSY then.  Every
- * writer takes it while it reads the file it replaces, so none copies a
- * file another process is patching; close(@fd) releases it.
- */
-int pt_journal_lock(int fd, const char *real, struct pt_error *err);
-
 /* "<real path>.ptfs-journal" for @path (malloc), NULL without memory or
  * when @path cannot be resolved. */
 char *pt_journal_path(const char *path);

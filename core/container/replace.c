@@ -268,6 +268,38 @@ int pt_resolve_path(const char *path, char **real, struct pt_error *err)
 	return 0;
 }
 
+unsigned pt_journal_lock_wait_ms = 30000;
+
+/*
+ * The lock that keeps a live in-place commit and a recovery apart: an
+ * exclusive flock() on the checkpoint itself, held by the committer from
+ * before it creates the journal until the journal is gone, and taken by
+ * pt_journal_recover() before it reads one.  Without it, a `ptfs ls` run
+ * during a mount's commit would take the journal being written for an
+ * incomplete one (or the complete one for an interrupted commit) and roll
+ * back or set aside under the committer's feet.  The kernel drops the lock
+ * of a killed committer.  Waits up to pt_journal_lock_wait_ms: -EBUSY then.
+ */
+int pt_lock_file(int fd, const char *real, struct pt_error *err)
+{
+	unsigned waited = 0;
+
+	for (;;) {
+		if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+			return 0;
+		if (errno == EINTR)
+			continue;
+		if (errno != EWOULDBLOCK)
+			return pt_fail(err, -errno, "lock %s: %s", real, strerror(errno));
+		if (waited >= pt_journal_lock_wait_ms)
+			return pt_fail(err, -EBUSY,
+				       "%s: another process is committing to it in place (locked for %u ms); try again",
+				       real, waited);
+		usleep(10000);
+		waited += 10;
+	}
+}
+
 /* ---- the temporary file ---- */
 
 static bool ts_eq(const struct timespec *a, const struct timespec *b)
@@ -446,6 +478,13 @@ int pt_replace_begin(struct pt_replace *r, const char *path,
 	if (rc)
 		return rc;
 	r->orig = open(r->real, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (r->orig >= 0) {
+		/* held until the rename: no two writers replace at once,
+		 * and none while another patches in place (journal.h) */
+		rc = pt_lock_file(r->orig, r->real, err);
+		if (rc)
+			goto fail;
+	}
 	if (r->orig < 0 || fstat(r->orig, &r->st) != 0) {
 		rc = pt_fail(err, -errno, "%s: %s", r->real, strerror(errno));
 		goto fail;

@@ -119,6 +119,19 @@ void pt_replace_abort(struct pt_replace *r);
  */
 int pt_replace_sweep(const char *path, char *note, size_t cap);
 
+/*
+ * The writers' lock: an exclusive flock() on the file being replaced or
+ * patched, taken on @fd (the file @real), waiting up to
+ * pt_journal_lock_wait_ms (30000; tests lower it), then -EBUSY.  A
+ * replacement holds it from begin to the rename, an in-place commit from
+ * before its journal exists until the journal is gone, a recovery while it
+ * reads a journal: so a live journal is never taken for an interrupted
+ * one, and no writer copies a file another is patching or renames over
+ * one another has just replaced.  close(@fd) or death releases it.
+ */
+extern unsigned pt_journal_lock_wait_ms;
+int pt_lock_file(int fd, const char *real, struct pt_error *err);
+
 /* fsync the directory holding @path; 0 or -errno (step "dirfsync"). */
 int pt_fsync_parent(const char *path);
 
