@@ -28,6 +28,31 @@
 #define J_MAX_RANGES (1u << 20)
 #define J_SECTOR 512u           /* new-bytes CRC granularity (disk sector) */
 
+/* Sectors that [@off, @off + @len) of the file touches: pieces split at
+ * multiples of J_SECTOR of the FILE offset, where page-cache writeback and
+ * the disk tear a write (never inside one). */
+static uint64_t sectors(uint64_t off, uint64_t len)
+{
+	return len ? (off + len - 1) / J_SECTOR - off / J_SECTOR + 1 : 0;
+}
+
+/* The next chunk of a range at file offset @at, @left bytes to go: at most
+ * J_CHUNK and ending on a sector boundary unless it ends the range. */
+static size_t chunk_at(uint64_t at, uint64_t left)
+{
+	uint64_t k = J_CHUNK - at % J_SECTOR;
+
+	return (size_t)(left < k ? left : k);
+}
+
+/* Length of the sector piece at file offset @at, @left bytes to go. */
+static size_t piece_at(uint64_t at, size_t left)
+{
+	size_t k = J_SECTOR - (size_t)(at % J_SECTOR);
+
+	return left < k ? left : k;
+}
+
 /* Stream the new bytes of @p into @fd (step "patch" per write). */
 static int write_patch(int fd, const struct pt_patch *p, uint8_t *buf,
 		       const char *what, struct pt_error *err)
@@ -40,7 +65,9 @@ static int write_patch(int fd, const struct pt_patch *p, uint8_t *buf,
 	else
 		rc = 0;
 	while (rc == 0 && p->read && at < p->len) {
-		size_t k = p->len - at < J_CHUNK ? (size_t)(p->len - at) : J_CHUNK;
+		/* each write ends on a sector of the file, so a crash tears
+		 * only there (the journal's sector CRCs: verify_sectors) */
+		size_t k = chunk_at(p->off + at, p->len - at);
 
 		rc = p->read(p->ctx, buf, k, at);
 		if (rc)
@@ -182,31 +209,6 @@ char *pt_journal_path(const char *path)
 }
 
 /* Sectors of a range of @len bytes (CRC'd one by one). */
-/* Sectors that [@off, @off + @len) of the file touches: pieces split at
- * multiples of J_SECTOR of the FILE offset, where page-cache writeback and
- * the disk tear a write (never inside one). */
-static uint64_t sectors(uint64_t off, uint64_t len)
-{
-	return len ? (off + len - 1) / J_SECTOR - off / J_SECTOR + 1 : 0;
-}
-
-/* The next chunk of a range at file offset @at, @left bytes to go: at most
- * J_CHUNK and ending on a sector boundary unless it ends the range. */
-static size_t chunk_at(uint64_t at, uint64_t left)
-{
-	uint64_t k = J_CHUNK - at % J_SECTOR;
-
-	return (size_t)(left < k ? left : k);
-}
-
-/* Length of the sector piece at file offset @at, @left bytes to go. */
-static size_t piece_at(uint64_t at, size_t left)
-{
-	size_t k = J_SECTOR - (size_t)(at % J_SECTOR);
-
-	return left < k ? left : k;
-}
-
 /* Append the CRC-32 of each J_SECTOR bytes of @p's NEW contents: recovery
  * then knows every sector of the range must hold its old or its new bytes,
  * and anything else means the file was rewritten since (journal.h). */
@@ -702,7 +704,7 @@ static int restore(int jfd, int fd, const struct jinfo *j, const char *real,
 		uint64_t at;
 
 		for (at = 0; rc == 0 && at < len;) {
-			size_t k = len - at < J_CHUNK ? (size_t)(len - at) : J_CHUNK;
+			size_t k = chunk_at(off + at, len - at);
 
 			rc = pt_pread_full(jfd, buf, k, pos);
 			if (!rc)

@@ -295,7 +295,7 @@ BIG = 64 << 20          # int32 elements of the big tensor: 256 MiB
 
 
 def big_ck(tmp_path, kind):
-    big = np.zeros(BIG // 4 * 4 // 4, dtype=np.int32)
+    big = np.zeros(BIG, dtype=np.int32)
     if kind == "pt":
         p = str(tmp_path / "big.pt")
         torch.save({"big": torch.from_numpy(big), "w": torch.arange(3072, dtype=torch.int32)}, p)
