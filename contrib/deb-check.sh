@@ -24,9 +24,12 @@ deb=$(realpath "${debs[0]}")
 echo "$(basename "$deb"): $(stat -c %s "$deb") bytes"
 depends=$(dpkg-deb -f "$deb" Depends)
 echo "Depends: $depends"
-for d in fuse3 libfuse3-3 libdeflate0 libarchive13 libcurl4 libc6; do
+for d in fuse3 libfuse3-3 libdeflate0 libarchive13 libc6; do
 	grep -qE "(^|, )$d( |,|$)" <<<"$depends" || fail "Depends lacks $d"
 done
+recommends=$(dpkg-deb -f "$deb" Recommends)
+echo "Recommends: $recommends"
+grep -qE "(^|, )libcurl4( |,|$)" <<<"$depends, $recommends" || fail "neither Depends nor Recommends has libcurl4"
 files=$(dpkg-deb -c "$deb" | awk '{print $NF}')
 for f in ./usr/bin/ptfs ./usr/share/man/man1/ptfs.1.gz \
 	./usr/share/bash-completion/completions/ptfs ./usr/share/doc/ptfs/README.md \

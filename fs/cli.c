@@ -5,6 +5,8 @@
  * same core library the mount uses, so what they print is what the mount
  * shows.
  */
+#include "ptfs.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -13,7 +15,7 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt.h"
-#include "ptfs.h"
+#include "opts.h"
 
 /* Options every subcommand takes: --nested and -o OPT[,OPT...] with the
  * mount's limit options (max_depth=N, ...), so that a file the mount
@@ -26,43 +28,17 @@ static int parse_o(char *list)
 	char *save = NULL, *o;
 
 	for (o = strtok_r(list, ",", &save); o; o = strtok_r(NULL, ",", &save)) {
-		char *eq = strchr(o, '='), *end = NULL;
-		unsigned long long v = 0;
-
 		int remote = ptfs_remote_option(o);
+		int rc;
 
 		if (remote < 0)
 			return -1;
 		if (remote > 0)
 			continue;
-		if (strcmp(o, "nested") == 0) {
-			cli_opts.nested = true;
-			continue;
-		}
-		if (strncmp(o, "commit=", 7) == 0) {
-			if (pt_commit_way_parse(o + 7, &cli_opts.commit) != 0) {
-				fprintf(stderr, "ptfs: bad option '%s' (commit=auto, rewrite, clone or inplace)\n", o);
-				return -1;
-			}
-			continue;
-		}
-		if (eq) {
-			*eq = '\0';
-			v = strtoull(eq + 1, &end, 10);
-		}
-		if (!eq || !*(eq + 1) || *end || v == 0) {
-			fprintf(stderr, "ptfs: bad option '%s'\n", o);
+		rc = ptfs_opt_apply(&cli_opts, o);
+		if (rc < 0)
 			return -1;
-		}
-		if (strcmp(o, "max_depth") == 0 && v <= UINT32_MAX)
-			cli_opts.limits.max_depth = (uint32_t)v;
-		else if (strcmp(o, "max_values") == 0)
-			cli_opts.limits.max_values = v;
-		else if (strcmp(o, "max_memory") == 0)
-			cli_opts.limits.max_memory = v;
-		else if (strcmp(o, "max_records") == 0)
-			cli_opts.limits.max_records = v;
-		else {
+		if (rc == 0) {
 			fprintf(stderr, "ptfs: unknown option '%s'\n", o);
 			return -1;
 		}
@@ -96,35 +72,72 @@ static struct pt_node *resolve(struct pt_ckpt *ck, const char *ckpath,
 	return n;
 }
 
+struct ls_walk {
+	bool all;
+	unsigned long long max, shown;
+	struct pt_ckpt *ck;
+	struct pt_buf desc;
+};
+
+/* One line of `ptfs ls`. */
+static int ls_entry(void *ctx, const struct pt_walk *w)
+{
+	struct ls_walk *l = ctx;
+	const char *name = pt_node_name(w->node);
+	struct pt_nattr a;
+
+	if (!l->all && name[0] == '.')
+		return PT_WALK_SKIP;
+	if (l->shown++ >= l->max) {
+		printf("... (stopped after %llu entries; use --max)\n", l->max);
+		return PT_WALK_STOP;
+	}
+	pt_node_attr(w->node, &a);
+	l->desc.len = 0;
+	pt_node_describe(l->ck, w->node, &l->desc);
+	printf("%c %14" PRIu64 "  %s%s%s%s\n",
+	       a.type == PT_NT_DIR ? 'd' : a.type == PT_NT_LINK ? 'l' : '-',
+	       a.size, w->path, a.type == PT_NT_DIR ? "/" : "",
+	       l->desc.len ? "  " : "", l->desc.len ? l->desc.p : "");
+	return 0;
+}
+
+/* Flush stdout; a write error (a full disk, /dev/full, a closed pipe)
+ * is reported and makes the command fail. */
+static int flush_stdout(const char *what)
+{
+	if (fflush(stdout) != 0 || ferror(stdout)) {
+		fprintf(stderr, "ptfs %s: writing the output: %s\n", what,
+			strerror(errno ? errno : EIO));
+		return PTFS_EXIT_ERROR;
+	}
+	return PTFS_EXIT_OK;
+}
+
 /*
  * `ptfs ls`: the tree below PATH, depth first, one line per entry: type,
  * size, path, and dtype and shape for tensors.  Sidecar .json files and
  * /.ptfs are shown with -a.  Output stops after --max entries (default
- * 10000), so a tree whose references multiply still lists at once.
+ * 10000), so a tree whose references multiply still lists at once.  A
+ * directory that cannot be listed (over max_dir_entries) is reported and
+ * makes the exit status 1.
  */
 static int cmd_ls(int argc, char **argv)
 {
-	struct frame {
-		struct pt_node *dir;
-		size_t next;
-		size_t plen;
-	} *st = NULL;
-	size_t n = 0, cap = 0;
-	unsigned long long max = 10000, shown = 0;
+	struct ls_walk l = { .max = 10000 };
 	struct pt_ckpt *ck = NULL;
 	struct pt_node *top;
-	struct pt_buf path, desc;
+	struct pt_buf path;
 	const char *ckpath = NULL, *sub = "";
-	bool all = false;
-	int i, rc = PTFS_EXIT_OK;
+	int i, rc = PTFS_EXIT_OK, wrc;
 
 	for (i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "-a") == 0) {
-			all = true;
+			l.all = true;
 		} else if (strcmp(argv[i], "--max") == 0 && i + 1 < argc) {
 			char *end;
-			max = strtoull(argv[++i], &end, 10);
-			if (*end || max == 0) {
+			l.max = strtoull(argv[++i], &end, 10);
+			if (*end || l.max == 0) {
 				fprintf(stderr, "ptfs ls: --max takes a positive number\n");
 				return PTFS_EXIT_USAGE;
 			}
@@ -133,14 +146,11 @@ static int cmd_ls(int argc, char **argv)
 		} else if (!*sub) {
 			sub = argv[i];
 		} else {
-			ptfs_usage(stderr);
 			return PTFS_EXIT_USAGE;
 		}
 	}
-	if (!ckpath) {
-		ptfs_usage(stderr);
+	if (!ckpath)
 		return PTFS_EXIT_USAGE;
-	}
 	if (open_or_report(ckpath, &ck))
 		return PTFS_EXIT_ERROR;
 	top = resolve(ck, ckpath, sub);
@@ -149,67 +159,23 @@ static int cmd_ls(int argc, char **argv)
 		return PTFS_EXIT_ERROR;
 	}
 	pt_buf_init(&path);
-	pt_buf_init(&desc);
+	pt_buf_init(&l.desc);
+	l.ck = ck;
 	pt_buf_puts(&path, sub);
 	while (path.len && path.p[path.len - 1] == '/')
 		path.p[--path.len] = '\0';
-	st = malloc(sizeof(*st) * 16);
-	cap = 16;
-	if (!st) {
+	wrc = pt_tree_walk(ck, top, path.p ? path.p : "",
+			   l.all ? PT_WALK_ALL : 0, ls_entry, &l);
+	if (wrc) {
+		fprintf(stderr, "ptfs: %s: /%s: not everything could be listed: %s%s\n",
+			ckpath, sub[0] == '/' ? sub + 1 : sub, strerror(-wrc),
+			wrc == -EFBIG ? " (a directory over -o max_dir_entries, or nesting over max_depth)" : "");
 		rc = PTFS_EXIT_ERROR;
-		goto out;
 	}
-	st[n++] = (struct frame){ top, 0, path.len };
-	while (n > 0) {
-		struct frame *f = &st[n - 1];
-		struct pt_nattr a;
-		struct pt_node *c;
-		const char *name;
-
-		if (f->next >= pt_tree_count(ck, f->dir)) {
-			n--;
-			continue;
-		}
-		c = pt_tree_child(ck, f->dir, f->next++);
-		if (!c)
-			continue;
-		name = pt_node_name(c);
-		if (!all && name[0] == '.')
-			continue;
-		pt_node_attr(c, &a);
-		if (!all && a.tensor)
-			f->next++; /* its .json sidecar comes next: not listed */
-		if (shown++ >= max) {
-			printf("... (stopped after %llu entries; use --max)\n", max);
-			break;
-		}
-		path.len = f->plen;
-		if (path.len)
-			pt_buf_putc(&path, '/');
-		pt_buf_puts(&path, name);
-		desc.len = 0;
-		pt_node_describe(ck, c, &desc);
-		printf("%c %14" PRIu64 "  %s%s%s%s\n",
-		       a.type == PT_NT_DIR ? 'd' : a.type == PT_NT_LINK ? 'l' : '-',
-		       a.size, path.p, a.type == PT_NT_DIR ? "/" : "",
-		       desc.len ? "  " : "", desc.len ? desc.p : "");
-		if (a.type == PT_NT_DIR) {
-			if (n == cap) {
-				struct frame *q = realloc(st, cap * 2 * sizeof(*q));
-				if (!q) {
-					rc = PTFS_EXIT_ERROR;
-					break;
-				}
-				st = q;
-				cap *= 2;
-			}
-			st[n++] = (struct frame){ c, 0, path.len };
-		}
-	}
-out:
-	free(st);
+	if (flush_stdout("ls"))
+		rc = PTFS_EXIT_ERROR;
 	pt_buf_free(&path);
-	pt_buf_free(&desc);
+	pt_buf_free(&l.desc);
 	pt_ckpt_close(ck);
 	return rc;
 }
@@ -226,7 +192,6 @@ static int cmd_cat(int argc, char **argv)
 	int rc = PTFS_EXIT_OK;
 
 	if (argc != 3) {
-		ptfs_usage(stderr);
 		return PTFS_EXIT_USAGE;
 	}
 	if (open_or_report(argv[1], &ck))
@@ -282,21 +247,27 @@ static int cmd_info(int argc, char **argv)
 {
 	struct pt_ckpt *ck = NULL;
 	struct pt_buf b;
+	int rc;
 
 	if (argc == 3 && strcmp(argv[1], "--weights-only") == 0)
 		return ptfs_cmd_weights_only(argv[2], &cli_opts);
 	if (argc != 2) {
-		ptfs_usage(stderr);
 		return PTFS_EXIT_USAGE;
 	}
 	if (open_or_report(argv[1], &ck))
 		return PTFS_EXIT_ERROR;
 	pt_buf_init(&b);
 	pt_ckpt_info(ck, &b);
-	fwrite(b.p, 1, b.len, stdout);
+	if (b.oom) {
+		fprintf(stderr, "ptfs: %s: out of memory\n", argv[1]);
+		rc = PTFS_EXIT_ERROR;
+	} else {
+		fwrite(b.p, 1, b.len, stdout);
+		rc = flush_stdout("info");
+	}
 	pt_buf_free(&b);
 	pt_ckpt_close(ck);
-	return PTFS_EXIT_OK;
+	return rc;
 }
 
 struct set_ctx {
@@ -384,7 +355,6 @@ static int cmd_set(int argc, char **argv)
 	int rc = PTFS_EXIT_ERROR, e;
 
 	if (argc != 3) {
-		ptfs_usage(stderr);
 		return PTFS_EXIT_USAGE;
 	}
 	if (open_or_report(argv[1], &ck))
@@ -394,7 +364,7 @@ static int cmd_set(int argc, char **argv)
 		goto out;
 	pt_node_attr(node, &a);
 	memset(&c, 0, sizeof(c));
-	c.st = pt_node_storage(node, &c.lo);
+	c.st = pt_node_writable_storage(node, &c.lo);
 	if (!c.st || !pt_ckpt_writable(ck)) {
 		fprintf(stderr, "ptfs: %s: %s: not a writable tensor (%s)\n", argv[1], argv[2],
 			a.tensor ? "a view, an array inside the pickle, or a compressed record" :
@@ -449,7 +419,6 @@ int ptfs_cli(int argc, char **argv)
 			cli_verbose = true;
 		} else if (strcmp(argv[i], "-o") == 0) {
 			if (i + 1 >= argc || parse_o(argv[++i]) != 0) {
-				ptfs_usage(stderr);
 				return PTFS_EXIT_USAGE;
 			}
 		} else {

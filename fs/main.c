@@ -3,12 +3,13 @@
  * main.c -- ptfs entry point: the subcommands that need no FUSE (ls, cat,
  * info, set) or the mount.
  */
+#include "ptfs.h"
+
 #include <stdio.h>
 #include <string.h>
 
-#include "ptfs.h"
-
-void ptfs_usage(FILE *f)
+/* The only place that prints the usage text. */
+static void usage(FILE *f)
 {
 	fputs("usage: ptfs [options] CHECKPOINT MOUNTPOINT\n"
 	      "       ptfs ls [-a] [--max N] [--nested] [-o OPTS] CHECKPOINT [PATH]\n"
@@ -32,17 +33,21 @@ void ptfs_usage(FILE *f)
 	      "    -o fsname=NAME         source shown by mount(8) (default: the\n"
 	      "                           checkpoint's absolute path)\n"
 	      "    -o allow_other         let other users see the mount\n"
+	      "    -o nested              dotted keys (a.b.c) as directories a/b/c\n"
 	      "    -o max_depth=N         cap on nesting of the pickle and the tree\n"
 	      "    -o max_values=N        cap on values one pickle may create\n"
+	      "    -o max_memo=N          cap on memo entries of one pickle\n"
 	      "    -o max_memory=BYTES    cap on memory for the decoded pickle\n"
+	      "    -o max_pickle_bytes=BYTES  cap on the size of one pickle\n"
+	      "    -o max_inflate_bytes=BYTES cap on one inflated ZIP record\n"
 	      "    -o max_records=N       cap on ZIP records\n"
+	      "    -o max_rank=N          cap on dimensions of one tensor\n"
+	      "    -o max_dir_entries=N   cap on entries of one directory\n"
+	      "                           (nested, commit= and the max_* options,\n"
+	      "                           N >= 1, work the same with ls, cat, info, set)\n"
 	      "    -o commit=WAY          how commits write: auto (clone where the\n"
 	      "                           filesystem can, else rewrite), rewrite,\n"
-	      "                           clone, inplace (patch behind an undo journal)\n"
-	      "    -o nested              dotted keys (a.b.c) as directories a/b/c\n"
-	      "                           (nested and the max_* options also work\n"
-	      "                           with ls, cat, info and set)\n"
-	      "    -o OPTION              other options are passed to libfuse\n"
+	      "                           clone, inplace (patch behind an undo journal)\n"	      "    -o OPTION              other options are passed to libfuse\n"
 	      "    -h, --help             this text\n"
 	      "    -V, --version          version\n"
 	      "\n"
@@ -52,13 +57,15 @@ void ptfs_usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+	int rc;
+
 	if (argc < 2) {
-		ptfs_usage(stderr);
+		usage(stderr);
 		return PTFS_EXIT_USAGE;
 	}
 	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
 	    strcmp(argv[1], "help") == 0) {
-		ptfs_usage(stdout);
+		usage(stdout);
 		return PTFS_EXIT_OK;
 	}
 	if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "-V") == 0) {
@@ -68,6 +75,14 @@ int main(int argc, char **argv)
 	if (strcmp(argv[1], "ls") == 0 || strcmp(argv[1], "cat") == 0 ||
 	    strcmp(argv[1], "info") == 0 || strcmp(argv[1], "set") == 0 ||
 	    strcmp(argv[1], "tree") == 0 || strcmp(argv[1], "export") == 0)
-		return ptfs_cli(argc - 1, argv + 1);
-	return ptfs_mount_main(argc, argv);
+		rc = ptfs_cli(argc - 1, argv + 1);
+	else
+		rc = ptfs_mount_main(argc, argv);
+	if (rc == PTFS_EXIT_HELP) {
+		usage(stdout);
+		return PTFS_EXIT_OK;
+	}
+	if (rc == PTFS_EXIT_USAGE)
+		usage(stderr);
+	return rc;
 }

@@ -16,6 +16,8 @@
  * immutable while mounted, so attributes and entries are cached by the
  * kernel for a day and file pages are kept between opens (keep_cache).
  */
+#include "ptfs.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -38,8 +40,8 @@
 
 #include "ckpt/ckpt.h"
 #include "export/export.h"
+#include "opts.h"
 #include "overlay.h"
-#include "ptfs.h"
 
 /* Everything is immutable while mounted: let the kernel cache it. */
 #define PTFS_TIMEOUT 86400.0
@@ -87,6 +89,7 @@ struct fh {
 	struct ov_st *ov;               /* storage overlay (tensor files) */
 	uint64_t lo;                    /* file's first byte in the storage */
 	bool write;                     /* opened for writing */
+	struct fh *prev, *next;         /* fs->handles */
 };
 
 struct ptfs {
@@ -101,9 +104,35 @@ struct ptfs {
 	struct fuse_session *se;
 	struct ov *ov;
 	bool warned_changed;            /* logged that it changed (atomic) */
-	pthread_mutex_t wlock;          /* guards wfiles */
+	pthread_mutex_t wlock;          /* guards wfiles and handles */
 	struct wfile *wfiles;
+	struct fh *handles;             /* open files: a signal can end the
+					 * loop before their RELEASE comes */
 };
+
+/* Keep @h in fs->handles from its open until its release. */
+static void fh_track(struct ptfs *fs, struct fh *h)
+{
+	pthread_mutex_lock(&fs->wlock);
+	h->prev = NULL;
+	h->next = fs->handles;
+	if (fs->handles)
+		fs->handles->prev = h;
+	fs->handles = h;
+	pthread_mutex_unlock(&fs->wlock);
+}
+
+static void fh_untrack(struct ptfs *fs, struct fh *h)
+{
+	pthread_mutex_lock(&fs->wlock);
+	if (h->prev)
+		h->prev->next = h->next;
+	else
+		fs->handles = h->next;
+	if (h->next)
+		h->next->prev = h->prev;
+	pthread_mutex_unlock(&fs->wlock);
+}
 
 /* The size a file shows: its write state's, else the node's. */
 static uint64_t file_size(struct ptfs *fs, struct pt_node *n, uint64_t size)
@@ -305,10 +334,17 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 {
 	struct ptfs *fs = fs_of(req);
 	struct pt_node *dir = node_of(fs, ino);
-	size_t count = pt_tree_count(fs->ck, dir), used = 0;
-	char *buf = malloc(size);
+	size_t count = 0, used = 0;
+	int rc = pt_tree_count(fs->ck, dir, &count);
+	char *buf;
 	off_t i;
 
+	if (rc) {
+		/* -EFBIG: more entries than max_dir_entries */
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	buf = malloc(size);
 	if (!buf) {
 		fuse_reply_err(req, ENOMEM);
 		return;
@@ -327,7 +363,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 			n = pt_node_parent(dir) ? pt_node_parent(dir) : dir;
 			name = "..";
 		} else {
-			n = pt_tree_child(fs->ck, dir, (size_t)(i - 2));
+			n = pt_tree_child(fs->ck, dir, (size_t)(i - 2), &rc);
 			if (!n)
 				break;
 			name = pt_node_name(n);
@@ -347,7 +383,12 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 			break;
 		used += need;
 	}
-	fuse_reply_buf(req, buf, used);
+	/* an entry that cannot be made (past max_depth, out of memory)
+	 * fails the call when it is the first one, else ends the batch */
+	if (rc && used == 0)
+		fuse_reply_err(req, -rc);
+	else
+		fuse_reply_buf(req, buf, used);
 	free(buf);
 }
 
@@ -376,14 +417,15 @@ static void log_err(struct ptfs *fs, struct pt_node *n, const char *what,
  * same storage, so that views of one storage see each other's writes. */
 static void invalidate_others(struct ptfs *fs, struct ov_st *s, fuse_ino_t ino)
 {
-	uint64_t others[64];
+	uint64_t *others = NULL;
 	size_t i, n;
 
-	if (!s || fs->singlethread)
+	if (!s)
 		return;
-	n = ov_others(s, ino, others, 64);
+	n = ov_others(s, ino, &others);
 	for (i = 0; i < n; i++)
 		fuse_lowlevel_notify_inval_inode(fs->se, (fuse_ino_t)others[i], 0, 0);
+	free(others);
 }
 
 /* Truncate a tensor file in write state to @size: the bytes past it read
@@ -455,8 +497,12 @@ static void ptfs_op_open(fuse_req_t req, fuse_ino_t ino,
 			fuse_reply_err(req, ENOMEM);
 			return;
 		}
-		ov_note_open(h->ov, ino);
-		if (pt_node_storage(n, &lo))
+		if (ov_note_open(h->ov, ino)) {
+			free(h);
+			fuse_reply_err(req, ENOMEM);
+			return;
+		}
+		if (pt_node_writable_storage(n, &lo))
 			h->lo = lo;
 	}
 	if (write) {
@@ -488,6 +534,8 @@ static void ptfs_op_open(fuse_req_t req, fuse_ino_t ino,
 				ov_writers(h->ov, -1);
 			}
 			pthread_mutex_unlock(&fs->wlock);
+			if (h->ov)
+				ov_note_close(h->ov, ino);
 			free(h);
 			return;
 		}
@@ -497,6 +545,7 @@ static void ptfs_op_open(fuse_req_t req, fuse_ino_t ino,
 	fi->keep_cache = !write;
 	fi->noflush = !write;
 	fi->fh = (uint64_t)(uintptr_t)h;
+	fh_track(fs, h);
 	fuse_reply_open(req, fi);
 }
 
@@ -603,7 +652,7 @@ static void ptfs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 		fuse_reply_err(req, EIO);
 		return;
 	}
-	if (busy && pt_node_storage(n, &lo)) {
+	if (busy && pt_node_writable_storage(n, &lo)) {
 		read_overlay(req, fs, h, size, off);
 		return;
 	}
@@ -700,7 +749,7 @@ static void ptfs_op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 			/* truncate(2) by path: only while a writer has it open */
 			memset(&tmp, 0, sizeof(tmp));
 			tmp.node = n;
-			if (pt_node_storage(n, &lo)) {
+			if (pt_node_writable_storage(n, &lo)) {
 				tmp.lo = lo;
 				tmp.ov = ov_get(fs->ov, pt_node_viewed_storage(n), true);
 			}
@@ -736,6 +785,7 @@ static void ptfs_op_flush(fuse_req_t req, fuse_ino_t ino,
 	struct ov_st *ov = h ? h->ov : NULL;
 	uint64_t size = 0, nbytes = 0;
 	bool drop = false;
+	int rc = 0;
 
 	if (!h) {
 		/* opened by the kernel (read-only mount): nothing to check,
@@ -750,14 +800,27 @@ static void ptfs_op_flush(fuse_req_t req, fuse_ino_t ino,
 			drop = true;
 			size = w->size;
 			nbytes = w->nbytes;
-			ov_revert(fs->ov, h->ov, h->lo, w->nbytes);
-			w->size = w->nbytes;
-			w->changed = false;
+			/* all or nothing: a revert that fails leaves the
+			 * change pending, and the size mismatch keeps every
+			 * commit from taking it */
+			rc = ov_revert(fs->ov, h->ov, h->lo, w->nbytes);
+			if (rc == 0) {
+				w->size = w->nbytes;
+				w->changed = false;
+			}
 		}
 		pthread_mutex_unlock(&fs->wlock);
 	}
 	if (!drop) {
 		fuse_reply_err(req, 0);
+		return;
+	}
+	if (rc) {
+		fuse_log(FUSE_LOG_ERR,
+			 "ptfs: %s: '%s': closed at %llu bytes but the tensor has %llu, and dropping the change failed (%s): it stays pending and is not committed\n",
+			 fs->ckpath, pt_node_name(h->node), (unsigned long long)size,
+			 (unsigned long long)nbytes, strerror(-rc));
+		fuse_reply_err(req, -rc);
 		return;
 	}
 	fuse_log(FUSE_LOG_ERR,
@@ -777,7 +840,8 @@ static void ptfs_op_release(fuse_req_t req, fuse_ino_t ino,
 	struct fh *h = (struct fh *)(uintptr_t)fi->fh;
 	struct wfile *w;
 
-	(void)ino;
+	if (h && h->ov)
+		ov_note_close(h->ov, ino);
 	if (h && h->write) {
 		pthread_mutex_lock(&fs->wlock);
 		HASH_FIND_PTR(fs->wfiles, &h->node, w);
@@ -791,11 +855,14 @@ static void ptfs_op_release(fuse_req_t req, fuse_ino_t ino,
 		ov_writers(h->ov, -1);
 		pthread_mutex_unlock(&fs->wlock);
 	}
+	if (h)
+		fh_untrack(fs, h);
 	free(h);
 	fuse_reply_err(req, 0);
 }
 
-/* Commit every pending change; 0 or an errno for the caller. */
+/* Commit every pending change; 0 or a negative errno (-EINVAL: a file
+ * whose size differs from its tensor's; -ENOSPC, -EDQUOT; else -EIO). */
 static int commit_all(struct ptfs *fs, const char *why)
 {
 	struct pt_error err;
@@ -809,7 +876,7 @@ static int commit_all(struct ptfs *fs, const char *why)
 		if (w->size != w->nbytes) {
 			pthread_mutex_unlock(&fs->wlock);
 			log_err(fs, w->node, why, "file size differs from the tensor's; not committed");
-			return EINVAL;
+			return -EINVAL;
 		}
 	}
 	pthread_mutex_unlock(&fs->wlock);
@@ -820,7 +887,7 @@ static int commit_all(struct ptfs *fs, const char *why)
 			 fs->ckpath, why, err.msg);
 		/* the reasons a user can act on reach fsync as they are */
 		return rc == -ENOSPC || rc == -EDQUOT || rc == -EACCES ||
-		       rc == -EPERM || rc == -EROFS || rc == -EBUSY ? -rc : EIO;
+		       rc == -EPERM || rc == -EROFS || rc == -EBUSY ? rc : -EIO;
 	}
 	fuse_log(FUSE_LOG_INFO, "ptfs: %s: committed on %s (%s)\n", fs->ckpath, why,
 		 pt_ckpt_last_commit(fs->ck));
@@ -833,7 +900,7 @@ static void ptfs_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 	(void)ino;
 	(void)datasync;
 	(void)fi;
-	fuse_reply_err(req, commit_all(fs_of(req), "fsync"));
+	fuse_reply_err(req, -commit_all(fs_of(req), "fsync"));
 }
 
 static void ptfs_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
@@ -961,25 +1028,15 @@ struct cmdline {
 	bool version;
 	bool bad;
 	bool fsname;
-	unsigned max_depth;
-	unsigned long long max_values;
-	unsigned long long max_memory;
-	unsigned long long max_records;
-	int nested;
-	char *commit;                   /* -o commit=WAY */
+	struct pt_ckpt_opts copts;      /* nested, commit= and the limits
+					 * (opts.c) */
 	char *remote_opt[5];    /* cache_dir= ... s3_endpoint= (fs/remote.c) */
 };
 
 enum { KEY_HELP, KEY_VERSION, KEY_RO, KEY_RW, KEY_IGNORE, KEY_FSNAME };
 
-#define PTFS_OPT(t, p) { t, offsetof(struct cmdline, p), 1 }
 static const struct fuse_opt ptfs_opts[] = {
-	PTFS_OPT("max_depth=%u", max_depth),
-	PTFS_OPT("max_values=%llu", max_values),
-	PTFS_OPT("max_memory=%llu", max_memory),
-	PTFS_OPT("max_records=%llu", max_records),
-	PTFS_OPT("nested", nested),
-	PTFS_OPT("commit=%s", commit),
+#define PTFS_OPT(t, p) { t, offsetof(struct cmdline, p), 1 }
 	PTFS_OPT("cache_dir=%s", remote_opt[0]),
 	PTFS_OPT("cache_size=%s", remote_opt[1]),
 	PTFS_OPT("timeout=%s", remote_opt[2]),
@@ -1060,6 +1117,16 @@ static int opt_proc(void *data, const char *arg, int key,
 			c->bad = true;
 		c->nonopts++;
 		return 0;
+	case FUSE_OPT_KEY_OPT:
+		/* -o nested, -o max_depth=N ...: ours; the rest libfuse's */
+		switch (ptfs_opt_apply(&c->copts, arg)) {
+		case 1:
+			return 0;
+		case -1:
+			c->bad = true;
+			return 0;
+		}
+		/* fall through */
 	default:
 		if (strncmp(arg, "x-", 2) == 0)
 			return 0; /* fstab notes for other tools (x-systemd.*) */
@@ -1132,27 +1199,6 @@ static int add_fsname(struct fuse_args *args, const char *checkpoint)
 	return rc;
 }
 
-/* The command line's checkpoint options. -1 (said on stderr) when bad. */
-static int ckpt_opts_of(const struct cmdline *c, struct pt_ckpt_opts *o)
-{
-	pt_ckpt_opts_default(o);
-	if (c->max_depth)
-		o->limits.max_depth = c->max_depth;
-	if (c->max_values)
-		o->limits.max_values = c->max_values;
-	if (c->max_memory)
-		o->limits.max_memory = c->max_memory;
-	if (c->max_records)
-		o->limits.max_records = c->max_records;
-	o->nested = c->nested != 0;
-	if (c->commit && pt_commit_way_parse(c->commit, &o->commit) != 0) {
-		fprintf(stderr, "ptfs: bad option 'commit=%s' (auto, rewrite, clone or inplace)\n",
-			c->commit);
-		return -1;
-	}
-	return 0;
-}
-
 /* Before detaching: a rolled-back commit, then the checkpoint's warnings. */
 static void print_open_notes(struct pt_ckpt *ck, const char *ckpath)
 {
@@ -1223,6 +1269,57 @@ static void syslog_log(enum fuse_log_level level, const char *fmt, va_list ap)
 	vsyslog((int)level, fmt, ap);
 }
 
+/* The command line into @c and @fopts: PTFS_EXIT_OK to go on (or, with
+ * c->version, to stop: the version was printed), else the exit code. */
+static int parse_cmdline(struct fuse_args *args, struct cmdline *c,
+			 struct fuse_cmdline_opts *fopts)
+{
+	memset(c, 0, sizeof(*c));
+	pt_ckpt_opts_default(&c->copts);
+	if (fuse_opt_parse(args, c, ptfs_opts, opt_proc) != 0 || c->bad)
+		return PTFS_EXIT_USAGE;
+	if (c->help)
+		return PTFS_EXIT_HELP;
+	if (c->version) {
+		ptfs_version(stdout);
+		return PTFS_EXIT_OK;
+	}
+	if (!c->checkpoint || !c->mountpoint) {
+		fprintf(stderr, "ptfs: %s\n", !c->checkpoint ? "missing CHECKPOINT" : "missing MOUNTPOINT");
+		return PTFS_EXIT_USAGE;
+	}
+	if (fuse_opt_add_arg(args, c->mountpoint) != 0 ||
+	    fuse_parse_cmdline(args, fopts) != 0)
+		return PTFS_EXIT_USAGE;
+	return PTFS_EXIT_OK;
+}
+
+/* Serve requests until unmounted or signalled; the loop's result. */
+static int serve(struct fuse_session *se, const struct fuse_cmdline_opts *fopts)
+{
+	struct fuse_loop_config *loop;
+	int rc;
+
+	if (fopts->singlethread) {
+		rc = fuse_session_loop(se);
+	} else {
+		loop = fuse_loop_cfg_create();
+		if (!loop) {
+			rc = -ENOMEM;
+		} else {
+			fuse_loop_cfg_set_clone_fd(loop, (unsigned)fopts->clone_fd);
+			/* UINT_MAX means "not given": keep libfuse's default */
+			if (fopts->max_idle_threads <= 100000)
+				fuse_loop_cfg_set_idle_threads(loop, fopts->max_idle_threads);
+			if (fopts->max_threads > 0 && fopts->max_threads <= 100000)
+				fuse_loop_cfg_set_max_threads(loop, fopts->max_threads);
+			rc = fuse_session_loop_mt(se, loop);
+			fuse_loop_cfg_destroy(loop);
+		}
+	}
+	return rc;
+}
+
 /* The remote options given with -o, to fs/remote.c ("key=value"). */
 static int remote_options(const struct cmdline *c)
 {
@@ -1246,58 +1343,30 @@ int ptfs_mount_main(int argc, char **argv)
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
 	struct fuse_cmdline_opts fopts;
-	struct fuse_loop_config *loop = NULL;
 	struct fuse_session *se = NULL;
-	struct pt_ckpt_opts copts;
 	struct cmdline c;
 	struct pt_error err;
 	struct ptfs fs;
 	int rc = PTFS_EXIT_ERROR;
 
-	memset(&c, 0, sizeof(c));
 	memset(&fs, 0, sizeof(fs));
 	memset(&fopts, 0, sizeof(fopts));
-	if (fuse_opt_parse(&args, &c, ptfs_opts, opt_proc) != 0 || c.bad) {
-		ptfs_usage(stderr);
+	rc = parse_cmdline(&args, &c, &fopts);
+	if (rc != PTFS_EXIT_OK || c.version) {
 		fuse_opt_free_args(&args);
-		return PTFS_EXIT_USAGE;
+		return rc;
 	}
-	if (c.help) {
-		ptfs_usage(stdout);
-		fuse_opt_free_args(&args);
-		return PTFS_EXIT_OK;
-	}
-	if (c.version) {
-		ptfs_version(stdout);
-		fuse_opt_free_args(&args);
-		return PTFS_EXIT_OK;
-	}
-	if (!c.checkpoint || !c.mountpoint) {
-		fprintf(stderr, "ptfs: %s\n", !c.checkpoint ? "missing CHECKPOINT" : "missing MOUNTPOINT");
-		ptfs_usage(stderr);
-		fuse_opt_free_args(&args);
-		return PTFS_EXIT_USAGE;
-	}
-	if (fuse_opt_add_arg(&args, c.mountpoint) != 0 ||
-	    fuse_parse_cmdline(&args, &fopts) != 0) {
-		ptfs_usage(stderr);
-		fuse_opt_free_args(&args);
-		return PTFS_EXIT_USAGE;
-	}
+	rc = PTFS_EXIT_ERROR;
 	if (!c.fsname && add_fsname(&args, c.checkpoint) != 0) {
 		fuse_opt_free_args(&args);
 		return PTFS_EXIT_ERROR;
-	}
-	if (ckpt_opts_of(&c, &copts) != 0) {
-		rc = PTFS_EXIT_USAGE;
-		goto out;
 	}
 	if (remote_options(&c) != 0) {
 		rc = PTFS_EXIT_USAGE;
 		goto out;
 	}
 	pt_error_clear(&err);
-	if (ptfs_open_checkpoint(c.checkpoint, &copts, &fs.ck, &err) != 0) {
+	if (ptfs_open_checkpoint(c.checkpoint, &c.copts, &fs.ck, &err) != 0) {
 		ptfs_report_open(c.checkpoint, &err);
 		goto out;
 	}
@@ -1349,23 +1418,7 @@ int ptfs_mount_main(int argc, char **argv)
 		openlog("ptfs", LOG_PID, LOG_DAEMON);
 		fuse_set_log_func(syslog_log);
 	}
-	if (fopts.singlethread) {
-		rc = fuse_session_loop(se);
-	} else {
-		loop = fuse_loop_cfg_create();
-		if (!loop) {
-			rc = -ENOMEM;
-		} else {
-			fuse_loop_cfg_set_clone_fd(loop, (unsigned)fopts.clone_fd);
-			/* UINT_MAX means "not given": keep libfuse's default */
-			if (fopts.max_idle_threads <= 100000)
-				fuse_loop_cfg_set_idle_threads(loop, fopts.max_idle_threads);
-			if (fopts.max_threads > 0 && fopts.max_threads <= 100000)
-				fuse_loop_cfg_set_max_threads(loop, fopts.max_threads);
-			rc = fuse_session_loop_mt(se, loop);
-			fuse_loop_cfg_destroy(loop);
-		}
-	}
+	rc = serve(se, &fopts);
 	/* the loop returns the signal number after SIGTERM/SIGINT/SIGHUP */
 	rc = rc >= 0 ? PTFS_EXIT_OK : PTFS_EXIT_ERROR;
 	/* unmount, or SIGTERM/SIGINT: commit what is pending */
@@ -1384,11 +1437,16 @@ out:
 			free(w);
 		}
 	}
+	while (fs.handles) {
+		struct fh *h = fs.handles;
+
+		fs.handles = h->next;
+		free(h);
+	}
 	pt_ckpt_close(fs.ck);
 	for (size_t k = 0; k < 5; k++)
 		free(c.remote_opt[k]);
 	free(fopts.mountpoint);
-	free(c.commit);
 	fuse_opt_free_args(&args);
 	return rc;
 }

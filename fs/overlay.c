@@ -8,7 +8,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#define OV_MAX_OPEN 64
+/* An inode open over a storage, and how many handles hold it. */
+struct ov_open {
+	uint64_t ino;
+	size_t handles;
+};
 
 struct ov_st {
 	const struct pt_storage *st;
@@ -20,8 +24,8 @@ struct ov_st {
 	bool dirty;                     /* some chunk is set (atomic) */
 	int writers;                    /* handles open for writing (atomic) */
 	pthread_mutex_t open_lock;
-	uint64_t open[OV_MAX_OPEN];     /* inodes of open tensor files */
-	size_t n_open;
+	struct ov_open *open;           /* inodes of open tensor files */
+	size_t n_open, cap_open;
 };
 
 struct ov {
@@ -62,6 +66,7 @@ static void st_free(struct ov_st *s)
 		for (i = 0; i < s->nchunks; i++)
 			free(s->chunks[i]);
 	free(s->chunks);
+	free(s->open);
 	pthread_rwlock_destroy(&s->lock);
 	pthread_mutex_destroy(&s->open_lock);
 	free(s);
@@ -209,36 +214,65 @@ int ov_zero(struct ov *o, struct ov_st *s, uint64_t off, uint64_t n)
 	return each_chunk(o, s, off, n, NULL, true);
 }
 
+/*
+ * Only the first and the last chunk of a range can be partly covered:
+ * their file bytes are read before anything changes, so that a read that
+ * fails leaves every change in place (never half reverted).
+ */
 int ov_revert(struct ov *o, struct ov_st *s, uint64_t off, uint64_t n)
 {
-	int rc = 0;
-	size_t i;
+	struct {
+		size_t ci, in, k;
+		uint8_t *bytes;
+	} part[2];
+	size_t np = 0, i;
+	uint64_t at, left;
 	bool any = false;
+	int rc = 0;
 
 	if (off > s->size || n > s->size - off)
 		return -EINVAL;
 	pthread_rwlock_rdlock(&o->gate);
 	pthread_rwlock_wrlock(&s->lock);
-	while (s->chunks && n > 0) {
-		size_t ci = (size_t)(off / OV_CHUNK);
-		size_t in = (size_t)(off % OV_CHUNK);
-		size_t k = OV_CHUNK - in < n ? OV_CHUNK - in : (size_t)n;
+	/* pass 1: the file bytes of partly covered chunks that are set */
+	for (at = off, left = n; s->chunks && left > 0 && !rc;) {
+		size_t ci = (size_t)(at / OV_CHUNK), in = (size_t)(at % OV_CHUNK);
+		size_t k = OV_CHUNK - in < left ? OV_CHUNK - in : (size_t)left;
 		uint64_t start = (uint64_t)ci * OV_CHUNK;
 		size_t len = (size_t)(s->size - start < OV_CHUNK ? s->size - start : OV_CHUNK);
 
-		if (s->chunks[ci]) {
-			if (in == 0 && k == len) {
-				free(s->chunks[ci]);
-				s->chunks[ci] = NULL;
-			} else {
-				rc = pread_full(o->ck, s->chunks[ci] + in,
-						k, s->file_off + off);
-				if (rc)
-					break;
-			}
+		if (s->chunks[ci] && !(in == 0 && k == len)) {
+			part[np].bytes = malloc(k);
+			if (!part[np].bytes)
+				rc = -ENOMEM;
+			else
+				rc = pread_full(o->ck, part[np].bytes, k, s->file_off + at);
+			part[np].ci = ci;
+			part[np].in = in;
+			part[np++].k = k;
 		}
-		off += k;
-		n -= k;
+		at += k;
+		left -= k;
+	}
+	/* pass 2: apply, all or nothing */
+	for (at = off, left = n; s->chunks && left > 0 && !rc;) {
+		size_t ci = (size_t)(at / OV_CHUNK), in = (size_t)(at % OV_CHUNK);
+		size_t k = OV_CHUNK - in < left ? OV_CHUNK - in : (size_t)left;
+		uint64_t start = (uint64_t)ci * OV_CHUNK;
+		size_t len = (size_t)(s->size - start < OV_CHUNK ? s->size - start : OV_CHUNK);
+
+		if (s->chunks[ci] && in == 0 && k == len) {
+			free(s->chunks[ci]);
+			s->chunks[ci] = NULL;
+		}
+		at += k;
+		left -= k;
+	}
+	for (i = 0; i < np; i++) {
+		if (!rc)
+			memcpy(s->chunks[part[i].ci] + part[i].in, part[i].bytes,
+			       part[i].k);
+		free(part[i].bytes);
 	}
 	for (i = 0; s->chunks && i < s->nchunks; i++)
 		if (s->chunks[i])
@@ -421,27 +455,56 @@ out:
 	return rc;
 }
 
-void ov_note_open(struct ov_st *s, uint64_t ino)
+int ov_note_open(struct ov_st *s, uint64_t ino)
+{
+	size_t i;
+	int rc = 0;
+
+	pthread_mutex_lock(&s->open_lock);
+	for (i = 0; i < s->n_open; i++)
+		if (s->open[i].ino == ino)
+			break;
+	if (i == s->n_open && s->n_open == s->cap_open) {
+		size_t nc = s->cap_open ? 2 * s->cap_open : 4;
+		struct ov_open *q = realloc(s->open, nc * sizeof(*q));
+
+		if (!q) {
+			rc = -ENOMEM;
+			goto out;
+		}
+		s->open = q;
+		s->cap_open = nc;
+	}
+	if (i == s->n_open)
+		s->open[s->n_open++] = (struct ov_open){ ino, 0 };
+	s->open[i].handles++;
+out:
+	pthread_mutex_unlock(&s->open_lock);
+	return rc;
+}
+
+void ov_note_close(struct ov_st *s, uint64_t ino)
 {
 	size_t i;
 
 	pthread_mutex_lock(&s->open_lock);
 	for (i = 0; i < s->n_open; i++)
-		if (s->open[i] == ino)
+		if (s->open[i].ino == ino)
 			break;
-	if (i == s->n_open && s->n_open < OV_MAX_OPEN)
-		s->open[s->n_open++] = ino;
+	if (i < s->n_open && --s->open[i].handles == 0)
+		s->open[i] = s->open[--s->n_open];
 	pthread_mutex_unlock(&s->open_lock);
 }
 
-size_t ov_others(struct ov_st *s, uint64_t ino, uint64_t *out, size_t max)
+size_t ov_others(struct ov_st *s, uint64_t ino, uint64_t **out)
 {
 	size_t i, n = 0;
 
 	pthread_mutex_lock(&s->open_lock);
-	for (i = 0; i < s->n_open && n < max; i++)
-		if (s->open[i] != ino)
-			out[n++] = s->open[i];
+	*out = malloc((s->n_open ? s->n_open : 1) * sizeof(**out));
+	for (i = 0; *out && i < s->n_open; i++)
+		if (s->open[i].ino != ino)
+			(*out)[n++] = s->open[i].ino;
 	pthread_mutex_unlock(&s->open_lock);
 	return n;
 }

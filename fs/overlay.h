@@ -63,11 +63,15 @@ int ov_read_copy(struct ov *o, struct ov_st *s, void *buf, size_t n,
 /* Commit every dirty storage; on success the overlays are emptied. */
 int ov_commit(struct ov *o, struct pt_error *err);
 
-/* Remember that @ino (a tensor file over this storage) is open, so that
- * writes through one file can invalidate the others' page caches.  Fills
- * @out with up to @max other inodes and returns how many. */
-void ov_note_open(struct ov_st *s, uint64_t ino);
-size_t ov_others(struct ov_st *s, uint64_t ino, uint64_t *out, size_t max);
+/* The inodes (tensor files over this storage) open now, so that writes
+ * through one file can invalidate the others' page caches.
+ * ov_note_open(): one more handle of @ino (0, or -ENOMEM); ov_note_close():
+ * one fewer (forgotten at none).  ov_others(): the open inodes other than
+ * @ino, in a malloc()ed array *@out (NULL when out of memory), and how
+ * many. */
+int ov_note_open(struct ov_st *s, uint64_t ino);
+void ov_note_close(struct ov_st *s, uint64_t ino);
+size_t ov_others(struct ov_st *s, uint64_t ino, uint64_t **out);
 
 /* Wait until no commit is running. */
 void ov_commit_barrier(struct ov *o);

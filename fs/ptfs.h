@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * ptfs.h -- the front end's internal interfaces: the FUSE-less
- * subcommands (cli.c) and the mount (mount.c).
+ * subcommands (cli.c) and the mount (mount.c), both called by main.c.
+ * Neither prints the usage text: they print one line naming the problem
+ * and return PTFS_EXIT_USAGE (main.c adds the usage on stderr), or
+ * PTFS_EXIT_HELP (main.c prints it on stdout and exits 0).
  */
 #ifndef PTFS_FS_PTFS_H
 #define PTFS_FS_PTFS_H
@@ -13,8 +16,11 @@
 #define PTFS_EXIT_OK 0
 #define PTFS_EXIT_ERROR 1   /* the checkpoint cannot be opened or served */
 #define PTFS_EXIT_USAGE 2   /* bad command line */
+/* Not an exit code: "print the usage on stdout, exit 0" (-h, --help). */
+#define PTFS_EXIT_HELP (-1)
 
-/* `ptfs ls|cat|info|set ...`: argv[0] is the subcommand. */
+/* `ptfs ls|cat|info|set ...`: argv[0] is the subcommand.  Returns one of
+ * the codes above. */
 int ptfs_cli(int argc, char **argv);
 
 /* export.c: `ptfs tree --json ...` and `ptfs export ...` (argv[0] is the
@@ -26,11 +32,10 @@ int ptfs_cmd_export(int argc, char **argv, const struct pt_ckpt_opts *o);
  * load it with weights_only=True, 1 when not (or it cannot be opened). */
 int ptfs_cmd_weights_only(const char *path, const struct pt_ckpt_opts *o);
 
-/* `ptfs [options] CHECKPOINT MOUNTPOINT`. */
+/* `ptfs [options] CHECKPOINT MOUNTPOINT`: mounts and serves until
+ * unmounted.  Returns one of the codes above. */
 int ptfs_mount_main(int argc, char **argv);
 
-/* Print the usage text to @f. */
-void ptfs_usage(FILE *f);
 /* Print the version, the formats this build reads and its libraries to @f
  * (fs/version.c). */
 void ptfs_version(FILE *f);

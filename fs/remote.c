@@ -5,12 +5,13 @@
  * s3_endpoint=) and opening through core/remote when ptfs was built with
  * libcurl.  The mount and the subcommands both open checkpoints here.
  */
+#include "ptfs.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ckpt/ckpt.h"
-#include "ptfs.h"
 #ifdef PTFS_HAVE_REMOTE
 #include "remote/remote_source.h"
 

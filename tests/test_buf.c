@@ -10,6 +10,7 @@
 
 #include "base/buf.h"
 #include "base/error.h"
+#include "base/json.h"
 
 static void test_printf_and_take(void **state)
 {
@@ -35,7 +36,7 @@ static void test_json_escape(void **state)
 
 	(void)state;
 	pt_buf_init(&b);
-	pt_buf_json_str(&b, in, sizeof(in));
+	pt_json_str(&b, in, sizeof(in));
 	assert_string_equal(b.p, "a\\\"\\\\\\n\\u0001\\u00ff\xc3\xa9");
 	pt_buf_free(&b);
 }

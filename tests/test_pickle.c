@@ -21,6 +21,7 @@
 #include <cmocka.h>
 #include "require.h"
 
+#include "base/text.h"
 #include "decode/pickle.h"
 
 /* ---- describing a graph ----------------------------------------------- */
@@ -47,7 +48,7 @@ static void d_bytes(struct desc *d, const struct pt_value *v, bool text)
 			pt_buf_puts(&d->b, "\\n");
 		else if (c < 0x20 || c == 0x7f ||
 			 (c >= 0x80 &&
-			  (!text || (v->flags & PT_VF_INVALID_UTF8))))
+			  (!text || !pt_utf8_valid(v->u.s.p, v->u.s.len))))
 			pt_buf_printf(&d->b, "\\x%02x", c);
 		else
 			pt_buf_putc(&d->b, (char)c);
@@ -125,7 +126,7 @@ static void d_scalar(struct desc *d, const struct pt_value *v)
 		pt_buf_putc(&d->b, '\'');
 		d_bytes(d, v, true);
 		pt_buf_putc(&d->b, '\'');
-		if (v->flags & PT_VF_INVALID_UTF8)
+		if (!pt_utf8_valid(v->u.s.p, v->u.s.len))
 			pt_buf_puts(&d->b, "!u");
 		break;
 	case PT_V_BYTES:

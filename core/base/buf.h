@@ -19,16 +19,18 @@ struct pt_buf {
 	bool oom;               /* an append failed */
 };
 
+/* An empty buffer (no allocation yet). */
 void pt_buf_init(struct pt_buf *b);
+/* Free the bytes; the buffer is empty again. */
 void pt_buf_free(struct pt_buf *b);
+/* Append @n bytes at @p, a NUL-terminated string, one byte, or printf()
+ * output.  Cannot fail: out of memory sets b->oom and later appends do
+ * nothing. */
 void pt_buf_add(struct pt_buf *b, const void *p, size_t n);
 void pt_buf_puts(struct pt_buf *b, const char *s);
 void pt_buf_putc(struct pt_buf *b, char c);
 void pt_buf_printf(struct pt_buf *b, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
-/* Append @n bytes as the body of a JSON string (no quotes): escapes ", \,
- * control characters; invalid UTF-8 bytes become \u00XX of the byte. */
-void pt_buf_json_str(struct pt_buf *b, const uint8_t *p, size_t n);
 /* Take the bytes (caller frees) and reset the buffer. */
 char *pt_buf_take(struct pt_buf *b, size_t *len);
 

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* limits.c -- default caps; see limits.h and README.md for why these. */
+/* limits.c -- default caps; see pt_limits.h and README.md for why these. */
 #include "base/pt_limits.h"
 
 void pt_limits_default(struct pt_limits *l)

@@ -39,6 +39,7 @@ struct pt_ckpt_opts {
 				    * as an option; off by default) */
 };
 
+/* The defaults: limits of pt_limits_default(), nested off. */
 void pt_ckpt_opts_default(struct pt_ckpt_opts *o);
 
 /*
@@ -64,6 +65,8 @@ struct pt_source;
 int pt_ckpt_open_source(struct pt_ckpt **out, struct pt_source *src,
 			const struct pt_ckpt_opts *opts, struct pt_error *err);
 
+/* Close the checkpoint and free everything it owns, its tree included
+ * (NULL is fine).  No node or storage of it may be used afterwards. */
 void pt_ckpt_close(struct pt_ckpt *ck);
 
 /* Human-readable summary (what `ptfs info` prints), appended to @out. */
@@ -116,9 +119,13 @@ struct pt_nattr {
 	bool writable;          /* a tensor file that writes may change */
 };
 
+/* The root directory (never NULL; made at open). */
 struct pt_node *pt_tree_root(struct pt_ckpt *ck);
+/* A node's attributes (type, size, id, tensor, writable) into *@a. */
 void pt_node_attr(const struct pt_node *n, struct pt_nattr *a);
+/* Its encoded name ("" for the root), valid until close. */
 const char *pt_node_name(const struct pt_node *n);
+/* Its directory, NULL for the root. */
 struct pt_node *pt_node_parent(const struct pt_node *n);
 
 /* The child of directory @dir named @name, creating it on first use;
@@ -126,13 +133,49 @@ struct pt_node *pt_node_parent(const struct pt_node *n);
 struct pt_node *pt_tree_lookup(struct pt_ckpt *ck, struct pt_node *dir,
 			       const char *name, int *rc);
 
-/* Number of entries of directory @dir (without "." and ".."). */
-size_t pt_tree_count(struct pt_ckpt *ck, struct pt_node *dir);
+/* The number of entries of directory @dir (without "." and "..") in *@n.
+ * Returns 0, or -ENOTDIR, -EFBIG (more than max_dir_entries: the
+ * directory cannot be listed, every call says so at once), -ENOMEM, with
+ * *@n 0. */
+int pt_tree_count(struct pt_ckpt *ck, struct pt_node *dir, size_t *n);
 
 /* Entry @i (0-based, listing order) of @dir, created on first use; NULL
- * past the end or on allocation failure. */
+ * with *@rc (may be NULL) = -ENOENT past the end, or the error of
+ * pt_tree_count(), or -EFBIG past max_depth, -ENOMEM. */
 struct pt_node *pt_tree_child(struct pt_ckpt *ck, struct pt_node *dir,
-			      size_t i);
+			      size_t i, int *rc);
+
+/* What pt_tree_walk() shows its visitor for each entry. */
+struct pt_walk {
+	struct pt_node *node;
+	const char *path;               /* @top_path + '/' + names, no
+					 * leading '/' when @top_path is "" */
+	size_t path_len;
+	uint32_t depth;                 /* 1 for the entries of the top */
+};
+
+/* Visitor results besides 0 (go on, into directories too) and a negative
+ * errno (stop; pt_tree_walk() returns it). */
+#define PT_WALK_SKIP 1                  /* do not enter this directory */
+#define PT_WALK_STOP 2                  /* stop; pt_tree_walk() returns 0 */
+
+/* pt_tree_walk() flags: also sidecars (NAME.json) and /.ptfs, which are
+ * otherwise skipped without making their nodes. */
+#define PT_WALK_ALL 1u
+
+typedef int (*pt_walk_fn)(void *ctx, const struct pt_walk *w);
+
+/*
+ * The one walk of the tree (ptfs ls, /.ptfs/tree.json, the fuzzers):
+ * depth first, in listing order, below directory @top, with an explicit
+ * stack (no recursion over untrusted nesting; the tree is cut at
+ * max_depth).  A directory that cannot be listed (-EFBIG, ...) is left
+ * out and the walk goes on; the first such error is returned at the end.
+ * Returns 0, the visitor's negative errno, or that first error;
+ * -ENOTDIR when @top is not a directory.
+ */
+int pt_tree_walk(struct pt_ckpt *ck, struct pt_node *top, const char *top_path,
+		 unsigned flags, pt_walk_fn fn, void *ctx);
 
 /* Resolve a '/'-separated path from the root (no symlinks followed). */
 struct pt_node *pt_tree_path(struct pt_ckpt *ck, const char *path, int *rc);
@@ -183,7 +226,7 @@ struct pt_storage;
  * written (not a tensor, a non-contiguous view, a deflated record, an
  * array inside the pickle, a container without the rewriter).
  */
-const struct pt_storage *pt_node_storage(const struct pt_node *n, uint64_t *lo);
+const struct pt_storage *pt_node_writable_storage(const struct pt_node *n, uint64_t *lo);
 
 /* Bytes of a storage, and a small unique index (0 .. count-1). */
 uint64_t pt_storage_size(const struct pt_storage *st);
@@ -191,8 +234,6 @@ size_t pt_storage_index(const struct pt_storage *st);
 size_t pt_ckpt_storage_count(const struct pt_ckpt *ck);
 /* Offset of the storage's first byte in the checkpoint file. */
 uint64_t pt_storage_file_offset(const struct pt_storage *st);
-/* Name of the storage's record, for messages. */
-const char *pt_storage_record(const struct pt_storage *st);
 
 /* New contents for one storage. */
 struct pt_commit {

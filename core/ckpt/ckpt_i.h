@@ -17,6 +17,7 @@
 #include <uthash.h>
 
 #include "base/buf.h"
+#include "base/json.h"
 #include "ckpt/ckpt.h"
 #include "decode/dtype.h"
 #include "base/pt_limits.h"
@@ -172,7 +173,23 @@ struct pt_meta_dir {
 
 struct pt_tree;
 
+/*
+ * What ckpt.c (above the formats) lends to the layers below it, so that a
+ * format can open and close other checkpoints (the shards of a sharded
+ * index, the .distcp files of a DCP directory) without calling upward.
+ * Set on every checkpoint by ckpt.c; use it through pt__ckpt_open_raw(),
+ * pt__ckpt_open_source() and pt__ckpt_close() (decode/ckstate.c).
+ */
+struct pt_ckpt_host {
+	/* a checkpoint over @src (owned from here on, also on failure):
+	 * bare (path and src only) or, when @load, probed and opened */
+	int (*open)(struct pt_ckpt **out, struct pt_source *src, bool load,
+		    const struct pt_ckpt_opts *opts, struct pt_error *err);
+	void (*close)(struct pt_ckpt *ck);      /* pt_ckpt_close() */
+};
+
 struct pt_ckpt {
+	const struct pt_ckpt_host *host; /* ckpt.c's open and close */
 	char *path;                     /* as given */
 	char *stem;                     /* file name minus last extension */
 	struct pt_source *src;          /* the bytes (io/source.h) */
@@ -226,6 +243,8 @@ void *pt__own(struct pt_ckpt *ck, void *p);
  * Like pt__own(), only while the checkpoint is being opened (one
  * thread). */
 void *pt__alloc(struct pt_ckpt *ck, size_t n);
+/* Free every pt__alloc() block (ckpt.c, at close). */
+void pt__alloc_free(struct pt_ckpt *ck);
 
 /* Add the file /.ptfs/@name (a static string) holding @len bytes at @data
  * (malloc()ed; ownership passes to ck, also on failure).  Call from a
@@ -240,74 +259,34 @@ int pt__add_meta_file(struct pt_ckpt *ck, const char *name, void *data,
 int pt__add_meta_dir(struct pt_ckpt *ck, const char *name,
 		     struct pt_value *root, const char *records);
 
-/* fmt/safetensors.c: a PT_V_DICT of @n str keys -> tensors made outside any
- * pickle (safetensors, sharded indexes).  Keys come out classified
- * PT_C_SCALAR and values PT_C_TENSOR (a PT_V_PERSID node with a NULL pid
- * and aux -> the tensor); the dict itself is left for pt__classify() to
- * mark PT_C_MAP.  Fill entry @i with pt__flat_dict_set().  Node memory is
- * owned by ck; NULL when out of memory. */
-struct pt_value *pt__flat_dict(struct pt_ckpt *ck, size_t n);
-void pt__flat_dict_set(struct pt_value *d, size_t i, const uint8_t *name,
-		       size_t len, struct pt_tensor *t);
-
-/* fmt/torchscript_json.c: value trees made outside any pickle (JSON
- * described formats).  pt__value_dict(): a PT_V_DICT of @n entries whose
- * keys are str nodes (classified PT_C_SCALAR); set entry @i with
- * pt__value_dict_set() (@name borrowed: it must live as long as ck; @val
- * any value, e.g. another such dict).  pt__tensor_value(): a node showing
- * tensor @t (a PT_V_PERSID with a NULL pid, classified PT_C_TENSOR).
- * Memory is owned by ck; NULL when out of memory. */
+/*
+ * decode/synth.c: value trees made outside any pickle, owned by @ck (NULL
+ * when out of memory).
+ * pt__value_dict(): a PT_V_DICT of @n entries whose keys are str nodes
+ * (classified PT_C_SCALAR, "" until set) and whose values are spare
+ * unclassified nodes until set; the dict itself is left for
+ * pt__classify() to mark PT_C_MAP.  pt__value_dict_set() sets entry @i:
+ * key @name (borrowed: it must live as long as ck) and value @val (any
+ * value, e.g. another such dict; NULL keeps the spare node, for the
+ * caller to fill).  pt__value_dict_set_tensor() makes the spare node show
+ * tensor @t.  pt__tensor_value(): a new node showing tensor @t (a
+ * PT_V_PERSID with a NULL pid, classified PT_C_TENSOR).
+ * pt__numbered_dict(): a dict c0, c1, ... of @vals[0..@n) (TorchScript
+ * constants, FORMAT.md §5.3).
+ */
 struct pt_value *pt__value_dict(struct pt_ckpt *ck, size_t n);
 void pt__value_dict_set(struct pt_value *d, size_t i, const uint8_t *name,
 			size_t len, struct pt_value *val);
+void pt__value_dict_set_tensor(struct pt_value *d, size_t i,
+			       const uint8_t *name, size_t len,
+			       struct pt_tensor *t);
 struct pt_value *pt__tensor_value(struct pt_ckpt *ck, struct pt_tensor *t);
+struct pt_value *pt__numbered_dict(struct pt_ckpt *ck,
+				   struct pt_value *const *vals, size_t n);
 
-/*
- * fmt/safetensors.c: a strict JSON scanner (RFC 8259) for the small JSON
- * documents some formats carry (safetensors headers, sharded indexes).  It
- * reads one token at a time for a caller that knows the schema, never
- * recurses, and skips unknown values with a nesting cap.  Strings are
- * decoded (escapes, surrogate pairs; UTF-8 checked) into one buffer of the
- * text's size, so they stay valid until pt__js_free() or, after
- * pt__js_keep(), until the checkpoint closes.  Every function returns 0 or
- * -EBADMSG with "@what: at byte N: problem" in @err.
- */
-struct pt_js {
-	const uint8_t *p;               /* the text (borrowed) */
-	size_t len;
-	size_t pos;                     /* next byte */
-	uint8_t *sbuf;                  /* decoded strings */
-	size_t sused;
-	const char *what;               /* for messages */
-	struct pt_error *err;
-};
-
-int pt__js_init(struct pt_js *j, const uint8_t *p, size_t len,
-		const char *what, struct pt_error *err);
-void pt__js_free(struct pt_js *j);
-/* Hand the string buffer to @ck (strings live until close). */
+/* decode/ckstate.c: hand the string buffer of JSON scanner @j to @ck
+ * (its strings live until close).  0 or -ENOMEM with a message in j->err. */
 int pt__js_keep(struct pt_js *j, struct pt_ckpt *ck);
-/* The next byte after whitespace (not consumed), or -1 at the end. */
-int pt__js_peek(struct pt_js *j);
-/* Consume '{' or '['; *@empty when the matching close follows at once
- * (then consumed too). */
-int pt__js_open(struct pt_js *j, char c, bool *empty);
-/* After an item of a container closed by @close: ',' (*@more = true) or
- * @close (*@more = false). */
-int pt__js_next(struct pt_js *j, char close, bool *more);
-/* A string (*@s not NUL-terminated), or a key and its ':'. */
-int pt__js_str(struct pt_js *j, const uint8_t **s, size_t *n);
-int pt__js_key(struct pt_js *j, const uint8_t **s, size_t *n);
-/* A non-negative integer (no fraction, exponent or sign) <= @max. */
-int pt__js_uint(struct pt_js *j, uint64_t max, uint64_t *v);
-/* Skip any one value (nesting at most 64 deep). */
-int pt__js_skip(struct pt_js *j);
-/* Only whitespace remains. */
-int pt__js_end(struct pt_js *j);
-/* A name from the file made safe for a one-line message (at most 80
- * bytes, control bytes and quotes as '?'), in @buf of @cap bytes. */
-const char *pt__js_printable(const uint8_t *s, size_t n, char *buf,
-			     size_t cap);
 
 /* Add a warning line (deduplicated). */
 void pt__warn(struct pt_ckpt *ck, const char *fmt, ...)
@@ -339,7 +318,7 @@ int pt__legacy_refs(struct pt_value *root, uint32_t count,
  * @cls, which is what torch's persistent_load returns for it. */
 void pt__legacy_to_global(struct pt_value *v, const struct pt_value *cls);
 
-/* ckpt.c: list a global in the summary, warn when it is dangerous (a
+/* decode/ckstate.c: list a global in the summary, warn when it is dangerous (a
  * scanner's view of what a full unpickler would import). */
 void pt__note_global(struct pt_ckpt *ck, const struct pt_value *g);
 
@@ -353,14 +332,48 @@ int pt__classify(struct pt_ckpt *ck, struct pt_error *err);
 int pt__classify_value(struct pt_ckpt *ck, struct pt_value *root,
 		       struct pt_error *err);
 
-/* torch.c: a tensor made outside any pickle (JSON-described formats):
- * @rank sizes and strides (@stride NULL: C order), @offset in elements,
- * checked against @st exactly like a pickled tensor, counted in
- * ck->n_tensors.  Memory is owned by ck. */
+/* torch.c: what a tensor is made of, as plain arrays. */
+struct pt_tensor_spec {
+	const struct pt_dtype *dtype;
+	struct pt_storage *st;
+	uint32_t rank;
+	const int64_t *shape;           /* rank entries, none negative */
+	const int64_t *stride;          /* rank entries, none negative; or
+					 * NULL: dense (C order, or Fortran
+					 * order with @fortran) */
+	bool fortran;
+	int64_t offset;                 /* storage offset in elements, >= 0 */
+	bool requires_grad;
+	uint8_t kind;                   /* enum pt_tkind */
+	char byteorder;                 /* '<' or '>' ('|' forced for 1-byte
+					 * dtypes) */
+	const char *dtype_name;         /* NULL: dtype->name */
+	const char *note;               /* or NULL */
+	const char *logical;            /* see pt_tensor.logical_dtype */
+};
+
+/* torch.c: the one tensor constructor.  Checks @sp (rank against
+ * max_rank, sizes, strides, element and byte counts that fit int64) and
+ * that every element lies inside @sp->st (byte_hi = (offset + sum of
+ * (size_i - 1) * stride_i + 1) * itemsize; packed dtypes serve the whole
+ * storage); sets byte_lo/byte_hi/contiguous.  The tensor and its arrays
+ * are owned by ck; it is not counted in ck->n_tensors (the caller does,
+ * once it is shown).  0, or -EFBIG/-EBADMSG/-ENOMEM with one line. */
+int pt__tensor_make(struct pt_ckpt *ck, const struct pt_tensor_spec *sp,
+		    struct pt_tensor **out, struct pt_error *err);
+
+/* torch.c: pt__tensor_make() of a plain tensor (kind PT_TK_TENSOR, ck's
+ * byte order), counted in ck->n_tensors and ck->tensor_bytes. */
 int pt__tensor_new(struct pt_ckpt *ck, const struct pt_dtype *dtype,
 		   struct pt_storage *st, uint32_t rank, const int64_t *shape,
 		   const int64_t *stride, int64_t offset, bool requires_grad,
 		   struct pt_tensor **out, struct pt_error *err);
+
+/* torch.c: dense strides of @shape (@rank entries) into @stride: C order,
+ * or Fortran order when @fortran; dimensions of size 0 or 1 do not
+ * multiply.  false when a stride would not fit int64. */
+bool pt__dense_strides(uint32_t rank, const int64_t *shape, bool fortran,
+		       int64_t *stride);
 
 /* torch.c: a value's class (after pt__classify); scalars report
  * PT_C_SCALAR, unreachable values are classified on the fly. */
@@ -393,21 +406,25 @@ struct pt_storage *pt__record_storage(struct pt_ckpt *ck,
 				      const char *key, const char *location,
 				      size_t loc_len, const struct pt_dtype *dt);
 
-/* ckpt.c: a bare checkpoint over @src (owned from here on, also on
- * failure): only path and src set (no format, pickle or tree), for a
- * format that serves data from files beside its own (the .distcp files of
- * a DCP directory, from pt_source_open_sibling(), through struct
- * pt_storage.home or struct pt_chunk.home).  Close it with
- * pt_ckpt_close().  Returns 0 or -ENOMEM. */
-int pt__ckpt_open_raw(struct pt_ckpt **out, struct pt_source *src,
-		      const struct pt_ckpt_opts *opts, struct pt_error *err);
+/* decode/ckstate.c: a bare checkpoint over @src (owned from here on, also
+ * on failure) with @parent's options: only path and src set (no format,
+ * pickle or tree), for a format that serves data from files beside its
+ * own (the .distcp files of a DCP directory, from
+ * pt_source_open_sibling(), through struct pt_storage.home or struct
+ * pt_chunk.home).  Close it with pt__ckpt_close().  Returns 0 or -errno. */
+int pt__ckpt_open_raw(struct pt_ckpt *parent, struct pt_ckpt **out,
+		      struct pt_source *src, struct pt_error *err);
 
-/* ckpt.c: open the checkpoint whose bytes @src holds (a shard of a sharded
- * index, from pt_source_open_sibling()): probe and open as pt_ckpt_open()
- * does a file.  @src is owned by the checkpoint from here on, also on
- * failure. */
-int pt__ckpt_open_source(struct pt_ckpt **out, struct pt_source *src,
-			 const struct pt_ckpt_opts *opts,
-			 struct pt_error *err);
+/* decode/ckstate.c: open the checkpoint whose bytes @src holds (a shard of
+ * a sharded index, from pt_source_open_sibling()) with @parent's options:
+ * probed and opened as pt_ckpt_open() does a file.  @src is owned by the
+ * checkpoint from here on, also on failure.  Close it with
+ * pt__ckpt_close(). */
+int pt__ckpt_open_source(struct pt_ckpt *parent, struct pt_ckpt **out,
+			 struct pt_source *src, struct pt_error *err);
+
+/* decode/ckstate.c: close a checkpoint opened by one of the two above
+ * (NULL is ignored). */
+void pt__ckpt_close(struct pt_ckpt *child);
 
 #endif /* PTFS_CORE_CKPT_I_H */

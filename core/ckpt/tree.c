@@ -72,6 +72,10 @@ struct dtab {
 					 * at least twice n */
 	size_t nslots;
 	struct pt_tree *t;              /* the tree it belongs to */
+	int err;                        /* a directory that cannot be listed
+					 * (-EFBIG past max_dir_entries, ...):
+					 * kept, empty, so that every later
+					 * call gets the error at once */
 };
 
 /* Pool blocks: 64 KiB, or one of its own for a long name. */
@@ -223,13 +227,22 @@ static struct dtab *tab_new(struct pt_tree *t)
 	return d;
 }
 
-/* (entries and names are the pool's) */
+/* Drop every entry of @d (entries and names are the pool's). */
+static void tab_clear(struct dtab *d)
+{
+	free(d->slots);
+	d->slots = NULL;
+	d->nslots = 0;
+	free(d->ents);
+	d->ents = NULL;
+	d->n = d->cap = 0;
+}
+
 static void tab_free(struct dtab *d)
 {
 	if (!d)
 		return;
-	free(d->slots);
-	free(d->ents);
+	tab_clear(d);
 	free(d);
 }
 
@@ -665,7 +678,7 @@ static struct dtab *value_tab(struct pt_ckpt *ck, struct pt_value *v, int *rc)
 	struct pt_tree *t = ck->tree;
 	struct dtab *d = __atomic_load_n((struct dtab **)&v->aux, __ATOMIC_ACQUIRE);
 
-	if (d)
+	if (d && !d->err)
 		return d;
 	pthread_mutex_lock(&t->lock);
 	d = v->aux;
@@ -678,12 +691,22 @@ static struct dtab *value_tab(struct pt_ckpt *ck, struct pt_value *v, int *rc)
 	}
 	*rc = fill_value(ck, d, v);
 	if (*rc) {
-		d = NULL;
+		/* out of memory may pass; anything else would fail again */
+		tab_clear(d);
+		d->err = *rc;
+		if (*rc == -ENOMEM)
+			d = NULL;
+		else
+			__atomic_store_n((struct dtab **)&v->aux, d, __ATOMIC_RELEASE);
 		goto out;
 	}
 	__atomic_store_n((struct dtab **)&v->aux, d, __ATOMIC_RELEASE);
 out:
 	pthread_mutex_unlock(&t->lock);
+	if (d && d->err) {
+		*rc = d->err;
+		return NULL;
+	}
 	return d;
 }
 
@@ -998,29 +1021,45 @@ struct pt_node *pt_tree_lookup(struct pt_ckpt *ck, struct pt_node *dir,
 	return child_at(ck, dir, d, e->idx, rc);
 }
 
-size_t pt_tree_count(struct pt_ckpt *ck, struct pt_node *dir)
+int pt_tree_count(struct pt_ckpt *ck, struct pt_node *dir, size_t *n)
 {
 	int rc = 0;
 	struct dtab *d;
 
+	*n = 0;
 	if (dir->type != PT_NT_DIR)
-		return 0;
+		return -ENOTDIR;
 	d = node_tab(ck, dir, &rc);
-	return d ? d->n : 0;
+	if (!d)
+		return rc ? rc : -ENOMEM;
+	*n = d->n;
+	return 0;
 }
 
 struct pt_node *pt_tree_child(struct pt_ckpt *ck, struct pt_node *dir,
-			      size_t i)
+			      size_t i, int *rc)
 {
-	int rc = 0;
 	struct dtab *d;
+	int dummy = 0;
 
-	if (dir->type != PT_NT_DIR)
+	if (!rc)
+		rc = &dummy;
+	*rc = 0;
+	if (dir->type != PT_NT_DIR) {
+		*rc = -ENOTDIR;
 		return NULL;
-	d = node_tab(ck, dir, &rc);
-	if (!d || i >= d->n)
+	}
+	d = node_tab(ck, dir, rc);
+	if (!d) {
+		if (!*rc)
+			*rc = -ENOMEM;
 		return NULL;
-	return child_at(ck, dir, d, i, &rc);
+	}
+	if (i >= d->n) {
+		*rc = -ENOENT;
+		return NULL;
+	}
+	return child_at(ck, dir, d, i, rc);
 }
 
 struct pt_node *pt_tree_root(struct pt_ckpt *ck)
@@ -1069,7 +1108,7 @@ void pt_node_attr(const struct pt_node *n, struct pt_nattr *a)
 	a->tensor = n->tensor && n->role == R_VALUE;
 	{
 		uint64_t lo;
-		a->writable = pt_node_storage(n, &lo) != NULL;
+		a->writable = pt_node_writable_storage(n, &lo) != NULL;
 	}
 }
 
@@ -1230,6 +1269,96 @@ void pt_node_describe(struct pt_ckpt *ck, struct pt_node *node,
 		pt_buf_puts(out, " (view)");
 }
 
+/* ---- walks ---- */
+
+int pt_tree_walk(struct pt_ckpt *ck, struct pt_node *top, const char *top_path,
+		 unsigned flags, pt_walk_fn fn, void *ctx)
+{
+	struct frame {
+		struct pt_node *dir;
+		struct dtab *tab;
+		size_t next;
+		size_t path_len;
+	} *st = NULL;
+	size_t n = 0, cap = 0;
+	struct pt_buf path;
+	int first_err = 0, rc = 0;
+
+	if (top->type != PT_NT_DIR)
+		return -ENOTDIR;
+	pt_buf_init(&path);
+	pt_buf_puts(&path, top_path ? top_path : "");
+	if (!grow((void **)&st, &cap, n, sizeof(*st))) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	st[n++] = (struct frame){ top, NULL, 0, path.len };
+	while (n > 0 && rc == 0) {
+		struct frame *f = &st[n - 1];
+		struct pt_walk w;
+		struct pt_node *c;
+		int crc = 0, r;
+
+		if (!f->tab) {
+			f->tab = node_tab(ck, f->dir, &crc);
+			if (!f->tab) {
+				/* a directory that cannot be listed: the walk
+				 * goes on, the first error is returned */
+				if (!first_err)
+					first_err = crc ? crc : -ENOMEM;
+				n--;
+				continue;
+			}
+		}
+		if (f->next >= f->tab->n) {
+			n--;
+			continue;
+		}
+		/* sidecars and /.ptfs are skipped before their nodes are
+		 * made (a sidecar's JSON costs more than the entry) */
+		if (!(flags & PT_WALK_ALL) &&
+		    (f->tab->ents[f->next]->role == R_JSON ||
+		     f->tab->ents[f->next]->role == R_META)) {
+			f->next++;
+			continue;
+		}
+		c = child_at(ck, f->dir, f->tab, f->next++, &crc);
+		if (!c) {
+			if (!first_err)
+				first_err = crc ? crc : -ENOMEM;
+			continue;
+		}
+		path.len = f->path_len;
+		if (path.len)
+			pt_buf_putc(&path, '/');
+		pt_buf_puts(&path, c->name);
+		if (path.oom) {
+			rc = -ENOMEM;
+			break;
+		}
+		w.node = c;
+		w.path = path.p;
+		w.path_len = path.len;
+		w.depth = (uint32_t)n;
+		r = fn(ctx, &w);
+		if (r < 0 || r == PT_WALK_STOP) {
+			rc = r < 0 ? r : 0;
+			break;
+		}
+		if (c->type != PT_NT_DIR || r == PT_WALK_SKIP)
+			continue;
+		if (!grow((void **)&st, &cap, n, sizeof(*st))) {
+			rc = -ENOMEM;
+			break;
+		}
+		st[n++] = (struct frame){ c, NULL, 0, path.len };
+	}
+out:
+	free(st);
+	pt_buf_free(&path);
+	return rc ? rc : first_err;
+}
+
 /* ---- tree.json ---- */
 
 /* A dict key that is not a str, as JSON (readers rebuilding the object
@@ -1285,10 +1414,10 @@ static void container_json(const struct pt_node *n, struct pt_buf *out)
 			pt_buf_puts(out, ", \"container\": \"object\"");
 			if (fn && fn->kind == PT_V_GLOBAL) {
 				pt_buf_puts(out, ", \"class\": \"");
-				pt_buf_json_str(out, (const uint8_t *)fn->u.global.module,
+				pt_json_str(out, (const uint8_t *)fn->u.global.module,
 						strlen(fn->u.global.module));
 				pt_buf_putc(out, '.');
-				pt_buf_json_str(out, (const uint8_t *)fn->u.global.name,
+				pt_json_str(out, (const uint8_t *)fn->u.global.name,
 						strlen(fn->u.global.name));
 				pt_buf_putc(out, '"');
 			}
@@ -1301,31 +1430,77 @@ static void container_json(const struct pt_node *n, struct pt_buf *out)
 }
 
 /*
- * Depth-first over the tree with an explicit stack; every entry is one
- * JSON object with its path, type and size, tensors with their metadata,
- * small scalar files with their text.  Sidecars and /.ptfs are left out
- * (their content is inline).  Stops after @max_entries entries, or once
- * the text passes PT_TREE_JSON_MAX bytes, with "truncated": true.  The
- * byte cap matters for deep trees: every entry repeats its whole path, so
- * a chain max_depth long ending in references that multiply would
- * otherwise make max_entries entries of ~2 * max_depth bytes each (20 GB),
- * and it bounds the cost of the ancestor walks too.
+ * Every entry is one JSON object with its path, type and size, tensors
+ * with their metadata, small scalar files with their text.  Sidecars and
+ * /.ptfs are left out (their content is inline).  Stops after
+ * @max_entries entries, or once the text passes PT_TREE_JSON_MAX bytes,
+ * with "truncated": true.  The byte cap matters for deep trees: every
+ * entry repeats its whole path, so a chain max_depth long ending in
+ * references that multiply would otherwise make max_entries entries of
+ * ~2 * max_depth bytes each (20 GB), and it bounds the cost of the
+ * ancestor walks too.  Directories that cannot be listed show their
+ * "entries" as 0 and are left out.
  */
 #define PT_TREE_JSON_MAX (256u << 20)
 
+struct json_walk {
+	struct pt_ckpt *ck;
+	struct pt_buf *out;
+	uint64_t count, max;
+	bool first, truncated;
+};
+
+static int json_entry(void *ctx, const struct pt_walk *w)
+{
+	struct json_walk *j = ctx;
+	struct pt_buf *out = j->out;
+	struct pt_node *c = w->node;
+
+	if (j->count++ >= j->max || out->len >= PT_TREE_JSON_MAX) {
+		j->truncated = true;
+		return PT_WALK_STOP;
+	}
+	pt_buf_puts(out, j->first ? "\n {\"path\": \"" : ",\n {\"path\": \"");
+	j->first = false;
+	pt_json_str(out, (const uint8_t *)w->path, w->path_len);
+	pt_buf_putc(out, '"');
+	key_json(c->key, out);
+	if (c->type == PT_NT_DIR) {
+		size_t cnt = 0;
+
+		(void)pt_tree_count(j->ck, c, &cnt);
+		pt_buf_printf(out, ", \"type\": \"dir\", \"entries\": %zu", cnt);
+		container_json(c, out);
+		pt_buf_putc(out, '}');
+		return 0;
+	}
+	if (c->type == PT_NT_LINK) {
+		pt_buf_puts(out, ", \"type\": \"link\", \"target\": \"");
+		pt_json_str(out, c->data, c->size);
+		pt_buf_puts(out, "\"}");
+		return 0;
+	}
+	pt_buf_printf(out, ", \"type\": \"file\", \"size\": %llu",
+		      (unsigned long long)c->size);
+	if (c->tensor) {
+		pt_buf_puts(out, ", \"tensor\": ");
+		pt__tensor_json(j->ck, c->tensor, out);
+		out->len--; /* the newline */
+	} else if (c->data && c->size <= 4096 &&
+		   pt__vclass(c->val) != PT_C_BYTES) {
+		pt_buf_puts(out, ", \"value\": \"");
+		pt_json_str(out, c->data, c->size ? c->size - 1 : 0);
+		pt_buf_puts(out, "\", \"json\": ");
+		pt_node_scalar_json(c, out);
+	}
+	pt_buf_putc(out, '}');
+	return 0;
+}
+
 void pt_tree_json(struct pt_ckpt *ck, struct pt_buf *out, uint64_t max_entries)
 {
-	struct frame {
-		struct pt_node *dir;
-		size_t next;
-		size_t path_len;
-	} *st = NULL;
-	size_t n = 0, cap = 0;
-	struct pt_buf path;
-	uint64_t count = 0;
-	bool first = true, truncated = false;
+	struct json_walk j = { ck, out, 0, max_entries, true, false };
 
-	pt_buf_init(&path);
 	pt_buf_printf(out, "{\"format\": \"%s\", \"tensors\": %llu",
 		      pt_ckpt_format(ck), (unsigned long long)ck->n_tensors);
 	/* the object itself when it is not a directory (shown under the
@@ -1335,81 +1510,8 @@ void pt_tree_json(struct pt_ckpt *ck, struct pt_buf *out, uint64_t max_entries)
 	else
 		container_json(ck->tree->root, out);
 	pt_buf_puts(out, ", \"entries\": [");
-	if (!grow((void **)&st, &cap, n, sizeof(*st)))
-		goto done;
-	st[n++] = (struct frame){ ck->tree->root, 0, 0 };
-	while (n > 0) {
-		struct frame *f = &st[n - 1];
-		struct pt_node *c;
-
-		if (f->next >= pt_tree_count(ck, f->dir)) {
-			n--;
-			continue;
-		}
-		{
-			/* sidecars and /.ptfs are left out: skip them before
-			 * making their nodes (a sidecar's JSON costs more than
-			 * the entry) */
-			int rc = 0;
-			struct dtab *d = node_tab(ck, f->dir, &rc);
-			uint8_t role = d ? d->ents[f->next]->role : R_JSON;
-
-			if (role == R_JSON || role == R_META) {
-				f->next++;
-				continue;
-			}
-		}
-		c = pt_tree_child(ck, f->dir, f->next++);
-		if (!c)
-			continue;
-		if (count++ >= max_entries || out->len >= PT_TREE_JSON_MAX) {
-			truncated = true;
-			break;
-		}
-		path.len = f->path_len;
-		if (path.len)
-			pt_buf_putc(&path, '/');
-		pt_buf_puts(&path, c->name);
-		pt_buf_puts(out, first ? "\n {\"path\": \"" : ",\n {\"path\": \"");
-		first = false;
-		pt_buf_json_str(out, (const uint8_t *)path.p, path.len);
-		pt_buf_putc(out, '"');
-		key_json(c->key, out);
-		if (c->type == PT_NT_DIR) {
-			pt_buf_printf(out, ", \"type\": \"dir\", \"entries\": %zu",
-				      pt_tree_count(ck, c));
-			container_json(c, out);
-			pt_buf_putc(out, '}');
-			if (!grow((void **)&st, &cap, n, sizeof(*st)))
-				break;
-			st[n++] = (struct frame){ c, 0, path.len };
-			continue;
-		}
-		if (c->type == PT_NT_LINK) {
-			pt_buf_puts(out, ", \"type\": \"link\", \"target\": \"");
-			pt_buf_json_str(out, c->data, c->size);
-			pt_buf_puts(out, "\"}");
-			continue;
-		}
-		pt_buf_printf(out, ", \"type\": \"file\", \"size\": %llu",
-			      (unsigned long long)c->size);
-		if (c->tensor) {
-			pt_buf_puts(out, ", \"tensor\": ");
-			pt__tensor_json(ck, c->tensor, out);
-			out->len--; /* the newline */
-		} else if (c->data && c->size <= 4096 &&
-			   pt__vclass(c->val) != PT_C_BYTES) {
-			pt_buf_puts(out, ", \"value\": \"");
-			pt_buf_json_str(out, c->data, c->size ? c->size - 1 : 0);
-			pt_buf_puts(out, "\", \"json\": ");
-			pt_node_scalar_json(c, out);
-		}
-		pt_buf_putc(out, '}');
-	}
-done:
-	pt_buf_printf(out, "\n], \"truncated\": %s}\n", truncated ? "true" : "false");
-	free(st);
-	pt_buf_free(&path);
+	(void)pt_tree_walk(ck, ck->tree->root, "", 0, json_entry, &j);
+	pt_buf_printf(out, "\n], \"truncated\": %s}\n", j.truncated ? "true" : "false");
 }
 
 /* ---- /.ptfs and the root ---- */
@@ -1680,7 +1782,7 @@ void pt__tree_free(struct pt_ckpt *ck)
 	ck->tree = NULL;
 }
 
-const struct pt_storage *pt_node_storage(const struct pt_node *n, uint64_t *lo)
+const struct pt_storage *pt_node_writable_storage(const struct pt_node *n, uint64_t *lo)
 {
 	const struct pt_tensor *t = n->tensor;
 
@@ -1786,7 +1888,7 @@ bool pt_node_scalar_json(const struct pt_node *n, struct pt_buf *out)
 		if (len && n->data[len - 1] == '\n')
 			len--;
 		pt_buf_putc(out, '"');
-		pt_buf_json_str(out, n->data, len);
+		pt_json_str(out, n->data, len);
 		pt_buf_putc(out, '"');
 		return true;
 	}
@@ -1809,7 +1911,7 @@ bool pt_node_scalar_json(const struct pt_node *n, struct pt_buf *out)
 		break;
 	case PT_V_STR:
 		pt_buf_putc(out, '"');
-		pt_buf_json_str(out, v->u.s.p, v->u.s.len);
+		pt_json_str(out, v->u.s.p, v->u.s.len);
 		pt_buf_putc(out, '"');
 		break;
 	default:        /* ints of any size: the decimal text */

@@ -26,15 +26,6 @@
 
 #include "base/rd.h"
 
-/* uthash must not exit() on allocation failure: it sets hash_oom instead,
- * a local variable of every function that adds to a table. */
-#define HASH_NONFATAL_OOM 1
-#define uthash_nonfatal_oom(obj)    \
-	do {                        \
-		(void)(obj);        \
-		hash_oom = true;    \
-	} while (0)
-#include <uthash.h>
 
 /* Signatures (APPNOTE §4.3.7, §4.3.9, §4.3.12, §4.3.14-§4.3.16). */
 #define ZIP_SIG_LOCAL 0x04034b50u
@@ -67,7 +58,7 @@
 /* One entry plus what only this file needs. */
 struct pt_zip_ent {
 	struct pt_zip_entry e;          /* what callers see */
-	UT_hash_handle hh;              /* in pt_zip.by_name, keyed by e.name */
+	uint32_t hash;                  /* of e.name (zip_hash) */
 	uint8_t *inflated;              /* usize bytes once inflated, or NULL;
 					 * guarded by pt_zip.lock */
 	bool unchecked;                 /* local header not read yet (see
@@ -80,7 +71,11 @@ struct pt_zip {
 	struct pt_zip_info info;        /* summary; info.prefix = prefix */
 	uint64_t end_start;             /* first byte of the end records */
 	struct pt_zip_ent *ents;        /* info.n_entries, in CD order */
-	struct pt_zip_ent *by_name;     /* uthash head */
+	uint32_t *slots;                /* by name: index + 1 (0 empty),
+					 * open addressing, nslots a power of
+					 * two over twice the entries: sized
+					 * once, never rehashed */
+	size_t nslots;
 	char *names;                    /* NUL-terminated names, back to back */
 	char *prefix;                   /* NUL-terminated archive prefix */
 	pthread_mutex_t lock;           /* guards every ents[i].inflated */
@@ -396,6 +391,51 @@ static int zip_resolve_zip64(struct pt_zip_entry *e, const uint8_t *extra,
  * Parse one central-directory header (APPNOTE §4.3.12) at the cursor into
  * z->ents[i], copying its name to *@names.
  */
+/* FNV-1a with a final mix: FNV's low bits (the slot) depend only on the
+ * low bits of each byte, which for names that differ in digits is few. */
+static uint32_t zip_hash(const char *p, size_t n)
+{
+	uint32_t h = 2166136261u;
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		h ^= (uint8_t)p[i];
+		h *= 16777619u;
+	}
+	h ^= h >> 16;
+	h *= 0x85ebca6bu;
+	h ^= h >> 13;
+	return h;
+}
+
+/* The entry named @name (@len bytes, hash @h), or NULL.  One probe is one
+ * compare of a slot and, on a hash match, of the entry. */
+static struct pt_zip_ent *zip_find(const struct pt_zip *z, const char *name,
+				   size_t len, uint32_t h)
+{
+	size_t i, mask = z->nslots - 1;
+
+	if (!z->nslots)
+		return NULL;
+	for (i = h & mask; z->slots[i]; i = (i + 1) & mask) {
+		struct pt_zip_ent *ze = &z->ents[z->slots[i] - 1];
+
+		if (ze->hash == h && ze->e.name_len == len &&
+		    memcmp(ze->e.name, name, len) == 0)
+			return ze;
+	}
+	return NULL;
+}
+
+static void zip_slot_put(struct pt_zip *z, const struct pt_zip_ent *ze)
+{
+	size_t i, mask = z->nslots - 1;
+
+	for (i = ze->hash & mask; z->slots[i]; i = (i + 1) & mask)
+		;
+	z->slots[i] = ze->e.index + 1;
+}
+
 static int zip_parse_entry(struct pt_zip *z, struct pt_rd *r, uint64_t i,
 			   char **names, struct pt_error *err)
 {
@@ -410,7 +450,6 @@ static int zip_parse_entry(struct pt_zip *z, struct pt_rd *r, uint64_t i,
 	uint16_t elen;
 	uint16_t clen;
 	struct zip_quote q;
-	bool hash_oom = false;
 	int rc;
 
 	h = pt_rd_take(r, ZIP_CENTRAL_LEN);
@@ -482,15 +521,14 @@ static int zip_parse_entry(struct pt_zip *z, struct pt_rd *r, uint64_t i,
 			       zip_quote(&q, e->name, e->name_len),
 			       ull(e->csize), ull(e->usize), ull(pos));
 
-	HASH_FIND(hh, z->by_name, e->name, (unsigned)nlen, dup);
+	ze->hash = zip_hash(e->name, nlen);
+	dup = zip_find(z, e->name, nlen, ze->hash);
 	if (dup)
 		return pt_fail(err, -EBADMSG,
 			       "zip: entry '%s': duplicate name (central directory entries %" PRIu32 " and %llu)",
 			       zip_quote(&q, e->name, e->name_len),
 			       dup->e.index, ull(i));
-	HASH_ADD_KEYPTR(hh, z->by_name, e->name, (unsigned)nlen, ze);
-	if (hash_oom)
-		return pt_fail(err, -ENOMEM, "zip: out of memory");
+	zip_slot_put(z, ze);
 	return 0;
 }
 
@@ -508,7 +546,10 @@ static int zip_parse_cd(struct pt_zip *z, const uint8_t *cd,
 	/* Names with their NULs fit in cd_size: each entry has >= 46 bytes
 	 * of header for one NUL. */
 	z->names = malloc((size_t)z->info.cd_size + 1);
-	if (!z->ents || !z->names)
+	for (z->nslots = 16; z->nslots < 2 * n; z->nslots *= 2)
+		;
+	z->slots = calloc(z->nslots, sizeof(*z->slots));
+	if (!z->ents || !z->names || !z->slots)
 		return pt_fail(err, -ENOMEM,
 			       "zip: out of memory indexing %llu entries",
 			       ull(n));
@@ -773,7 +814,7 @@ static const struct pt_zip_entry *zip_find_join(const struct pt_zip *z,
 	if (plen == 0) {
 		if (rlen > 65535)
 			return NULL;
-		HASH_FIND(hh, z->by_name, rel, (unsigned)rlen, ze);
+		ze = zip_find(z, rel, rlen, zip_hash(rel, rlen));
 		return ze ? &ze->e : NULL;
 	}
 	klen = plen + 1 + rlen;
@@ -787,7 +828,7 @@ static const struct pt_zip_entry *zip_find_join(const struct pt_zip *z,
 	memcpy(key, pfx, plen);
 	key[plen] = '/';
 	memcpy(key + plen + 1, rel, rlen);
-	HASH_FIND(hh, z->by_name, key, (unsigned)klen, ze);
+	ze = zip_find(z, key, klen, zip_hash(key, klen));
 	if (key != small)
 		free(key);
 	return ze ? &ze->e : NULL;
@@ -1041,7 +1082,7 @@ void pt_zip_close(struct pt_zip *z)
 	if (!z)
 		return;
 	free(z->win);
-	HASH_CLEAR(hh, z->by_name);
+	free(z->slots);
 	if (z->ents) {
 		for (i = 0; i < z->info.n_entries; i++)
 			free(z->ents[i].inflated);

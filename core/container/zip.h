@@ -86,6 +86,7 @@ int pt_zip_open(struct pt_zip **out, const struct pt_source *src,
 /* Free the index (NULL is fine).  Inflated buffers are freed too. */
 void pt_zip_close(struct pt_zip *z);
 
+/* What the index found (entries, prefix, ...); valid until close. */
 const struct pt_zip_info *pt_zip_info(const struct pt_zip *z);
 
 /* Entries in central-directory order: 0 <= i < info->n_entries. */

@@ -26,6 +26,7 @@
 #include <sys/mman.h>
 
 #include "base/rd.h"
+#include "base/text.h"
 
 /* ---- arena ------------------------------------------------------------ */
 
@@ -458,42 +459,6 @@ noline:
 
 /* ---- small helpers ---------------------------------------------------- */
 
-/* Strict UTF-8 (no overlongs, surrogates or values past U+10FFFF). */
-static bool pt_utf8_valid(const uint8_t *p, size_t n)
-{
-	size_t i = 0, k, j;
-	uint32_t c;
-
-	while (i < n) {
-		if (p[i] < 0x80) {
-			i++;
-			continue;
-		}
-		if (p[i] >= 0xc2 && p[i] <= 0xdf)
-			k = 2;
-		else if (p[i] >= 0xe0 && p[i] <= 0xef)
-			k = 3;
-		else if (p[i] >= 0xf0 && p[i] <= 0xf4)
-			k = 4;
-		else
-			return false;
-		if (n - i < k)
-			return false;
-		c = p[i] & (0x7fu >> k);
-		for (j = 1; j < k; j++) {
-			if ((p[i + j] & 0xc0) != 0x80)
-				return false;
-			c = c << 6 | (p[i + j] & 0x3fu);
-		}
-		if (k == 3 && (c < 0x800 || (c >= 0xd800 && c <= 0xdfff)))
-			return false;
-		if (k == 4 && (c < 0x10000 || c > 0x10ffff))
-			return false;
-		i += k;
-	}
-	return true;
-}
-
 static int pt_hexval(uint8_t c)
 {
 	if (c >= '0' && c <= '9')
@@ -503,31 +468,6 @@ static int pt_hexval(uint8_t c)
 	if (c >= 'A' && c <= 'F')
 		return c - 'A' + 10;
 	return -1;
-}
-
-/* Encode code point @c (surrogates allowed, "surrogatepass") at @o. */
-static size_t pt_utf8_put(uint8_t *o, uint32_t c)
-{
-	if (c < 0x80) {
-		o[0] = (uint8_t)c;
-		return 1;
-	}
-	if (c < 0x800) {
-		o[0] = (uint8_t)(0xc0 | c >> 6);
-		o[1] = (uint8_t)(0x80 | (c & 0x3f));
-		return 2;
-	}
-	if (c < 0x10000) {
-		o[0] = (uint8_t)(0xe0 | c >> 12);
-		o[1] = (uint8_t)(0x80 | ((c >> 6) & 0x3f));
-		o[2] = (uint8_t)(0x80 | (c & 0x3f));
-		return 3;
-	}
-	o[0] = (uint8_t)(0xf0 | c >> 18);
-	o[1] = (uint8_t)(0x80 | ((c >> 12) & 0x3f));
-	o[2] = (uint8_t)(0x80 | ((c >> 6) & 0x3f));
-	o[3] = (uint8_t)(0x80 | (c & 0x3f));
-	return 4;
 }
 
 static bool pt_is_space(uint8_t c)
@@ -955,8 +895,6 @@ static int pt_push_bytes(struct pt_vm *vm, uint8_t kind, uint8_t flags,
 	v->u.s.p = p;
 	v->u.s.len = n;
 	v->u.s.in_off = off;
-	if (kind == PT_V_STR && !pt_utf8_valid(p, n))
-		v->flags |= PT_VF_INVALID_UTF8;
 	return pt_push(vm, v);
 }
 

@@ -12,9 +12,16 @@
  * cyclic.  The machine is iterative (no recursion) and every count is capped
  * by struct pt_limits.  Opcode names follow CPython's Lib/pickletools.py.
  *
- * After a successful load the graph is immutable except for the `aux`
- * and `flags` fields, which later passes (torch.c) may set once, before the
- * graph is shared between threads.
+ * A loaded graph is not immutable, and who changes what is fixed:
+ * - while the checkpoint opens (one thread): a format's open() may rewrite
+ *   nodes whose meaning it owns (fmt/legacy.c turns a module's persistent
+ *   id into a GLOBAL, fmt/tar.c and fmt/dcp.c replace values they decode,
+ *   `kind` included), and torch.c classifies values, setting `aux16` and
+ *   `aux` (tensor, bytes, text);
+ * - after open, while threads share it: only ckpt/tree.c writes, setting
+ *   `aux` of a directory value (its entry table) once, lazily, under the
+ *   tree's lock, published with release/acquire atomics.
+ * Nothing else writes a node after open.
  */
 #ifndef PTFS_CORE_PICKLE_H
 #define PTFS_CORE_PICKLE_H
@@ -53,8 +60,6 @@ enum pt_vkind {
 /* Flags on a node. */
 #define PT_VF_PY2STR 0x1   /* STRING/BINSTRING/SHORT_BINSTRING: bytes that
 			    * Python 2 called str; may not be valid UTF-8 */
-#define PT_VF_INVALID_UTF8 0x2 /* a str whose bytes are not valid UTF-8
-				* (surrogates from "surrogatepass") */
 
 struct pt_value;
 
@@ -208,6 +213,7 @@ int pt_vstack_push_children(struct pt_vstack *s, const struct pt_value *v);
  * values of the object, only references to storages). */
 int pt_vstack_push_values(struct pt_vstack *s, const struct pt_value *v);
 
+/* Free the stack's array (not the values); it is empty again. */
 void pt_vstack_free(struct pt_vstack *s);
 
 #endif /* PTFS_CORE_PICKLE_H */

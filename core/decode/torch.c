@@ -20,7 +20,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "ckpt/names.h"
+#include "base/text.h"
+#include "decode/repr.h"
 #include "base/rd.h"
 
 bool pt__is_global(const struct pt_value *v, const char *module,
@@ -106,28 +107,83 @@ struct tspec {
 					 * bytes are stored as another */
 };
 
-/*
- * Fill a pt_tensor from a spec and check that every element lies inside
- * the storage: byte_hi = (offset + Σ (size_i - 1) * stride_i + 1) * es must
- * not exceed the storage (FORMAT.md §3.6, "Deriving the byte range").
- */
-static int make_tensor(struct pt_ckpt *ck, const struct tspec *sp,
-		       struct pt_tensor **out, struct pt_error *err)
+bool pt__dense_strides(uint32_t rank, const int64_t *shape, bool fortran,
+		       int64_t *stride)
+{
+	uint64_t expect = 1;
+	uint32_t i;
+
+	for (i = rank; i-- > 0;) {
+		uint32_t k = fortran ? rank - 1 - i : i;
+
+		stride[k] = (int64_t)expect;
+		if (shape[k] > 1 &&
+		    (!pt_mul_u64(expect, (uint64_t)shape[k], &expect) ||
+		     expect > INT64_MAX))
+			return false;
+	}
+	return true;
+}
+
+/* The byte range of @t (shape, strides, offset set) inside its storage,
+ * and whether it is C-contiguous (FORMAT.md §3.6, "Deriving the byte
+ * range"). */
+static int tensor_range(struct pt_tensor *t, struct pt_error *err)
+{
+	const struct pt_storage *st = t->st;
+	uint64_t es = t->dtype->size, last = (uint64_t)t->offset, hi, expect;
+	uint32_t i;
+
+	for (i = 0; i < t->rank; i++) {
+		uint64_t span;
+
+		if (!pt_mul_u64((uint64_t)(t->shape[i] - 1), (uint64_t)t->stride[i], &span) ||
+		    !pt_add_u64(last, span, &last))
+			return pt_fail(err, -EBADMSG, "tensor strides overflow");
+	}
+	if (!pt_add_u64(last, 1, &hi) || !pt_mul_u64(hi, es, &hi) ||
+	    !pt_mul_u64((uint64_t)t->offset, es, &t->byte_lo))
+		return pt_fail(err, -EBADMSG, "tensor byte range overflows");
+	t->byte_hi = hi;
+	if (!t->dtype->packed && hi > st->nbytes)
+		return pt_fail(err, -EBADMSG,
+			       "tensor of %" PRIu64 " elements at offset %" PRId64
+			       " reaches byte %" PRIu64 " of storage '%s', which has %" PRIu64 " bytes",
+			       t->numel, t->offset, hi, st->key, st->nbytes);
+	if (t->dtype->packed) {
+		/* quint4x2 and friends: sizes do not describe bytes; serve
+		 * the whole storage opaquely (FORMAT.md §10.8) */
+		t->byte_lo = 0;
+		t->byte_hi = t->nbytes = st->nbytes;
+		t->contiguous = true;
+		return 0;
+	}
+	/* C-contiguous: for every dim of size > 1, stride == product of the
+	 * sizes after it */
+	t->contiguous = true;
+	expect = 1;
+	for (i = t->rank; i-- > 0;) {
+		if (t->shape[i] != 1 && (uint64_t)t->stride[i] != expect)
+			t->contiguous = false;
+		expect *= (uint64_t)t->shape[i];
+	}
+	return 0;
+}
+
+int pt__tensor_make(struct pt_ckpt *ck, const struct pt_tensor_spec *sp,
+		    struct pt_tensor **out, struct pt_error *err)
 {
 	const struct pt_limits *lim = &ck->opts.limits;
+	const uint32_t rank = sp->rank;
+	uint64_t numel = 1, es = sp->dtype->size;
 	struct pt_tensor *t;
-	uint64_t rank = sp->size->u.seq.n, i, es = sp->dtype->size;
-	uint64_t numel = 1, last = 0, hi, expect = 1;
 	bool empty = false;
+	uint32_t i;
 
 	if (rank > lim->max_rank)
 		return pt_fail(err, -EFBIG,
-			       "tensor of rank %" PRIu64 " exceeds the limit of %u",
+			       "tensor of rank %u exceeds the limit of %u",
 			       rank, lim->max_rank);
-	if (sp->stride && sp->stride->u.seq.n != rank)
-		return pt_fail(err, -EBADMSG,
-			       "tensor has %" PRIu64 " sizes but %zu strides",
-			       rank, sp->stride->u.seq.n);
 	if (sp->offset < 0)
 		return pt_fail(err, -EBADMSG, "tensor has a negative storage offset");
 	/* one allocation: the tensor, then its sizes and strides */
@@ -136,38 +192,29 @@ static int make_tensor(struct pt_ckpt *ck, const struct tspec *sp,
 		return pt_fail(err, -ENOMEM, "out of memory");
 	t->shape = (int64_t *)(t + 1);
 	t->stride = t->shape + rank + 1;
-	t->rank = (uint32_t)rank;
+	t->rank = rank;
 	for (i = 0; i < rank; i++) {
-		int64_t v;
-
-		if (!as_int(sp->size->u.seq.v[i], &v) || v < 0)
+		if (sp->shape[i] < 0)
 			return pt_fail(err, -EBADMSG,
-				       "tensor size %" PRIu64 " is not a non-negative integer", i);
-		t->shape[i] = v;
-		if (v == 0)
+				       "tensor size %u is not a non-negative integer", i);
+		t->shape[i] = sp->shape[i];
+		if (sp->shape[i] == 0)
 			empty = true;
-		else if (!pt_mul_u64(numel, (uint64_t)v, &numel) ||
+		else if (!pt_mul_u64(numel, (uint64_t)sp->shape[i], &numel) ||
 			 numel > INT64_MAX)
 			return pt_fail(err, -EBADMSG, "tensor element count overflows");
 	}
 	if (empty)
 		numel = 0;
-	/* strides: given, or C / Fortran order */
-	for (i = rank; i-- > 0;) {
-		uint64_t k = sp->fortran ? rank - 1 - i : i;
-		int64_t v;
-
-		if (sp->stride) {
-			if (!as_int(sp->stride->u.seq.v[i], &v) || v < 0)
+	if (sp->stride) {
+		for (i = rank; i-- > 0;) {
+			if (sp->stride[i] < 0)
 				return pt_fail(err, -EBADMSG,
-					       "tensor stride %" PRIu64 " is not a non-negative integer", i);
-			t->stride[i] = v;
-			continue;
+					       "tensor stride %u is not a non-negative integer", i);
+			t->stride[i] = sp->stride[i];
 		}
-		t->stride[k] = (int64_t)expect;
-		if (t->shape[k] > 1 &&
-		    !pt_mul_u64(expect, (uint64_t)t->shape[k], &expect))
-			return pt_fail(err, -EBADMSG, "tensor element count overflows");
+	} else if (!pt__dense_strides(rank, t->shape, sp->fortran, t->stride)) {
+		return pt_fail(err, -EBADMSG, "tensor element count overflows");
 	}
 	/* a file size must fit off_t (st_size) */
 	if (!pt_mul_u64(numel, es, &t->nbytes) || t->nbytes > INT64_MAX)
@@ -183,48 +230,86 @@ static int make_tensor(struct pt_ckpt *ck, const struct tspec *sp,
 	t->note = sp->note;
 	t->logical_dtype = sp->logical;
 	t->id = ck->n_tensors;
+	*out = t;
 	if (numel == 0) {
 		t->contiguous = true;
-		*out = t;
 		return 0;
 	}
-	last = (uint64_t)sp->offset;
-	for (i = 0; i < rank; i++) {
-		uint64_t span;
+	return tensor_range(t, err);
+}
 
-		if (!pt_mul_u64((uint64_t)(t->shape[i] - 1), (uint64_t)t->stride[i], &span) ||
-		    !pt_add_u64(last, span, &last))
-			return pt_fail(err, -EBADMSG, "tensor strides overflow");
-	}
-	if (!pt_add_u64(last, 1, &hi) || !pt_mul_u64(hi, es, &hi) ||
-	    !pt_mul_u64((uint64_t)sp->offset, es, &t->byte_lo))
-		return pt_fail(err, -EBADMSG, "tensor byte range overflows");
-	t->byte_hi = hi;
-	if (!sp->dtype->packed && hi > sp->st->nbytes)
+/* The integers of sequence @seq (@n of them) into @out; the index of the
+ * first that is not a non-negative int, or @n. */
+static size_t int_items(const struct pt_value *seq, size_t n, int64_t *out)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		if (!as_int(seq->u.seq.v[i], &out[i]) || out[i] < 0)
+			return i;
+	return n;
+}
+
+/* A tensor from a pickled spec: its size and stride sequences as plain
+ * arrays, then pt__tensor_make(). */
+static int make_tensor(struct pt_ckpt *ck, const struct tspec *sp,
+		       struct pt_tensor **out, struct pt_error *err)
+{
+	const struct pt_limits *lim = &ck->opts.limits;
+	size_t rank = sp->size->u.seq.n, bad;
+	struct pt_tensor_spec ts;
+	int64_t *dims;
+	int rc;
+
+	if (rank > lim->max_rank)
+		return pt_fail(err, -EFBIG,
+			       "tensor of rank %zu exceeds the limit of %u",
+			       rank, lim->max_rank);
+	if (sp->stride && sp->stride->u.seq.n != rank)
 		return pt_fail(err, -EBADMSG,
-			       "tensor of %" PRIu64 " elements at offset %" PRId64
-			       " reaches byte %" PRIu64 " of storage '%s', which has %" PRIu64 " bytes",
-			       numel, sp->offset, hi, sp->st->key, sp->st->nbytes);
-	if (sp->dtype->packed) {
-		/* quint4x2 and friends: sizes do not describe bytes; serve
-		 * the whole storage opaquely (FORMAT.md §10.8) */
-		t->byte_lo = 0;
-		t->byte_hi = t->nbytes = sp->st->nbytes;
-		t->contiguous = true;
-		*out = t;
-		return 0;
+			       "tensor has %zu sizes but %zu strides",
+			       rank, sp->stride->u.seq.n);
+	if (sp->offset < 0)
+		return pt_fail(err, -EBADMSG, "tensor has a negative storage offset");
+	dims = calloc(2 * rank + 1, sizeof(*dims));
+	if (!dims)
+		return pt_fail(err, -ENOMEM, "out of memory");
+	bad = int_items(sp->size, rank, dims);
+	if (bad < rank) {
+		free(dims);
+		return pt_fail(err, -EBADMSG,
+			       "tensor size %zu is not a non-negative integer", bad);
 	}
-	/* C-contiguous: for every dim of size > 1, stride == product of the
-	 * sizes after it */
-	t->contiguous = true;
-	expect = 1;
-	for (i = rank; i-- > 0;) {
-		if (t->shape[i] != 1 && (uint64_t)t->stride[i] != expect)
-			t->contiguous = false;
-		expect *= (uint64_t)t->shape[i];
+	/* strides are checked from the last, as they always were */
+	bad = sp->stride ? int_items(sp->stride, rank, dims + rank) : rank;
+	if (bad < rank) {
+		size_t i;
+
+		for (i = rank; i-- > 0;)
+			if (!as_int(sp->stride->u.seq.v[i], &dims[rank + i]) ||
+			    dims[rank + i] < 0)
+				break;
+		free(dims);
+		return pt_fail(err, -EBADMSG,
+			       "tensor stride %zu is not a non-negative integer", i);
 	}
-	*out = t;
-	return 0;
+	memset(&ts, 0, sizeof(ts));
+	ts.dtype = sp->dtype;
+	ts.st = sp->st;
+	ts.rank = (uint32_t)rank;
+	ts.shape = dims;
+	ts.stride = sp->stride ? dims + rank : NULL;
+	ts.fortran = sp->fortran;
+	ts.offset = sp->offset;
+	ts.requires_grad = sp->requires_grad;
+	ts.kind = sp->kind;
+	ts.byteorder = sp->byteorder;
+	ts.dtype_name = sp->dtype_name;
+	ts.note = sp->note;
+	ts.logical = sp->logical;
+	rc = pt__tensor_make(ck, &ts, out, err);
+	free(dims);
+	return rc;
 }
 
 static int storage_of(struct pt_ckpt *ck, const struct pt_value *v,
@@ -595,25 +680,15 @@ static int latin1_bytes(struct pt_ckpt *ck, struct pt_value *v,
 {
 	struct pt_bytes *b;
 	uint8_t *q;
-	size_t i = 0, n = 0;
+	size_t n = 0;
 
 	b = calloc(1, sizeof(*b));
 	q = malloc(s->u.s.len + 1);
 	if (!b || !pt__own(ck, b) || !q || !pt__own(ck, q))
 		return pt_fail(err, -ENOMEM, "out of memory");
-	while (i < s->u.s.len) {
-		uint8_t c = s->u.s.p[i];
-		if (c < 0x80) {
-			q[n++] = c;
-			i++;
-		} else if ((c & 0xe0) == 0xc0 && i + 1 < s->u.s.len) {
-			q[n++] = (uint8_t)((c & 0x1f) << 6 | (s->u.s.p[i + 1] & 0x3f));
-			i += 2;
-		} else {
-			return pt_fail(err, -EBADMSG,
-				       "_codecs.encode: text is not latin-1");
-		}
-	}
+	if (pt_latin1_encode(s->u.s.p, s->u.s.len, q, &n))
+		return pt_fail(err, -EBADMSG,
+			       "_codecs.encode: text is not latin-1");
 	b->p = q;
 	b->len = n;
 	v->aux = b;
@@ -884,45 +959,19 @@ int pt__tensor_new(struct pt_ckpt *ck, const struct pt_dtype *dtype,
 		   const int64_t *stride, int64_t offset, bool requires_grad,
 		   struct pt_tensor **out, struct pt_error *err)
 {
-	struct pt_value *nodes, **ptrs;
-	struct pt_value size_t_ = { .kind = PT_V_TUPLE };
-	struct pt_value stride_t = { .kind = PT_V_TUPLE };
-	struct tspec sp;
-	uint32_t i;
-	int rc;
+	struct pt_tensor_spec sp = {
+		.dtype = dtype,
+		.st = st,
+		.rank = rank,
+		.shape = shape,
+		.stride = stride,
+		.offset = offset,
+		.requires_grad = requires_grad,
+		.kind = PT_TK_TENSOR,
+		.byteorder = ck->byteorder,
+	};
+	int rc = pt__tensor_make(ck, &sp, out, err);
 
-	if (rank > ck->opts.limits.max_rank)
-		return pt_fail(err, -EFBIG, "tensor of rank %u exceeds the limit of %u",
-			       rank, ck->opts.limits.max_rank);
-	/* make_tensor() reads sizes and strides as int values */
-	nodes = calloc(2 * (size_t)rank + 1, sizeof(*nodes));
-	ptrs = calloc(2 * (size_t)rank + 1, sizeof(*ptrs));
-	if (!nodes || !ptrs) {
-		free(nodes);
-		free(ptrs);
-		return pt_fail(err, -ENOMEM, "out of memory");
-	}
-	for (i = 0; i < 2 * rank; i++) {
-		nodes[i].kind = PT_V_INT;
-		nodes[i].u.i = i < rank ? shape[i] : stride ? stride[i - rank] : 0;
-		ptrs[i] = &nodes[i];
-	}
-	size_t_.u.seq.v = ptrs;
-	size_t_.u.seq.n = rank;
-	stride_t.u.seq.v = ptrs + rank;
-	stride_t.u.seq.n = rank;
-	memset(&sp, 0, sizeof(sp));
-	sp.dtype = dtype;
-	sp.st = st;
-	sp.size = &size_t_;
-	sp.stride = stride ? &stride_t : NULL;
-	sp.offset = offset;
-	sp.requires_grad = requires_grad;
-	sp.kind = PT_TK_TENSOR;
-	sp.byteorder = ck->byteorder;
-	rc = make_tensor(ck, &sp, out, err);
-	free(nodes);
-	free(ptrs);
 	if (rc)
 		return rc;
 	ck->n_tensors++;
@@ -1125,16 +1174,6 @@ ssize_t pt__tensor_read(struct pt_ckpt *ck, const struct pt_tensor *t,
 	return rc ? rc : (ssize_t)n;
 }
 
-static void json_ints(struct pt_buf *out, const int64_t *v, uint32_t n)
-{
-	uint32_t i;
-
-	pt_buf_putc(out, '[');
-	for (i = 0; i < n; i++)
-		pt_buf_printf(out, "%s%lld", i ? ", " : "", (long long)v[i]);
-	pt_buf_putc(out, ']');
-}
-
 static const char *const kind_names[] = { "tensor", "parameter", "ndarray",
 					  "storage" };
 
@@ -1144,9 +1183,9 @@ void pt__tensor_json(struct pt_ckpt *ck, const struct pt_tensor *t,
 	const struct pt_storage *st = t->st;
 
 	pt_buf_printf(out, "{\"dtype\": \"%s\", \"shape\": ", t->dtype_name);
-	json_ints(out, t->shape, t->rank);
+	pt_json_ints(out, t->shape, t->rank);
 	pt_buf_puts(out, ", \"stride\": ");
-	json_ints(out, t->stride, t->rank);
+	pt_json_ints(out, t->stride, t->rank);
 	pt_buf_printf(out,
 		      ", \"storage_offset\": %lld, \"nbytes\": %llu, \"numel\": %llu"
 		      ", \"kind\": \"%s\", \"requires_grad\": %s, \"contiguous\": %s",
@@ -1159,23 +1198,23 @@ void pt__tensor_json(struct pt_ckpt *ck, const struct pt_tensor *t,
 		      t->byteorder == '>' ? "big" : t->byteorder == '|' ? "not applicable" : "little");
 	if (st->entry) {
 		pt_buf_puts(out, ", \"storage_key\": \"");
-		pt_buf_json_str(out, (const uint8_t *)st->key, strlen(st->key));
+		pt_json_str(out, (const uint8_t *)st->key, strlen(st->key));
 		pt_buf_puts(out, "\", \"storage_record\": \"");
-		pt_buf_json_str(out, (const uint8_t *)st->entry->name,
+		pt_json_str(out, (const uint8_t *)st->entry->name,
 				st->entry->name_len);
 		pt_buf_printf(out, "\", \"storage_nbytes\": %llu",
 			      (unsigned long long)st->nbytes);
 	}
 	if (st->location) {
 		pt_buf_puts(out, ", \"device\": \"");
-		pt_buf_json_str(out, (const uint8_t *)st->location,
+		pt_json_str(out, (const uint8_t *)st->location,
 				strlen(st->location));
 		pt_buf_putc(out, '"');
 	}
 	if (st->home) {
 		/* the shard that holds it; file_offset is in that file */
 		pt_buf_puts(out, ", \"file\": \"");
-		pt_buf_json_str(out, (const uint8_t *)st->home->path,
+		pt_json_str(out, (const uint8_t *)st->home->path,
 				strlen(st->home->path));
 		pt_buf_putc(out, '"');
 	}
@@ -1188,7 +1227,7 @@ void pt__tensor_json(struct pt_ckpt *ck, const struct pt_tensor *t,
 		pt_buf_printf(out, ", \"logical_dtype\": \"%s\"", t->logical_dtype);
 	if (t->note) {
 		pt_buf_puts(out, ", \"note\": \"");
-		pt_buf_json_str(out, (const uint8_t *)t->note, strlen(t->note));
+		pt_json_str(out, (const uint8_t *)t->note, strlen(t->note));
 		pt_buf_putc(out, '"');
 	}
 	(void)ck;

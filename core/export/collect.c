@@ -132,8 +132,18 @@ int pt_export_collect(struct pt_ckpt *ck, struct pt_xlist *xl,
 	while (n > 0 && rc >= 0) {
 		struct frame *f = &st[n - 1];
 		struct pt_node *c;
+		size_t cnt = 0;
+		int trc = pt_tree_count(ck, f->dir, &cnt);
 
-		if (f->next >= pt_tree_count(ck, f->dir)) {
+		if (trc) {
+			/* a directory over max_dir_entries: no export that
+			 * silently leaves tensors out (the first message
+			 * recorded is the one kept) */
+			rc = pt_fail(err, trc, "a directory of the tree cannot be listed (%s): not exported",
+				     strerror(-trc));
+			break;
+		}
+		if (f->next >= cnt) {
 			n--;
 			continue;
 		}
@@ -141,9 +151,9 @@ int pt_export_collect(struct pt_ckpt *ck, struct pt_xlist *xl,
 			rc = -EFBIG;
 			break;
 		}
-		c = pt_tree_child(ck, f->dir, f->next++);
+		c = pt_tree_child(ck, f->dir, f->next++, &trc);
 		if (!c) {
-			rc = -ENOMEM;
+			rc = trc ? trc : -ENOMEM;
 			break;
 		}
 		if (pt_node_kind(c) == PT_NK_OTHER)

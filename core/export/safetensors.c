@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/json.h"
 #include "export/export.h"
 
 /* The header limit of the reference reader (100 MB). */
@@ -59,13 +60,13 @@ static void json_str(struct pt_buf *b, const char *s)
 
 	for (; *p; p++) {
 		if (p[0] == 0xED && p[1] >= 0xA0 && p[1] <= 0xBF && p[2]) {
-			pt_buf_json_str(b, run, (size_t)(p - run));
+			pt_json_str(b, run, (size_t)(p - run));
 			pt_buf_puts(b, "\\ufffd");
 			p += 2;
 			run = p + 1;
 		}
 	}
-	pt_buf_json_str(b, run, (size_t)(p - run));
+	pt_json_str(b, run, (size_t)(p - run));
 }
 
 static const struct pt_xlist *sort_list;

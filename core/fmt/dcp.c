@@ -34,6 +34,7 @@
  * (pt_ckpt_writable() is false for every format but torch.save zips).
  */
 #include "ckpt/ckpt_i.h"
+#include "base/text.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -378,7 +379,7 @@ static int dcp_file(struct pt_ckpt *ck, struct dcp_state *s,
 	if (rc)
 		pt_error_prefix(err, "%s/%s", s->dir, f->name);
 	else
-		rc = pt__ckpt_open_raw(&f->ck, src, &ck->opts, err);
+		rc = pt__ckpt_open_raw(ck, &f->ck, src, err);
 	if (rc) {
 		free(f->name);
 		free(f);
@@ -621,28 +622,13 @@ static int check_tiling(struct dcp_state *s, const struct pt_chunk *v,
 	return 0;
 }
 
-/* The TensorStorageMetadata @tm of @fqn as a tensor (its storage too). */
-static int dcp_tensor(struct pt_ckpt *ck, struct dcp_state *s,
-		      const struct pt_value *fqn, const struct pt_value *tm,
-		      struct pt_tensor **out, struct pt_error *err)
+/* The dtype and requires_grad of TensorProperties @props. */
+static int dcp_props(const struct pt_value *props, const char *who,
+		     const struct pt_dtype **dt, bool *requires_grad,
+		     struct pt_error *err)
 {
-	const uint32_t max_rank = ck->opts.limits.max_rank;
-	const struct pt_value *props = field(tm, "properties");
-	const struct pt_value *chunks = field(tm, "chunks");
 	const struct pt_value *pst, *dtv = NULL, *rgv = NULL;
-	const struct pt_dtype *dt;
-	struct pt_tensor *t;
-	struct pt_storage *st;
-	struct pt_chunk *cv;
-	struct pt_chunks *cs;
-	int64_t *dims;
-	uint64_t numel = 1, vol_sum = 0, expect = 1;
-	uint32_t rank = 0, d;
-	size_t i, n = 0;
-	char who[100];
-	int rc;
 
-	pname(fqn, who, sizeof(who));
 	pst = props ? pt_call_state(props) : NULL;
 	if (is_class(props, "TensorProperties") && pst &&
 	    pst->kind == PT_V_TUPLE && pst->u.seq.n >= 1) {
@@ -658,10 +644,28 @@ static int dcp_tensor(struct pt_ckpt *ck, struct dcp_state *s,
 	    strcmp(dtv->u.global.module, "torch") != 0)
 		return pt_fail(err, -EBADMSG,
 			       "tensor '%s': properties have no torch dtype", who);
-	dt = pt_dtype_from_torch(dtv->u.global.name);
-	if (!dt || dt->packed)
+	*dt = pt_dtype_from_torch(dtv->u.global.name);
+	if (!*dt || (*dt)->packed)
 		return pt_fail(err, -ENOTSUP, "tensor '%s': dtype torch.%s is not supported",
 			       who, dtv->u.global.name);
+	*requires_grad = rgv && rgv->kind == PT_V_BOOL && rgv->u.b;
+	return 0;
+}
+
+/* A C-contiguous tensor of @dt and the size in @tm, over a new storage
+ * keyed @fqn with no bytes yet (PT_ST_NONE). */
+static int dcp_new_tensor(struct pt_ckpt *ck, const struct pt_value *fqn,
+			  const struct pt_value *tm, const struct pt_dtype *dt,
+			  const char *who, struct pt_tensor **out,
+			  struct pt_error *err)
+{
+	const uint32_t max_rank = ck->opts.limits.max_rank;
+	struct pt_tensor *t;
+	struct pt_storage *st;
+	int64_t *dims;
+	uint64_t numel = 1;
+	uint32_t rank = 0, d;
+
 	t = pt__own(ck, calloc(1, sizeof(*t)));
 	st = pt__own(ck, calloc(1, sizeof(*st)));
 	dims = pt__own(ck, calloc(2 * (size_t)max_rank + 2, sizeof(*dims)));
@@ -679,18 +683,13 @@ static int dcp_tensor(struct pt_ckpt *ck, struct dcp_state *s,
 	t->rank = rank;
 	t->shape = dims;
 	t->stride = dims + rank + 1;
-	for (d = rank; d-- > 0;) {
-		t->stride[d] = (int64_t)expect;
-		if (dims[d] > 1)
-			expect *= (uint64_t)dims[d];
-	}
+	pt__dense_strides(rank, dims, false, t->stride); /* <= numel */
 	if (!pt_mul_u64(numel, dt->size, &t->nbytes) || t->nbytes > INT64_MAX)
 		return pt_fail(err, -EBADMSG, "tensor '%s': byte count overflows", who);
 	t->numel = numel;
 	t->byte_hi = t->nbytes;
 	t->contiguous = true;
 	t->kind = PT_TK_TENSOR;
-	t->requires_grad = rgv && rgv->kind == PT_V_BOOL && rgv->u.b;
 	t->byteorder = dt->size == 1 ? '|' : '<';
 	t->dtype_name = dt->name;
 	t->id = ck->n_tensors;
@@ -703,10 +702,24 @@ static int dcp_tensor(struct pt_ckpt *ck, struct dcp_state *s,
 	st->kind = PT_ST_NONE;
 	st->id = ck->n_storages++;
 	*out = t;
-	if (!chunks || (chunks->kind != PT_V_LIST && chunks->kind != PT_V_TUPLE))
-		return pt_fail(err, -EBADMSG, "tensor '%s': chunks is not a list", who);
-	if (numel == 0)
-		return 0;       /* nothing to read, whatever the chunks say */
+	return 0;
+}
+
+/* The non-empty chunks of list @chunks of tensor @t, checked to lie
+ * inside it and to tile it exactly, sorted, in *@out (owned by ck). */
+static int dcp_chunk_boxes(struct pt_ckpt *ck, struct dcp_state *s,
+			   const struct pt_value *chunks,
+			   const struct pt_tensor *t, const char *who,
+			   struct pt_chunk **out, size_t *n_out,
+			   struct pt_error *err)
+{
+	const uint32_t rank = t->rank;
+	const int64_t *dims = t->shape;
+	uint64_t vol_sum = 0;
+	struct pt_chunk *cv;
+	size_t i, n = 0;
+	uint32_t d;
+
 	if (chunks->u.seq.n > DCP_MAX_TENSOR_CHUNKS ||
 	    s->n_listed + chunks->u.seq.n > DCP_MAX_CHUNKS)
 		return pt_fail(err, -EFBIG, "tensor '%s': more than %u chunks",
@@ -745,65 +758,111 @@ static int dcp_tensor(struct pt_ckpt *ck, struct dcp_state *s,
 			continue;       /* an empty shard holds nothing */
 		cv[n].offsets = box;
 		cv[n].sizes = box + rank + 1;
-		if (!pt_add_u64(vol_sum, vol, &vol_sum) || vol_sum > numel)
+		if (!pt_add_u64(vol_sum, vol, &vol_sum) || vol_sum > t->numel)
 			return pt_fail(err, -EBADMSG,
 				       "tensor '%s': its chunks hold more elements than the tensor",
 				       who);
 		n++;
 	}
-	if (vol_sum != numel)
+	if (vol_sum != t->numel)
 		return pt_fail(err, -EBADMSG,
 			       "tensor '%s': its chunks hold %" PRIu64 " elements, the tensor has %" PRIu64,
-			       who, vol_sum, numel);
+			       who, vol_sum, t->numel);
 	sort_rank = rank;
 	qsort(cv, n, sizeof(*cv), chunk_cmp);
-	rc = check_tiling(s, cv, n, rank, who, err);
-	if (rc)
-		return rc;
-	for (i = 0; i < n; i++) {
-		struct pt_chunk *c = &cv[i];
-		const struct dcp_sd *e;
-		struct dcp_file *f;
-		struct blob b;
-		uint64_t cbytes = dt->size;
+	*out = cv;
+	*n_out = n;
+	return check_tiling(s, cv, n, rank, who, err);
+}
 
-		for (d = 0; d < rank; d++)
-			cbytes *= (uint64_t)c->sizes[d];
-		e = sd_find(s, fqn, c->offsets, rank, false, &rc);
-		if (rc)
-			return pt_fail(err, rc, "out of memory");
-		if (!e)
-			return pt_fail(err, -EBADMSG,
-				       "tensor '%s': chunk %zu has no storage_data item", who, i);
-		rc = dcp_file(ck, s, e->path, &f, err);
+/* Where chunk @i (@c) of @fqn lies: its file and first byte there. */
+static int dcp_chunk_place(struct pt_ckpt *ck, struct dcp_state *s,
+			   const struct pt_value *fqn, const struct pt_dtype *dt,
+			   uint32_t rank, struct pt_chunk *c, size_t i,
+			   const char *who, struct pt_error *err)
+{
+	const struct dcp_sd *e;
+	struct dcp_file *f;
+	struct blob b;
+	uint64_t cbytes = dt->size;
+	uint32_t d;
+	int rc;
+
+	for (d = 0; d < rank; d++)
+		cbytes *= (uint64_t)c->sizes[d];
+	e = sd_find(s, fqn, c->offsets, rank, false, &rc);
+	if (rc)
+		return pt_fail(err, rc, "out of memory");
+	if (!e)
+		return pt_fail(err, -EBADMSG,
+			       "tensor '%s': chunk %zu has no storage_data item", who, i);
+	rc = dcp_file(ck, s, e->path, &f, err);
+	if (rc) {
+		pt_error_prefix(err, "tensor '%s'", who);
+		return rc;
+	}
+	if (e->off > f->ck->src->size || e->len > f->ck->src->size - e->off)
+		return pt_fail(err, -EBADMSG,
+			       "tensor '%s': chunk %zu at [%" PRIu64 ", +%" PRIu64 ") lies outside %s (%" PRIu64 " bytes)",
+			       who, i, e->off, e->len, f->name, f->ck->src->size);
+	if (blob_is_zip(f, e->off, e->len)) {
+		rc = blob_open(ck, f, e->off, e->len, &b, err);
+		if (!rc)
+			rc = blob_chunk(&b, e->off, dt, c->sizes, rank,
+					cbytes, &c->file_off, err);
+		blob_close(&b);
 		if (rc) {
-			pt_error_prefix(err, "tensor '%s'", who);
+			pt_error_prefix(err, "tensor '%s': chunk %zu in %s at %" PRIu64,
+					who, i, f->name, e->off);
 			return rc;
 		}
-		if (e->off > f->ck->src->size || e->len > f->ck->src->size - e->off)
-			return pt_fail(err, -EBADMSG,
-				       "tensor '%s': chunk %zu at [%" PRIu64 ", +%" PRIu64 ") lies outside %s (%" PRIu64 " bytes)",
-				       who, i, e->off, e->len, f->name, f->ck->src->size);
-		if (blob_is_zip(f, e->off, e->len)) {
-			rc = blob_open(ck, f, e->off, e->len, &b, err);
-			if (!rc)
-				rc = blob_chunk(&b, e->off, dt, c->sizes, rank,
-						cbytes, &c->file_off, err);
-			blob_close(&b);
-			if (rc) {
-				pt_error_prefix(err, "tensor '%s': chunk %zu in %s at %" PRIu64,
-						who, i, f->name, e->off);
-				return rc;
-			}
-		} else if (e->len == cbytes) {
-			c->file_off = e->off;   /* raw bytes */
-		} else {
-			return pt_fail(err, -EBADMSG,
-				       "tensor '%s': chunk %zu in %s at %" PRIu64 " is neither a torch.save blob nor %" PRIu64 " raw bytes",
-				       who, i, f->name, e->off, cbytes);
-		}
-		c->home = f->ck;
+	} else if (e->len == cbytes) {
+		c->file_off = e->off;   /* raw bytes */
+	} else {
+		return pt_fail(err, -EBADMSG,
+			       "tensor '%s': chunk %zu in %s at %" PRIu64 " is neither a torch.save blob nor %" PRIu64 " raw bytes",
+			       who, i, f->name, e->off, cbytes);
 	}
+	c->home = f->ck;
+	return 0;
+}
+
+/* The TensorStorageMetadata @tm of @fqn as a tensor (its storage too):
+ * one chunk is served from its file as it is, several are assembled
+ * (PT_ST_CHUNKS). */
+static int dcp_tensor(struct pt_ckpt *ck, struct dcp_state *s,
+		      const struct pt_value *fqn, const struct pt_value *tm,
+		      struct pt_tensor **out, struct pt_error *err)
+{
+	const struct pt_value *chunks = field(tm, "chunks");
+	const struct pt_dtype *dt = NULL;
+	struct pt_tensor *t = NULL;
+	struct pt_storage *st;
+	struct pt_chunk *cv = NULL;
+	struct pt_chunks *cs;
+	bool rg = false;
+	size_t i, n = 0;
+	char who[100];
+	int rc;
+
+	pname(fqn, who, sizeof(who));
+	rc = dcp_props(field(tm, "properties"), who, &dt, &rg, err);
+	if (!rc)
+		rc = dcp_new_tensor(ck, fqn, tm, dt, who, &t, err);
+	if (rc)
+		return rc;
+	t->requires_grad = rg;
+	st = t->st;
+	*out = t;
+	if (!chunks || (chunks->kind != PT_V_LIST && chunks->kind != PT_V_TUPLE))
+		return pt_fail(err, -EBADMSG, "tensor '%s': chunks is not a list", who);
+	if (t->numel == 0)
+		return 0;       /* nothing to read, whatever the chunks say */
+	rc = dcp_chunk_boxes(ck, s, chunks, t, who, &cv, &n, err);
+	for (i = 0; i < n && !rc; i++)
+		rc = dcp_chunk_place(ck, s, fqn, dt, t->rank, &cv[i], i, who, err);
+	if (rc)
+		return rc;
 	s->n_chunks += n;
 	if (n == 1) {
 		/* one chunk is the whole tensor: zero-copy from its file */
@@ -815,8 +874,8 @@ static int dcp_tensor(struct pt_ckpt *ck, struct dcp_state *s,
 	cs = pt__own(ck, calloc(1, sizeof(*cs)));
 	if (!cs)
 		return pt_fail(err, -ENOMEM, "out of memory");
-	cs->rank = rank;
-	cs->shape = dims;
+	cs->rank = t->rank;
+	cs->shape = t->shape;
 	cs->es = dt->size;
 	cs->n = n;
 	cs->v = cv;
@@ -835,7 +894,7 @@ static int latin1_value(struct pt_ckpt *ck, struct pt_value *v,
 {
 	const struct pt_value *a0 = arg(src, 0);
 	struct pt_bytes *bb;
-	size_t i = 0, n = 0;
+	size_t n = 0;
 	uint8_t *q;
 
 	if (is_call_of(src, "builtins", "bytes") && !a0)
@@ -847,20 +906,8 @@ static int latin1_value(struct pt_ckpt *ck, struct pt_value *v,
 	bb = pt__own(ck, calloc(1, sizeof(*bb)));
 	if (!q || !bb)
 		return -ENOMEM;
-	while (a0 && i < a0->u.s.len) {
-		uint8_t c = a0->u.s.p[i];
-
-		if (c < 0x80) {
-			q[n++] = c;
-			i++;
-		} else if ((c & 0xfe) == 0xc2 && i + 1 < a0->u.s.len) {
-			q[n++] = (uint8_t)((c & 0x1f) << 6 |
-					   (a0->u.s.p[i + 1] & 0x3f));
-			i += 2;
-		} else {
-			return 1;       /* past U+00FF: not latin-1 */
-		}
-	}
+	if (a0 && pt_latin1_encode(a0->u.s.p, a0->u.s.len, q, &n))
+		return 1;       /* past U+00FF: not latin-1 */
 	bb->p = q;
 	bb->len = n;
 	v->kind = PT_V_BYTES;
@@ -1054,7 +1101,7 @@ static void dcp_close(struct pt_ckpt *ck)
 		return;
 	HASH_ITER(hh, s->files, f, tmp) {
 		HASH_DEL(s->files, f);
-		pt_ckpt_close(f->ck);
+		pt__ckpt_close(f->ck);
 		free(f->name);
 		free(f);
 	}
@@ -1085,7 +1132,7 @@ static int dcp_entries(struct pt_ckpt *ck, struct dcp_state *s,
 		return pt_fail(err, -EFBIG,
 			       "state_dict_metadata: %zu entries exceed the limit of %" PRIu64,
 			       n, ck->opts.limits.max_dir_entries);
-	root = pt__flat_dict(ck, n);
+	root = pt__value_dict(ck, n);
 	if (!root)
 		return pt_fail(err, -ENOMEM, "out of memory");
 	fs = calloc(n + 1, sizeof(*fs));
@@ -1118,7 +1165,7 @@ static int dcp_entries(struct pt_ckpt *ck, struct dcp_state *s,
 				break;
 			HASH_ADD_KEYPTR(hh, ck->storages, t->st->key,
 					strlen(t->st->key), t->st);
-			pt__flat_dict_set(root, i, k->u.s.p, k->u.s.len, t);
+			pt__value_dict_set_tensor(root, i, k->u.s.p, k->u.s.len, t);
 			ck->n_tensors++;
 			ck->tensor_bytes += t->nbytes;
 			n_t++;
@@ -1126,7 +1173,7 @@ static int dcp_entries(struct pt_ckpt *ck, struct dcp_state *s,
 			/* the key as for a tensor, then the value node */
 			struct pt_value *v = root->u.dict.kv.v[2 * i + 1];
 
-			pt__flat_dict_set(root, i, k->u.s.p, k->u.s.len, NULL);
+			pt__value_dict_set_tensor(root, i, k->u.s.p, k->u.s.len, NULL);
 			memset(v, 0, sizeof(*v));
 			v->id = (uint32_t)(2 * i + 2);
 			rc = dcp_value(ck, s, k, v, err);

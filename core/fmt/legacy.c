@@ -21,6 +21,7 @@
  * The graph is not shared with anyone yet, so this is safe.
  */
 #include "ckpt/ckpt_i.h"
+#include "base/text.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -506,25 +507,13 @@ static int lg_latin1(struct pt_ckpt *ck, const struct pt_value *s,
 		     const uint8_t **out, size_t *len, struct pt_error *err)
 {
 	uint8_t *q = malloc(s->u.s.len + 1);
-	size_t i = 0, n = 0;
+	size_t n = 0;
 
 	if (!q || !pt__own(ck, q))
 		return pt_fail(err, -ENOMEM, "out of memory");
-	while (i < s->u.s.len) {
-		uint8_t c = s->u.s.p[i];
-
-		if (c < 0x80) {
-			q[n++] = c;
-			i++;
-		} else if ((c & 0xe0) == 0xc0 && i + 1 < s->u.s.len) {
-			q[n++] = (uint8_t)((c & 0x1f) << 6 |
-					   (s->u.s.p[i + 1] & 0x3f));
-			i += 2;
-		} else {
-			return pt_fail(err, -EBADMSG,
-				       "_load_from_bytes: text is not latin-1");
-		}
-	}
+	if (pt_latin1_encode(s->u.s.p, s->u.s.len, q, &n))
+		return pt_fail(err, -EBADMSG,
+			       "_load_from_bytes: text is not latin-1");
 	*out = q;
 	*len = n;
 	return 0;

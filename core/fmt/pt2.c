@@ -569,44 +569,63 @@ static int p2_open_early(struct pt_ckpt *ck, struct p2_state *s,
 	return 0;
 }
 
-static int p2_open(struct pt_ckpt *ck, struct pt_error *err)
+/* One model of a pt2 archive: its weights and constants. */
+struct p2_model {
+	char name[128];
+	struct pt_value *w, *c;
+};
+
+struct p2_models {
+	struct p2_model *v;
+	size_t n, cap;
+	size_t n_aoti;                  /* data/aotinductor/ records */
+};
+
+/* The model named @name (@k bytes), added when new; NULL when out of
+ * memory or past 4096 models (message in @err). */
+static struct p2_model *p2_model(struct p2_models *m, const char *name,
+				 size_t k, struct pt_error *err)
+{
+	size_t i;
+
+	for (i = 0; i < m->n; i++)
+		if (strlen(m->v[i].name) == k && memcmp(m->v[i].name, name, k) == 0)
+			return &m->v[i];
+	if (m->n == m->cap) {
+		void *q;
+
+		if (m->n >= 4096) {
+			pt_fail(err, -EFBIG, "more than 4096 models");
+			return NULL;
+		}
+		q = realloc(m->v, (m->cap ? m->cap * 2 : 8) * sizeof(*m->v));
+		if (!q) {
+			pt_fail(err, -ENOMEM, "out of memory");
+			return NULL;
+		}
+		m->v = q;
+		m->cap = m->cap ? m->cap * 2 : 8;
+	}
+	memset(&m->v[m->n], 0, sizeof(*m->v));
+	memcpy(m->v[m->n].name, name, k);
+	return &m->v[m->n++];
+}
+
+/* Every weights or constants config, and models/<m>.json, into @m. */
+static int p2_scan(struct pt_ckpt *ck, struct p2_state *s,
+		   struct p2_models *m, struct pt_error *err)
 {
 	const struct pt_zip_info *zi = pt_zip_info(ck->zip);
 	size_t plen = strlen(zi->prefix) + (zi->prefix[0] ? 1 : 0);
-	struct p2_state *s;
-	struct {
-		char name[128];
-		struct pt_value *w, *c;
-	} *models = NULL;
-	size_t nm = 0, capm = 0, i;
 	uint64_t r;
-	const char *fmt, *bo;
-	size_t n_aoti = 0;
 	int rc = 0;
 
-	s = calloc(1, sizeof(*s));
-	if (!s)
-		return pt_fail(err, -ENOMEM, "out of memory");
-	ck->fmt_state = s;      /* p2_close() frees it, also on failure */
-	if (!pt_zip_find_rel(ck->zip, "archive_format"))
-		return p2_open_early(ck, s, err);
-	fmt = p2_small(ck, pt_zip_find_rel(ck->zip, "archive_format"));
-	if (!fmt || strcmp(fmt, "pt2") != 0)
-		return pt_fail(err, -ENOTSUP, "archive_format record says '%.20s', not pt2",
-			       fmt ? fmt : "?");
-	ck->kind_name = "torch.export archive (.pt2)";
-	ck->version = p2_small(ck, pt_zip_find_rel(ck->zip, ".data/version"));
-	if (!ck->version)
-		ck->version = p2_small(ck, pt_zip_find_rel(ck->zip, "version"));
-	bo = p2_small(ck, pt_zip_find_rel(ck->zip, "byteorder"));
-	if (bo && strcmp(bo, "big") == 0)
-		ck->byteorder = '>';
-	/* models: every weights or constants config, and models/<m>.json */
 	for (r = 0; r < zi->n_entries && !rc; r++) {
 		const struct pt_zip_entry *e = pt_zip_entry_at(ck->zip, r);
 		const char *rel = e->name + plen;
 		size_t rl, base = 0, k;
 		bool weights = false, consts = false;
+		struct p2_model *md;
 
 		if (e->name_len < plen ||
 		    (plen && (strncmp(e->name, zi->prefix, plen - 1) != 0 ||
@@ -629,93 +648,120 @@ static int p2_open(struct pt_ckpt *ck, struct pt_error *err)
 			k = rl - 7 - 5;
 		} else {
 			if (rl > 17 && strncmp(rel, "data/aotinductor/", 17) == 0)
-				n_aoti++;
+				m->n_aoti++;
 			continue;
 		}
-		if (k >= sizeof(models->name) || k == 0)
+		if (k >= sizeof(m->v->name) || k == 0)
 			continue;
-		for (i = 0; i < nm; i++)
-			if (strlen(models[i].name) == k && memcmp(models[i].name, rel + base, k) == 0)
-				break;
-		if (i == nm) {
-			if (nm == capm) {
-				void *q;
-
-				if (nm >= 4096) {
-					rc = pt_fail(err, -EFBIG, "more than 4096 models");
-					break;
-				}
-				q = realloc(models, (capm ? capm * 2 : 8) * sizeof(*models));
-				if (!q) {
-					rc = pt_fail(err, -ENOMEM, "out of memory");
-					break;
-				}
-				models = q;
-				capm = capm ? capm * 2 : 8;
-			}
-			memset(&models[nm], 0, sizeof(*models));
-			memcpy(models[nm].name, rel + base, k);
-			nm++;
-		}
-		if (weights && !models[i].w)
-			rc = p2_config(ck, s, e, "data/weights", &models[i].w, err);
-		else if (consts && !models[i].c)
-			rc = p2_config(ck, s, e, "data/constants", &models[i].c, err);
+		md = p2_model(m, rel + base, k, err);
+		if (!md)
+			return err->code;
+		if (weights && !md->w)
+			rc = p2_config(ck, s, e, "data/weights", &md->w, err);
+		else if (consts && !md->c)
+			rc = p2_config(ck, s, e, "data/constants", &md->c, err);
 	}
+	return rc;
+}
+
+/* The root (weights) and /.ptfs/constants of models @m: the one model's
+ * folders as they are, several models by name. */
+static int p2_roots(struct pt_ckpt *ck, struct p2_models *m, bool *any_c,
+		    struct pt_value **root, struct pt_value **croot,
+		    struct pt_error *err)
+{
+	const size_t nm = m->n, w = sizeof(m->v->name);
+	char *names;
+	size_t i;
+
+	*any_c = false;
+	for (i = 0; i < nm; i++) {
+		if (!m->v[i].w)
+			m->v[i].w = pt__value_dict(ck, 0);
+		if (!m->v[i].c)
+			m->v[i].c = pt__value_dict(ck, 0);
+		else
+			*any_c = true;
+		if (!m->v[i].w || !m->v[i].c)
+			return pt_fail(err, -ENOMEM, "out of memory");
+	}
+	if (nm == 1) {
+		*root = m->v[0].w;
+		*croot = m->v[0].c;
+		return 0;
+	}
+	names = calloc(nm + 1, w);
+	if (!names || !pt__own(ck, names))
+		return pt_fail(err, -ENOMEM, "out of memory");
+	*root = pt__value_dict(ck, nm);
+	*croot = pt__value_dict(ck, nm);
+	if (!*root || !*croot)
+		return pt_fail(err, -ENOMEM, "out of memory");
+	for (i = 0; i < nm; i++) {
+		char *p = names + i * w;
+
+		memcpy(p, m->v[i].name, w);
+		pt__value_dict_set(*root, i, (const uint8_t *)p, strlen(p), m->v[i].w);
+		pt__value_dict_set(*croot, i, (const uint8_t *)p, strlen(p), m->v[i].c);
+	}
+	return 0;
+}
+
+/* The summary lines of models @m. */
+static void p2_notes(struct pt_ckpt *ck, const struct p2_models *m)
+{
+	size_t i;
+
+	pt_buf_printf(&ck->notes, "models: %zu", m->n);
+	for (i = 0; i < m->n && i < 16; i++)
+		pt_buf_printf(&ck->notes, "%s%s", i ? ", " : " (", m->v[i].name);
+	pt_buf_puts(&ck->notes, m->n ? ")\n" : "\n");
+	if (m->n_aoti)
+		pt_buf_printf(&ck->notes,
+			      "AOTInductor package: %zu compiled files in /.ptfs/aotinductor%s\n",
+			      m->n_aoti, m->n ? "" : "; no weights stored outside the compiled code");
+}
+
+static int p2_open(struct pt_ckpt *ck, struct pt_error *err)
+{
+	struct p2_models m = { 0 };
+	struct pt_value *root = NULL, *croot = NULL;
+	struct p2_state *s;
+	const char *fmt, *bo;
+	bool any_c = false;
+	int rc;
+
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return pt_fail(err, -ENOMEM, "out of memory");
+	ck->fmt_state = s;      /* p2_close() frees it, also on failure */
+	if (!pt_zip_find_rel(ck->zip, "archive_format"))
+		return p2_open_early(ck, s, err);
+	fmt = p2_small(ck, pt_zip_find_rel(ck->zip, "archive_format"));
+	if (!fmt || strcmp(fmt, "pt2") != 0)
+		return pt_fail(err, -ENOTSUP, "archive_format record says '%.20s', not pt2",
+			       fmt ? fmt : "?");
+	ck->kind_name = "torch.export archive (.pt2)";
+	ck->version = p2_small(ck, pt_zip_find_rel(ck->zip, ".data/version"));
+	if (!ck->version)
+		ck->version = p2_small(ck, pt_zip_find_rel(ck->zip, "version"));
+	bo = p2_small(ck, pt_zip_find_rel(ck->zip, "byteorder"));
+	if (bo && strcmp(bo, "big") == 0)
+		ck->byteorder = '>';
+	rc = p2_scan(ck, s, &m, err);
+	if (!rc)
+		rc = p2_roots(ck, &m, &any_c, &root, &croot, err);
 	if (!rc) {
-		struct pt_value *root, *croot = NULL;
-		bool any_c = false;
-		char *names;
-
-		for (i = 0; i < nm; i++) {
-			if (!models[i].w)
-				models[i].w = pt__value_dict(ck, 0);
-			if (!models[i].c)
-				models[i].c = pt__value_dict(ck, 0);
-			else
-				any_c = true;
-			if (!models[i].w || !models[i].c)
-				rc = pt_fail(err, -ENOMEM, "out of memory");
-		}
-		names = rc ? NULL : calloc(nm + 1, sizeof(models->name));
-		if (!rc && (!names || !pt__own(ck, names)))
-			rc = pt_fail(err, -ENOMEM, "out of memory");
-		if (!rc && nm == 1) {
-			root = models[0].w;
-			croot = models[0].c;
-		} else if (!rc) {
-			root = pt__value_dict(ck, nm);
-			croot = pt__value_dict(ck, nm);
-			if (!root || !croot)
-				rc = pt_fail(err, -ENOMEM, "out of memory");
-			for (i = 0; !rc && i < nm; i++) {
-				char *p = names + i * sizeof(models->name);
-
-				memcpy(p, models[i].name, sizeof(models->name));
-				pt__value_dict_set(root, i, (const uint8_t *)p, strlen(p), models[i].w);
-				pt__value_dict_set(croot, i, (const uint8_t *)p, strlen(p), models[i].c);
-			}
-		}
-		if (!rc) {
-			ck->root = root;
-			if ((any_c && pt__add_meta_dir(ck, "constants", croot, NULL)) ||
-			    pt__add_meta_dir(ck, "models", NULL, "models") ||
-			    pt__add_meta_dir(ck, "extra", NULL, "extra") ||
-			    pt__add_meta_dir(ck, "aotinductor", NULL, "data/aotinductor"))
-				rc = pt_fail(err, -EFBIG, "too many /.ptfs directories");
-		}
-		if (!rc) {
-			pt_buf_printf(&ck->notes, "models: %zu", nm);
-			for (i = 0; i < nm && i < 16; i++)
-				pt_buf_printf(&ck->notes, "%s%s", i ? ", " : " (", models[i].name);
-			pt_buf_puts(&ck->notes, nm ? ")\n" : "\n");
-			if (n_aoti)
-				pt_buf_printf(&ck->notes,
-					      "AOTInductor package: %zu compiled files in /.ptfs/aotinductor%s\n",
-					      n_aoti, nm ? "" : "; no weights stored outside the compiled code");
-		}
+		ck->root = root;
+		if ((any_c && pt__add_meta_dir(ck, "constants", croot, NULL)) ||
+		    pt__add_meta_dir(ck, "models", NULL, "models") ||
+		    pt__add_meta_dir(ck, "extra", NULL, "extra") ||
+		    pt__add_meta_dir(ck, "aotinductor", NULL, "data/aotinductor"))
+			rc = pt_fail(err, -EFBIG, "too many /.ptfs directories");
 	}
-	free(models);
+	if (!rc)
+		p2_notes(ck, &m);
+	free(m.v);
 	return rc;
 }
 

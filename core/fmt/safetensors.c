@@ -1,8 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * safetensors.c -- safetensors files (FORMAT.md §8), and the small
- * strict JSON scanner that reads their header (and sharded indexes,
- * fmt/sharded.c).
+ * safetensors.c -- safetensors files (FORMAT.md §8).
  *
  * A file is [u64le N][N bytes of JSON][data].  The header is one object:
  * "name": {"dtype", "shape", "data_offsets": [begin, end]} per tensor, in
@@ -13,12 +11,8 @@
  * graph the tree expects -- a dict of str keys to tensor nodes that are
  * already classified, each over its own PT_ST_FILE storage (zero copy).
  * The header itself is /.ptfs/header.json, the metadata
- * /.ptfs/metadata.json.
- *
- * The JSON scanner is our own rather than a library's: the header is
- * untrusted and tiny in schema (depth 3), so a token reader that the
- * caller drives by the schema, with no recursion and no tree of nodes, is
- * both the smallest and the most bounded choice.
+ * /.ptfs/metadata.json.  The header is read with
+ * the JSON scanner of base/json.h.
  */
 #include "ckpt/ckpt_i.h"
 #include "container/journal.h"
@@ -31,514 +25,6 @@
 
 /* The reference implementation's cap on the header (FORMAT.md §8). */
 #define ST_MAX_HEADER 100000000u
-/* Nesting that pt__js_skip() accepts (real headers nest 3 deep). */
-#define JS_MAX_DEPTH 64
-
-/* ---- the JSON scanner ---- */
-
-static int js_fail(struct pt_js *j, const char *what)
-{
-	return pt_fail(j->err, -EBADMSG, "%s: at byte %zu: %s", j->what,
-		       j->pos, what);
-}
-
-int pt__js_init(struct pt_js *j, const uint8_t *p, size_t len,
-		const char *what, struct pt_error *err)
-{
-	memset(j, 0, sizeof(*j));
-	j->p = p;
-	j->len = len;
-	j->what = what;
-	j->err = err;
-	/* decoded strings never outgrow their escaped form */
-	j->sbuf = malloc(len ? len : 1);
-	if (!j->sbuf)
-		return pt_fail(err, -ENOMEM, "out of memory");
-	return 0;
-}
-
-void pt__js_free(struct pt_js *j)
-{
-	free(j->sbuf);
-	j->sbuf = NULL;
-}
-
-int pt__js_keep(struct pt_js *j, struct pt_ckpt *ck)
-{
-	uint8_t *b = j->sbuf;
-
-	j->sbuf = NULL;
-	if (!pt__own(ck, b))
-		return pt_fail(j->err, -ENOMEM, "out of memory");
-	return 0;
-}
-
-int pt__js_peek(struct pt_js *j)
-{
-	while (j->pos < j->len) {
-		uint8_t c = j->p[j->pos];
-
-		if (c != ' ' && c != '\t' && c != '\n' && c != '\r')
-			return c;
-		j->pos++;
-	}
-	return -1;
-}
-
-int pt__js_open(struct pt_js *j, char c, bool *empty)
-{
-	char close = c == '{' ? '}' : ']';
-
-	if (pt__js_peek(j) != c)
-		return js_fail(j, c == '{' ? "expected an object" :
-					     "expected an array");
-	j->pos++;
-	*empty = pt__js_peek(j) == close;
-	if (*empty)
-		j->pos++;
-	return 0;
-}
-
-int pt__js_next(struct pt_js *j, char close, bool *more)
-{
-	int c = pt__js_peek(j);
-
-	if (c == ',') {
-		j->pos++;
-		*more = true;
-		return 0;
-	}
-	if (c == close) {
-		j->pos++;
-		*more = false;
-		return 0;
-	}
-	return js_fail(j, close == '}' ? "expected ',' or '}'" :
-					 "expected ',' or ']'");
-}
-
-static int hex4(struct pt_js *j, uint32_t *v)
-{
-	uint32_t x = 0;
-	int i;
-
-	if (j->len - j->pos < 4)
-		return js_fail(j, "truncated \\u escape");
-	for (i = 0; i < 4; i++) {
-		uint8_t c = j->p[j->pos++];
-
-		x <<= 4;
-		if (c >= '0' && c <= '9')
-			x |= (uint32_t)(c - '0');
-		else if (c >= 'a' && c <= 'f')
-			x |= (uint32_t)(c - 'a' + 10);
-		else if (c >= 'A' && c <= 'F')
-			x |= (uint32_t)(c - 'A' + 10);
-		else
-			return js_fail(j, "bad \\u escape");
-	}
-	*v = x;
-	return 0;
-}
-
-/* Length of the valid UTF-8 sequence at p[0..n), or 0 (RFC 3629: no
- * overlong forms, no surrogates, nothing above U+10FFFF). */
-static size_t utf8_len(const uint8_t *p, size_t n)
-{
-	uint8_t c = p[0];
-	size_t k, i;
-	uint32_t cp;
-
-	if (c < 0x80)
-		return 1;
-	if (c >= 0xc2 && c <= 0xdf) {
-		k = 2;
-		cp = c & 0x1f;
-	} else if (c >= 0xe0 && c <= 0xef) {
-		k = 3;
-		cp = c & 0x0f;
-	} else if (c >= 0xf0 && c <= 0xf4) {
-		k = 4;
-		cp = c & 0x07;
-	} else {
-		return 0;
-	}
-	if (n < k)
-		return 0;
-	for (i = 1; i < k; i++) {
-		if ((p[i] & 0xc0) != 0x80)
-			return 0;
-		cp = cp << 6 | (p[i] & 0x3f);
-	}
-	if ((k == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
-	    (k == 4 && (cp < 0x10000 || cp > 0x10ffff)))
-		return 0;
-	return k;
-}
-
-static void put_utf8(uint8_t *q, size_t *at, uint32_t cp)
-{
-	if (cp < 0x80) {
-		q[(*at)++] = (uint8_t)cp;
-	} else if (cp < 0x800) {
-		q[(*at)++] = (uint8_t)(0xc0 | cp >> 6);
-		q[(*at)++] = (uint8_t)(0x80 | (cp & 0x3f));
-	} else if (cp < 0x10000) {
-		q[(*at)++] = (uint8_t)(0xe0 | cp >> 12);
-		q[(*at)++] = (uint8_t)(0x80 | ((cp >> 6) & 0x3f));
-		q[(*at)++] = (uint8_t)(0x80 | (cp & 0x3f));
-	} else {
-		q[(*at)++] = (uint8_t)(0xf0 | cp >> 18);
-		q[(*at)++] = (uint8_t)(0x80 | ((cp >> 12) & 0x3f));
-		q[(*at)++] = (uint8_t)(0x80 | ((cp >> 6) & 0x3f));
-		q[(*at)++] = (uint8_t)(0x80 | (cp & 0x3f));
-	}
-}
-
-/* Decode a string into sbuf (or only check it when @keep is false). */
-static int js_string(struct pt_js *j, const uint8_t **s, size_t *n, bool keep)
-{
-	size_t start = j->sused, at = j->sused;
-	int rc;
-
-	if (pt__js_peek(j) != '"')
-		return js_fail(j, "expected a string");
-	j->pos++;
-	for (;;) {
-		uint8_t c;
-		size_t k;
-
-		if (j->pos >= j->len)
-			return js_fail(j, "unterminated string");
-		c = j->p[j->pos];
-		if (c == '"') {
-			j->pos++;
-			break;
-		}
-		if (c < 0x20)
-			return js_fail(j, "control character in a string");
-		if (c != '\\') {
-			k = utf8_len(j->p + j->pos, j->len - j->pos);
-			if (!k)
-				return js_fail(j, "invalid UTF-8 in a string");
-			if (keep)
-				memcpy(j->sbuf + at, j->p + j->pos, k);
-			at += k;
-			j->pos += k;
-			continue;
-		}
-		if (j->len - j->pos < 2)
-			return js_fail(j, "unterminated string");
-		c = j->p[j->pos + 1];
-		j->pos += 2;
-		if (c == 'u') {
-			uint32_t cp, lo;
-
-			rc = hex4(j, &cp);
-			if (rc)
-				return rc;
-			if (cp >= 0xdc00 && cp <= 0xdfff)
-				return js_fail(j, "lone low surrogate in a \\u escape");
-			if (cp >= 0xd800 && cp <= 0xdbff) {
-				if (j->len - j->pos < 2 || j->p[j->pos] != '\\' ||
-				    j->p[j->pos + 1] != 'u')
-					return js_fail(j, "lone high surrogate in a \\u escape");
-				j->pos += 2;
-				rc = hex4(j, &lo);
-				if (rc)
-					return rc;
-				if (lo < 0xdc00 || lo > 0xdfff)
-					return js_fail(j, "bad surrogate pair in a \\u escape");
-				cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-			}
-			if (keep)
-				put_utf8(j->sbuf, &at, cp);
-			else
-				at += cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
-			continue;
-		}
-		switch (c) {
-		case '"': case '\\': case '/':
-			break;
-		case 'b':
-			c = '\b';
-			break;
-		case 'f':
-			c = '\f';
-			break;
-		case 'n':
-			c = '\n';
-			break;
-		case 'r':
-			c = '\r';
-			break;
-		case 't':
-			c = '\t';
-			break;
-		default:
-			return js_fail(j, "bad escape in a string");
-		}
-		if (keep)
-			j->sbuf[at] = c;
-		at++;
-	}
-	if (keep) {
-		j->sused = at;
-		*s = j->sbuf + start;
-		*n = at - start;
-	}
-	return 0;
-}
-
-int pt__js_str(struct pt_js *j, const uint8_t **s, size_t *n)
-{
-	return js_string(j, s, n, true);
-}
-
-int pt__js_key(struct pt_js *j, const uint8_t **s, size_t *n)
-{
-	int rc = pt__js_str(j, s, n);
-
-	if (rc)
-		return rc;
-	if (pt__js_peek(j) != ':')
-		return js_fail(j, "expected ':'");
-	j->pos++;
-	return 0;
-}
-
-static bool is_digit(int c)
-{
-	return c >= '0' && c <= '9';
-}
-
-int pt__js_uint(struct pt_js *j, uint64_t max, uint64_t *v)
-{
-	uint64_t x = 0;
-	int c = pt__js_peek(j);
-
-	if (c == '-')
-		return js_fail(j, "negative number where a size is expected");
-	if (!is_digit(c))
-		return js_fail(j, "expected a non-negative integer");
-	if (c == '0' && j->pos + 1 < j->len && is_digit(j->p[j->pos + 1]))
-		return js_fail(j, "number with a leading zero");
-	while (j->pos < j->len && is_digit(j->p[j->pos])) {
-		if (!pt_mul_u64(x, 10, &x) ||
-		    !pt_add_u64(x, (uint64_t)(j->p[j->pos] - '0'), &x) ||
-		    x > max)
-			return js_fail(j, "number too large");
-		j->pos++;
-	}
-	if (j->pos < j->len && (j->p[j->pos] == '.' || j->p[j->pos] == 'e' ||
-				j->p[j->pos] == 'E'))
-		return js_fail(j, "number is not an integer");
-	*v = x;
-	return 0;
-}
-
-/* Skip a number: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
-static int js_skip_number(struct pt_js *j)
-{
-	const uint8_t *p = j->p;
-	size_t n = j->len, i = j->pos;
-
-	if (i < n && p[i] == '-')
-		i++;
-	if (i < n && p[i] == '0') {
-		i++;
-	} else if (i < n && is_digit(p[i])) {
-		while (i < n && is_digit(p[i]))
-			i++;
-	} else {
-		j->pos = i;
-		return js_fail(j, "bad number");
-	}
-	if (i < n && p[i] == '.') {
-		i++;
-		if (i >= n || !is_digit(p[i])) {
-			j->pos = i;
-			return js_fail(j, "bad number");
-		}
-		while (i < n && is_digit(p[i]))
-			i++;
-	}
-	if (i < n && (p[i] == 'e' || p[i] == 'E')) {
-		i++;
-		if (i < n && (p[i] == '+' || p[i] == '-'))
-			i++;
-		if (i >= n || !is_digit(p[i])) {
-			j->pos = i;
-			return js_fail(j, "bad number");
-		}
-		while (i < n && is_digit(p[i]))
-			i++;
-	}
-	j->pos = i;
-	return 0;
-}
-
-/* Skip an object member's key and its ':'. */
-static int js_skip_key(struct pt_js *j)
-{
-	int rc = js_string(j, NULL, NULL, false);
-
-	if (rc)
-		return rc;
-	if (pt__js_peek(j) != ':')
-		return js_fail(j, "expected ':'");
-	j->pos++;
-	return 0;
-}
-
-/* A scalar: string, number, true, false, null. */
-static int js_skip_scalar(struct pt_js *j)
-{
-	static const char *const lits[] = { "true", "false", "null" };
-	int c = pt__js_peek(j);
-	size_t i;
-
-	if (c == '"')
-		return js_string(j, NULL, NULL, false);
-	if (c == '-' || is_digit(c))
-		return js_skip_number(j);
-	for (i = 0; i < 3; i++) {
-		size_t k = strlen(lits[i]);
-
-		if (j->len - j->pos >= k && memcmp(j->p + j->pos, lits[i], k) == 0) {
-			j->pos += k;
-			return 0;
-		}
-	}
-	return c < 0 ? js_fail(j, "unexpected end of JSON") :
-		       js_fail(j, "expected a JSON value");
-}
-
-/*
- * Skip one value of any shape with an explicit stack of the open
- * containers' closing brackets.  States: read a value (a container start
- * pushes and, unless it is empty, reads its first member), then close
- * containers / consume ',' until a value is due again or the stack empties.
- */
-int pt__js_skip(struct pt_js *j)
-{
-	char stack[JS_MAX_DEPTH];
-	size_t d = 0;
-	bool empty, more;
-	int rc, c;
-
-	for (;;) {
-		c = pt__js_peek(j);
-		if (c == '{' || c == '[') {
-			if (d == JS_MAX_DEPTH)
-				return js_fail(j, "JSON nested too deeply");
-			rc = pt__js_open(j, (char)c, &empty);
-			if (rc)
-				return rc;
-			if (!empty) {
-				stack[d++] = c == '{' ? '}' : ']';
-				if (c == '{') {
-					rc = js_skip_key(j);
-					if (rc)
-						return rc;
-				}
-				continue;
-			}
-		} else {
-			rc = js_skip_scalar(j);
-			if (rc)
-				return rc;
-		}
-		/* a value ended: close what is complete */
-		for (;;) {
-			if (d == 0)
-				return 0;
-			rc = pt__js_next(j, stack[d - 1], &more);
-			if (rc)
-				return rc;
-			if (!more) {
-				d--;
-				continue;
-			}
-			if (stack[d - 1] == '}') {
-				rc = js_skip_key(j);
-				if (rc)
-					return rc;
-			}
-			break;
-		}
-	}
-}
-
-int pt__js_end(struct pt_js *j)
-{
-	if (pt__js_peek(j) >= 0)
-		return js_fail(j, "text after the end of the JSON value");
-	return 0;
-}
-
-const char *pt__js_printable(const uint8_t *s, size_t n, char *buf,
-			     size_t cap)
-{
-	size_t i, k = 0, lim = n < 80 ? n : 80;
-
-	if (cap == 0)
-		return "";
-	for (i = 0; i < lim && k + 4 < cap; i++)
-		buf[k++] = s[i] < 0x20 || s[i] == 0x7f || s[i] == '\'' ? '?' :
-								   (char)s[i];
-	if (n > lim && k + 4 < cap) {
-		memcpy(buf + k, "...", 3);
-		k += 3;
-	}
-	buf[k] = '\0';
-	return buf;
-}
-
-/* ---- synthesized value graph ---- */
-
-struct pt_value *pt__flat_dict(struct pt_ckpt *ck, size_t n)
-{
-	struct pt_value *v, **kv;
-	size_t i;
-
-	if (n > (SIZE_MAX / sizeof(*v) - 1) / 2)
-		return NULL;
-	v = calloc(2 * n + 1, sizeof(*v));
-	if (!v || !pt__own(ck, v))
-		return NULL;
-	kv = calloc(2 * n + 1, sizeof(*kv));
-	if (!kv || !pt__own(ck, kv))
-		return NULL;
-	v[0].kind = PT_V_DICT;
-	v[0].u.dict.kv.v = kv;
-	v[0].u.dict.kv.n = 2 * n;
-	v[0].u.dict.kv.cap = 2 * n;
-	for (i = 0; i < 2 * n; i++) {
-		kv[i] = &v[i + 1];
-		v[i + 1].id = (uint32_t)(i + 1);
-	}
-	return v;
-}
-
-void pt__flat_dict_set(struct pt_value *d, size_t i, const uint8_t *name,
-		       size_t len, struct pt_tensor *t)
-{
-	struct pt_value *k = d->u.dict.kv.v[2 * i];
-	struct pt_value *v = d->u.dict.kv.v[2 * i + 1];
-
-	k->kind = PT_V_STR;
-	k->aux16 = PT_C_SCALAR;
-	k->u.s.p = name;
-	k->u.s.len = len;
-	k->u.s.in_off = UINT64_MAX;
-	/* data from outside any pickle: a persistent id without a pid */
-	v->kind = PT_V_PERSID;
-	v->u.pid = NULL;
-	v->aux16 = PT_C_TENSOR;
-	v->aux = t;
-}
-
 /* ---- safetensors ---- */
 
 static const struct {
@@ -627,7 +113,7 @@ static int st_metadata(struct pt_js *j, struct st_parse *ps, uint64_t cap)
 	if (pt__js_peek(j) == 'n')
 		return pt__js_skip(j);  /* null */
 	if (ps->meta.len)
-		return js_fail(j, "a second __metadata__");
+		return pt__js_fail(j, "a second __metadata__");
 	rc = pt__js_open(j, '{', &empty);
 	if (rc)
 		return rc;
@@ -637,7 +123,7 @@ static int st_metadata(struct pt_js *j, struct st_parse *ps, uint64_t cap)
 		if (rc)
 			return rc;
 		if (pt__js_peek(j) != '"')
-			return js_fail(j, "__metadata__ values must be strings");
+			return pt__js_fail(j, "__metadata__ values must be strings");
 		rc = pt__js_str(j, &v, &vn);
 		if (rc)
 			return rc;
@@ -646,9 +132,9 @@ static int st_metadata(struct pt_js *j, struct st_parse *ps, uint64_t cap)
 				       "%s: more than %" PRIu64 " __metadata__ entries",
 				       j->what, cap);
 		pt_buf_puts(&ps->meta, ps->n_meta > 1 ? ", \"" : "\"");
-		pt_buf_json_str(&ps->meta, k, kn);
+		pt_json_str(&ps->meta, k, kn);
 		pt_buf_puts(&ps->meta, "\": \"");
-		pt_buf_json_str(&ps->meta, v, vn);
+		pt_json_str(&ps->meta, v, vn);
 		pt_buf_putc(&ps->meta, '"');
 		rc = pt__js_next(j, '}', &more);
 		if (rc)
@@ -717,7 +203,7 @@ static int st_tensor(struct pt_js *j, struct st_parse *ps, struct st_ent *e,
 		else if (kn == 12 && memcmp(k, "data_offsets", 12) == 0)
 			bit = 4;
 		if (bit & seen)
-			return js_fail(j, "a tensor member appears twice");
+			return pt__js_fail(j, "a tensor member appears twice");
 		seen |= bit;
 		if (bit == 1) {
 			rc = st_dtype(j, e);
@@ -747,17 +233,17 @@ static int st_tensor(struct pt_js *j, struct st_parse *ps, struct st_ent *e,
 		} else if (bit == 4) {
 			rc = pt__js_open(j, '[', &sempty);
 			if (!rc && sempty)
-				rc = js_fail(j, "data_offsets must be [begin, end]");
+				rc = pt__js_fail(j, "data_offsets must be [begin, end]");
 			if (!rc)
 				rc = pt__js_uint(j, UINT64_MAX, &e->begin);
 			if (!rc && pt__js_peek(j) != ',')
-				rc = js_fail(j, "data_offsets must be [begin, end]");
+				rc = pt__js_fail(j, "data_offsets must be [begin, end]");
 			if (!rc) {
 				j->pos++;
 				rc = pt__js_uint(j, UINT64_MAX, &e->end);
 			}
 			if (!rc && pt__js_peek(j) != ']')
-				rc = js_fail(j, "data_offsets must be [begin, end]");
+				rc = pt__js_fail(j, "data_offsets must be [begin, end]");
 			if (!rc)
 				j->pos++;
 		} else {
@@ -787,7 +273,7 @@ static int st_header(struct pt_js *j, struct st_parse *ps,
 	int rc;
 
 	if (pt__js_peek(j) != '{' || j->pos != 0)
-		return js_fail(j, "does not start with '{'");
+		return pt__js_fail(j, "does not start with '{'");
 	rc = pt__js_open(j, '{', &empty);
 	if (rc)
 		return rc;
@@ -946,9 +432,9 @@ static int st_build(struct pt_ckpt *ck, struct st_parse *ps,
 	struct pt_value *root;
 	int64_t *dims;
 	char *keys;
-	size_t i, r, at = 0, kat = 0;
+	size_t i, at = 0, kat = 0;
 
-	root = pt__flat_dict(ck, ps->n);
+	root = pt__value_dict(ck, ps->n);
 	ts = calloc(ps->n + 1, sizeof(*ts));
 	if (!root || !ts || !pt__own(ck, ts))
 		return pt_fail(err, -ENOMEM, "out of memory");
@@ -967,7 +453,6 @@ static int st_build(struct pt_ckpt *ck, struct st_parse *ps,
 		const struct st_ent *e = &ps->ents[i];
 		struct pt_storage *st = &ss[i];
 		struct pt_tensor *t = &ts[i];
-		uint64_t expect = 1;
 
 		st->key = keys + kat;
 		kat += (size_t)snprintf(keys + kat, 21, "%zu", i) + 1;
@@ -986,11 +471,8 @@ static int st_build(struct pt_ckpt *ck, struct st_parse *ps,
 		t->stride = dims + at + e->rank;
 		at += 2 * (size_t)e->rank;
 		memcpy(t->shape, ps->dims + e->shape_at, e->rank * sizeof(int64_t));
-		for (r = e->rank; r-- > 0;) {
-			t->stride[r] = (int64_t)expect;
-			if (t->shape[r] > 1)
-				expect *= (uint64_t)t->shape[r];
-		}
+		/* numel was checked: the strides fit */
+		pt__dense_strides(e->rank, t->shape, false, t->stride);
 		t->numel = e->numel;
 		t->nbytes = e->nbytes;
 		t->byte_hi = e->nbytes;
@@ -1002,7 +484,7 @@ static int st_build(struct pt_ckpt *ck, struct st_parse *ps,
 			t->note = "safetensors F4: two 4-bit values per byte; the shape counts values";
 		t->id = ck->n_tensors++;
 		ck->tensor_bytes += t->nbytes;
-		pt__flat_dict_set(root, i, e->name, e->name_len, t);
+		pt__value_dict_set_tensor(root, i, e->name, e->name_len, t);
 	}
 	ck->root = root;
 	return 0;

@@ -330,7 +330,7 @@ static int open_shard(struct pt_ckpt *ck, struct shard *sh,
 	free(name);
 	if (!rc) {
 		sh_opening = 1;
-		rc = pt__ckpt_open_source(&sh->ck, src, &ck->opts, err);
+		rc = pt__ckpt_open_source(ck, &sh->ck, src, err);
 		sh_opening = 0;
 	}
 	if (rc)
@@ -377,7 +377,7 @@ static void sh_close(struct pt_ckpt *ck)
 	if (!s)
 		return;
 	for (i = 0; i < s->n; i++)
-		pt_ckpt_close(s->shards[i].ck);
+		pt__ckpt_close(s->shards[i].ck);
 	free(s->shards);
 	free(s);
 	ck->fmt_state = NULL;
@@ -443,7 +443,7 @@ static int sh_open(struct pt_ckpt *ck, struct pt_error *err)
 			goto out;
 		}
 	}
-	root = pt__flat_dict(ck, n);
+	root = pt__value_dict(ck, n);
 	if (!root) {
 		rc = pt_fail(err, -ENOMEM, "out of memory");
 		goto out;
@@ -463,7 +463,7 @@ static int sh_open(struct pt_ckpt *ck, struct pt_error *err)
 		}
 		/* served from the shard's file (torch.c storage_read) */
 		k->t->st->home = sh->ck;
-		pt__flat_dict_set(root, i, e->name, e->name_len, k->t);
+		pt__value_dict_set_tensor(root, i, e->name, e->name_len, k->t);
 		ck->n_tensors++;
 		ck->tensor_bytes += k->t->nbytes;
 	}

@@ -35,58 +35,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- value nodes made outside any pickle (shared with fmt/pt2.c) ---- */
-
-struct pt_value *pt__value_dict(struct pt_ckpt *ck, size_t n)
-{
-	struct pt_value *v, **kv;
-	size_t i;
-
-	if (n > (SIZE_MAX / sizeof(*v) - 1) / 2)
-		return NULL;
-	v = calloc(n + 1, sizeof(*v));
-	if (!v || !pt__own(ck, v))
-		return NULL;
-	kv = calloc(2 * n + 1, sizeof(*kv));
-	if (!kv || !pt__own(ck, kv))
-		return NULL;
-	v[0].kind = PT_V_DICT;
-	v[0].u.dict.kv.v = kv;
-	v[0].u.dict.kv.n = 2 * n;
-	v[0].u.dict.kv.cap = 2 * n;
-	for (i = 0; i < n; i++) {
-		kv[2 * i] = &v[i + 1];
-		v[i + 1].kind = PT_V_STR;
-		v[i + 1].aux16 = PT_C_SCALAR;
-		v[i + 1].u.s.in_off = UINT64_MAX;
-		v[i + 1].u.s.p = (const uint8_t *)"";
-	}
-	return v;
-}
-
-void pt__value_dict_set(struct pt_value *d, size_t i, const uint8_t *name,
-			size_t len, struct pt_value *val)
-{
-	struct pt_value *k = d->u.dict.kv.v[2 * i];
-
-	k->u.s.p = name;
-	k->u.s.len = len;
-	d->u.dict.kv.v[2 * i + 1] = val;
-}
-
-struct pt_value *pt__tensor_value(struct pt_ckpt *ck, struct pt_tensor *t)
-{
-	struct pt_value *v = calloc(1, sizeof(*v));
-
-	if (!v || !pt__own(ck, v))
-		return NULL;
-	/* data from outside any pickle: a persistent id without a pid */
-	v->kind = PT_V_PERSID;
-	v->aux16 = PT_C_TENSOR;
-	v->aux = t;
-	return v;
-}
-
 /* ---- model.json ---- */
 
 struct tj_param {
@@ -601,12 +549,49 @@ static int tj_attributes(struct tj *t, struct pt_value **out,
 			       out, NULL, err);
 }
 
+/* The value of parameter or attribute @q (the @p-th of its module): a
+ * tensor of table @tv, or an item of attributes.pkl (@attrs). */
+static int tj_param_value(struct tj *t, const struct tj_param *q, size_t p,
+			  struct pt_value **tv, struct pt_value *attrs,
+			  struct pt_value **out, struct pt_error *err)
+{
+	const struct pt_value *c;
+
+	if (!q->attr) {
+		if (q->id >= t->ntensors)
+			return pt_fail(err, -EBADMSG,
+				       "model.json: parameter %zu names tensor %" PRIu64 " of %zu",
+				       p, q->id, t->ntensors);
+		*out = tv[q->id];
+		return 0;
+	}
+	if (!attrs || (attrs->kind != PT_V_TUPLE && attrs->kind != PT_V_LIST) ||
+	    q->id >= attrs->u.seq.n)
+		return pt_fail(err, -EBADMSG,
+			       "model.json: attribute %" PRIu64 " is not in attributes.pkl", q->id);
+	*out = attrs->u.seq.v[q->id];
+	c = *out;
+	/* build_tensor_from_id(n): the tensor table */
+	if (c->kind == PT_V_CALL &&
+	    pt__is_global(c->u.call.callable, "torch.jit._pickle", "build_tensor_from_id") &&
+	    c->u.call.args->u.seq.n == 1 &&
+	    c->u.call.args->u.seq.v[0]->kind == PT_V_INT) {
+		int64_t n = c->u.call.args->u.seq.v[0]->u.i;
+
+		if (n < 0 || (uint64_t)n >= t->ntensors)
+			return pt_fail(err, -EBADMSG,
+				       "attributes.pkl: build_tensor_from_id(%" PRId64 ") is outside the %zu tensors",
+				       n, t->ntensors);
+		*out = tv[n];
+	}
+	return 0;
+}
+
 static int tj_build(struct tj *t, struct pt_error *err)
 {
 	struct pt_ckpt *ck = t->ck;
 	struct pt_value **tv = NULL, **mv = NULL, *attrs = NULL, *consts;
 	size_t *fill = NULL, i;
-	char *cnames;
 	int rc;
 
 	tv = calloc(t->ntensors + 1, sizeof(*tv));
@@ -652,43 +637,11 @@ static int tj_build(struct tj *t, struct pt_error *err)
 
 		for (p = 0; p < m->np; p++) {
 			const struct tj_param *q = &t->params[m->p0 + p];
-			struct pt_value *val;
+			struct pt_value *val = NULL;
 
-			if (!q->attr) {
-				if (q->id >= t->ntensors) {
-					rc = pt_fail(err, -EBADMSG,
-						     "model.json: parameter %zu names tensor %" PRIu64 " of %zu",
-						     p, q->id, t->ntensors);
-					goto out;
-				}
-				val = tv[q->id];
-			} else {
-				const struct pt_value *c;
-
-				if (!attrs || (attrs->kind != PT_V_TUPLE && attrs->kind != PT_V_LIST) ||
-				    q->id >= attrs->u.seq.n) {
-					rc = pt_fail(err, -EBADMSG,
-						     "model.json: attribute %" PRIu64 " is not in attributes.pkl", q->id);
-					goto out;
-				}
-				val = attrs->u.seq.v[q->id];
-				c = val;
-				/* build_tensor_from_id(n): the tensor table */
-				if (c->kind == PT_V_CALL &&
-				    pt__is_global(c->u.call.callable, "torch.jit._pickle", "build_tensor_from_id") &&
-				    c->u.call.args->u.seq.n == 1 &&
-				    c->u.call.args->u.seq.v[0]->kind == PT_V_INT) {
-					int64_t n = c->u.call.args->u.seq.v[0]->u.i;
-
-					if (n < 0 || (uint64_t)n >= t->ntensors) {
-						rc = pt_fail(err, -EBADMSG,
-							     "attributes.pkl: build_tensor_from_id(%" PRId64 ") is outside the %zu tensors",
-							     n, t->ntensors);
-						goto out;
-					}
-					val = tv[n];
-				}
-			}
+			rc = tj_param_value(t, q, p, tv, attrs, &val, err);
+			if (rc)
+				goto out;
 			pt__value_dict_set(mv[i], fill[i]++, q->name, q->nlen, val);
 		}
 	}
@@ -701,17 +654,10 @@ static int tj_build(struct tj *t, struct pt_error *err)
 	}
 	ck->root = mv[0];
 	/* CONSTANTS.c<i> is tensors[i] */
-	consts = pt__value_dict(ck, t->ntensors);
-	cnames = calloc(t->ntensors + 1, 24);
-	if (!consts || !cnames || !pt__own(ck, cnames)) {
+	consts = pt__numbered_dict(ck, tv, t->ntensors);
+	if (!consts) {
 		rc = pt_fail(err, -ENOMEM, "out of memory");
 		goto out;
-	}
-	for (i = 0; i < t->ntensors; i++) {
-		char *nm = cnames + 24 * i;
-		int w = snprintf(nm, 24, "c%zu", i);
-
-		pt__value_dict_set(consts, i, (const uint8_t *)nm, (size_t)w, tv[i]);
 	}
 	if (pt__add_meta_dir(ck, "constants", consts, NULL) ||
 	    pt__add_meta_dir(ck, "code", NULL, "code")) {

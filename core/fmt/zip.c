@@ -141,38 +141,9 @@ static int ts_pickle(struct pt_ckpt *ck, struct zip_state *zs,
 static struct pt_value *ts_constants_dict(struct pt_ckpt *ck,
 					  struct pt_value *tup)
 {
-	struct pt_value *v, **kv;
-	char *names;
-	size_t i, n, at = 0;
-
 	if (tup->kind != PT_V_TUPLE && tup->kind != PT_V_LIST)
 		return tup;
-	n = tup->u.seq.n;
-	if (n > SIZE_MAX / 32)
-		return NULL;
-	v = calloc(n + 1, sizeof(*v));
-	kv = calloc(2 * n + 1, sizeof(*kv));
-	names = calloc(n + 1, 24);
-	if (!pt__own(ck, v) || !pt__own(ck, kv) || !pt__own(ck, names))
-		return NULL;
-	v[0].kind = PT_V_DICT;
-	v[0].u.dict.kv.v = kv;
-	v[0].u.dict.kv.n = 2 * n;
-	v[0].u.dict.kv.cap = 2 * n;
-	for (i = 0; i < n; i++) {
-		struct pt_value *k = &v[i + 1];
-		int w = snprintf(names + at, 24, "c%zu", i);
-
-		k->kind = PT_V_STR;
-		k->aux16 = PT_C_SCALAR;
-		k->u.s.p = (const uint8_t *)names + at;
-		k->u.s.len = (size_t)w;
-		k->u.s.in_off = UINT64_MAX;
-		at += (size_t)w + 1;
-		kv[2 * i] = k;
-		kv[2 * i + 1] = tup->u.seq.v[i];
-	}
-	return v;
+	return pt__numbered_dict(ck, tup->u.seq.v, tup->u.seq.n);
 }
 
 /* TorchScript: constants.pkl, bytecode.pkl, code/ and extra/ shortcuts. */

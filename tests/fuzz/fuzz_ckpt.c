@@ -99,48 +99,39 @@ static void visit(struct pt_ckpt *ck, struct pt_node *node,
 	*budget = got < *budget ? *budget - got : 0;
 }
 
+struct fuzz_walk {
+	struct pt_ckpt *ck;
+	uint64_t budget;
+	size_t nodes;
+};
+
+/* Every entry the walk meets: consistent with its parent and lookup. */
+static int walk_entry(void *ctx, const struct pt_walk *w)
+{
+	struct fuzz_walk *f = ctx;
+	struct pt_node *c = w->node, *parent = pt_node_parent(c);
+	const char *name = pt_node_name(c);
+	int rc = 0;
+
+	if (f->nodes++ >= FUZZ_NODES)
+		return PT_WALK_STOP;
+	FUZZ_CHECK(parent != NULL);
+	FUZZ_CHECK(name && name[0] != '\0');
+	FUZZ_CHECK(strchr(name, '/') == NULL);
+	FUZZ_CHECK(strcmp(name, ".") != 0 && strcmp(name, "..") != 0);
+	FUZZ_CHECK(pt_tree_lookup(f->ck, parent, name, &rc) == c);
+	visit(f->ck, c, &f->budget);
+	return 0;
+}
+
 static void walk(struct pt_ckpt *ck)
 {
-	struct frame {
-		struct pt_node *dir;
-		size_t next;
-	} *st;
-	uint64_t budget = FUZZ_TOTAL_READ;
-	size_t n = 0;
-	size_t nodes = 0;
+	struct fuzz_walk f = { ck, FUZZ_TOTAL_READ, 0 };
+	int rc;
 
-	st = malloc(FUZZ_NODES * sizeof(*st));
-	if (!st)
-		return;
-	st[n++] = (struct frame){ pt_tree_root(ck), 0 };
-	visit(ck, pt_tree_root(ck), &budget);
-	while (n > 0 && nodes < FUZZ_NODES) {
-		struct frame *f = &st[n - 1];
-		struct pt_node *c;
-		struct pt_nattr a;
-		const char *name;
-		int rc = 0;
-
-		if (f->next >= pt_tree_count(ck, f->dir)) {
-			n--;
-			continue;
-		}
-		c = pt_tree_child(ck, f->dir, f->next++);
-		if (!c)
-			continue;
-		nodes++;
-		FUZZ_CHECK(pt_node_parent(c) == f->dir);
-		name = pt_node_name(c);
-		FUZZ_CHECK(name && name[0] != '\0');
-		FUZZ_CHECK(strchr(name, '/') == NULL);
-		FUZZ_CHECK(strcmp(name, ".") != 0 && strcmp(name, "..") != 0);
-		FUZZ_CHECK(pt_tree_lookup(ck, f->dir, name, &rc) == c);
-		visit(ck, c, &budget);
-		pt_node_attr(c, &a);
-		if (a.type == PT_NT_DIR && n < FUZZ_NODES)
-			st[n++] = (struct frame){ c, 0 };
-	}
-	free(st);
+	visit(ck, pt_tree_root(ck), &f.budget);
+	rc = pt_tree_walk(ck, pt_tree_root(ck), "", PT_WALK_ALL, walk_entry, &f);
+	FUZZ_CHECK(rc <= 0);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

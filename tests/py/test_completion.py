@@ -34,14 +34,18 @@ def ck(tmp_path_factory):
 
 def test_commands_and_options(ck):
     # the first word: a subcommand, or the checkpoint of a mount
-    assert sorted(complete(PTFS, "", cwd=ck)) == ["cat", "info", "ls", "mnt", "model.pt", "set"]
+    assert sorted(complete(PTFS, "", cwd=ck)) == ["cat", "export", "info", "ls", "mnt",
+                                                   "model.pt", "set", "tree"]
     assert complete(PTFS, "c", cwd=ck) == ["cat"]
     assert sorted(complete(PTFS, "m", cwd=ck)) == ["mnt", "model.pt"]
     assert complete(PTFS, "--v") == ["--version"]
     assert set(complete(PTFS, "-")) == {"-f", "-d", "-s", "-o", "-h", "--help",
                                         "-V", "--version"}
     assert set(complete(PTFS, "ls", "-")) == {"-a", "--max", "--nested", "-o"}
-    assert complete(PTFS, "info", "-") == ["-o"]
+    assert set(complete(PTFS, "info", "-")) == {"--weights-only", "-o"}
+    assert set(complete(PTFS, "tree", "-")) == {"--json", "--max", "--nested", "-o"}
+    assert complete(PTFS, "export", "--s") == ["--shard-size", "--skip-unsupported"]
+    assert complete(PTFS, "export", "--to", "s") == ["safetensors"]
     assert set(complete(PTFS, "set", "-")) == {"-v", "-o"}
 
 
@@ -94,3 +98,22 @@ def test_names_with_spaces(tmp_path):
     # the checkpoint as bash passes it, escaped or quoted
     assert complete(PTFS, "cat", r"my\ model.pt", "a", cwd=tmp_path) == [r"a\ key", r"a\ key.json"]
     assert complete(PTFS, "ls", "'my model.pt'", "a", cwd=tmp_path) == [r"a\ key", r"a\ key.json"]
+
+
+def test_export_and_tree(ck):
+    # export: the checkpoint, then the output (files), never tree paths
+    assert complete(PTFS, "export", "mo", cwd=ck) == ["model.pt"]
+    assert sorted(complete(PTFS, "export", "--to", "npy", "model.pt", "m", cwd=ck)) == ["mnt", "model.pt"]
+    assert complete(PTFS, "export", "model.pt", "--shard-size", "1G", "mn", cwd=ck) == ["mnt"]
+    # tree and info take only the checkpoint
+    assert complete(PTFS, "tree", "--json", "model.pt", "m", cwd=ck) == []
+    assert complete(PTFS, "info", "model.pt", "m", cwd=ck) == []
+
+
+def test_every_subcommand_of_help(tmp_path):
+    """A subcommand `ptfs --help` shows is completed (catches new ones)."""
+    import re
+    help_text = subprocess.run([PTFS, "--help"], capture_output=True, text=True).stdout
+    cmds = set(re.findall(r"^\s*(?:usage: )?ptfs ([a-z]+)", help_text, re.M))
+    assert len(cmds) >= 4, help_text
+    assert cmds <= set(complete(PTFS, "", cwd=tmp_path)), cmds

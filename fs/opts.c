@@ -1,0 +1,92 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * opts.c -- the checkpoint options shared by the mount and the FUSE-less
+ * subcommands (opts.h).
+ */
+#include "opts.h"
+
+#include "container/journal.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LIMIT(name, max) { #name, offsetof(struct pt_limits, name), \
+			   sizeof(((struct pt_limits *)0)->name), max }
+
+static const struct limit_opt {
+	const char *name;
+	size_t off;             /* in struct pt_limits */
+	size_t size;            /* 4 or 8 bytes */
+	uint64_t max;
+} limit_opts[] = {
+	LIMIT(max_records, UINT64_MAX),
+	LIMIT(max_pickle_bytes, UINT64_MAX),
+	LIMIT(max_inflate_bytes, UINT64_MAX),
+	LIMIT(max_values, UINT64_MAX),
+	LIMIT(max_memo, UINT64_MAX),
+	LIMIT(max_memory, UINT64_MAX),
+	LIMIT(max_depth, UINT32_MAX),
+	LIMIT(max_rank, UINT32_MAX),
+	LIMIT(max_dir_entries, UINT64_MAX),
+};
+
+/* A positive decimal number <= @max, or false. */
+static bool parse_count(const char *s, uint64_t max, uint64_t *out)
+{
+	unsigned long long v;
+	char *end = NULL;
+
+	if (*s < '0' || *s > '9')
+		return false;   /* no sign, no space, not empty */
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno || *end || v == 0 || v > max)
+		return false;
+	*out = v;
+	return true;
+}
+
+int ptfs_opt_apply(struct pt_ckpt_opts *o, const char *opt)
+{
+	const char *eq = strchr(opt, '=');
+	size_t nlen = eq ? (size_t)(eq - opt) : strlen(opt);
+	size_t i;
+	uint64_t v;
+
+	if (strcmp(opt, "nested") == 0) {
+		o->nested = true;
+		return 1;
+	}
+	if (strncmp(opt, "commit=", 7) == 0) {
+		if (pt_commit_way_parse(opt + 7, &o->commit) != 0) {
+			fprintf(stderr, "ptfs: bad option '%s' (commit=auto, rewrite, clone or inplace)\n",
+				opt);
+			return -1;
+		}
+		return 1;
+	}
+	for (i = 0; i < sizeof(limit_opts) / sizeof(*limit_opts); i++) {
+		const struct limit_opt *l = &limit_opts[i];
+		char *field = (char *)&o->limits + l->off;
+
+		if (strlen(l->name) != nlen || strncmp(opt, l->name, nlen) != 0)
+			continue;
+		if (!eq || !parse_count(eq + 1, l->max, &v)) {
+			fprintf(stderr, "ptfs: bad option '%s': %s takes a number from 1 to %llu\n",
+				opt, l->name, (unsigned long long)l->max);
+			return -1;
+		}
+		if (l->size == sizeof(uint32_t)) {
+			uint32_t v32 = (uint32_t)v;
+			memcpy(field, &v32, sizeof(v32));
+		} else {
+			memcpy(field, &v, sizeof(v));
+		}
+		return 1;
+	}
+	return 0;
+}
