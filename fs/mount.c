@@ -905,7 +905,9 @@ static int commit_all(struct ptfs *fs, const char *why)
 	if (rc) {
 		fuse_log(FUSE_LOG_ERR, "ptfs: %s: commit on %s failed, checkpoint unchanged, changes kept: %s\n",
 			 fs->ckpath, why, err.msg);
-		return rc == -ENOSPC || rc == -EDQUOT ? rc : -EIO;
+		/* the reasons a user can act on reach fsync as they are */
+		return rc == -ENOSPC || rc == -EDQUOT || rc == -EACCES ||
+		       rc == -EPERM || rc == -EROFS || rc == -EBUSY ? rc : -EIO;
 	}
 	fuse_log(FUSE_LOG_INFO, "ptfs: %s: committed on %s (%s)\n", fs->ckpath, why,
 		 pt_ckpt_last_commit(fs->ck));
@@ -1262,6 +1264,22 @@ static int take_permissions(struct ptfs *fs, const char *ckpath,
 		fprintf(stderr, "ptfs: %s: not writable by this user: mounted read-only\n",
 			ckpath);
 		fs->ro = true;
+	}
+	if (!fs->ro && S_ISREG(st.st_mode)) {
+		/* every commit writes beside the real file (a temporary or
+		 * the journal): a directory we cannot write would make every
+		 * write fail at fsync and be lost at unmount */
+		char *real = realpath(ckpath, NULL);
+		char *slash = real ? strrchr(real, '/') : NULL;
+
+		if (slash)
+			*(slash == real ? slash + 1 : slash) = '\0';
+		if (real && faccessat(AT_FDCWD, real, W_OK, AT_EACCESS) != 0) {
+			fprintf(stderr, "ptfs: %s: its directory %s is not writable by this user (commits write beside the file): mounted read-only\n",
+				ckpath, real);
+			fs->ro = true;
+		}
+		free(real);
 	}
 	return fuse_opt_add_arg(args, "-odefault_permissions");
 }

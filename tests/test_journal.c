@@ -23,6 +23,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "container/journal.h"
@@ -161,6 +162,29 @@ static void test_inplace(void **state)
 	assert_int_equal(pt_journal_recover(g_file, note, sizeof(note), &err), 0);
 }
 
+/* A patch in place writes the file: the kernel then drops its file
+ * capabilities (and, for other users, set-id bits); they come back. */
+static void test_inplace_keeps_privs(void **state)
+{
+	static const unsigned char cap[20] = { 1, 0, 0, 2, 0, 0x20 };
+	struct pt_error err;
+	struct stat st;
+	char v[32];
+
+	(void)state;
+	assert_int_equal(chmod(g_file, 02755), 0);
+	if (setxattr(g_file, "security.capability", cap, sizeof(cap), 0) != 0) {
+		print_message("skipped: cannot set security.capability here\n");
+		return;
+	}
+	pt_error_clear(&err);
+	assert_int_equal(pt_patch_inplace(g_file, g_p, 3, NULL, &err), 0);
+	assert_int_equal(which(), 1);
+	assert_int_equal(stat(g_file, &st), 0);
+	assert_int_equal(st.st_mode & 07777, 02755);
+	assert_int_equal(getxattr(g_file, "security.capability", v, sizeof(v)), 20);
+}
+
 static void test_faults(void **state)
 {
 	static const struct {
@@ -280,10 +304,21 @@ static void test_incomplete_journal(void **state)
 	assert_int_equal(waitpid(pid, &st, 0), pid);
 	assert_true(WIFSIGNALED(st));
 	assert_true(exists(g_jrnl));
+	/* an earlier set-aside journal is evidence too: not overwritten */
+	snprintf(aside, sizeof(aside), "%s.invalid", g_jrnl);
+	write_file(aside, (const uint8_t *)"earlier", 7);
 	pt_error_clear(&err);
 	assert_int_equal(pt_journal_recover(g_file, note, sizeof(note), &err), 1);
 	assert_non_null(strstr(note, "incomplete journal"));
-	snprintf(aside, sizeof(aside), "%s.invalid", g_jrnl);
+	assert_non_null(strstr(note, ".invalid.1"));
+	{
+		size_t k;
+		uint8_t *e = read_file(aside, &k);
+
+		assert_int_equal(k, 7);
+		free(e);
+	}
+	snprintf(aside, sizeof(aside), "%s.invalid.1", g_jrnl);
 	assert_true(exists(aside));
 	assert_false(exists(g_jrnl));
 	assert_int_equal(which(), 0);
@@ -422,6 +457,42 @@ static void test_live_committer(void **state)
 	pt_journal_lock_wait_ms = 30000;
 }
 
+/* An interrupted commit, then the file is written again in place (same
+ * inode, same size: torch.save to the same path): recovery must not put
+ * the old bytes into the newer file. */
+static void test_rewritten_after_crash(void **state)
+{
+	struct pt_error err;
+	char note[512];
+	uint8_t *other = malloc(FSIZE);
+	uint8_t *got;
+	size_t n;
+	pid_t pid;
+	int st;
+
+	(void)state;
+	assert_non_null(other);
+	memset(other, 0x3C, FSIZE);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		pt_fault_set("patch", 2, -1);
+		_exit(pt_patch_inplace(g_file, g_p, 3, NULL, &err) ? 1 : 0);
+	}
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(exists(g_jrnl));
+	write_file(g_file, other, FSIZE);       /* O_TRUNC: same inode */
+	pt_error_clear(&err);
+	assert_int_equal(pt_journal_recover(g_file, note, sizeof(note), &err), -EBUSY);
+	assert_non_null(strstr(err.msg, "neither the old nor the new"));
+	got = read_file(g_file, &n);
+	assert_int_equal(n, FSIZE);
+	assert_memory_equal(got, other, FSIZE);
+	assert_true(exists(g_jrnl));
+	free(got);
+	free(other);
+}
+
 static void *resume_later(void *arg)
 {
 	usleep(300000);
@@ -522,6 +593,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_inplace, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_inplace_keeps_privs, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_faults, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_crash_everywhere, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_incomplete_journal, setup, teardown),
@@ -529,6 +601,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_fuzzed_journal, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_live_committer, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_second_committer, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_rewritten_after_crash, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_foreign_journal, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_symlink_and_clone, setup, teardown),
 	};

@@ -559,8 +559,16 @@ class LoopXfs:
         return self
 
     def __exit__(self, *exc):
-        if self.mnt and os.path.ismount(self.mnt):
-            subprocess.run(["umount", self.mnt], capture_output=True)
+        # a ptfs daemon that served a file here may still be exiting:
+        # retry, and detach lazily as the last resort
+        for _ in range(100):
+            if not (self.mnt and os.path.ismount(self.mnt)):
+                break
+            if subprocess.run(["umount", self.mnt], capture_output=True).returncode == 0:
+                break
+            time.sleep(0.1)
+        else:
+            subprocess.run(["umount", "-l", self.mnt], capture_output=True)
         if self.dev:
             subprocess.run(["losetup", "-d", self.dev], capture_output=True)
             self.dev = None

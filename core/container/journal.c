@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "base/rd.h"
@@ -24,7 +25,33 @@
 #define J_TRAILER 12u
 #define J_VERSION 1u
 #define J_CHUNK (1u << 20)
-#define J_MAX_RANGES (1u << 24)
+#define J_MAX_RANGES (1u << 20)
+#define J_SECTOR 512u           /* new-bytes CRC granularity (disk sector) */
+
+/* Sectors that [@off, @off + @len) of the file touches: pieces split at
+ * multiples of J_SECTOR of the FILE offset, where page-cache writeback and
+ * the disk tear a write (never inside one). */
+static uint64_t sectors(uint64_t off, uint64_t len)
+{
+	return len ? (off + len - 1) / J_SECTOR - off / J_SECTOR + 1 : 0;
+}
+
+/* The next chunk of a range at file offset @at, @left bytes to go: at most
+ * J_CHUNK and ending on a sector boundary unless it ends the range. */
+static size_t chunk_at(uint64_t at, uint64_t left)
+{
+	uint64_t k = J_CHUNK - at % J_SECTOR;
+
+	return (size_t)(left < k ? left : k);
+}
+
+/* Length of the sector piece at file offset @at, @left bytes to go. */
+static size_t piece_at(uint64_t at, size_t left)
+{
+	size_t k = J_SECTOR - (size_t)(at % J_SECTOR);
+
+	return left < k ? left : k;
+}
 
 /* Stream the new bytes of @p into @fd (step "patch" per write). */
 static int write_patch(int fd, const struct pt_patch *p, uint8_t *buf,
@@ -38,7 +65,9 @@ static int write_patch(int fd, const struct pt_patch *p, uint8_t *buf,
 	else
 		rc = 0;
 	while (rc == 0 && p->read && at < p->len) {
-		size_t k = p->len - at < J_CHUNK ? (size_t)(p->len - at) : J_CHUNK;
+		/* each write ends on a sector of the file, so a crash tears
+		 * only there (the journal's sector CRCs: verify_sectors) */
+		size_t k = chunk_at(p->off + at, p->len - at);
 
 		rc = p->read(p->ctx, buf, k, at);
 		if (rc)
@@ -54,38 +83,6 @@ static int write_patch(int fd, const struct pt_patch *p, uint8_t *buf,
 	return 0;
 }
 
-unsigned pt_journal_lock_wait_ms = 30000;
-
-/*
- * The lock that keeps a live in-place commit and a recovery apart: an
- * exclusive flock() on the checkpoint itself, held by the committer from
- * before it creates the journal until the journal is gone, and taken by
- * pt_journal_recover() before it reads one.  Without it, a `ptfs ls` run
- * during a mount's commit would take the journal being written for an
- * incomplete one (or the complete one for an interrupted commit) and roll
- * back or set aside under the committer's feet.  The kernel drops the lock
- * of a killed committer.  Waits up to pt_journal_lock_wait_ms: -EBUSY then.
- */
-int pt_journal_lock(int fd, const char *real, struct pt_error *err)
-{
-	unsigned waited = 0;
-
-	for (;;) {
-		if (flock(fd, LOCK_EX | LOCK_NB) == 0)
-			return 0;
-		if (errno == EINTR)
-			continue;
-		if (errno != EWOULDBLOCK)
-			return pt_fail(err, -errno, "lock %s: %s", real, strerror(errno));
-		if (waited >= pt_journal_lock_wait_ms)
-			return pt_fail(err, -EBUSY,
-				       "%s: another process is committing to it in place (locked for %u ms); try again",
-				       real, waited);
-		usleep(10000);
-		waited += 10;
-	}
-}
-
 int pt_patch_clone(const char *path, const struct pt_patch *p, size_t n,
 		   const struct pt_replace_expect *expect,
 		   struct pt_error *err)
@@ -93,22 +90,13 @@ int pt_patch_clone(const char *path, const struct pt_patch *p, size_t n,
 	struct pt_replace r;
 	uint8_t *buf = NULL;
 	size_t i;
-	int in;
 	int rc;
 
 	rc = pt_replace_begin(&r, path, expect, err);
 	if (rc)
 		return rc;
-	in = open(r.real, O_RDONLY | O_CLOEXEC);
-	if (in < 0) {
-		rc = pt_fail(err, -errno, "%s: %s", r.real, strerror(errno));
-		goto fail;
-	}
-	/* not in the middle of another process's in-place commit */
-	rc = pt_journal_lock(in, r.real, err);
-	if (!rc)
-		rc = pt_replace_clone(&r, in, err);
-	close(in);
+	/* r.orig: the file begin() checked, locked until the rename */
+	rc = pt_replace_clone(&r, r.orig, err);
 	if (rc)
 		goto fail;
 	buf = malloc(J_CHUNK);
@@ -133,21 +121,12 @@ int pt_patch_copy(const char *path, const struct pt_patch *p, size_t n,
 	struct pt_replace r;
 	uint8_t *buf = NULL;
 	size_t i;
-	int in;
 	int rc;
 
 	rc = pt_replace_begin(&r, path, expect, err);
 	if (rc)
 		return rc;
-	in = open(r.real, O_RDONLY | O_CLOEXEC);
-	if (in < 0) {
-		rc = pt_fail(err, -errno, "%s: %s", r.real, strerror(errno));
-		goto fail;
-	}
-	rc = pt_journal_lock(in, r.real, err);
-	if (!rc)
-		rc = pt_replace_copy(&r, in, 0, (uint64_t)r.st.st_size, 0, err);
-	close(in);
+	rc = pt_replace_copy(&r, r.orig, 0, (uint64_t)r.st.st_size, 0, err);
 	buf = rc ? NULL : malloc(J_CHUNK);
 	if (!rc && !buf)
 		rc = pt_fail(err, -ENOMEM, "out of memory");
@@ -229,8 +208,42 @@ char *pt_journal_path(const char *path)
 	return j;
 }
 
+/* Sectors of a range of @len bytes (CRC'd one by one). */
+/* Append the CRC-32 of each J_SECTOR bytes of @p's NEW contents: recovery
+ * then knows every sector of the range must hold its old or its new bytes,
+ * and anything else means the file was rewritten since (journal.h). */
+static int write_new_crcs(int jfd, const struct pt_patch *p, uint8_t *buf,
+			  uint64_t *pos, uint32_t *crc)
+{
+	uint8_t out[4 * (J_CHUNK / J_SECTOR + 1)];
+	uint64_t at;
+	int rc = 0;
+
+	for (at = 0; rc == 0 && at < p->len;) {
+		size_t k = chunk_at(p->off + at, p->len - at);
+		const uint8_t *src = buf;
+		size_t o, sl, m = 0;
+
+		if (p->read)
+			rc = p->read(p->ctx, buf, k, at);
+		else
+			src = (const uint8_t *)p->data + at;
+		for (o = 0; rc == 0 && o < k; o += sl, m += 4) {
+			sl = piece_at(p->off + at + o, k - o);
+			pt_put32(out + m, libdeflate_crc32(0, src + o, sl));
+		}
+		if (rc)
+			break;
+		*crc = libdeflate_crc32(*crc, out, m);
+		rc = pt_pwrite_full(jfd, out, m, *pos, "jwrite");
+		*pos += m;
+		at += k;
+	}
+	return rc;
+}
+
 /* Write the journal for @p into @jfd: header, ranges, old bytes of @in,
- * trailer; then fsync it. */
+ * the new bytes' sector CRCs, trailer; then fsync it. */
 static int journal_write(int jfd, int in, const struct stat *st,
 			 const struct pt_patch *p, size_t n, uint8_t *buf,
 			 const char *jpath, struct pt_error *err)
@@ -253,6 +266,7 @@ static int journal_write(int jfd, int in, const struct stat *st,
 	pt_put64(h + 24, n);
 	pt_put64(h + 32, old);
 	pt_put64(h + 40, (uint64_t)st->st_ino);
+	pt_put64(h + 48, J_SECTOR);
 	pt_put32(h + 56, libdeflate_crc32(0, h, 56));
 	for (i = 0; i < n && rc == 0; i++) {
 		uint8_t r[16];
@@ -280,6 +294,8 @@ static int journal_write(int jfd, int in, const struct stat *st,
 			at += k;
 		}
 	}
+	for (i = 0; i < n && rc == 0; i++)
+		rc = write_new_crcs(jfd, &p[i], buf, &pos, &crc);
 	pt_put32(t, crc);
 	memcpy(t + 4, J_END, 8);
 	if (!rc)
@@ -340,15 +356,46 @@ static int roll_back(const char *jpath, const char *real, int fd,
 		     struct pt_error *err);
 
 /* The in-place patch proper, between the journal and its removal. */
+/*
+ * Writing to a file clears its set-id bits (unless the writer may keep
+ * them) and its file capabilities (always): what a patch or a rollback
+ * writes in place must not change more than the bytes.  Saved before,
+ * put back after the writes (best effort: only who could set them can).
+ */
+struct privs {
+	mode_t mode;
+	uint8_t cap[64];
+	ssize_t caplen;
+};
+
+static void privs_save(int fd, struct privs *pv)
+{
+	struct stat st;
+
+	pv->mode = fstat(fd, &st) == 0 ? st.st_mode & 07777 : 0;
+	pv->caplen = fgetxattr(fd, "security.capability", pv->cap, sizeof(pv->cap));
+}
+
+static void privs_put(int fd, const struct privs *pv)
+{
+	if (pv->mode & 06000)
+		(void)fchmod(fd, pv->mode);
+	if (pv->caplen > 0)
+		(void)fsetxattr(fd, "security.capability", pv->cap, (size_t)pv->caplen, 0);
+}
+
 static int patch_all(int fd, int jfd, const char *real, const char *jpath,
 		     const struct pt_patch *p, size_t n, uint8_t *buf,
 		     struct pt_error *err)
 {
+	struct privs pv;
 	size_t i;
 	int rc = 0;
 
+	privs_save(fd, &pv);
 	for (i = 0; i < n && rc == 0; i++)
 		rc = write_patch(fd, &p[i], buf, real, err);
+	privs_put(fd, &pv);
 	if (!rc) {
 		rc = pt_fault("pfsync");
 		if (!rc && fsync(fd) != 0)
@@ -398,7 +445,7 @@ int pt_patch_inplace(const char *path, const struct pt_patch *p, size_t n,
 		rc = pt_fail(err, -errno, "%s: %s", real, strerror(errno));
 		goto out;
 	}
-	rc = pt_journal_lock(fd, real, err);   /* released by close() */
+	rc = pt_lock_file(fd, real, err);   /* released by close() */
 	if (rc)
 		goto out;
 	/* after the lock: another commit may have finished while we waited */
@@ -471,20 +518,81 @@ struct jinfo {
 	uint64_t n;
 	uint64_t old;
 	uint64_t *ranges;       /* 2n: off, len */
+	uint64_t crc_off;       /* where the new bytes' sector CRCs start */
 	bool done;              /* marked finished */
 };
+
+/* The range table of @j (already sized) from @jfd: sorted, disjoint,
+ * inside the file, adding up to the old bytes; the sector CRCs' size. */
+static int read_ranges(int jfd, struct jinfo *j, uint64_t *crc_bytes,
+		       char *why, size_t cap)
+{
+	uint64_t i, sum = 0, end = 0;
+	uint8_t *raw = (uint8_t *)j->ranges;
+
+	if (pt_pread_full(jfd, raw, (size_t)(16 * j->n), J_HDR) != 0) {
+		snprintf(why, cap, "truncated range table");
+		return -EBADMSG;
+	}
+	*crc_bytes = 0;
+	for (i = 0; i < 2 * j->n; i++)
+		j->ranges[i] = pt_le64(raw + 8 * i);
+	for (i = 0; i < j->n; i++) {
+		uint64_t off = j->ranges[2 * i], len = j->ranges[2 * i + 1];
+
+		if (off > j->size || len > j->size - off || off < end) {
+			snprintf(why, cap, "range %llu outside the file or out of order",
+				 (unsigned long long)i);
+			return -EBADMSG;
+		}
+		end = off + len;
+		sum += len;             /* <= size: the ranges are disjoint */
+		*crc_bytes += 4 * sectors(off, len);
+	}
+	if (sum != j->old) {
+		snprintf(why, cap, "ranges add up to %llu bytes, not %llu",
+			 (unsigned long long)sum, (unsigned long long)j->old);
+		return -EBADMSG;
+	}
+	return 0;
+}
+
+/* CRC-32 of the journal body [J_HDR, @end) against the trailer's. */
+static int check_body(int jfd, uint64_t end, char *why, size_t cap)
+{
+	uint8_t t[J_TRAILER];
+	uint8_t *buf = malloc(J_CHUNK);
+	uint32_t crc = 0;
+	uint64_t pos;
+
+	if (!buf) {
+		snprintf(why, cap, "out of memory");
+		return -ENOMEM;
+	}
+	for (pos = J_HDR; pos < end;) {
+		size_t k = end - pos < J_CHUNK ? (size_t)(end - pos) : J_CHUNK;
+
+		if (pt_pread_full(jfd, buf, k, pos) != 0)
+			break;
+		crc = libdeflate_crc32(crc, buf, k);
+		pos += k;
+	}
+	free(buf);
+	if (pos != end || pt_pread_full(jfd, t, J_TRAILER, end) != 0 ||
+	    pt_le32(t) != crc || memcmp(t + 4, J_END, 8) != 0) {
+		snprintf(why, cap, "checksum mismatch");
+		return -EBADMSG;
+	}
+	return 0;
+}
 
 /* 0 valid, -EBADMSG with a reason in @why when incomplete or damaged. */
 static int journal_read(int jfd, struct jinfo *j, char *why, size_t cap)
 {
 	struct stat st;
 	uint8_t h[J_HDR];
-	uint8_t t[J_TRAILER];
-	uint8_t *buf;
-	uint64_t pos;
-	uint64_t end;
-	uint32_t crc = 0;
-	uint64_t i;
+	uint64_t crc_bytes = 0;
+	int rc;
 
 	memset(j, 0, sizeof(*j));
 	if (fstat(jfd, &st) != 0 || (uint64_t)st.st_size < J_HDR + J_TRAILER ||
@@ -495,6 +603,7 @@ static int journal_read(int jfd, struct jinfo *j, char *why, size_t cap)
 	j->done = memcmp(h, J_DONE, 8) == 0;
 	if ((!j->done && memcmp(h, J_MAGIC, 8) != 0) ||
 	    pt_le32(h + 8) != J_VERSION || pt_le32(h + 12) != J_HDR ||
+	    pt_le64(h + 48) != J_SECTOR ||
 	    pt_le32(h + 56) != libdeflate_crc32(0, h, 56) || pt_le32(h + 60) != 0) {
 		snprintf(why, cap, "bad header");
 		return j->done ? 0 : -EBADMSG;
@@ -506,54 +615,81 @@ static int journal_read(int jfd, struct jinfo *j, char *why, size_t cap)
 	j->old = pt_le64(h + 32);
 	j->ino = pt_le64(h + 40);
 	if (j->n > J_MAX_RANGES || j->old > (uint64_t)st.st_size ||
-	    J_HDR + 16 * j->n + j->old + J_TRAILER != (uint64_t)st.st_size) {
+	    J_HDR + 16 * j->n + j->old + J_TRAILER > (uint64_t)st.st_size) {
 		snprintf(why, cap, "truncated or damaged (%lld bytes)",
 			 (long long)st.st_size);
 		return -EBADMSG;
 	}
 	j->ranges = malloc((size_t)(16 * j->n + 1));
-	buf = malloc(J_CHUNK);
-	if (!j->ranges || !buf) {
-		free(buf);
+	if (!j->ranges) {
 		snprintf(why, cap, "out of memory");
 		return -ENOMEM;
 	}
-	end = (uint64_t)st.st_size - J_TRAILER;
-	for (pos = J_HDR; pos < end;) {
-		size_t k = end - pos < J_CHUNK ? (size_t)(end - pos) : J_CHUNK;
-
-		if (pt_pread_full(jfd, buf, k, pos) != 0)
-			break;
-		if (pos < J_HDR + 16 * j->n) {
-			uint64_t upto = J_HDR + 16 * j->n - pos;
-
-			memcpy((uint8_t *)j->ranges + (pos - J_HDR), buf,
-			       (size_t)(upto < k ? upto : k));
-		}
-		crc = libdeflate_crc32(crc, buf, k);
-		pos += k;
-	}
-	free(buf);
-	if (pos != end || pt_pread_full(jfd, t, J_TRAILER, end) != 0 ||
-	    pt_le32(t) != crc || memcmp(t + 4, J_END, 8) != 0) {
-		snprintf(why, cap, "checksum mismatch");
+	rc = read_ranges(jfd, j, &crc_bytes, why, cap);
+	if (rc)
+		return rc;
+	j->crc_off = J_HDR + 16 * j->n + j->old;
+	if (j->crc_off + crc_bytes + J_TRAILER != (uint64_t)st.st_size) {
+		snprintf(why, cap, "truncated or damaged (%lld bytes)",
+			 (long long)st.st_size);
 		return -EBADMSG;
 	}
-	for (i = 0; i < 2 * j->n; i++)
-		j->ranges[i] = pt_le64((uint8_t *)&j->ranges[i]);
-	for (i = 0; i < j->n; i++)
-		if (j->ranges[2 * i] > j->size ||
-		    j->ranges[2 * i + 1] > j->size - j->ranges[2 * i]) {
-			snprintf(why, cap, "range outside the file");
-			return -EBADMSG;
+	return check_body(jfd, (uint64_t)st.st_size - J_TRAILER, why, cap);
+}
+
+/*
+ * Before writing anything back: every sector of every range must hold
+ * either its old bytes (in the journal) or its new ones (their CRC is in
+ * the journal).  Anything else means the file was written since the
+ * interrupted commit (say, torch.save again to the same inode): rolling
+ * back would put stale bytes into a newer checkpoint.  -EBUSY then.
+ */
+static int verify_sectors(int jfd, int fd, const struct jinfo *j,
+			  const char *real, struct pt_error *err)
+{
+	uint8_t *old = malloc(J_CHUNK), *cur = malloc(J_CHUNK);
+	uint8_t crcs[4 * (J_CHUNK / J_SECTOR + 1)];
+	uint64_t pos = J_HDR + 16 * j->n, cpos = j->crc_off, i;
+	int rc = old && cur ? 0 : -ENOMEM;
+
+	for (i = 0; i < j->n && rc == 0; i++) {
+		uint64_t off = j->ranges[2 * i], len = j->ranges[2 * i + 1], at;
+
+		for (at = 0; rc == 0 && at < len;) {
+			size_t k = chunk_at(off + at, len - at);
+			size_t ns = (size_t)sectors(off + at, k);
+			size_t o, sl, m = 0;
+
+			rc = pt_pread_full(jfd, old, k, pos);
+			if (!rc)
+				rc = pt_pread_full(fd, cur, k, off + at);
+			if (!rc)
+				rc = pt_pread_full(jfd, crcs, 4 * ns, cpos);
+			for (o = 0; rc == 0 && o < k; o += sl, m += 4) {
+				sl = piece_at(off + at + o, k - o);
+				if (memcmp(cur + o, old + o, sl) != 0 &&
+				    libdeflate_crc32(0, cur + o, sl) != pt_le32(crcs + m))
+					rc = pt_fail(err, -EBUSY,
+						     "%s: changed since the interrupted commit of its journal (bytes at %llu are neither the old nor the new ones): not rolled back; move the journal away once the checkpoint is known good",
+						     real, (unsigned long long)(off + at + o));
+			}
+			pos += k;
+			cpos += 4 * ns;
+			at += k;
 		}
-	return 0;
+	}
+	free(old);
+	free(cur);
+	if (rc && rc != -EBUSY)
+		return pt_fail(err, rc, "%s: %s", real, strerror(-rc));
+	return rc;
 }
 
 /* Write the journal's old bytes back into @fd and fsync it. */
 static int restore(int jfd, int fd, const struct jinfo *j, const char *real,
 		   struct pt_error *err)
 {
+	struct privs pv;
 	uint8_t *buf = malloc(J_CHUNK);
 	uint64_t pos = J_HDR + 16 * j->n;
 	uint64_t i;
@@ -561,13 +697,14 @@ static int restore(int jfd, int fd, const struct jinfo *j, const char *real,
 
 	if (!buf)
 		return pt_fail(err, -ENOMEM, "out of memory");
+	privs_save(fd, &pv);
 	for (i = 0; i < j->n && rc == 0; i++) {
 		uint64_t off = j->ranges[2 * i];
 		uint64_t len = j->ranges[2 * i + 1];
 		uint64_t at;
 
 		for (at = 0; rc == 0 && at < len;) {
-			size_t k = len - at < J_CHUNK ? (size_t)(len - at) : J_CHUNK;
+			size_t k = chunk_at(off + at, len - at);
 
 			rc = pt_pread_full(jfd, buf, k, pos);
 			if (!rc)
@@ -577,6 +714,7 @@ static int restore(int jfd, int fd, const struct jinfo *j, const char *real,
 		}
 	}
 	free(buf);
+	privs_put(fd, &pv);
 	if (!rc && fsync(fd) != 0)
 		rc = -errno;
 	if (rc)
@@ -597,6 +735,8 @@ static int roll_back(const char *jpath, const char *real, int fd,
 		return pt_fail(err, -errno, "%s: %s", jpath, strerror(errno));
 	rc = journal_read(jfd, &j, why, sizeof(why));
 	if (rc == 0 && !j.done)
+		rc = verify_sectors(jfd, fd, &j, real, err);
+	if (rc == 0 && !j.done)
 		rc = restore(jfd, fd, &j, real, err);
 	else if (rc)
 		pt_fail(err, rc, "%s: %s", jpath, why);
@@ -616,13 +756,27 @@ static int set_aside(const char *jpath, const char *why, char *note,
 		     size_t cap, struct pt_error *err)
 {
 	char *aside = NULL;
-	int rc = 0;
+	int rc = -EEXIST;
+	int i;
 
-	if (asprintf(&aside, "%s.invalid", jpath) < 0)
-		return pt_fail(err, -ENOMEM, "out of memory");
-	if (rename(jpath, aside) != 0)
-		rc = pt_fail(err, -errno, "%s: incomplete journal (%s), cannot set it aside: %s",
-			     jpath, why, strerror(errno));
+	/* never over an earlier one: each is evidence */
+	for (i = 0; rc == -EEXIST && i < 1000; i++) {
+		free(aside);
+		aside = NULL;
+		if ((i ? asprintf(&aside, "%s.invalid.%d", jpath, i)
+		       : asprintf(&aside, "%s.invalid", jpath)) < 0)
+			return pt_fail(err, -ENOMEM, "out of memory");
+		rc = renameat2(AT_FDCWD, jpath, AT_FDCWD, aside, RENAME_NOREPLACE) == 0 ? 0 : -errno;
+		if (rc == -EINVAL || rc == -ENOSYS) {
+			/* no RENAME_NOREPLACE here: link + unlink */
+			rc = link(jpath, aside) == 0 ? 0 : -errno;
+			if (rc == 0)
+				rc = unlink(jpath) == 0 ? 0 : -errno;
+		}
+	}
+	if (rc)
+		rc = pt_fail(err, rc, "%s: incomplete journal (%s), cannot set it aside: %s",
+			     jpath, why, strerror(-rc));
 	else
 		snprintf(note, cap,
 			 "%s: incomplete journal (%s): the commit that wrote it never touched the checkpoint; kept as %s",
@@ -648,7 +802,8 @@ int pt_journal_recover(const char *path, char *note, size_t cap,
 	memset(&j, 0, sizeof(j));
 	if (!jpath || access(jpath, F_OK) != 0) {
 		free(jpath);
-		return 0;
+		/* the rewrite and clone ways leave only temporaries */
+		return pt_replace_sweep(path, note, cap) > 0;
 	}
 	rc = pt_resolve_path(path, &real, err);
 	if (rc)
@@ -660,7 +815,7 @@ int pt_journal_recover(const char *path, char *note, size_t cap,
 		rc = pt_fail(err, -errno, "%s: %s", real, strerror(errno));
 		goto out;
 	}
-	rc = pt_journal_lock(lfd, real, err);
+	rc = pt_lock_file(lfd, real, err);
 	if (rc)
 		goto out;
 	jfd = open(jpath, O_RDONLY | O_CLOEXEC);

@@ -20,8 +20,11 @@
  *    fully written, and FILE is only touched after the complete journal is
  *    durable, so FILE was never touched -- the old file.  The journal is
  *    set aside as FILE.ptfs-journal.invalid (never deleted: evidence);
- *  - valid but for another file (size or inode differ): nothing is
- *    touched, and the checkpoint is refused (-EBUSY) until a person looks.
+ *  - valid but for another file (size or inode differ), or for a file
+ *    written again since (a sector of a range holds neither its old bytes
+ *    nor the new ones, whose per-512-byte CRCs the journal keeps: say
+ *    torch.save to the same path after the crash): nothing is touched,
+ *    and the checkpoint is refused (-EBUSY) until a person looks.
  *
  * A committer holds an exclusive flock() on FILE from before it creates
  * the journal until the journal is gone; recovery takes the same lock
@@ -31,9 +34,11 @@
  *
  * Layout (little-endian): "PTFSJRNL" (or "PTFSDONE" once finished), u32
  * version 1, u32 header size 64, u64 file size, u64 range count, u64 old
- * bytes, u64 inode, u64 0, u32 CRC-32 of bytes 0..55, u32 0; then per
- * range u64 offset, u64 length; then the old bytes of the ranges in
- * order; then u32 CRC-32 of everything from byte 64, "PTFSJEND".
+ * bytes, u64 inode, u64 sector size 512, u32 CRC-32 of bytes 0..55, u32 0;
+ * then per range u64 offset, u64 length (sorted, disjoint, adding up to
+ * the old bytes); then the old bytes of the ranges in order; then the
+ * CRC-32 of each 512 bytes of each range's new bytes; then u32 CRC-32 of
+ * everything from byte 64, "PTFSJEND".
  */
 #ifndef PTFS_CORE_CONTAINER_JOURNAL_H
 #define PTFS_CORE_CONTAINER_JOURNAL_H
@@ -112,26 +117,14 @@ int pt_patch_apply(const char *path, enum pt_commit_way way,
 		   bool *no_clone, enum pt_commit_way *used,
 		   struct pt_error *err);
 
-/* How long an in-place commit or a recovery waits for another process's
- * in-place commit of the same file (flock on the file), in ms; 30000.
- * Tests lower it. */
-extern unsigned pt_journal_lock_wait_ms;
-
-/*
- * Take the in-place commit lock (an exclusive flock) on @fd, the file
- * @real, waiting up to pt_journal_lock_wait_ms; -EBUSY then.  Every
- * writer takes it while it reads the file it replaces, so none copies a
- * file another process is patching; close(@fd) releases it.
- */
-int pt_journal_lock(int fd, const char *real, struct pt_error *err);
-
 /* "<real path>.ptfs-journal" for @path (malloc), NULL without memory or
  * when @path cannot be resolved. */
 char *pt_journal_path(const char *path);
 
 /*
  * Bring the file at @path back to a consistent state if a journal lies
- * beside it (see above).  Returns 0 when there was nothing to do, 1 when
+ * beside it (see above); without a journal, remove the temporary files a
+ * killed rewrite or clone left beside it (pt_replace_sweep()).  Returns 0 when there was nothing to do, 1 when
  * something was done (one line in @note: what, and which journal), or a
  * negative errno with one line in @err when the file must not be used
  * (-EBUSY: a journal for another file; -EACCES/-EROFS: cannot write the

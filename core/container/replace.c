@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -266,6 +268,38 @@ int pt_resolve_path(const char *path, char **real, struct pt_error *err)
 	return 0;
 }
 
+unsigned pt_journal_lock_wait_ms = 30000;
+
+/*
+ * The lock that keeps a live in-place commit and a recovery apart: an
+ * exclusive flock() on the checkpoint itself, held by the committer from
+ * before it creates the journal until the journal is gone, and taken by
+ * pt_journal_recover() before it reads one.  Without it, a `ptfs ls` run
+ * during a mount's commit would take the journal being written for an
+ * incomplete one (or the complete one for an interrupted commit) and roll
+ * back or set aside under the committer's feet.  The kernel drops the lock
+ * of a killed committer.  Waits up to pt_journal_lock_wait_ms: -EBUSY then.
+ */
+int pt_lock_file(int fd, const char *real, struct pt_error *err)
+{
+	unsigned waited = 0;
+
+	for (;;) {
+		if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+			return 0;
+		if (errno == EINTR)
+			continue;
+		if (errno != EWOULDBLOCK)
+			return pt_fail(err, -errno, "lock %s: %s", real, strerror(errno));
+		if (waited >= pt_journal_lock_wait_ms)
+			return pt_fail(err, -EBUSY,
+				       "%s: another process is committing to it in place (locked for %u ms); try again",
+				       real, waited);
+		usleep(10000);
+		waited += 10;
+	}
+}
+
 /* ---- the temporary file ---- */
 
 static bool ts_eq(const struct timespec *a, const struct timespec *b)
@@ -326,31 +360,49 @@ static int copy_one_xattr(int from, int to, const char *name,
 static int copy_xattrs(int from, int to, const char *tmp,
 		       struct pt_error *err)
 {
-	ssize_t n = flistxattr(from, NULL, 0);
-	char *names;
+	char *names = NULL;
+	ssize_t n = 0;
 	ssize_t i;
+	int tries;
 	int rc = 0;
 
-	if (n <= 0)
-		return 0;       /* none, or not supported here */
-	names = malloc((size_t)n);
-	if (!names)
-		return pt_fail(err, -ENOMEM, "out of memory");
-	n = flistxattr(from, names, (size_t)n);
+	/* the list may grow between the two calls (ERANGE): ask again */
+	for (tries = 0; tries < 8; tries++) {
+		ssize_t want = flistxattr(from, NULL, 0);
+
+		if (want <= 0) {
+			if (want < 0 && errno != ENOTSUP && errno != EOPNOTSUPP)
+				return pt_fail(err, -errno, "list attributes of the original: %s",
+					       strerror(errno));
+			return 0;       /* none, or not supported here */
+		}
+		free(names);
+		names = malloc((size_t)want);
+		if (!names)
+			return pt_fail(err, -ENOMEM, "out of memory");
+		n = flistxattr(from, names, (size_t)want);
+		if (n >= 0 || errno != ERANGE)
+			break;
+	}
+	if (n < 0) {
+		rc = pt_fail(err, -errno, "list attributes of the original: %s",
+			     strerror(errno));
+		free(names);
+		return rc;
+	}
 	for (i = 0; rc == 0 && i < n; i += (ssize_t)strlen(names + i) + 1)
 		rc = copy_one_xattr(from, to, names + i, err, tmp);
 	free(names);
 	return rc;
 }
 
-/* Owner, then mode (chown clears set-id bits), then attributes. */
-static int copy_identity(struct pt_replace *r, int orig, struct pt_error *err)
+/* Owner, then mode (chown clears set-id bits), then attributes; after
+ * the data, since writing clears set-id bits and file capabilities. */
+static int copy_identity(struct pt_replace *r, struct pt_error *err)
 {
 	int rc = pt_fault("owner");
 
-	if (!rc && fchown(r->fd, r->st.st_uid, r->st.st_gid) != 0 &&
-	    (errno != EPERM ||
-	     (r->st.st_uid == geteuid() && r->st.st_gid == getegid())))
+	if (!rc && fchown(r->fd, r->st.st_uid, r->st.st_gid) != 0)
 		rc = -errno;
 	if (rc)
 		return pt_fail(err, rc, "set owner of %s: %s", r->tmp,
@@ -361,7 +413,7 @@ static int copy_identity(struct pt_replace *r, int orig, struct pt_error *err)
 	if (rc)
 		return pt_fail(err, rc, "set mode of %s: %s", r->tmp,
 			       strerror(-rc));
-	return copy_xattrs(orig, r->fd, r->tmp, err);
+	return copy_xattrs(r->orig, r->fd, r->tmp, err);
 }
 
 static int make_temp(struct pt_replace *r, struct pt_error *err)
@@ -383,6 +435,9 @@ static int make_temp(struct pt_replace *r, struct pt_error *err)
 		r->fd = mkostemp(r->tmp, O_CLOEXEC);
 		if (r->fd < 0)
 			rc = -errno;
+		else
+			/* ours while we live: pt_replace_sweep() skips it */
+			(void)flock(r->fd, LOCK_EX | LOCK_NB);
 	}
 	if (rc) {
 		pt_fail(err, rc, "create a temporary file beside %s: %s",
@@ -393,22 +448,44 @@ static int make_temp(struct pt_replace *r, struct pt_error *err)
 	return rc;
 }
 
+/* May this user replace the target and keep its owner?  A rewrite that
+ * cannot chown the new file to the old owner would give it away. */
+static int may_replace(struct pt_replace *r, struct pt_error *err)
+{
+	if (faccessat(AT_FDCWD, r->real, W_OK, AT_EACCESS) != 0)
+		return pt_fail(err, -errno, "%s: not writable by this user: %s",
+			       r->real, strerror(errno));
+	if (fchown(r->fd, r->st.st_uid, r->st.st_gid) != 0)
+		return pt_fail(err, -errno,
+			       "%s belongs to %lu:%lu and a new file made by this user could not keep that owner (%s); use -o commit=inplace",
+			       r->real, (unsigned long)r->st.st_uid,
+			       (unsigned long)r->st.st_gid, strerror(errno));
+	return 0;
+}
+
 int pt_replace_begin(struct pt_replace *r, const char *path,
 		     const struct pt_replace_expect *expect,
 		     struct pt_error *err)
 {
-	int orig;
 	int rc;
 
 	memset(r, 0, sizeof(*r));
 	r->fd = -1;
+	r->orig = -1;
 	if (expect)
 		r->expect = *expect;
 	rc = pt_resolve_path(path, &r->real, err);
 	if (rc)
 		return rc;
-	orig = open(r->real, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	if (orig < 0 || fstat(orig, &r->st) != 0) {
+	r->orig = open(r->real, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (r->orig >= 0) {
+		/* held until the rename: no two writers replace at once,
+		 * and none while another patches in place (journal.h) */
+		rc = pt_lock_file(r->orig, r->real, err);
+		if (rc)
+			goto fail;
+	}
+	if (r->orig < 0 || fstat(r->orig, &r->st) != 0) {
 		rc = pt_fail(err, -errno, "%s: %s", r->real, strerror(errno));
 		goto fail;
 	}
@@ -429,14 +506,11 @@ int pt_replace_begin(struct pt_replace *r, const char *path,
 	r->expect.mtime = r->st.st_mtim;
 	rc = make_temp(r, err);
 	if (!rc)
-		rc = copy_identity(r, orig, err);
+		rc = may_replace(r, err);
 	if (rc)
 		goto fail;
-	close(orig);
 	return 0;
 fail:
-	if (orig >= 0)
-		close(orig);
 	pt_replace_abort(r);
 	return rc;
 }
@@ -528,6 +602,65 @@ int pt_replace_clone(struct pt_replace *r, int in, struct pt_error *err)
 	return 0;
 }
 
+/* Is @name ".<base>.ptfs-XXXXXX" (our temporary files for @base)? */
+static bool is_our_temp(const char *name, const char *base)
+{
+	size_t bl = strlen(base);
+	size_t nl = strlen(name);
+
+	if (bl > 200)
+		bl = 200;
+	return nl == 1 + bl + 12 && name[0] == '.' &&
+	       strncmp(name + 1, base, bl) == 0 &&
+	       strncmp(name + 1 + bl, ".ptfs-", 6) == 0;
+}
+
+int pt_replace_sweep(const char *path, char *note, size_t cap)
+{
+	struct pt_error err;
+	struct dirent *d;
+	char *real = NULL;
+	char *dir;
+	uint64_t bytes = 0;
+	int n = 0;
+	DIR *dp;
+
+	note[0] = '\0';
+	if (pt_resolve_path(path, &real, &err) != 0)
+		return 0;
+	dir = dir_of(real);
+	dp = dir ? opendir(dir) : NULL;
+	while (dp && (d = readdir(dp))) {
+		struct stat st;
+		int fd;
+
+		if (!is_our_temp(d->d_name, strrchr(real, '/') + 1))
+			continue;
+		fd = openat(dirfd(dp), d->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		if (fd < 0)
+			continue;
+		/* dead: nobody holds its lock, and it is not brand new (a
+		 * writer locks it right after creating it) */
+		if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+		    time(NULL) - st.st_mtime > 60 &&
+		    flock(fd, LOCK_EX | LOCK_NB) == 0 &&
+		    unlinkat(dirfd(dp), d->d_name, 0) == 0) {
+			n++;
+			bytes += (uint64_t)st.st_size;
+		}
+		close(fd);
+	}
+	if (dp)
+		closedir(dp);
+	if (n)
+		snprintf(note, cap,
+			 "removed %d temporary file%s (%llu bytes) beside %s left by an interrupted commit",
+			 n, n > 1 ? "s" : "", (unsigned long long)bytes, real);
+	free(dir);
+	free(real);
+	return n;
+}
+
 int pt_fsync_parent(const char *path)
 {
 	char *dir = dir_of(path);
@@ -550,9 +683,12 @@ int pt_fsync_parent(const char *path)
 int pt_replace_commit(struct pt_replace *r, struct pt_error *err)
 {
 	struct stat now;
-	int rc = pt_fault("fsync");
+	int rc = copy_identity(r, err);
 	int fd = r->fd;
 
+	if (rc)
+		goto fail;
+	rc = pt_fault("fsync");
 	if (!rc && fsync(fd) != 0)
 		rc = -errno;
 	if (rc) {
@@ -598,7 +734,10 @@ void pt_replace_abort(struct pt_replace *r)
 {
 	if (r->fd >= 0)
 		close(r->fd);
+	if (r->orig >= 0)
+		close(r->orig);
 	r->fd = -1;
+	r->orig = -1;
 	if (r->tmp)
 		unlink(r->tmp);
 	free(r->tmp);

@@ -6,17 +6,21 @@
  *   pt_replace_begin()   resolve the real file behind @path (symlink
  *                        chains, relative and absolute: the target is
  *                        written, the links are kept), check it is the file
- *                        the caller indexed, create a temporary file in the
- *                        target's directory with the target's owner, then
- *                        its mode, then its extended attributes
+ *                        the caller indexed and that this user may write it
+ *                        and keep its owner (else -EACCES / -EPERM: a
+ *                        rewrite must not give the file away), create a
+ *                        temporary file in the target's directory
  *   pt_replace_write()   full-write loops into the temporary file
  *   pt_replace_copy()    copy a range of another file (copy_file_range(),
  *                        read/write where it cannot)
  *   pt_replace_clone()   make the temporary file a clone of another file
  *                        (FICLONE: XFS reflink, btrfs, bcachefs, ZFS)
- *   pt_replace_commit()  fsync, close (both checked), look once more that
- *                        the target did not change, rename over it, fsync
- *                        the directory
+ *   pt_replace_commit()  give the temporary file the target's owner, then
+ *                        its mode, then its extended attributes (after the
+ *                        data: a write clears set-id bits and file
+ *                        capabilities), fsync, close (both checked), look
+ *                        once more that the target did not change, rename
+ *                        over it, fsync the directory
  *   pt_replace_abort()   remove the temporary file; the target is untouched
  *
  * Until the rename the target is never written; after a successful rename
@@ -62,6 +66,7 @@ struct pt_replace {
 	char *real;             /* the target: symlinks resolved (malloc) */
 	char *tmp;              /* the temporary file (malloc) */
 	int fd;                 /* the temporary file, O_RDWR */
+	int orig;               /* the target, read-only (its xattrs) */
 	struct stat st;         /* the target when begin() looked */
 	struct pt_replace_expect expect; /* checked again before rename */
 };
@@ -105,6 +110,27 @@ int pt_replace_commit(struct pt_replace *r, struct pt_error *err);
 /* Give up: remove the temporary file, free @r.  Safe after a failed begin
  * and after commit. */
 void pt_replace_abort(struct pt_replace *r);
+
+/*
+ * Remove the temporary files an interrupted replacement of @path left
+ * beside its real file (kill -9, power loss): ".<name>.ptfs-XXXXXX" that
+ * no live writer holds locked (a writer flocks its temporary file) and
+ * that are over a minute old.  Returns how many, with one line in @note.
+ */
+int pt_replace_sweep(const char *path, char *note, size_t cap);
+
+/*
+ * The writers' lock: an exclusive flock() on the file being replaced or
+ * patched, taken on @fd (the file @real), waiting up to
+ * pt_journal_lock_wait_ms (30000; tests lower it), then -EBUSY.  A
+ * replacement holds it from begin to the rename, an in-place commit from
+ * before its journal exists until the journal is gone, a recovery while it
+ * reads a journal: so a live journal is never taken for an interrupted
+ * one, and no writer copies a file another is patching or renames over
+ * one another has just replaced.  close(@fd) or death releases it.
+ */
+extern unsigned pt_journal_lock_wait_ms;
+int pt_lock_file(int fd, const char *real, struct pt_error *err);
 
 /* fsync the directory holding @path; 0 or -errno (step "dirfsync"). */
 int pt_fsync_parent(const char *path);

@@ -13,7 +13,6 @@
  * central directory and the ZIP64 end records are always regenerated.
  */
 #include "container/zipwrite.h"
-#include "container/journal.h"
 #include "container/replace.h"
 
 #include <errno.h>
@@ -830,10 +829,7 @@ int pt_zip_rewrite(const char *path, const struct pt_zip *z,
 		rc = pt_fail(err, -e, "commit: open %s: %s", r.real, strerror(e));
 		goto out;
 	}
-	/* not while another process patches it in place (journal.h) */
-	rc = pt_journal_lock(w.in, r.real, err);
-	if (rc)
-		goto out;
+	/* pt_replace_begin() holds the writers' lock on the original */
 	rc = zw_check_same(z, r.real, &st, expect, err);
 	if (rc)
 		goto out;

@@ -295,7 +295,7 @@ BIG = 64 << 20          # int32 elements of the big tensor: 256 MiB
 
 
 def big_ck(tmp_path, kind):
-    big = np.zeros(BIG // 4 * 4 // 4, dtype=np.int32)
+    big = np.zeros(BIG, dtype=np.int32)
     if kind == "pt":
         p = str(tmp_path / "big.pt")
         torch.save({"big": torch.from_numpy(big), "w": torch.arange(3072, dtype=torch.int32)}, p)
@@ -464,8 +464,15 @@ def reflink_fs(request, tmp_path):
         mounted_fs = True
         yield mnt
     finally:
+        # a ptfs daemon that served a file here may still be exiting
+        for _ in range(100):
+            if not mounted_fs or subprocess.run(["umount", mnt],
+                                                capture_output=True).returncode == 0:
+                mounted_fs = False
+                break
+            time.sleep(0.1)
         if mounted_fs:
-            subprocess.run(["umount", mnt], capture_output=True)
+            subprocess.run(["umount", "-l", mnt], capture_output=True)
         if dev:
             subprocess.run(["losetup", "-d", dev], capture_output=True)
         os.rmdir(mnt)
@@ -532,3 +539,51 @@ def test_clone_refused_where_unsupported(tmp_path):
     if r.returncode == 0:
         pytest.skip("%s can clone files" % tmp_path)
     assert b"cannot clone" in r.stderr and len(r.stderr.splitlines()) == 1
+
+
+def test_resaved_after_crash_is_not_rolled_back(tmp_path):
+    """An in-place commit is killed; the training job then torch.saves the
+    checkpoint again to the same path (same inode, same size).  The next
+    ptfs command must not put the journal's old bytes into the newer file."""
+    ck = save_pt(str(tmp_path / "m.pt"))
+    new = np.full(3072, 2, dtype=np.int32).tobytes()
+    r = subprocess.run([PTFS, "set", "-o", "commit=inplace", ck, "w"], input=new,
+                       capture_output=True, timeout=60,
+                       env=dict(os.environ, PTFS_FAULT="patch:2:KILL"))
+    assert r.returncode == -signal.SIGKILL
+    assert os.path.exists(ck + ".ptfs-journal")
+    ino = os.stat(ck).st_ino
+    newer = {"w": torch.arange(3072, dtype=torch.int32) * 5,
+             "b": torch.arange(100, dtype=torch.int64) * 3}
+    torch.save(newer, ck)
+    assert os.stat(ck).st_ino == ino
+    before = open(ck, "rb").read()
+    r = run("ls", ck)
+    assert r.returncode == 1
+    assert b"neither the old nor the new" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert open(ck, "rb").read() == before
+    assert torch.equal(torch.load(ck, weights_only=True)["w"], newer["w"])
+
+
+def test_killed_rewrite_leaves_no_temporary_for_long(tmp_path, kind):
+    """kill -9 during a rewrite leaves a full-size temporary file; the next
+    ptfs command that opens the checkpoint removes it and says so."""
+    ck = make_ck(tmp_path, kind)
+    before = open(ck, "rb").read()
+    for way in ("rewrite", "clone"):
+        r = subprocess.run([PTFS, "set", "-o", "commit=" + way, ck, "w"],
+                           input=bytes(3072 * 4), capture_output=True, timeout=60,
+                           env=dict(os.environ, PTFS_FAULT="fsync:1:KILL"))
+        if r.returncode != -signal.SIGKILL:
+            assert way == "clone" and b"cannot clone" in r.stderr
+            continue
+        left = temporaries(str(tmp_path))
+        assert len(left) == 1
+        old = time.time() - 3600
+        os.utime(os.path.join(str(tmp_path), left[0]), (old, old))
+        r = run("ls", ck)
+        assert r.returncode == 0, r.stderr
+        assert b"removed 1 temporary file" in r.stderr, r.stderr
+        assert not temporaries(str(tmp_path))
+        assert open(ck, "rb").read() == before

@@ -9,11 +9,12 @@ import pwd
 import shutil
 import stat
 import subprocess
+import tempfile
 
 import pytest
 import torch
 
-from conftest import mounted, needs_fuse
+from conftest import PTFS, mounted, needs_fuse
 
 REQUIRE_ROOT = os.environ.get("PTFS_REQUIRE_ROOT") == "1"
 RUNUSER = shutil.which("runuser") or shutil.which("setpriv")
@@ -123,3 +124,34 @@ def test_readonly_modes(tmp_path):
         assert stat.S_IMODE(os.stat(os.path.join(mnt, "w")).st_mode) == 0o440
         assert stat.S_IMODE(os.stat(mnt).st_mode) == 0o550
         assert stat.S_IMODE(os.stat(os.path.join(mnt, "w.json")).st_mode) == 0o440
+
+
+@needs_fuse
+def test_unwritable_directory_mounts_read_only(tmp_path):
+    """A checkpoint the user owns in a directory they cannot write: every
+    commit writes beside the file, so the mount is read-only (and says so)
+    instead of taking writes it can never commit."""
+    need_root()
+    nobody = pwd.getpwnam("nobody").pw_uid
+    base = tempfile.mkdtemp(prefix="ptfs-perm-")   # /tmp: nobody may enter
+    os.chmod(base, 0o755)
+    ck = os.path.join(base, "ck.pt")
+    torch.save({"w": torch.arange(16, dtype=torch.int64)}, ck)
+    os.chown(ck, nobody, nobody)
+    mnt = tempfile.mkdtemp(prefix="ptfs-mnt-")
+    os.chown(mnt, nobody, nobody)
+    cmd = [RUNUSER, "-u", "nobody", "--"] if os.path.basename(RUNUSER) == "runuser" else \
+        [RUNUSER, "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+    try:
+        r = subprocess.run(cmd + [PTFS, ck, mnt], capture_output=True, timeout=60)
+        # decided before mounting; the mount itself needs /dev/fuse
+        # access for nobody, which containers often withhold
+        assert b"is not writable by this user" in r.stderr and b"mounted read-only" in r.stderr
+        if r.returncode == 0:
+            assert stat.S_IMODE(os.stat(os.path.join(mnt, "w")).st_mode) == 0o400
+        else:
+            assert b"/dev/fuse" in r.stderr, r.stderr
+    finally:
+        subprocess.run(["fusermount3", "-u", mnt], capture_output=True)
+        os.rmdir(mnt)
+        shutil.rmtree(base, ignore_errors=True)
