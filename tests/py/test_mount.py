@@ -201,6 +201,35 @@ def test_readers_with_commits_in_between(tmp_path):
         assert z.testzip() is None
 
 
+def _daemon_state(pid):
+    """What a daemon that does not exit is doing: its signal masks and
+    every thread's stack (gdb, when installed), for a failure message."""
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            out = "".join(l for l in f if l.startswith(("State", "Sig", "Shd")))
+    except OSError as e:
+        return "no /proc/%d: %s" % (pid, e)
+    try:
+        r = subprocess.run(["gdb", "-p", str(pid), "-batch", "-nx",
+                            "-ex", "thread apply all bt"],
+                           capture_output=True, text=True, timeout=60)
+        out += "\n".join(l for l in r.stdout.splitlines()
+                         if l.startswith(("Thread", "#")))
+    except (OSError, subprocess.TimeoutExpired) as e:
+        out += "no stacks: %s" % e
+    return out
+
+
+def _sigint_default():
+    # A process started in the background by a non-interactive shell
+    # inherits SIGINT ignored, and libfuse (like every well-behaved Unix
+    # program) leaves an ignored SIGINT ignored.  This test is about the
+    # daemon in the foreground of a terminal: give it SIGINT as a shell
+    # does for a foreground command, whatever the suite was started from.
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_umount_and_sigint_end_cleanly(dtypes_ckpt, tmp_path):
     """`umount` (as root) and SIGINT in the foreground end the daemon with
     status 0 and leave nothing mounted."""
@@ -208,7 +237,9 @@ def test_umount_and_sigint_end_cleanly(dtypes_ckpt, tmp_path):
     for how in ("umount", "sigint"):
         mnt = str(tmp_path / how)
         os.mkdir(mnt)
-        proc = subprocess.Popen([PTFS, "-f", dtypes_ckpt, mnt], stderr=subprocess.PIPE)
+        proc = subprocess.Popen([PTFS, "-f", dtypes_ckpt, mnt],
+                                stderr=subprocess.PIPE,
+                                preexec_fn=_sigint_default)
         try:
             for _ in range(500):
                 if is_mounted(mnt):
@@ -219,7 +250,12 @@ def test_umount_and_sigint_end_cleanly(dtypes_ckpt, tmp_path):
                 subprocess.run(["umount", mnt], check=True)
             else:
                 proc.send_signal(signal.SIGINT)
-            assert proc.wait(timeout=60) == 0
+            try:
+                rc = proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                pytest.fail("ptfs did not exit within 30 s of %s:\n%s"
+                            % (how, _daemon_state(proc.pid)))
+            assert rc == 0, (how, rc, proc.stderr.read())
             assert not is_mounted(mnt)
         finally:
             unmount(mnt)
