@@ -83,9 +83,11 @@ static int write_patch(int fd, const struct pt_patch *p, uint8_t *buf,
 	return 0;
 }
 
-int pt_patch_clone(const char *path, const struct pt_patch *p, size_t n,
-		   const struct pt_replace_expect *expect,
-		   struct pt_error *err)
+/* Patch a copy of @path beside it (a reflink clone when @clone, else a
+ * full copy), then put it in place: the two replacing ways. */
+static int patch_replaced(const char *path, const struct pt_patch *p,
+			  size_t n, const struct pt_replace_expect *expect,
+			  bool clone, struct pt_error *err)
 {
 	struct pt_replace r;
 	uint8_t *buf = NULL;
@@ -96,49 +98,32 @@ int pt_patch_clone(const char *path, const struct pt_patch *p, size_t n,
 	if (rc)
 		return rc;
 	/* r.orig: the file begin() checked, locked until the rename */
-	rc = pt_replace_clone(&r, r.orig, err);
-	if (rc)
-		goto fail;
-	buf = malloc(J_CHUNK);
-	if (!buf) {
-		rc = pt_fail(err, -ENOMEM, "out of memory");
-		goto fail;
-	}
-	for (i = 0; i < n && rc == 0; i++)
-		rc = write_patch(r.fd, &p[i], buf, r.tmp, err);
-	free(buf);
-	if (rc)
-		goto fail;
-	return pt_replace_commit(&r, err);
-fail:
-	pt_replace_abort(&r);
-	return rc;
-}
-
-int pt_patch_copy(const char *path, const struct pt_patch *p, size_t n,
-		  const struct pt_replace_expect *expect, struct pt_error *err)
-{
-	struct pt_replace r;
-	uint8_t *buf = NULL;
-	size_t i;
-	int rc;
-
-	rc = pt_replace_begin(&r, path, expect, err);
-	if (rc)
-		return rc;
-	rc = pt_replace_copy(&r, r.orig, 0, (uint64_t)r.st.st_size, 0, err);
+	rc = clone ? pt_replace_clone(&r, r.orig, err) :
+		     pt_replace_copy(&r, r.orig, 0, (uint64_t)r.st.st_size, 0, err);
 	buf = rc ? NULL : malloc(J_CHUNK);
 	if (!rc && !buf)
 		rc = pt_fail(err, -ENOMEM, "out of memory");
 	for (i = 0; i < n && rc == 0; i++)
 		rc = write_patch(r.fd, &p[i], buf, r.tmp, err);
 	free(buf);
-	if (rc)
-		goto fail;
+	if (rc) {
+		pt_replace_abort(&r);
+		return rc;
+	}
 	return pt_replace_commit(&r, err);
-fail:
-	pt_replace_abort(&r);
-	return rc;
+}
+
+int pt_patch_clone(const char *path, const struct pt_patch *p, size_t n,
+		   const struct pt_replace_expect *expect,
+		   struct pt_error *err)
+{
+	return patch_replaced(path, p, n, expect, true, err);
+}
+
+int pt_patch_copy(const char *path, const struct pt_patch *p, size_t n,
+		  const struct pt_replace_expect *expect, struct pt_error *err)
+{
+	return patch_replaced(path, p, n, expect, false, err);
 }
 
 static const char *const way_names[] = {

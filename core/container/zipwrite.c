@@ -129,25 +129,6 @@ static int zw_pwrite(struct zw *w, const uint8_t *p, size_t n, uint64_t at)
 	return 0;
 }
 
-static int pread_full(int fd, uint8_t *p, size_t n, uint64_t at)
-{
-	while (n > 0) {
-		ssize_t k = pread(fd, p, n, (off_t)at);
-
-		if (k < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if (k == 0)
-			return -EIO;
-		p += k;
-		n -= (size_t)k;
-		at += (uint64_t)k;
-	}
-	return 0;
-}
-
 /* Grow the output by @n bytes, keeping every offset a valid off_t. */
 static int zw_advance(struct zw *w, uint64_t n)
 {
@@ -239,7 +220,7 @@ static int zw_copy_rw(struct zw *w, uint64_t src, uint64_t len, uint64_t dst)
 {
 	while (len > 0) {
 		size_t k = len > ZW_PBUF_SIZE ? ZW_PBUF_SIZE : (size_t)len;
-		int rc = pread_full(w->in, w->pbuf, k, src);
+		int rc = pt_pread_full(w->in, w->pbuf, k, src);
 
 		if (rc)
 			return pt_fail(w->err, rc,
@@ -573,7 +554,7 @@ static void zw_read_attrs(struct zw *w, struct zw_rec *recs, uint64_t n)
 			size_t k = left > ZW_PBUF_SIZE ? ZW_PBUF_SIZE
 						       : (size_t)left;
 
-			if (pread_full(w->in, w->pbuf, k, pos) != 0)
+			if (pt_pread_full(w->in, w->pbuf, k, pos) != 0)
 				return;
 			boff = pos;
 			blen = k;
@@ -636,7 +617,7 @@ static uint32_t zw_alignment(struct zw *w, const struct pt_zw_change **chg)
 		    e->usize > sizeof(s))
 			return ZW_ALIGN_DEFAULT;
 		n = (size_t)e->usize;
-		if (pread_full(w->in, s, n, e->data_off) != 0)
+		if (pt_pread_full(w->in, s, n, e->data_off) != 0)
 			return ZW_ALIGN_DEFAULT;
 	}
 	v = zw_parse_align(s, n);
