@@ -142,8 +142,13 @@ def test_unwritable_directory_mounts_read_only(tmp_path):
     os.chown(mnt, nobody, nobody)
     cmd = [RUNUSER, "-u", "nobody", "--"] if os.path.basename(RUNUSER) == "runuser" else \
         [RUNUSER, "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+    # nobody runs a copy of the binary: the build tree may lie in a
+    # directory only root can enter (a clone under mktemp -d is 0700)
+    exe = os.path.join(base, "ptfs")
+    shutil.copy2(PTFS, exe)
+    os.chmod(exe, 0o755)
     try:
-        r = subprocess.run(cmd + [PTFS, ck, mnt], capture_output=True, timeout=60)
+        r = subprocess.run(cmd + [exe, ck, mnt], capture_output=True, timeout=60)
         # decided before mounting; the mount itself needs /dev/fuse
         # access for nobody, which containers often withhold
         assert b"is not writable by this user" in r.stderr and b"mounted read-only" in r.stderr
