@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/hash.h"
 #include "ckpt/names.h"
 
 enum role {
@@ -58,7 +59,7 @@ struct dent {
 		const struct pt_meta_file *blob; /* R_BLOB */
 	};
 	uint32_t idx;                   /* position in the table */
-	uint32_t hash;                  /* of the name (name_hash) */
+	uint32_t hash;                  /* of the name (pt_hash_name) */
 	uint8_t role;
 	const struct pt_value *key;     /* a dict key that is not a str */
 	struct pt_vfile *vf;            /* R_VFILE */
@@ -255,24 +256,11 @@ static void tab_free(struct dtab *d)
 	free(d);
 }
 
-/* FNV-1a, 32 bits */
-static uint32_t name_hash(const char *p, size_t n)
-{
-	uint32_t h = 2166136261u;
-	size_t i;
-
-	for (i = 0; i < n; i++) {
-		h ^= (uint8_t)p[i];
-		h *= 16777619u;
-	}
-	return h;
-}
-
 /* The entry named @name (@len bytes), or NULL. */
 static struct dent *tab_find(const struct dtab *d, const char *name,
 			     size_t len)
 {
-	uint32_t h = name_hash(name, len);
+	uint32_t h = pt_hash_name(name, len);
 	size_t i, mask = d->nslots - 1;
 
 	if (!d->nslots)
@@ -340,7 +328,7 @@ static struct dent *tab_add(struct dtab *d, const char *name, size_t len,
 	nm[len] = '\0';
 	e->name = nm;
 	e->idx = (uint32_t)d->n;
-	e->hash = name_hash(name, len);
+	e->hash = pt_hash_name(name, len);
 	e->role = role;
 	e->val = val;
 	d->ents[d->n++] = e;

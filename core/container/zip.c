@@ -24,6 +24,7 @@
 
 #include <libdeflate.h>
 
+#include "base/hash.h"
 #include "base/rd.h"
 
 
@@ -58,7 +59,7 @@
 /* One entry plus what only this file needs. */
 struct pt_zip_ent {
 	struct pt_zip_entry e;          /* what callers see */
-	uint32_t hash;                  /* of e.name (zip_hash) */
+	uint32_t hash;                  /* of e.name (pt_hash_name) */
 	uint8_t *inflated;              /* usize bytes once inflated, or NULL;
 					 * guarded by pt_zip.lock */
 	bool unchecked;                 /* local header not read yet (see
@@ -387,27 +388,6 @@ static int zip_resolve_zip64(struct pt_zip_entry *e, const uint8_t *extra,
 	return 0;
 }
 
-/*
- * Parse one central-directory header (APPNOTE §4.3.12) at the cursor into
- * z->ents[i], copying its name to *@names.
- */
-/* FNV-1a with a final mix: FNV's low bits (the slot) depend only on the
- * low bits of each byte, which for names that differ in digits is few. */
-static uint32_t zip_hash(const char *p, size_t n)
-{
-	uint32_t h = 2166136261u;
-	size_t i;
-
-	for (i = 0; i < n; i++) {
-		h ^= (uint8_t)p[i];
-		h *= 16777619u;
-	}
-	h ^= h >> 16;
-	h *= 0x85ebca6bu;
-	h ^= h >> 13;
-	return h;
-}
-
 /* The entry named @name (@len bytes, hash @h), or NULL.  One probe is one
  * compare of a slot and, on a hash match, of the entry. */
 static struct pt_zip_ent *zip_find(const struct pt_zip *z, const char *name,
@@ -436,6 +416,10 @@ static void zip_slot_put(struct pt_zip *z, const struct pt_zip_ent *ze)
 	z->slots[i] = ze->e.index + 1;
 }
 
+/*
+ * Parse one central-directory header (APPNOTE §4.3.12) at the cursor into
+ * z->ents[i], copying its name to *@names.
+ */
 static int zip_parse_entry(struct pt_zip *z, struct pt_rd *r, uint64_t i,
 			   char **names, struct pt_error *err)
 {
@@ -521,7 +505,7 @@ static int zip_parse_entry(struct pt_zip *z, struct pt_rd *r, uint64_t i,
 			       zip_quote(&q, e->name, e->name_len),
 			       ull(e->csize), ull(e->usize), ull(pos));
 
-	ze->hash = zip_hash(e->name, nlen);
+	ze->hash = pt_hash_name(e->name, nlen);
 	dup = zip_find(z, e->name, nlen, ze->hash);
 	if (dup)
 		return pt_fail(err, -EBADMSG,
@@ -814,7 +798,7 @@ static const struct pt_zip_entry *zip_find_join(const struct pt_zip *z,
 	if (plen == 0) {
 		if (rlen > 65535)
 			return NULL;
-		ze = zip_find(z, rel, rlen, zip_hash(rel, rlen));
+		ze = zip_find(z, rel, rlen, pt_hash_name(rel, rlen));
 		return ze ? &ze->e : NULL;
 	}
 	klen = plen + 1 + rlen;
@@ -828,7 +812,7 @@ static const struct pt_zip_entry *zip_find_join(const struct pt_zip *z,
 	memcpy(key, pfx, plen);
 	key[plen] = '/';
 	memcpy(key + plen + 1, rel, rlen);
-	ze = zip_find(z, key, klen, zip_hash(key, klen));
+	ze = zip_find(z, key, klen, pt_hash_name(key, klen));
 	if (key != small)
 		free(key);
 	return ze ? &ze->e : NULL;

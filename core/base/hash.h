@@ -1,0 +1,33 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * hash.h -- the one string hash of core's name indexes (the ZIP record
+ * index, the tree's directory tables).
+ */
+#ifndef PTFS_CORE_BASE_HASH_H
+#define PTFS_CORE_BASE_HASH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * FNV-1a over the @n bytes at @p, then a final mix: FNV's low bits (the
+ * slot of an open-addressing table) depend only on the low bits of each
+ * byte, which for names that differ in their digits ("0" .. "19999",
+ * "data/17") are few.
+ */
+static inline uint32_t pt_hash_name(const char *p, size_t n)
+{
+	uint32_t h = 2166136261u;
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		h ^= (uint8_t)p[i];
+		h *= 16777619u;
+	}
+	h ^= h >> 16;
+	h *= 0x85ebca6bu;
+	h ^= h >> 13;
+	return h;
+}
+
+#endif /* PTFS_CORE_BASE_HASH_H */
