@@ -1041,21 +1041,34 @@ out:
 	return n;
 }
 
-struct pt_node *pt_tree_lookup(struct pt_ckpt *ck, struct pt_node *dir,
-			       const char *name, int *rc)
+/* The table of directory @dir, made on first use; NULL with *@rc set
+ * (-ENOTDIR, -EFBIG, -ENOMEM) when there is none.  The one prologue of
+ * lookup, count and child. */
+static struct dtab *dir_tab(struct pt_ckpt *ck, struct pt_node *dir, int *rc)
 {
 	struct dtab *d;
-	struct dent *e;
-	int dummy = 0;
 
-	if (!rc)
-		rc = &dummy;
 	*rc = 0;
 	if (dir->type != PT_NT_DIR) {
 		*rc = -ENOTDIR;
 		return NULL;
 	}
 	d = node_tab(ck, dir, rc);
+	if (!d && !*rc)
+		*rc = -ENOMEM;
+	return d;
+}
+
+struct pt_node *pt_tree_lookup(struct pt_ckpt *ck, struct pt_node *dir,
+			       const char *name, int *rc)
+{
+	struct dtab *d;
+	struct dent *e;
+	int dummy;
+
+	if (!rc)
+		rc = &dummy;
+	d = dir_tab(ck, dir, rc);
 	if (!d)
 		return NULL;
 	e = tab_find(d, name, strlen(name));
@@ -1068,38 +1081,24 @@ struct pt_node *pt_tree_lookup(struct pt_ckpt *ck, struct pt_node *dir,
 
 int pt_tree_count(struct pt_ckpt *ck, struct pt_node *dir, size_t *n)
 {
-	int rc = 0;
-	struct dtab *d;
+	int rc;
+	struct dtab *d = dir_tab(ck, dir, &rc);
 
-	*n = 0;
-	if (dir->type != PT_NT_DIR)
-		return -ENOTDIR;
-	d = node_tab(ck, dir, &rc);
-	if (!d)
-		return rc ? rc : -ENOMEM;
-	*n = d->n;
-	return 0;
+	*n = d ? d->n : 0;
+	return rc;
 }
 
 struct pt_node *pt_tree_child(struct pt_ckpt *ck, struct pt_node *dir,
 			      size_t i, int *rc)
 {
 	struct dtab *d;
-	int dummy = 0;
+	int dummy;
 
 	if (!rc)
 		rc = &dummy;
-	*rc = 0;
-	if (dir->type != PT_NT_DIR) {
-		*rc = -ENOTDIR;
+	d = dir_tab(ck, dir, rc);
+	if (!d)
 		return NULL;
-	}
-	d = node_tab(ck, dir, rc);
-	if (!d) {
-		if (!*rc)
-			*rc = -ENOMEM;
-		return NULL;
-	}
 	if (i >= d->n) {
 		*rc = -ENOENT;
 		return NULL;
