@@ -42,6 +42,7 @@
 #include "export/export.h"
 #include "opts.h"
 #include "overlay.h"
+#include "push.h"
 
 /* Everything is immutable while mounted: let the kernel cache it. */
 #define PTFS_TIMEOUT 86400.0
@@ -102,6 +103,8 @@ struct ptfs {
 	gid_t gid;
 	mode_t mode;                    /* ... and permission bits */
 	struct fuse_session *se;
+	struct ptfs_push *push;         /* sidecars ahead of readers (not
+					 * with one worker: see push.h) */
 	struct ov *ov;
 	bool warned_changed;            /* logged that it changed (atomic) */
 	pthread_mutex_t wlock;          /* guards wfiles and handles */
@@ -235,6 +238,14 @@ static void ptfs_op_init(void *userdata, struct fuse_conn_info *conn)
 		conn->want |= FUSE_CAP_NO_OPEN_SUPPORT;
 		fs->no_open = true;
 	}
+	/* Listings keep the kernel's adaptive READDIRPLUS (libfuse's
+	 * default): a lister that stats gets attributes with the entries
+	 * and the kernel then knows every file (no LOOKUP per file, and
+	 * sidecars can be pushed, push.c); a plain `ls` or os.walk() gets
+	 * names only.  Forcing READDIRPLUS for every listing was measured:
+	 * reading every NAME.json after os.walk() of 20,000 tensors 1.58 s
+	 * -> 0.96 s, but mount + `ls` + unmount 0.13 s -> 0.31 s (the
+	 * kernel makes and later evicts 40,000 inodes), so it is not. */
 	/* symlinks (cycles in the pickle) never change: one READLINK each */
 	if (conn->capable & FUSE_CAP_CACHE_SYMLINKS)
 		conn->want |= FUSE_CAP_CACHE_SYMLINKS;
@@ -690,6 +701,8 @@ static void ptfs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 		fuse_reply_err(req, EIO);
 	} else {
 		fuse_reply_buf(req, buf, (size_t)got);
+		if (off == 0 && pt_node_is_sidecar(n))
+			ptfs_push_after(fs->push, n);
 	}
 	free(buf);
 }
@@ -1425,6 +1438,9 @@ int ptfs_mount_main(int argc, char **argv)
 		goto out;
 	}
 	fs.se = se;
+	/* pushes need a second worker (push.h) */
+	if (!fopts.singlethread && fopts.max_threads != 1)
+		fs.push = ptfs_push_new(se, fs.ck);
 	if (fuse_set_signal_handlers(se) != 0)
 		goto out;
 	if (fuse_session_mount(se, fopts.mountpoint) != 0) {
@@ -1453,6 +1469,7 @@ int ptfs_mount_main(int argc, char **argv)
 out:
 	if (se)
 		fuse_session_destroy(se);
+	ptfs_push_free(fs.push);
 	ov_free(fs.ov);
 	{
 		struct wfile *w, *tmp;

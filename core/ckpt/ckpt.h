@@ -420,4 +420,22 @@ void pt_ckpt_pictures_reset(struct pt_ckpt *ck,
 /* pt_nattr.id of any node, without making a picture. */
 uint64_t pt_node_id(const struct pt_node *n);
 
+/* ---- issue 17: pushing sidecars ahead of a reader ---- */
+
+/* Is @n a NAME.json sidecar? */
+bool pt_node_is_sidecar(const struct pt_node *n);
+
+/*
+ * The sidecars a program walking the tree is likely to read after @from,
+ * in walk order (depth first, listing order: the rest of @from's
+ * directory, then the entries after it in its ancestors), into
+ * @out[0..@max), each at most once per mount (later calls skip what an
+ * earlier one returned): only nodes that already exist (the kernel can
+ * only cache files it has been shown), without building a table or
+ * taking a lock.  At most @max_steps entries are looked at.  Returns how
+ * many were stored.  Calls must not overlap (one caller at a time).
+ */
+size_t pt_tree_next_sidecars(struct pt_node *from, struct pt_node **out,
+			     size_t max, size_t max_steps);
+
 #endif /* PTFS_CORE_CKPT_H */

@@ -1,0 +1,32 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * push.h -- NAME.json sidecars pushed into the kernel's page cache ahead
+ * of a program that reads them one after the other (push.c).
+ */
+#ifndef PTFS_FS_PUSH_H
+#define PTFS_FS_PUSH_H
+
+#include <fuse_lowlevel.h>
+
+#include "ckpt/ckpt.h"
+
+struct ptfs_push;
+
+/* A pusher for the mount of @ck served by @se; NULL when out of memory
+ * (the mount then works without it). */
+struct ptfs_push *ptfs_push_new(struct fuse_session *se, struct pt_ckpt *ck);
+
+/*
+ * Sidecar @n was just read from its start through a request (the kernel
+ * had no copy): store the next sidecars in walk order in the kernel's
+ * page cache, so that reading them needs no request.  Call after the
+ * reply to @n's request, from a worker of a multithreaded loop with at
+ * least two workers: a store may wait for the page lock of a file whose
+ * READ another worker must answer.  Never waits for another push: a
+ * miss during one is handed over to it.
+ */
+void ptfs_push_after(struct ptfs_push *p, struct pt_node *n);
+
+void ptfs_push_free(struct ptfs_push *p);
+
+#endif /* PTFS_FS_PUSH_H */
