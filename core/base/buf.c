@@ -92,6 +92,29 @@ void pt_buf_printf(struct pt_buf *b, const char *fmt, ...)
 	b->len += (size_t)n;
 }
 
+void pt_buf_put_u64(struct pt_buf *b, uint64_t v)
+{
+	char tmp[20];
+	size_t i = sizeof(tmp);
+
+	do {
+		tmp[--i] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v);
+	pt_buf_add(b, tmp + i, sizeof(tmp) - i);
+}
+
+void pt_buf_put_i64(struct pt_buf *b, int64_t v)
+{
+	if (v < 0) {
+		pt_buf_putc(b, '-');
+		/* -(INT64_MIN) overflows: negate in unsigned arithmetic */
+		pt_buf_put_u64(b, 0 - (uint64_t)v);
+		return;
+	}
+	pt_buf_put_u64(b, (uint64_t)v);
+}
+
 char *pt_buf_take(struct pt_buf *b, size_t *len)
 {
 	char *p = b->p;

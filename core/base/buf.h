@@ -31,6 +31,10 @@ void pt_buf_puts(struct pt_buf *b, const char *s);
 void pt_buf_putc(struct pt_buf *b, char c);
 void pt_buf_printf(struct pt_buf *b, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+/* Append a number in decimal, like printf's %llu and %lld without its
+ * cost (metadata of 20,000 tensors is mostly numbers). */
+void pt_buf_put_u64(struct pt_buf *b, uint64_t v);
+void pt_buf_put_i64(struct pt_buf *b, int64_t v);
 /* Take the bytes (caller frees) and reset the buffer. */
 char *pt_buf_take(struct pt_buf *b, size_t *len);
 

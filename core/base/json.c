@@ -479,7 +479,10 @@ void pt_json_ints(struct pt_buf *b, const int64_t *v, size_t n)
 	size_t i;
 
 	pt_buf_putc(b, '[');
-	for (i = 0; i < n; i++)
-		pt_buf_printf(b, "%s%lld", i ? ", " : "", (long long)v[i]);
+	for (i = 0; i < n; i++) {
+		if (i)
+			pt_buf_add(b, ", ", 2);
+		pt_buf_put_i64(b, v[i]);
+	}
 	pt_buf_putc(b, ']');
 }

@@ -1294,8 +1294,11 @@ static void shape_text(struct pt_buf *b, const int64_t *v, uint32_t n)
 	uint32_t i;
 
 	pt_buf_putc(b, '[');
-	for (i = 0; i < n; i++)
-		pt_buf_printf(b, "%s%lld", i ? ", " : "", (long long)v[i]);
+	for (i = 0; i < n; i++) {
+		if (i)
+			pt_buf_add(b, ", ", 2);
+		pt_buf_put_i64(b, v[i]);
+	}
 	pt_buf_putc(b, ']');
 }
 
@@ -1570,7 +1573,8 @@ static int json_entry(void *ctx, const struct pt_walk *w)
 		size_t cnt = 0;
 
 		(void)pt_tree_count(j->ck, c, &cnt);
-		pt_buf_printf(out, ", \"type\": \"dir\", \"entries\": %zu", cnt);
+		pt_buf_puts(out, ", \"type\": \"dir\", \"entries\": ");
+		pt_buf_put_u64(out, cnt);
 		container_json(c, out);
 		pt_buf_putc(out, '}');
 		return 0;
@@ -1581,8 +1585,8 @@ static int json_entry(void *ctx, const struct pt_walk *w)
 		pt_buf_puts(out, "\"}");
 		return 0;
 	}
-	pt_buf_printf(out, ", \"type\": \"file\", \"size\": %llu",
-		      (unsigned long long)c->size);
+	pt_buf_puts(out, ", \"type\": \"file\", \"size\": ");
+	pt_buf_put_u64(out, c->size);
 	if (node_tensor(c)) {
 		pt_buf_puts(out, ", \"tensor\": ");
 		pt__tensor_json(j->ck, node_tensor(c), out);

@@ -1182,28 +1182,36 @@ void pt__tensor_json(struct pt_ckpt *ck, const struct pt_tensor *t,
 {
 	const struct pt_storage *st = t->st;
 
-	pt_buf_printf(out, "{\"dtype\": \"%s\", \"shape\": ", t->dtype_name);
+	/* no printf: this runs for every sidecar listed or read */
+	pt_buf_puts(out, "{\"dtype\": \"");
+	pt_buf_puts(out, t->dtype_name);
+	pt_buf_puts(out, "\", \"shape\": ");
 	pt_json_ints(out, t->shape, t->rank);
 	pt_buf_puts(out, ", \"stride\": ");
 	pt_json_ints(out, t->stride, t->rank);
-	pt_buf_printf(out,
-		      ", \"storage_offset\": %lld, \"nbytes\": %llu, \"numel\": %llu"
-		      ", \"kind\": \"%s\", \"requires_grad\": %s, \"contiguous\": %s",
-		      (long long)(t->kind == PT_TK_NDARRAY ? 0 : t->offset),
-		      (unsigned long long)t->nbytes,
-		      (unsigned long long)t->numel, kind_names[t->kind],
-		      t->requires_grad ? "true" : "false",
-		      t->contiguous ? "true" : "false");
-	pt_buf_printf(out, ", \"byteorder\": \"%s\"",
-		      t->byteorder == '>' ? "big" : t->byteorder == '|' ? "not applicable" : "little");
+	pt_buf_puts(out, ", \"storage_offset\": ");
+	pt_buf_put_i64(out, t->kind == PT_TK_NDARRAY ? 0 : t->offset);
+	pt_buf_puts(out, ", \"nbytes\": ");
+	pt_buf_put_u64(out, t->nbytes);
+	pt_buf_puts(out, ", \"numel\": ");
+	pt_buf_put_u64(out, t->numel);
+	pt_buf_puts(out, ", \"kind\": \"");
+	pt_buf_puts(out, kind_names[t->kind]);
+	pt_buf_puts(out, t->requires_grad ? "\", \"requires_grad\": true" :
+					  "\", \"requires_grad\": false");
+	pt_buf_puts(out, t->contiguous ? ", \"contiguous\": true" :
+				       ", \"contiguous\": false");
+	pt_buf_puts(out, t->byteorder == '>' ? ", \"byteorder\": \"big\"" :
+			 t->byteorder == '|' ? ", \"byteorder\": \"not applicable\"" :
+					       ", \"byteorder\": \"little\"");
 	if (st->entry) {
 		pt_buf_puts(out, ", \"storage_key\": \"");
 		pt_json_str(out, (const uint8_t *)st->key, strlen(st->key));
 		pt_buf_puts(out, "\", \"storage_record\": \"");
 		pt_json_str(out, (const uint8_t *)st->entry->name,
 				st->entry->name_len);
-		pt_buf_printf(out, "\", \"storage_nbytes\": %llu",
-			      (unsigned long long)st->nbytes);
+		pt_buf_puts(out, "\", \"storage_nbytes\": ");
+		pt_buf_put_u64(out, st->nbytes);
 	}
 	if (st->location) {
 		pt_buf_puts(out, ", \"device\": \"");
@@ -1218,11 +1226,12 @@ void pt__tensor_json(struct pt_ckpt *ck, const struct pt_tensor *t,
 				strlen(st->home->path));
 		pt_buf_putc(out, '"');
 	}
-	if (st->kind == PT_ST_FILE && t->contiguous)
-		pt_buf_printf(out, ", \"file_offset\": %llu",
-			      (unsigned long long)(st->file_off + t->byte_lo));
-	pt_buf_printf(out, ", \"zero_copy\": %s",
-		      st->kind == PT_ST_FILE && t->contiguous ? "true" : "false");
+	if (st->kind == PT_ST_FILE && t->contiguous) {
+		pt_buf_puts(out, ", \"file_offset\": ");
+		pt_buf_put_u64(out, st->file_off + t->byte_lo);
+	}
+	pt_buf_puts(out, st->kind == PT_ST_FILE && t->contiguous ?
+		    ", \"zero_copy\": true" : ", \"zero_copy\": false");
 	if (t->logical_dtype)
 		pt_buf_printf(out, ", \"logical_dtype\": \"%s\"", t->logical_dtype);
 	if (t->note) {
