@@ -3,6 +3,8 @@
  * version.c -- `ptfs --version`: the version, the containers and sources
  * this build reads, and the libraries it runs with (the versions loaded at run time
  * where the library can say so), so a bug report says what was built.
+ * Libraries loaded on demand (base/dl.h, core/remote/curl_dl.c) are not
+ * loaded for this: their line gives the version built against.
  */
 #include "ptfs.h"
 
@@ -10,6 +12,8 @@
 
 #include <fuse_lowlevel.h>
 #include <libdeflate.h>
+#include <openssl/opensslv.h>
+#include <png.h>
 #ifdef PTFS_HAVE_LIBARCHIVE
 #include <archive.h>
 #endif
@@ -37,12 +41,17 @@ void ptfs_version(FILE *f)
 	fprintf(f, "libraries: libfuse %s, libdeflate %s", fuse_pkgversion(),
 		LIBDEFLATE_VERSION_STRING);
 #ifdef PTFS_HAVE_LIBARCHIVE
-	fprintf(f, ", %s", archive_version_string());
+	fprintf(f, ",\n           libarchive %s (loaded on the first tar checkpoint)",
+		ARCHIVE_VERSION_ONLY_STRING);
 #endif
+	fprintf(f, ",\n           libcrypto %s (loaded on the first sha256)",
+		OPENSSL_FULL_VERSION_STR);
+	fprintf(f, ",\n           libpng %s (loaded on the first preview)",
+		PNG_LIBPNG_VER_STRING);
 #ifdef PTFS_HAVE_REMOTE
 	/* libcurl is loaded on the first URL (core/remote/curl_dl.c), not
 	 * for --version: the version it was built against */
-	fprintf(f, ", libcurl %s (loaded on the first URL)", LIBCURL_VERSION);
+	fprintf(f, ",\n           libcurl %s (loaded on the first URL)", LIBCURL_VERSION);
 #endif
 	fputc('\n', f);
 }

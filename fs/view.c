@@ -103,6 +103,7 @@ struct stat_job {
 	struct pt_tstats *st;
 	int *rc;
 	struct pt_error *err;
+	struct pt_error err0;            /* before the first tensor */
 };
 
 static void stat_one(void *ctx, size_t i)
@@ -237,6 +238,11 @@ static int cmd_stat(int argc, char **argv)
 	}
 	if (open_ck(ckpath, &ck))
 		return PTFS_EXIT_ERROR;
+	pt_error_clear(&j.err0);
+	if (pt_tstats_load(&j.err0)) {
+		fprintf(stderr, "ptfs: %s: %s\n", ckpath, j.err0.msg);
+		goto out;
+	}
 	if (list_tensors(ck, ckpath, sub, &items, &n))
 		goto out;
 	j.ck = ck;

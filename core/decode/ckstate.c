@@ -346,8 +346,9 @@ void pt_ckpt_info(struct pt_ckpt *ck, struct pt_buf *out)
 	HASH_ITER(hh, ck->storages, s, tmp) {
 		const char *name = s->dtype ? s->dtype->name : "?";
 		sbytes += s->nbytes;
+		/* names of one dtype are one string: compare pointers first */
 		for (i = 0; i < ndt; i++)
-			if (strcmp(dt[i].name, name) == 0)
+			if (dt[i].name == name || strcmp(dt[i].name, name) == 0)
 				break;
 		if (i == ndt && ndt < 48)
 			dt[ndt++].name = name;

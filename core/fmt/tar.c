@@ -18,6 +18,10 @@
  * torch._utils._rebuild_tensor(<storage pid>, offset, size, stride) and a
  * module pid into its class, so that torch.c sees the values torch.load
  * returns.
+ *
+ * libarchive is loaded on the first tar checkpoint (base/dl.h): with it
+ * come libxml2, ICU, libstdc++ and five compressors, which no other
+ * checkpoint needs.
  */
 #include "ckpt/ckpt_i.h"
 
@@ -29,6 +33,37 @@
 
 #include <archive.h>
 #include <archive_entry.h>
+
+#include "base/dl.h"
+
+/* the libarchive functions used here */
+#define LA_FNS(X) \
+	X(archive_read_new) X(archive_read_support_format_tar) \
+	X(archive_read_support_filter_none) X(archive_read_open2) \
+	X(archive_read_next_header) X(archive_read_data) \
+	X(archive_read_free) X(archive_filter_bytes) X(archive_error_string) \
+	X(archive_set_error) X(archive_entry_pathname) \
+	X(archive_entry_filetype) X(archive_entry_size)
+
+static struct { LA_FNS(PT_DL_FIELD) } la_fn;
+#define LA_SYM(fn) PT_DL_SYM(la_fn, fn)
+static const struct pt_dl_sym la_syms[] = { LA_FNS(LA_SYM) };
+static struct pt_dl la_dl = PT_DL_INIT("libarchive.so.13",
+	"tar checkpoints need libarchive (Debian: libarchive13)", &la_fn, la_syms);
+
+#define archive_read_new la_fn.archive_read_new
+#define archive_read_support_format_tar la_fn.archive_read_support_format_tar
+#define archive_read_support_filter_none la_fn.archive_read_support_filter_none
+#define archive_read_open2 la_fn.archive_read_open2
+#define archive_read_next_header la_fn.archive_read_next_header
+#define archive_read_data la_fn.archive_read_data
+#define archive_read_free la_fn.archive_read_free
+#define archive_filter_bytes la_fn.archive_filter_bytes
+#define archive_error_string la_fn.archive_error_string
+#define archive_set_error la_fn.archive_set_error
+#define archive_entry_pathname la_fn.archive_entry_pathname
+#define archive_entry_filetype la_fn.archive_entry_filetype
+#define archive_entry_size la_fn.archive_entry_size
 
 #define TAR_CHECK_BYTES 512
 #define TAR_SMALL_WINDOW (64u << 10)
@@ -109,13 +144,17 @@ static la_int64_t tar_skip_cb(struct archive *a, void *ctx, la_int64_t req)
 static int tar_scan(struct pt_ckpt *ck, struct tar_state *ts,
 		    struct pt_error *err)
 {
-	struct archive *a = archive_read_new();
+	struct archive *a;
 	struct archive_entry *e;
 	struct tar_io *io = NULL;
 	uint8_t want[TAR_CHECK_BYTES], got[TAR_CHECK_BYTES];
 	uint64_t n_entries = 0;
-	int rc = 0, r, i;
+	int rc, r, i;
 
+	rc = pt_dl_load(&la_dl, err);
+	if (rc)
+		return rc;
+	a = archive_read_new();
 	io = calloc(1, sizeof(*io));
 	if (!a || !io) {
 		rc = pt_fail(err, -ENOMEM, "out of memory");

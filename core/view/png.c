@@ -8,6 +8,8 @@
  * releases), and it is what the desktop's own thumbnailers link anyway.
  * The output is deterministic (no time chunk, fixed zlib level and
  * filters), which the mount needs to promise a file size.
+ *
+ * libpng is loaded on the first picture (base/dl.h), not at start.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -16,7 +18,36 @@
 
 #include <png.h>
 
+#include "base/dl.h"
 #include "view/preview.h"
+
+/* the libpng functions used here (png_jmpbuf calls png_set_longjmp_fn) */
+#define PNG_FNS(X) \
+	X(png_create_write_struct) X(png_create_info_struct) \
+	X(png_destroy_write_struct) X(png_set_longjmp_fn) X(png_get_io_ptr) \
+	X(png_set_write_fn) X(png_set_compression_level) X(png_set_filter) \
+	X(png_set_IHDR) X(png_set_text) X(png_write_info) X(png_write_row) \
+	X(png_write_end)
+
+static struct { PNG_FNS(PT_DL_FIELD) } png_fn;
+#define PNG_SYM(fn) PT_DL_SYM(png_fn, fn)
+static const struct pt_dl_sym png_syms[] = { PNG_FNS(PNG_SYM) };
+static struct pt_dl png_dl = PT_DL_INIT("libpng16.so.16",
+	"previews need libpng (Debian: libpng16-16)", &png_fn, png_syms);
+
+#define png_create_write_struct png_fn.png_create_write_struct
+#define png_create_info_struct png_fn.png_create_info_struct
+#define png_destroy_write_struct png_fn.png_destroy_write_struct
+#define png_set_longjmp_fn png_fn.png_set_longjmp_fn
+#define png_get_io_ptr png_fn.png_get_io_ptr
+#define png_set_write_fn png_fn.png_set_write_fn
+#define png_set_compression_level png_fn.png_set_compression_level
+#define png_set_filter png_fn.png_set_filter
+#define png_set_IHDR png_fn.png_set_IHDR
+#define png_set_text png_fn.png_set_text
+#define png_write_info png_fn.png_write_info
+#define png_write_row png_fn.png_write_row
+#define png_write_end png_fn.png_write_end
 
 struct sink {
 	struct pt_buf b;
@@ -42,9 +73,13 @@ int pt_png_encode(const uint8_t *rgb, uint32_t w, uint32_t h, const char *desc,
 	struct sink s;
 	png_text txt;
 	uint32_t y;
+	int rc;
 
 	*out = NULL;
 	*len = 0;
+	rc = pt_dl_load(&png_dl, err);
+	if (rc)
+		return rc;
 	png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
 	if (!png)
 		return pt_fail(err, -ENOMEM, "png: out of memory");

@@ -8,6 +8,7 @@
  * a count, a mean and a sum of squared deviations in two passes over data
  * already in cache; blocks are merged with Chan's formula, which keeps
  * mean and std accurate over billions of values without Kahan sums.
+ * libcrypto is loaded on the first sha256 (base/dl.h), not at start.
  */
 #include <errno.h>
 #include <math.h>
@@ -17,8 +18,27 @@
 
 #include <openssl/evp.h>
 
+#include "base/dl.h"
 #include "base/json.h"
 #include "view/stats.h"
+
+/* the libcrypto functions used here */
+#define EVP_FNS(X) \
+	X(EVP_MD_CTX_new) X(EVP_MD_CTX_free) X(EVP_sha256) \
+	X(EVP_DigestInit_ex) X(EVP_DigestUpdate) X(EVP_DigestFinal_ex)
+
+static struct { EVP_FNS(PT_DL_FIELD) } evp_fn;
+#define EVP_SYM(fn) PT_DL_SYM(evp_fn, fn)
+static const struct pt_dl_sym evp_syms[] = { EVP_FNS(EVP_SYM) };
+static struct pt_dl crypto_dl = PT_DL_INIT("libcrypto.so.3",
+	"sha256 needs libcrypto (Debian: libssl3)", &evp_fn, evp_syms);
+
+#define EVP_MD_CTX_new evp_fn.EVP_MD_CTX_new
+#define EVP_MD_CTX_free evp_fn.EVP_MD_CTX_free
+#define EVP_sha256 evp_fn.EVP_sha256
+#define EVP_DigestInit_ex evp_fn.EVP_DigestInit_ex
+#define EVP_DigestUpdate evp_fn.EVP_DigestUpdate
+#define EVP_DigestFinal_ex evp_fn.EVP_DigestFinal_ex
 
 #define CHUNK (1u << 20)
 #define BLOCK 32768u
@@ -139,6 +159,11 @@ static void chunk_stats(struct pt_tstats *s, const uint8_t *p, size_t bytes,
 	}
 }
 
+int pt_tstats_load(struct pt_error *err)
+{
+	return pt_dl_load(&crypto_dl, err);
+}
+
 int pt_tensor_stats(struct pt_ckpt *ck, struct pt_node *node,
 		    struct pt_tstats *s, struct pt_error *err)
 {
@@ -154,6 +179,9 @@ int pt_tensor_stats(struct pt_ckpt *ck, struct pt_node *node,
 		return pt_fail(err, -EINVAL, "not a tensor");
 	s->decoded = pt_elem_init(&s->el, &s->ti) == 0;
 	stats_init(s);
+	rc = pt_dl_load(&crypto_dl, err);
+	if (rc)
+		return rc;
 	buf = malloc(CHUNK);
 	dbl = malloc((size_t)BLOCK * 8 * sizeof(double));
 	md = EVP_MD_CTX_new();

@@ -47,6 +47,11 @@ struct pt_tstats {
 int pt_tensor_stats(struct pt_ckpt *ck, struct pt_node *node,
 		    struct pt_tstats *s, struct pt_error *err);
 
+/* Load libcrypto, which pt_tensor_stats() needs for the sha256 (it is
+ * loaded on first use, base/dl.h), so that a command over many tensors
+ * fails once, before the first.  0, or -ENOTSUP with one line in @err. */
+int pt_tstats_load(struct pt_error *err);
+
 /* Standard deviation (population), NaN when there are no finite values. */
 double pt_tstats_std(const struct pt_tstats *s);
 
