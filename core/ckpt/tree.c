@@ -847,12 +847,76 @@ static void gen_text(struct pt_ckpt *ck, enum gen g, struct pt_buf *b)
 
 static bool pic_node_init(struct pt_ckpt *ck, struct pt_node *n);
 
+/* The rest of node_new() for a pickle value (R_VALUE): a file, a
+ * directory, or a link where a container repeats an ancestor. */
+static struct pt_node *value_node(struct pt_ckpt *ck, struct pt_node *parent,
+				  struct pt_node *n)
+{
+	struct pt_tree *t = ck->tree;
+	size_t len = 0;
+
+	switch (pt__vclass(n->val)) {
+	case PT_C_TENSOR:
+		n->type = PT_NT_FILE;
+		n->uk = U_TENSOR;
+		n->u.tensor = n->val->aux;
+		n->size = n->u.tensor->nbytes;
+		return n;
+	case PT_C_BYTES: {
+		const struct pt_bytes *b = n->val->aux;
+		n->type = PT_NT_FILE;
+		n->uk = U_DATA;
+		n->u.data = b->p;
+		n->size = b->len;
+		return n;
+	}
+	case PT_C_TEXT:
+		n->type = PT_NT_FILE;
+		n->uk = U_DATA;
+		n->u.data = n->val->aux;
+		n->size = strlen(n->val->aux);
+		return n;
+	case PT_C_MAP:
+	case PT_C_SEQ:
+	case PT_C_OBJECT: {
+		const struct pt_node *a;
+		uint32_t up = 0;
+
+		for (a = parent; a; a = a->parent, up++) {
+			if (a->val == n->val && a->role == R_VALUE) {
+				/* a cycle: link to where it first appears */
+				struct pt_buf b;
+				uint32_t i;
+
+				pt_buf_init(&b);
+				if (up == 0)
+					pt_buf_putc(&b, '.');
+				for (i = 0; i < up; i++)
+					pt_buf_puts(&b, i ? "/.." : "..");
+				n->type = PT_NT_LINK;
+				n->uk = U_DATA;
+				n->u.data = (const uint8_t *)keep_text(t, pt_buf_take(&b, &len));
+				n->size = len;
+				return n->u.data ? n : NULL;
+			}
+		}
+		n->type = PT_NT_DIR;
+		return n;
+	}
+	default:
+		n->type = PT_NT_FILE;
+		n->uk = U_DATA;
+		n->u.data = (const uint8_t *)scalar_text(ck, n->val, &len);
+		n->size = len;
+		return n->u.data ? n : NULL;
+	}
+}
+
 static struct pt_node *node_new(struct pt_ckpt *ck, struct pt_node *parent,
 				const struct dent *e, char *gen, size_t gen_len)
 {
 	struct pt_tree *t = ck->tree;
 	struct pt_node *n = node_alloc(t);
-	size_t len = 0;
 
 	if (!n)
 		return NULL;
@@ -919,62 +983,7 @@ static struct pt_node *node_new(struct pt_ckpt *ck, struct pt_node *parent,
 		n->size = gen_len;
 		return n->u.data ? n : NULL;
 	}
-	/* a value */
-	switch (pt__vclass(n->val)) {
-	case PT_C_TENSOR:
-		n->type = PT_NT_FILE;
-		n->uk = U_TENSOR;
-		n->u.tensor = n->val->aux;
-		n->size = n->u.tensor->nbytes;
-		return n;
-	case PT_C_BYTES: {
-		const struct pt_bytes *b = n->val->aux;
-		n->type = PT_NT_FILE;
-		n->uk = U_DATA;
-		n->u.data = b->p;
-		n->size = b->len;
-		return n;
-	}
-	case PT_C_TEXT:
-		n->type = PT_NT_FILE;
-		n->uk = U_DATA;
-		n->u.data = n->val->aux;
-		n->size = strlen(n->val->aux);
-		return n;
-	case PT_C_MAP:
-	case PT_C_SEQ:
-	case PT_C_OBJECT: {
-		const struct pt_node *a;
-		uint32_t up = 0;
-
-		for (a = parent; a; a = a->parent, up++) {
-			if (a->val == n->val && a->role == R_VALUE) {
-				/* a cycle: link to where it first appears */
-				struct pt_buf b;
-				uint32_t i;
-
-				pt_buf_init(&b);
-				if (up == 0)
-					pt_buf_putc(&b, '.');
-				for (i = 0; i < up; i++)
-					pt_buf_puts(&b, i ? "/.." : "..");
-				n->type = PT_NT_LINK;
-				n->uk = U_DATA;
-				n->u.data = (const uint8_t *)keep_text(t, pt_buf_take(&b, &len));
-				n->size = len;
-				return n->u.data ? n : NULL;
-			}
-		}
-		n->type = PT_NT_DIR;
-		return n;
-	}
-	default:
-		n->type = PT_NT_FILE;
-		n->uk = U_DATA;
-		n->u.data = (const uint8_t *)scalar_text(ck, n->val, &len);
-		n->size = len;
-		return n->u.data ? n : NULL;
-	}
+	return value_node(ck, parent, n);
 }
 
 static struct dtab *root_table(struct pt_ckpt *ck, int *rc);
