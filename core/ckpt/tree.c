@@ -70,8 +70,9 @@ struct dtab {
 	size_t n;
 	size_t cap;
 	uint32_t *slots;                /* by name: open addressing, idx + 1
-					 * (0: empty), nslots a power of two
-					 * at least twice n */
+					 * and a hash tag (slot_of(); 0:
+					 * empty), nslots a power of two at
+					 * least twice n */
 	size_t nslots;
 	struct pt_tree *t;              /* the tree it belongs to */
 	int err;                        /* a directory that cannot be listed
@@ -289,17 +290,43 @@ static void tab_free(struct dtab *d)
 }
 
 /* The entry named @name (@len bytes), or NULL. */
+/*
+ * Slots hold idx + 1 (0: empty).  While a table's entries fit in 24 bits
+ * (nslots <= SLOT_TAGGED_MAX, any directory below 8 million entries) the
+ * top 8 bits hold the top bits of the name's hash, so a probe rejects
+ * 255 of 256 other names without reading their entries (a cache miss
+ * each).
+ */
+#define SLOT_TAGGED_MAX ((size_t)1 << 25)
+#define SLOT_IDX_MASK 0x00ffffffu
+
+static uint32_t slot_of(size_t nslots, const struct dent *e)
+{
+	if (nslots > SLOT_TAGGED_MAX)
+		return e->idx + 1;
+	return (e->hash & ~SLOT_IDX_MASK) | (e->idx + 1);
+}
+
 static struct dent *tab_find(const struct dtab *d, const char *name,
 			     size_t len)
 {
 	uint32_t h = pt_hash_name(name, len);
 	size_t i, mask = d->nslots - 1;
+	bool tagged = d->nslots <= SLOT_TAGGED_MAX;
+	uint32_t tag = h & ~SLOT_IDX_MASK;
 
 	if (!d->nslots)
 		return NULL;
 	for (i = h & mask; d->slots[i]; i = (i + 1) & mask) {
-		struct dent *e = d->ents[d->slots[i] - 1];
+		uint32_t v = d->slots[i];
+		struct dent *e;
 
+		if (tagged) {
+			if ((v & ~SLOT_IDX_MASK) != tag)
+				continue;
+			v &= SLOT_IDX_MASK;
+		}
+		e = d->ents[v - 1];
 		if (e->hash == h && memcmp(e->name, name, len) == 0 &&
 		    e->name[len] == '\0')
 			return e;
@@ -318,7 +345,7 @@ static void slot_put(uint32_t *slots, size_t nslots, const struct dent *e)
 
 	for (i = e->hash & mask; slots[i]; i = (i + 1) & mask)
 		;
-	slots[i] = e->idx + 1;
+	slots[i] = slot_of(nslots, e);
 }
 
 /* Room for one more entry in the name index; false when out of memory. */
