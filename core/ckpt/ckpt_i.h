@@ -124,6 +124,8 @@ enum pt_vclass {
 	PT_C_SEQ,       /* directory 0, 1, ... */
 	PT_C_OBJECT,    /* args/ + state items */
 	PT_C_BUSY,      /* being classified (internal) */
+	PT_C_ARGPID,    /* a persistent id pushed as a strided rebuild's
+			 * storage, not a value (internal, torch.c) */
 };
 
 struct pt_bytes {
