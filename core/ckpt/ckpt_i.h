@@ -94,6 +94,10 @@ struct pt_tensor {
 	const struct pt_dtype *dtype;
 	struct pt_storage *st;
 	uint32_t rank;
+	bool contiguous;                /* C-contiguous from byte_lo */
+	bool requires_grad;
+	uint8_t kind;                   /* enum pt_tkind */
+	char byteorder;                 /* '<' little, '>' big, '|' n/a */
 	int64_t *shape;                 /* rank entries */
 	int64_t *stride;                /* rank entries, in elements */
 	int64_t offset;                 /* storage offset in elements */
@@ -101,10 +105,6 @@ struct pt_tensor {
 	uint64_t nbytes;                /* numel * itemsize */
 	uint64_t byte_lo;               /* first byte touched in the storage */
 	uint64_t byte_hi;               /* one past the last byte touched */
-	bool contiguous;                /* C-contiguous from byte_lo */
-	bool requires_grad;
-	uint8_t kind;                   /* enum pt_tkind */
-	char byteorder;                 /* '<' little, '>' big, '|' n/a */
 	const char *dtype_name;         /* torch or numpy name for .json */
 	const char *note;               /* for the .json, or NULL */
 	const char *logical_dtype;      /* the tensor's own dtype when the
@@ -240,7 +240,7 @@ struct pt_ckpt {
  * out of memory. */
 void *pt__own(struct pt_ckpt *ck, void *p);
 
-/* @n zeroed bytes (16-byte aligned) that live until close, carved from
+/* @n zeroed bytes (8-byte aligned) that live until close, carved from
  * blocks: no malloc per tensor or storage.  NULL when out of memory.
  * Like pt__own(), only while the checkpoint is being opened (one
  * thread). */

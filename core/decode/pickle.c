@@ -32,7 +32,10 @@
 
 #define PT_ARENA_BLOCK ((size_t)64 * 1024)
 #define PT_ARENA_HUGE ((size_t)2 * 1024 * 1024)
-#define PT_ARENA_ALIGN ((size_t)16)
+/* 8, not 16: nothing in the arena needs more than a pointer's alignment,
+ * and a 40-byte node padded to 48 cost a state dict of 20,000 tensors
+ * 1.4 MB. */
+#define PT_ARENA_ALIGN ((size_t)8)
 
 const struct pt_vseq pt_vseq_empty;
 

@@ -187,11 +187,11 @@ int pt__tensor_make(struct pt_ckpt *ck, const struct pt_tensor_spec *sp,
 	if (sp->offset < 0)
 		return pt_fail(err, -EBADMSG, "tensor has a negative storage offset");
 	/* one allocation: the tensor, then its sizes and strides */
-	t = pt__alloc(ck, sizeof(*t) + 2 * (rank + 1) * sizeof(int64_t));
+	t = pt__alloc(ck, sizeof(*t) + 2 * (size_t)rank * sizeof(int64_t));
 	if (!t)
 		return pt_fail(err, -ENOMEM, "out of memory");
 	t->shape = (int64_t *)(t + 1);
-	t->stride = t->shape + rank + 1;
+	t->stride = t->shape + rank;
 	t->rank = rank;
 	for (i = 0; i < rank; i++) {
 		if (sp->shape[i] < 0)
