@@ -134,6 +134,33 @@ static int pt_arena_alloc(struct pt_pickle *pk, size_t n, void **out)
 	return 0;
 }
 
+/*
+ * After a load: the pages of the block being filled that hold nothing yet
+ * go back to the kernel.  A 2 MiB block is backed by one huge page, so a
+ * graph that spills 60 KB into a fresh block would keep all 2 MiB
+ * resident; the block stops asking for huge pages (else khugepaged could
+ * fill it again) and its empty tail is dropped.  Later allocations in the
+ * tail fault in zeroed pages as usual.
+ */
+static void pt_arena_trim(struct pt_pickle *pk)
+{
+#if defined(MADV_HUGEPAGE) && defined(MADV_DONTNEED)
+	struct pt_arena_blk *b = pk->blk;
+	uintptr_t lo, hi;
+
+	if (!b || b->size + PT_BLK_HDR != PT_ARENA_HUGE)
+		return;
+	lo = ((uintptr_t)b + PT_BLK_HDR + b->used + 4095) & ~(uintptr_t)4095;
+	hi = (uintptr_t)b + PT_ARENA_HUGE;
+	if (hi - lo < PT_ARENA_HUGE / 2)
+		return;
+	(void)madvise(b, PT_ARENA_HUGE, MADV_NOHUGEPAGE);
+	(void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+#else
+	(void)pk;
+#endif
+}
+
 void *pt_pickle_alloc(struct pt_pickle *pk, size_t n)
 {
 	void *p;
@@ -1872,6 +1899,7 @@ int pt_pickle_load(struct pt_pickle **out, const uint8_t *buf, size_t len,
 		goto out;
 	if (used)
 		*used = vm.rd.pos;
+	pt_arena_trim(pk);
 	*out = pk;
 	pk = NULL;
 out:
