@@ -110,7 +110,6 @@ struct pt_tensor {
 	const char *logical_dtype;      /* the tensor's own dtype when the
 					 * bytes are another (XLA bfloat16
 					 * saved as float32), or NULL */
-	uint64_t id;                    /* creation order */
 };
 
 /* How a value appears in the tree (pt_value.aux16 after classification). */

@@ -229,7 +229,6 @@ int pt__tensor_make(struct pt_ckpt *ck, const struct pt_tensor_spec *sp,
 	t->dtype_name = sp->dtype_name ? sp->dtype_name : sp->dtype->name;
 	t->note = sp->note;
 	t->logical_dtype = sp->logical;
-	t->id = ck->n_tensors;
 	*out = t;
 	if (numel == 0) {
 		t->contiguous = true;
