@@ -144,8 +144,7 @@ static int pt_arena_alloc(struct pt_pickle *pk, size_t n, void **out)
  * graph that spills 60 KB into a fresh block would keep all 2 MiB
  * resident; when 64 KiB or more are empty, the block stops asking for
  * huge pages (else khugepaged could fill it again) and its empty tail is
- * dropped.  Later allocations in the
- * tail fault in zeroed pages as usual.
+ * dropped.  Later allocations in the tail fault in zeroed pages as usual.
  */
 static void pt_arena_trim(struct pt_pickle *pk)
 {
