@@ -94,6 +94,10 @@ struct pt_tensor {
 	const struct pt_dtype *dtype;
 	struct pt_storage *st;
 	uint32_t rank;
+	bool contiguous;                /* C-contiguous from byte_lo */
+	bool requires_grad;
+	uint8_t kind;                   /* enum pt_tkind */
+	char byteorder;                 /* '<' little, '>' big, '|' n/a */
 	int64_t *shape;                 /* rank entries */
 	int64_t *stride;                /* rank entries, in elements */
 	int64_t offset;                 /* storage offset in elements */
@@ -101,16 +105,11 @@ struct pt_tensor {
 	uint64_t nbytes;                /* numel * itemsize */
 	uint64_t byte_lo;               /* first byte touched in the storage */
 	uint64_t byte_hi;               /* one past the last byte touched */
-	bool contiguous;                /* C-contiguous from byte_lo */
-	bool requires_grad;
-	uint8_t kind;                   /* enum pt_tkind */
-	char byteorder;                 /* '<' little, '>' big, '|' n/a */
 	const char *dtype_name;         /* torch or numpy name for .json */
 	const char *note;               /* for the .json, or NULL */
 	const char *logical_dtype;      /* the tensor's own dtype when the
 					 * bytes are another (XLA bfloat16
 					 * saved as float32), or NULL */
-	uint64_t id;                    /* creation order */
 };
 
 /* How a value appears in the tree (pt_value.aux16 after classification). */
@@ -124,6 +123,8 @@ enum pt_vclass {
 	PT_C_SEQ,       /* directory 0, 1, ... */
 	PT_C_OBJECT,    /* args/ + state items */
 	PT_C_BUSY,      /* being classified (internal) */
+	PT_C_ARGPID,    /* a persistent id pushed as a strided rebuild's
+			 * storage, not a value (internal, torch.c) */
 };
 
 struct pt_bytes {
@@ -238,7 +239,7 @@ struct pt_ckpt {
  * out of memory. */
 void *pt__own(struct pt_ckpt *ck, void *p);
 
-/* @n zeroed bytes (16-byte aligned) that live until close, carved from
+/* @n zeroed bytes (8-byte aligned) that live until close, carved from
  * blocks: no malloc per tensor or storage.  NULL when out of memory.
  * Like pt__own(), only while the checkpoint is being opened (one
  * thread). */

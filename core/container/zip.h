@@ -31,24 +31,24 @@ struct pt_zip;
  * header says.  Read-only; valid until pt_zip_close(). */
 struct pt_zip_entry {
 	const char *name;       /* full name, NUL-terminated (no NUL inside) */
-	size_t name_len;        /* bytes in name */
+	uint32_t name_len;      /* bytes in name (< 65536) */
 	uint32_t index;         /* position in the central directory */
+	uint32_t crc32;         /* CRC-32 from the central directory */
 	uint16_t method;        /* PT_ZIP_STORED or PT_ZIP_DEFLATED */
 	uint16_t flags;         /* general purpose bit flags (CD) */
 	uint16_t version_made;  /* CD "version made by" */
 	uint16_t version_needed; /* CD "version needed to extract" */
 	uint16_t mtime;         /* DOS time (CD) */
 	uint16_t mdate;         /* DOS date (CD) */
-	uint32_t crc32;         /* CRC-32 from the central directory */
+	uint16_t lh_extra_len;  /* local header extra field length */
+	bool has_descriptor;    /* a data descriptor follows the payload */
+	bool zip64;             /* the CD entry carries a ZIP64 extra */
 	uint64_t csize;         /* compressed size (ZIP64 resolved) */
 	uint64_t usize;         /* uncompressed size (ZIP64 resolved) */
 	uint64_t lho;           /* offset of the local header */
 	uint64_t data_off;      /* offset of the payload: lho + 30 + n + e */
 	uint64_t data_end;      /* data_off + csize */
 	uint64_t end;           /* end of the record incl. data descriptor */
-	uint16_t lh_extra_len;  /* local header extra field length */
-	bool has_descriptor;    /* a data descriptor follows the payload */
-	bool zip64;             /* the CD entry carries a ZIP64 extra */
 };
 
 /* Summary of the archive as a whole.  Read-only. */

@@ -49,7 +49,7 @@ struct pt_blk {
 void *pt__alloc(struct pt_ckpt *ck, size_t n)
 {
 	struct pt_blk *b = ck->blks;
-	size_t need = n ? (n + 15) & ~(size_t)15 : 16;
+	size_t need = n ? (n + 7) & ~(size_t)7 : 8;
 	uint8_t *p;
 
 	if (need < n)

@@ -187,11 +187,11 @@ int pt__tensor_make(struct pt_ckpt *ck, const struct pt_tensor_spec *sp,
 	if (sp->offset < 0)
 		return pt_fail(err, -EBADMSG, "tensor has a negative storage offset");
 	/* one allocation: the tensor, then its sizes and strides */
-	t = pt__alloc(ck, sizeof(*t) + 2 * (rank + 1) * sizeof(int64_t));
+	t = pt__alloc(ck, sizeof(*t) + 2 * (size_t)rank * sizeof(int64_t));
 	if (!t)
 		return pt_fail(err, -ENOMEM, "out of memory");
 	t->shape = (int64_t *)(t + 1);
-	t->stride = t->shape + rank + 1;
+	t->stride = t->shape + rank;
 	t->rank = rank;
 	for (i = 0; i < rank; i++) {
 		if (sp->shape[i] < 0)
@@ -229,7 +229,6 @@ int pt__tensor_make(struct pt_ckpt *ck, const struct pt_tensor_spec *sp,
 	t->dtype_name = sp->dtype_name ? sp->dtype_name : sp->dtype->name;
 	t->note = sp->note;
 	t->logical_dtype = sp->logical;
-	t->id = ck->n_tensors;
 	*out = t;
 	if (numel == 0) {
 		t->contiguous = true;
@@ -908,6 +907,67 @@ enum pt_vclass pt__vclass(const struct pt_value *v)
 }
 
 /*
+ * The persistent id a strided rebuild (_rebuild_tensor, _v2, _v3,
+ * _rebuild_qtensor with its 4 arguments) takes as its storage, when it is
+ * a ('storage', ...) tuple not classified yet and the argument tuple will
+ * be walked (so the id's mark is visited and cleared); else NULL.
+ * rebuild_strided() resolves such an id itself, so as an argument it needs
+ * no tensor of its own (a state dict's 20,000 ids each had one that
+ * nothing shows).
+ */
+static struct pt_value *rebuild_pid(const struct pt_value *v)
+{
+	const struct pt_value *fn;
+	struct pt_value *a0;
+	const char *n;
+
+	if (v->kind != PT_V_CALL && v->kind != PT_V_OBJ)
+		return NULL;
+	fn = v->u.call.callable;
+	if (!fn || fn->kind != PT_V_GLOBAL ||
+	    !starts_with(fn->u.global.module, "torch") ||
+	    targs_n(v->u.call.args) < 4 ||
+	    v->u.call.args->aux16 != PT_C_UNSET)
+		return NULL;
+	n = fn->u.global.name;
+	if (strcmp(n, "_rebuild_tensor_v2") != 0 &&
+	    strcmp(n, "_rebuild_tensor_v3") != 0 &&
+	    strcmp(n, "_rebuild_tensor") != 0 &&
+	    strcmp(n, "_rebuild_qtensor") != 0)
+		return NULL;
+	a0 = targ(v->u.call.args, 0);
+	if (a0->kind != PT_V_PERSID || a0->aux16 != PT_C_UNSET ||
+	    !a0->u.pid || a0->u.pid->kind != PT_V_TUPLE)
+		return NULL;
+	return a0;
+}
+
+/*
+ * The walk's visit of a persistent id pushed as a strided rebuild's
+ * storage (marked PT_C_ARGPID by the walk): what classify_one() did for it
+ * in the same place (its storage class global named in the summary, its
+ * storage resolved, so storages keep their order and errors their text),
+ * but no tensor.  It is unmarked: reached again from elsewhere, it is
+ * classified as a value of its own.
+ */
+static int visit_arg_pid(struct pt_ckpt *ck, struct pt_value *v,
+			 struct pt_error *err)
+{
+	const struct pt_value *pid = v->u.pid;
+	struct pt_value *g = pid->u.seq.n >= 2 ? pid->u.seq.v[1] : NULL;
+	struct pt_storage *st;
+	int rc;
+
+	v->aux16 = PT_C_UNSET;
+	if (g && g->kind == PT_V_GLOBAL && g->aux16 == PT_C_UNSET) {
+		rc = classify_one(ck, g, err);
+		if (rc)
+			return rc;
+	}
+	return storage_of(ck, v, &st, err);
+}
+
+/*
  * Depth-first over the graph with an explicit stack.  Arguments are
  * classified before the call that uses them only where it matters (bytes
  * for numpy data, handled inside numpy_spec through pt__vclass on an
@@ -930,13 +990,24 @@ int pt__classify_value(struct pt_ckpt *ck, struct pt_value *root,
 	while (st.n > 0) {
 		struct pt_value *v = st.v[st.n - 1];
 
+		if (v->aux16 == PT_C_ARGPID) {
+			st.n--;
+			rc = visit_arg_pid(ck, v, err);
+			if (rc)
+				break;
+			continue;
+		}
 		if (v->aux16 != PT_C_UNSET && v->aux16 != PT_C_BUSY) {
 			st.n--;
 			continue;
 		}
 		if (v->aux16 == PT_C_UNSET) {
 			/* first visit: children first */
+			struct pt_value *pid = rebuild_pid(v);
+
 			v->aux16 = PT_C_BUSY;
+			if (pid)
+				pid->aux16 = PT_C_ARGPID;
 			if (pt_vstack_push_values(&st, v)) {
 				rc = pt_fail(err, -ENOMEM, "out of memory");
 				break;

@@ -692,7 +692,6 @@ static int dcp_new_tensor(struct pt_ckpt *ck, const struct pt_value *fqn,
 	t->kind = PT_TK_TENSOR;
 	t->byteorder = dt->size == 1 ? '|' : '<';
 	t->dtype_name = dt->name;
-	t->id = ck->n_tensors;
 	st->key = (const char *)pt__own(ck, strndup((const char *)fqn->u.s.p,
 						   fqn->u.s.len));
 	if (!st->key)
@@ -1004,7 +1003,7 @@ static int raw_tensor(struct pt_ckpt *ck, struct pt_value *v,
 	t->byteorder = '|';
 	t->dtype_name = u8->name;
 	t->note = "the raw bytes of a non-tensor value (BytesStorageMetadata), too large to show as bytes";
-	t->id = ck->n_tensors++;
+	ck->n_tensors++;
 	ck->tensor_bytes += t->nbytes;
 	HASH_ADD_KEYPTR(hh, ck->storages, st->key, strlen(st->key), st);
 	v->kind = PT_V_PERSID;

@@ -482,7 +482,7 @@ static int st_build(struct pt_ckpt *ck, struct st_parse *ps,
 		t->dtype_name = e->dt->name;
 		if (e->bits == 4)
 			t->note = "safetensors F4: two 4-bit values per byte; the shape counts values";
-		t->id = ck->n_tensors++;
+		ck->n_tensors++;
 		ck->tensor_bytes += t->nbytes;
 		pt__value_dict_set_tensor(root, i, e->name, e->name_len, t);
 	}
