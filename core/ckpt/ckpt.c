@@ -8,9 +8,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -173,22 +170,6 @@ int pt_ckpt_open_source(struct pt_ckpt **out, struct pt_source *src,
 	return ckpt_of_source(out, src, true, opts, err);
 }
 
-/*
- * Opening leaves holes in the heap: the pickle machine's memo and stack,
- * the classification's stack, the central directory, freed between
- * blocks that stay (many.pt: 0.5 MB resident).  malloc never hands them
- * back by itself, and a mount's later allocations come from its worker
- * threads' arenas, so they would stay resident for the life of the
- * mount.  glibc's malloc_trim() returns the free pages of every arena;
- * elsewhere this is a no-op.
- */
-static void release_free_pages(void)
-{
-#ifdef __GLIBC__
-	(void)malloc_trim(0);
-#endif
-}
-
 int pt_ckpt_open(struct pt_ckpt **out, const char *path,
 		 const struct pt_ckpt_opts *opts, struct pt_error *err)
 {
@@ -226,7 +207,6 @@ int pt_ckpt_open(struct pt_ckpt **out, const char *path,
 		pt_buf_printf(&ck->notes, "journal: %s\n", ck->recovery);
 	if (rc)
 		goto out;
-	release_free_pages();
 	*out = ck;
 	ck = NULL;
 out:
