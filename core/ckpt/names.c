@@ -135,16 +135,24 @@ void pt_name_encode(struct pt_buf *out, const uint8_t *raw, size_t n)
 		pt_buf_puts(out, "%2E%2E");
 		return;
 	}
+	for (i = 0; i < n && raw[i] != '/' && raw[i] != '%' && raw[i] != '\0'; i++)
+		;
+	if (i == n && n <= PT_NAME_MAX) {
+		/* the usual name: nothing to escape, nothing to cut */
+		pt_buf_add(out, raw, n);
+		return;
+	}
 	pt_buf_init(&enc);
 	for (i = 0; i < n; i++) {
-		if (raw[i] == '/')
-			pt_buf_puts(&enc, "%2F");
-		else if (raw[i] == '%')
-			pt_buf_puts(&enc, "%25");
-		else if (raw[i] == '\0')
-			pt_buf_puts(&enc, "%00");
-		else
-			pt_buf_putc(&enc, (char)raw[i]);
+		size_t run = i;
+
+		while (run < n && raw[run] != '/' && raw[run] != '%' && raw[run] != '\0')
+			run++;
+		pt_buf_add(&enc, raw + i, run - i);
+		if (run == n)
+			break;
+		pt_buf_puts(&enc, raw[run] == '/' ? "%2F" : raw[run] == '%' ? "%25" : "%00");
+		i = run;
 	}
 	if (enc.oom) {
 		out->oom = true;
