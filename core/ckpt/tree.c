@@ -164,6 +164,11 @@ struct pt_tree {
 	struct node_blk *blks;          /* every node, newest block first */
 	struct pool_blk *pool;          /* entries and names of the tables */
 	struct pt_buf scratch;          /* sizes of sidecars (under lock) */
+	struct pt_buf kraw, kenc;       /* a key's text and its name, and */
+	char *kname;                    /* the names claim() tries, kept
+					 * between keys (tables are filled
+					 * under the lock) */
+	size_t kname_cap;
 	char **texts;                   /* generated contents */
 	size_t n_texts, cap_texts;
 	bool nested;                    /* dotted keys as directories */
@@ -427,17 +432,25 @@ static int claim(struct dtab *d, const char *base, size_t blen,
 {
 	bool tensor = val && pt__vclass(val) == PT_C_TENSOR;
 	bool png = tensor && wants_png(d, val);
-	char *nm = NULL, *js = NULL;
+	struct pt_tree *t = d->t;
+	char *nm, *js;
 	size_t len;
 	unsigned k;
 
-	/* NAME, NAME~2 ... ; the suffix and ".json" need at most 16 bytes */
-	if (blen > SIZE_MAX - 32)
+	/* NAME, NAME~2 ... ; the suffix and ".json" need at most 16 bytes;
+	 * NAME.json after it */
+	if (blen > SIZE_MAX / 2 - 64)
 		return -ENOMEM;
-	nm = malloc(blen + 16);
-	js = tensor ? malloc(blen + 32) : NULL;
-	if (!nm || (tensor && !js))
-		goto oom;
+	if (t->kname_cap < 2 * blen + 48) {
+		free(t->kname);
+		t->kname_cap = 0;
+		t->kname = malloc(2 * blen + 48);
+		if (!t->kname)
+			return -ENOMEM;
+		t->kname_cap = 2 * blen + 48;
+	}
+	nm = t->kname;
+	js = t->kname + blen + 16;
 	memcpy(nm, base, blen);
 	for (k = 1; k < 1000000; k++) {
 		len = blen;
@@ -457,23 +470,15 @@ static int claim(struct dtab *d, const char *base, size_t blen,
 		}
 		if (!tab_add(d, nm, len, R_VALUE, val) ||
 		    (tensor && !tab_add(d, js, len + 5, R_JSON, val)))
-			goto oom;
+			return -ENOMEM;
 		if (png) {
 			memcpy(js + len, ".png", 5);
 			if (!tab_add(d, js, len + 4, R_PNG, val))
-				goto oom;
+				return -ENOMEM;
 		}
-		free(nm);
-		free(js);
 		return 0;
 	}
-	free(nm);
-	free(js);
 	return -EFBIG;
-oom:
-	free(nm);
-	free(js);
-	return -ENOMEM;
 }
 
 /*
@@ -573,31 +578,34 @@ static bool name_spells(const char *name, const char *raw, size_t n)
 static int add_keyed(struct dtab *d, struct pt_value *key,
 		     struct pt_value *val)
 {
-	struct pt_buf raw, enc;
+	/* the tree's buffers: tables are filled under its lock */
+	struct pt_buf *raw = &d->t->kraw, *enc = &d->t->kenc;
 	int rc;
 
-	pt_buf_init(&raw);
-	pt_buf_init(&enc);
+	raw->len = 0;
+	raw->oom = false;
+	enc->len = 0;
+	enc->oom = false;
 	key = deref(key);
 	if (pt__vclass(key) == PT_C_BYTES &&
 	    key->kind != PT_V_BYTES && key->kind != PT_V_BYTEARRAY) {
 		/* protocol 2 bytes: _codecs.encode(...) */
 		const struct pt_bytes *b = key->aux;
-		pt_repr_bytes(&raw, b->p, b->len);
+		pt_repr_bytes(raw, b->p, b->len);
 	} else {
-		pt_key_text(&raw, key);
+		pt_key_text(raw, key);
 	}
-	if (raw.oom) {
+	if (raw->oom) {
 		rc = -ENOMEM;
-	} else if (d->t && d->t->nested && key->kind == PT_V_STR && raw.len &&
-		   memchr(raw.p, '.', raw.len)) {
-		rc = add_dotted(d, raw.p, raw.len, deref(val));
+	} else if (d->t->nested && key->kind == PT_V_STR && raw->len &&
+		   memchr(raw->p, '.', raw->len)) {
+		rc = add_dotted(d, raw->p, raw->len, deref(val));
 	} else {
-		pt_name_encode(&enc, (const uint8_t *)(raw.p ? raw.p : ""), raw.len);
-		if (enc.oom)
+		pt_name_encode(enc, (const uint8_t *)(raw->p ? raw->p : ""), raw->len);
+		if (enc->oom)
 			rc = -ENOMEM;
 		else
-			rc = claim(d, enc.p ? enc.p : "%", enc.p ? enc.len : 1, deref(val));
+			rc = claim(d, enc->p ? enc->p : "%", enc->p ? enc->len : 1, deref(val));
 		if (rc == 0) {
 			struct dent *e = d->ents[d->n - 1];
 			if (e->role == R_JSON && d->n > 1)
@@ -605,12 +613,10 @@ static int add_keyed(struct dtab *d, struct pt_value *key,
 			/* tree.json says "key": 0, or the str key a cut or
 			 * renamed name no longer spells */
 			if (key->kind != PT_V_STR ||
-			    !name_spells(e->name, raw.p ? raw.p : "", raw.len))
+			    !name_spells(e->name, raw->p ? raw->p : "", raw->len))
 				e->key = key;
 		}
 	}
-	pt_buf_free(&raw);
-	pt_buf_free(&enc);
 	return rc;
 }
 
@@ -1911,6 +1917,9 @@ void pt__tree_free(struct pt_ckpt *ck)
 	for (i = 0; i < t->n_texts; i++)
 		free(t->texts[i]);
 	pt_buf_free(&t->scratch);
+	pt_buf_free(&t->kraw);
+	pt_buf_free(&t->kenc);
+	free(t->kname);
 	while (t->pool) {
 		struct pool_blk *b = t->pool;
 
