@@ -16,24 +16,25 @@ static pthread_mutex_t pt_dl_mu = PTHREAD_MUTEX_INITIALIZER;
 static int pt_dl_open(struct pt_dl *dl)
 {
 	void *lib = dlopen(dl->soname, RTLD_NOW | RTLD_LOCAL);
+	const char *name;
 	size_t i;
 
 	if (!lib) {
 		snprintf(dl->msg, sizeof(dl->msg), "%s: %s", dl->need, dlerror());
 		return -ENOTSUP;
 	}
-	for (i = 0; i < dl->n_syms; i++) {
-		void *p = dlsym(lib, dl->syms[i].name);
+	for (name = dl->names, i = 0; *name; name += strlen(name) + 1, i++) {
+		void *p = dlsym(lib, name);
 
 		if (!p) {
 			snprintf(dl->msg, sizeof(dl->msg), "%s: %s has no %s (too old?)",
-				 dl->need, dl->soname, dl->syms[i].name);
+				 dl->need, dl->soname, name);
 			dlclose(lib);
 			return -ENOTSUP;
 		}
 		/* POSIX lets a dlsym() result become a function pointer; ISO C
 		 * has no such conversion, so copy the bytes */
-		memcpy((char *)dl->table + dl->syms[i].off, &p, sizeof(p));
+		memcpy((char *)dl->table + i * sizeof(void (*)(void)), &p, sizeof(p));
 	}
 	return 1;
 }

@@ -8,16 +8,13 @@
  * safetensors file as much as a mount; loaded on demand, only the process
  * that meets a tar checkpoint or draws a preview pays for them.
  *
- * A user keeps the library's functions in a table typed from the
- * library's own header, lists their names once, and then redirects the
- * names to the table, so the code calls them as usual:
+ * A user lists the library's functions once, gets a table of pointers
+ * typed from the library's own header, and then redirects the names to
+ * the table, so the code calls them as usual:
  *
  *	#define PNG_FNS(X) X(png_create_write_struct) X(png_write_row)
- *	static struct { PNG_FNS(PT_DL_FIELD) } png_fn;
- *	#define PNG_SYM(fn) PT_DL_SYM(png_fn, fn)
- *	static const struct pt_dl_sym png_syms[] = { PNG_FNS(PNG_SYM) };
- *	static struct pt_dl png_dl = PT_DL_INIT("libpng16.so.16",
- *		"previews need libpng (Debian: libpng16-16)", &png_fn, png_syms);
+ *	PT_DL_DEFINE(png, PNG_FNS, "libpng16.so.16",
+ *		     "previews need libpng (Debian: libpng16-16)");
  *	#define png_write_row png_fn.png_write_row      (after the above)
  *	...
  *	if (pt_dl_load(&png_dl, err)) return err->code;
@@ -34,25 +31,32 @@
 
 /* A field of a function table: a pointer of the function's own type. */
 #define PT_DL_FIELD(fn) __typeof__(fn) *fn;
-/* The entry of the name list for field @fn of table @table. */
-#define PT_DL_SYM(table, fn) { #fn, offsetof(__typeof__(table), fn) },
-#define PT_DL_INIT(soname, need, table, syms) \
-	{ (soname), (need), (table), (syms), sizeof(syms) / sizeof((syms)[0]), 0, "" }
-
-struct pt_dl_sym {
-	const char *name;               /* the symbol */
-	size_t off;                     /* of its pointer in the table */
-};
+/* Every name of a list in one string, each ending in a NUL. */
+#define PT_DL_NAME(fn) #fn "\0"
+#define PT_DL_ONE(fn) + 1
 
 struct pt_dl {
 	const char *soname;             /* "libarchive.so.13" */
 	const char *need;               /* "tar checkpoints need libarchive (Debian: libarchive13)" */
-	void *table;                    /* the pointers, filled by pt_dl_load */
-	const struct pt_dl_sym *syms;
-	size_t n_syms;
+	void *table;                    /* one function pointer per name, in
+					 * the names' order: filled by
+					 * pt_dl_load */
+	const char *names;              /* "a\0b\0...\0" */
 	int state;                      /* 0 not tried, 1 loaded, <0 failed */
 	char msg[240];                  /* why it failed */
 };
+
+/*
+ * @var_fn, the table of the functions the X-macro @FNS lists, and
+ * @var_dl, the library that fills it.
+ */
+#define PT_DL_DEFINE(var, FNS, soname, need) \
+	static struct { FNS(PT_DL_FIELD) } var##_fn; \
+	_Static_assert(sizeof(var##_fn) == \
+		       (0 FNS(PT_DL_ONE)) * sizeof(void (*)(void)), \
+		       "one function pointer per name, no padding"); \
+	static struct pt_dl var##_dl = { (soname), (need), &var##_fn, \
+					 FNS(PT_DL_NAME), 0, "" }
 
 /*
  * Load @dl's library and fill its table, once per process (thread-safe;

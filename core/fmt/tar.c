@@ -45,11 +45,8 @@
 	X(archive_set_error) X(archive_entry_pathname) \
 	X(archive_entry_filetype) X(archive_entry_size)
 
-static struct { LA_FNS(PT_DL_FIELD) } la_fn;
-#define LA_SYM(fn) PT_DL_SYM(la_fn, fn)
-static const struct pt_dl_sym la_syms[] = { LA_FNS(LA_SYM) };
-static struct pt_dl la_dl = PT_DL_INIT("libarchive.so.13",
-	"tar checkpoints need libarchive (Debian: libarchive13)", &la_fn, la_syms);
+PT_DL_DEFINE(la, LA_FNS, "libarchive.so.13",
+	     "tar checkpoints need libarchive (Debian: libarchive13)");
 
 #define archive_read_new la_fn.archive_read_new
 #define archive_read_support_format_tar la_fn.archive_read_support_format_tar

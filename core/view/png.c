@@ -29,11 +29,8 @@
 	X(png_set_IHDR) X(png_set_text) X(png_write_info) X(png_write_row) \
 	X(png_write_end)
 
-static struct { PNG_FNS(PT_DL_FIELD) } png_fn;
-#define PNG_SYM(fn) PT_DL_SYM(png_fn, fn)
-static const struct pt_dl_sym png_syms[] = { PNG_FNS(PNG_SYM) };
-static struct pt_dl png_dl = PT_DL_INIT("libpng16.so.16",
-	"previews need libpng (Debian: libpng16-16)", &png_fn, png_syms);
+PT_DL_DEFINE(png, PNG_FNS, "libpng16.so.16",
+	     "previews need libpng (Debian: libpng16-16)");
 
 #define png_create_write_struct png_fn.png_create_write_struct
 #define png_create_info_struct png_fn.png_create_info_struct

@@ -27,11 +27,8 @@
 	X(EVP_MD_CTX_new) X(EVP_MD_CTX_free) X(EVP_sha256) \
 	X(EVP_DigestInit_ex) X(EVP_DigestUpdate) X(EVP_DigestFinal_ex)
 
-static struct { EVP_FNS(PT_DL_FIELD) } evp_fn;
-#define EVP_SYM(fn) PT_DL_SYM(evp_fn, fn)
-static const struct pt_dl_sym evp_syms[] = { EVP_FNS(EVP_SYM) };
-static struct pt_dl crypto_dl = PT_DL_INIT("libcrypto.so.3",
-	"sha256 needs libcrypto (Debian: libssl3)", &evp_fn, evp_syms);
+PT_DL_DEFINE(evp, EVP_FNS, "libcrypto.so.3",
+	     "sha256 needs libcrypto (Debian: libssl3)");
 
 #define EVP_MD_CTX_new evp_fn.EVP_MD_CTX_new
 #define EVP_MD_CTX_free evp_fn.EVP_MD_CTX_free
@@ -161,7 +158,7 @@ static void chunk_stats(struct pt_tstats *s, const uint8_t *p, size_t bytes,
 
 int pt_tstats_load(struct pt_error *err)
 {
-	return pt_dl_load(&crypto_dl, err);
+	return pt_dl_load(&evp_dl, err);
 }
 
 int pt_tensor_stats(struct pt_ckpt *ck, struct pt_node *node,
@@ -179,7 +176,7 @@ int pt_tensor_stats(struct pt_ckpt *ck, struct pt_node *node,
 		return pt_fail(err, -EINVAL, "not a tensor");
 	s->decoded = pt_elem_init(&s->el, &s->ti) == 0;
 	stats_init(s);
-	rc = pt_dl_load(&crypto_dl, err);
+	rc = pt_dl_load(&evp_dl, err);
 	if (rc)
 		return rc;
 	buf = malloc(CHUNK);
