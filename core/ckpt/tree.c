@@ -1331,19 +1331,6 @@ bool pt_node_tensor_json(struct pt_ckpt *ck, const struct pt_node *node,
 	return true;
 }
 
-static void shape_text(struct pt_buf *b, const int64_t *v, uint32_t n)
-{
-	uint32_t i;
-
-	pt_buf_putc(b, '[');
-	for (i = 0; i < n; i++) {
-		if (i)
-			pt_buf_add(b, ", ", 2);
-		pt_buf_put_i64(b, v[i]);
-	}
-	pt_buf_putc(b, ']');
-}
-
 int pt_node_xattrs(struct pt_ckpt *ck, struct pt_node *node, struct pt_buf *out)
 {
 	const struct pt_tensor *t = node_tensor(node);
@@ -1365,9 +1352,9 @@ int pt_node_xattrs(struct pt_ckpt *ck, struct pt_node *node, struct pt_buf *out)
 	} while (0)
 	pt_buf_puts(&v, t->dtype_name);
 	XA("dtype");
-	shape_text(&v, t->shape, t->rank);
+	pt_json_ints(&v, t->shape, t->rank);
 	XA("shape");
-	shape_text(&v, t->stride, t->rank);
+	pt_json_ints(&v, t->stride, t->rank);
 	XA("stride");
 	pt_buf_printf(&v, "%lld", (long long)(t->kind == PT_TK_NDARRAY ? 0 : t->offset));
 	XA("storage_offset");
@@ -1401,7 +1388,7 @@ void pt_node_describe(struct pt_ckpt *ck, struct pt_node *node,
 		return;
 	pt_buf_puts(out, t->dtype_name);
 	pt_buf_putc(out, ' ');
-	shape_text(out, t->shape, t->rank);
+	pt_json_ints(out, t->shape, t->rank);
 	if (!t->contiguous)
 		pt_buf_puts(out, " (view)");
 }
