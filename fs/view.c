@@ -591,27 +591,14 @@ static void report(const struct pt_preview *pv)
 		(unsigned long long)pv->bytes_read, (unsigned long long)pv->reads);
 }
 
-struct node_src {
-	struct pt_ckpt *ck;
-	struct pt_node *node;
-};
-
-static ssize_t node_read(void *ctx, void *buf, size_t n, uint64_t off,
-			 struct pt_error *err)
-{
-	struct node_src *ns = ctx;
-
-	return pt_node_read(ns->ck, ns->node, buf, n, off, err);
-}
-
 /* `ptfs preview CHECKPOINT PATH [--output FILE] [-s SIDE] [-v]` (-o is
  * the checkpoint options, as for every subcommand) */
 static int cmd_preview(int argc, char **argv)
 {
 	const char *arg[2] = { NULL, NULL }, *outp = NULL;
 	struct pt_preview pv = { 0 };
-	struct pt_preview_src src;
-	struct node_src ns = { NULL, NULL };
+	struct pt_ckpt *ck = NULL;
+	struct pt_node *node;
 	unsigned side = PT_PREVIEW_SIDE;
 	struct pt_error err;
 	bool verbose = false;
@@ -634,21 +621,15 @@ static int cmd_preview(int argc, char **argv)
 		view_usage();
 		return PTFS_EXIT_USAGE;
 	}
-	if (open_ck(arg[0], &ns.ck))
+	if (open_ck(arg[0], &ck))
 		return PTFS_EXIT_ERROR;
-	ns.node = pt_tree_path(ns.ck, arg[1], &i);
+	node = pt_tree_path(ck, arg[1], &i);
 	pt_error_clear(&err);
-	if (!ns.node) {
+	if (!node) {
 		fprintf(stderr, "ptfs: %s: %s: %s\n", arg[0], arg[1], strerror(-i));
 		goto out;
 	}
-	if (!pt_node_tinfo(ns.node, &src.ti)) {
-		fprintf(stderr, "ptfs: %s: %s: not a tensor\n", arg[0], arg[1]);
-		goto out;
-	}
-	src.read = node_read;
-	src.ctx = &ns;
-	if (pt_preview_render_src(&src, side, &pv, &err) != 0) {
+	if (pt_preview_render(ck, node, side, &pv, &err) != 0) {
 		fprintf(stderr, "ptfs: %s: %s: %s\n", arg[0], arg[1], err.msg);
 		goto out;
 	}
@@ -658,7 +639,7 @@ static int cmd_preview(int argc, char **argv)
 		status = PTFS_EXIT_OK;
 out:
 	pt_preview_free(&pv);
-	pt_ckpt_close(ns.ck);
+	pt_ckpt_close(ck);
 	return status;
 }
 

@@ -25,7 +25,7 @@ static int make_preview(void *ctx, struct pt_ckpt *ck, struct pt_node *tensor,
 	int rc;
 
 	(void)ctx;
-	rc = pt_preview_render(ck, tensor, &pv, err);
+	rc = pt_preview_render(ck, tensor, PT_PREVIEW_SIDE, &pv, err);
 	if (rc)
 		return rc;
 	*data = pv.png;

@@ -266,42 +266,48 @@ int pt__js_uint(struct pt_js *j, uint64_t max, uint64_t *v)
 	return 0;
 }
 
+/* Past the digits at @i (at least one); SIZE_MAX when there is none. */
+static size_t js_digits(const uint8_t *p, size_t n, size_t i)
+{
+	if (i >= n || !is_digit(p[i]))
+		return SIZE_MAX;
+	while (i < n && is_digit(p[i]))
+		i++;
+	return i;
+}
+
 /* Skip a number: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
 static int js_skip_number(struct pt_js *j)
 {
 	const uint8_t *p = j->p;
-	size_t n = j->len, i = j->pos;
+	size_t n = j->len, i = j->pos, next;
 
 	if (i < n && p[i] == '-')
 		i++;
 	if (i < n && p[i] == '0') {
 		i++;
-	} else if (i < n && is_digit(p[i])) {
-		while (i < n && is_digit(p[i]))
-			i++;
+	} else if ((next = js_digits(p, n, i)) != SIZE_MAX) {
+		i = next;
 	} else {
 		j->pos = i;
 		return pt__js_fail(j, "bad number");
 	}
 	if (i < n && p[i] == '.') {
-		i++;
-		if (i >= n || !is_digit(p[i])) {
-			j->pos = i;
+		if ((next = js_digits(p, n, i + 1)) == SIZE_MAX) {
+			j->pos = i + 1;
 			return pt__js_fail(j, "bad number");
 		}
-		while (i < n && is_digit(p[i]))
-			i++;
+		i = next;
 	}
 	if (i < n && (p[i] == 'e' || p[i] == 'E')) {
 		i++;
 		if (i < n && (p[i] == '+' || p[i] == '-'))
 			i++;
-		if (i >= n || !is_digit(p[i])) {
+		if ((next = js_digits(p, n, i)) == SIZE_MAX) {
 			j->pos = i;
 			return pt__js_fail(j, "bad number");
 		}
-		while (i < n && is_digit(p[i]))
-			i++;
+		i = next;
 	}
 	j->pos = i;
 	return 0;

@@ -305,7 +305,8 @@ static ssize_t node_read(void *ctx, void *buf, size_t n, uint64_t off,
 }
 
 int pt_preview_render(struct pt_ckpt *ck, struct pt_node *node,
-		      struct pt_preview *out, struct pt_error *err)
+		      unsigned max_side, struct pt_preview *out,
+		      struct pt_error *err)
 {
 	struct node_src ns = { ck, node };
 	struct pt_preview_src src;
@@ -315,7 +316,7 @@ int pt_preview_render(struct pt_ckpt *ck, struct pt_node *node,
 		return pt_fail(err, -EINVAL, "not a tensor");
 	src.read = node_read;
 	src.ctx = &ns;
-	return pt_preview_render_src(&src, PT_PREVIEW_SIDE, out, err);
+	return pt_preview_render_src(&src, max_side, out, err);
 }
 
 void pt_preview_free(struct pt_preview *p)

@@ -59,9 +59,11 @@ bool pt_preview_wanted(const struct pt_node *n);
 int pt_preview_render_src(const struct pt_preview_src *src, unsigned max_side,
 			  struct pt_preview *out, struct pt_error *err);
 
-/* Render tensor file @node of @ck (max side PT_PREVIEW_SIDE). */
+/* Render tensor file @node of @ck with the longer side at most @max_side
+ * (PT_PREVIEW_SIDE for the mount's pictures); -EINVAL "not a tensor". */
 int pt_preview_render(struct pt_ckpt *ck, struct pt_node *node,
-		      struct pt_preview *out, struct pt_error *err);
+		      unsigned max_side, struct pt_preview *out,
+		      struct pt_error *err);
 
 void pt_preview_free(struct pt_preview *p);
 
