@@ -299,6 +299,18 @@ int pt__load_pickle(struct pt_ckpt *ck, uint8_t *buf, size_t len,
 		    struct pt_value **root, size_t *used,
 		    struct pt_error *err);
 
+/* pt__load_pickle() with pt_pickle_load_lean(): @reduce (called with ck)
+ * classifies calls as they are made, so that their arguments take no
+ * memory; pt__classify_reduce() for a pickle whose storages
+ * ck->fmt->storage() can resolve while it loads. */
+int pt__load_pickle_lean(struct pt_ckpt *ck, uint8_t *buf, size_t len,
+			 const char *label, uint64_t file_off,
+			 struct pt_value **root, pt_pickle_reduce_fn reduce,
+			 struct pt_error *err);
+
+/* torch.c: tensors classified while their pickle loads (ctx: ck). */
+int pt__classify_reduce(void *ctx, struct pt_value *v, struct pt_error *err);
+
 /* Record a pickle the caller decoded itself (a stream of several pickles
  * in one buffer, the legacy format).  @pk always passes to ck (freed on
  * failure too); @buf[0..@len) are its bytes, borrowed: they must live as

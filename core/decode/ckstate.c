@@ -162,9 +162,10 @@ static int keep_pickle(struct pt_ckpt *ck, struct pt_pickle *pk, uint8_t *buf,
 	return 0;
 }
 
-int pt__load_pickle(struct pt_ckpt *ck, uint8_t *buf, size_t len,
-		    const char *label, uint64_t file_off,
-		    struct pt_value **root, size_t *used, struct pt_error *err)
+static int load_pickle(struct pt_ckpt *ck, uint8_t *buf, size_t len,
+		       const char *label, uint64_t file_off,
+		       struct pt_value **root, size_t *used,
+		       pt_pickle_reduce_fn reduce, struct pt_error *err)
 {
 	struct pt_pickle *pk = NULL;
 	size_t u = 0;
@@ -176,7 +177,11 @@ int pt__load_pickle(struct pt_ckpt *ck, uint8_t *buf, size_t len,
 			       "%s: %zu bytes exceeds the pickle limit of %" PRIu64,
 			       label, len, ck->opts.limits.max_pickle_bytes);
 	}
-	rc = pt_pickle_load(&pk, buf, len, &u, &ck->opts.limits, err);
+	if (reduce)
+		rc = pt_pickle_load_lean(&pk, buf, len, &u, &ck->opts.limits,
+					 reduce, ck, err);
+	else
+		rc = pt_pickle_load(&pk, buf, len, &u, &ck->opts.limits, err);
 	if (rc) {
 		pt_error_prefix(err, "%s", label);
 		free(buf);
@@ -189,6 +194,23 @@ int pt__load_pickle(struct pt_ckpt *ck, uint8_t *buf, size_t len,
 	if (used)
 		*used = u;
 	return 0;
+}
+
+int pt__load_pickle(struct pt_ckpt *ck, uint8_t *buf, size_t len,
+		    const char *label, uint64_t file_off,
+		    struct pt_value **root, size_t *used, struct pt_error *err)
+{
+	return load_pickle(ck, buf, len, label, file_off, root, used, NULL,
+			   err);
+}
+
+int pt__load_pickle_lean(struct pt_ckpt *ck, uint8_t *buf, size_t len,
+			 const char *label, uint64_t file_off,
+			 struct pt_value **root, pt_pickle_reduce_fn reduce,
+			 struct pt_error *err)
+{
+	return load_pickle(ck, buf, len, label, file_off, root, NULL, reduce,
+			   err);
 }
 
 int pt__add_pickle(struct pt_ckpt *ck, struct pt_pickle *pk, uint8_t *buf,

@@ -58,6 +58,7 @@ struct pt_pickle {
 				   * while loading their struct pt_vseq *,
 				   * after it their malloc'd arrays */
 	size_t n_grown, cap_grown;
+	uint32_t n_blk;           /* blocks made (a lean load's marks note it) */
 	uint32_t count;           /* nodes created */
 	int proto;                /* highest PROTO seen */
 	struct pt_value *root;    /* what STOP returned */
@@ -124,6 +125,7 @@ static int pt_arena_alloc(struct pt_pickle *pk, size_t n, void **out)
 		pk->blk_size *= 2;
 	b->size = bsize;
 	b->used = want;
+	pk->n_blk++;
 	if (bsize == want && pk->blk) {
 		/* a big one-off: keep filling the current block */
 		b->next = pk->blk->next;
@@ -539,6 +541,32 @@ static const char *pt_kind_name(uint8_t k)
 #define PT_SMALL_MIN (-1)
 #define PT_SMALL_INTS 258               /* -1 .. 256 */
 
+/*
+ * A MARK: the stack height it fences, and, for a lean load, where the
+ * arena, the node ids, the memo log and the shared scalars stood when it
+ * was pushed.  Everything made after it lies above (blk, used) in the
+ * arena and has an id >= id.
+ */
+struct pt_mark {
+	size_t sn;
+	struct pt_arena_blk *blk;
+	size_t used;
+	size_t n_grown;
+	size_t putlog_n;
+	size_t shared_n;
+	uint32_t n_blk;
+	uint32_t id;
+	bool tainted;               /* a container made before it got items
+				     * after it: what it holds is reachable */
+};
+
+/* Memo indices some GET reads (open addressing, index + 1; 0: empty). */
+struct pt_idxset {
+	uint64_t *v;
+	size_t cap;                 /* a power of two, or 0 */
+	size_t n;
+};
+
 struct pt_vm {
 	struct pt_pickle *pk;       /* the result being built */
 	const struct pt_limits *lim;
@@ -550,7 +578,7 @@ struct pt_vm {
 	struct pt_value **stack;    /* value stack (malloc) */
 	size_t sn;                  /* values on it */
 	size_t scap;                /* allocated */
-	size_t *marks;              /* stack heights at each MARK (malloc) */
+	struct pt_mark *marks;      /* each MARK (malloc) */
 	size_t mn;                  /* marks */
 	size_t mcap;                /* allocated */
 	struct pt_value ***memo;    /* pages of PT_MEMO_PAGE entries */
@@ -565,6 +593,18 @@ struct pt_vm {
 	struct pt_value *empty_tuple;
 	struct pt_value *bools[2];
 	struct pt_value *small[PT_SMALL_INTS];
+	/* lean loads (pt_pickle_load_lean) */
+	pt_pickle_reduce_fn reduce;
+	void *reduce_ctx;
+	struct pt_idxset gets;      /* memo indices read by a GET */
+	uint64_t *putlog;           /* memo indices set, oldest first */
+	size_t putlog_n, putlog_cap;
+	struct pt_value **(*shared); /* slots of the shared scalars above,
+				     * in the order they were made */
+	size_t shared_n, shared_cap;
+	struct pt_mark tup;         /* the mark of the last MARK ... TUPLE */
+	struct pt_value *tup_v;     /* that tuple, while only memo opcodes
+				     * followed it; else NULL */
 };
 
 static int pt_vm_fail(struct pt_vm *vm, int code, const char *fmt, ...)
@@ -636,6 +676,12 @@ static void pt_vm_free_scratch(struct pt_vm *vm)
 	free(vm->memo);
 	free(vm->stack);
 	free(vm->marks);
+	free(vm->gets.v);
+	free(vm->putlog);
+	free(vm->shared);
+	vm->gets.v = NULL;
+	vm->putlog = NULL;
+	vm->shared = NULL;
 	vm->memo = NULL;
 	vm->stack = NULL;
 	vm->marks = NULL;
@@ -666,7 +712,7 @@ static int pt_new(struct pt_vm *vm, uint8_t kind, struct pt_value **out)
 
 static size_t pt_fence(const struct pt_vm *vm)
 {
-	return vm->mn ? vm->marks[vm->mn - 1] : 0;
+	return vm->mn ? vm->marks[vm->mn - 1].sn : 0;
 }
 
 /*
@@ -718,7 +764,8 @@ static int pt_pop_mark(struct pt_vm *vm, size_t *k)
 	*k = 0;
 	if (vm->mn == 0)
 		return pt_vm_fail(vm, -EBADMSG, "no MARK on the stack");
-	*k = vm->marks[--vm->mn];
+	--vm->mn;
+	*k = vm->marks[vm->mn].sn;
 	return 0;
 }
 
@@ -854,6 +901,27 @@ static int pt_seq_add(struct pt_vm *vm, struct pt_vseq *s,
 
 /* ---- memo ------------------------------------------------------------- */
 
+/* What a memo entry holds once a lean load gave its node back: no GET
+ * reads it (the opcode scan said so), and one that did would fail. */
+static struct pt_value pt_gone;
+
+/* A lean load notes where each shared scalar is kept, in the order they
+ * are made, so that one made after a MARK can be moved down when that
+ * MARK's nodes are given back. */
+static int pt_shared_note(struct pt_vm *vm, struct pt_value **slot)
+{
+	int rc;
+
+	if (!vm->reduce)
+		return 0;
+	rc = pt_vm_grow(vm, (void **)&vm->shared, &vm->shared_cap,
+			sizeof(*vm->shared), vm->shared_n + 1);
+	if (rc)
+		return rc;
+	vm->shared[vm->shared_n++] = slot;
+	return 0;
+}
+
 static int pt_memo_put(struct pt_vm *vm, uint64_t idx, struct pt_value *v)
 {
 	size_t page, old;
@@ -892,6 +960,13 @@ static int pt_memo_put(struct pt_vm *vm, uint64_t idx, struct pt_value *v)
 	if (!pg[idx % PT_MEMO_PAGE])
 		vm->memo_n++;
 	pg[idx % PT_MEMO_PAGE] = v;
+	if (!vm->reduce)
+		return 0;
+	rc = pt_vm_grow(vm, (void **)&vm->putlog, &vm->putlog_cap,
+			sizeof(*vm->putlog), vm->putlog_n + 1);
+	if (rc)
+		return rc;
+	vm->putlog[vm->putlog_n++] = idx;
 	return 0;
 }
 
@@ -903,16 +978,15 @@ static int pt_memo_get(struct pt_vm *vm, uint64_t idx, struct pt_value **out)
 	*out = NULL;
 	if (page < vm->memo_dir && vm->memo[page])
 		v = vm->memo[page][idx % PT_MEMO_PAGE];
-	if (!v)
+	if (!v || v == &pt_gone)
 		return pt_vm_fail(vm, -EBADMSG, "memo index %llu not set",
 				  (unsigned long long)idx);
 	*out = v;
 	return 0;
 }
 
-/* Decimal index of GET/PUT. */
-static int pt_line_index(struct pt_vm *vm, const struct pt_arg *a,
-			 uint64_t *out)
+/* Decimal index of GET/PUT: 0, or 1 when empty, 2 when not a number. */
+static int pt_line_u64(const struct pt_arg *a, uint64_t *out)
 {
 	uint64_t v = 0;
 	size_t i = 0, n = a->n;
@@ -922,15 +996,28 @@ static int pt_line_index(struct pt_vm *vm, const struct pt_arg *a,
 	while (i < n && pt_is_space(a->p[i]))
 		i++;
 	if (i == n)
-		return pt_vm_fail(vm, -EBADMSG, "empty memo index");
+		return 1;
 	for (; i < n; i++) {
 		if (a->p[i] < '0' || a->p[i] > '9' ||
 		    !pt_mul_u64(v, 10, &v) ||
 		    !pt_add_u64(v, (uint64_t)(a->p[i] - '0'), &v))
-			return pt_vm_fail(vm, -EBADMSG, "bad memo index");
+			return 2;
 	}
 	*out = v;
 	return 0;
+}
+
+static int pt_line_index(struct pt_vm *vm, const struct pt_arg *a,
+			 uint64_t *out)
+{
+	switch (pt_line_u64(a, out)) {
+	case 0:
+		return 0;
+	case 1:
+		return pt_vm_fail(vm, -EBADMSG, "empty memo index");
+	default:
+		return pt_vm_fail(vm, -EBADMSG, "bad memo index");
+	}
 }
 
 static int pt_op_memo(struct pt_vm *vm, const struct pt_arg *a)
@@ -959,6 +1046,385 @@ static int pt_op_memo(struct pt_vm *vm, const struct pt_arg *a)
 	}
 }
 
+/* ---- lean loads ------------------------------------------------------- */
+
+static bool pt_idxset_has(const struct pt_idxset *s, uint64_t idx)
+{
+	size_t i;
+
+	if (!s->cap)
+		return false;
+	for (i = (size_t)(idx * 0x9e3779b97f4a7c15ull) & (s->cap - 1);
+	     s->v[i]; i = (i + 1) & (s->cap - 1))
+		if (s->v[i] == idx + 1)
+			return true;
+	return false;
+}
+
+/* false when out of memory */
+static bool pt_idxset_add(struct pt_idxset *s, uint64_t idx)
+{
+	size_t i;
+
+	if (idx == UINT64_MAX || pt_idxset_has(s, idx))
+		return idx != UINT64_MAX;
+	if (2 * (s->n + 1) > s->cap) {
+		struct pt_idxset t = { NULL, s->cap ? 2 * s->cap : 64, 0 };
+
+		t.v = calloc(t.cap, sizeof(*t.v));
+		if (!t.v)
+			return false;
+		for (i = 0; i < s->cap; i++)
+			if (s->v[i])
+				pt_idxset_add(&t, s->v[i] - 1);
+		free(s->v);
+		*s = t;
+	}
+	for (i = (size_t)(idx * 0x9e3779b97f4a7c15ull) & (s->cap - 1);
+	     s->v[i]; i = (i + 1) & (s->cap - 1))
+		;
+	s->v[i] = idx + 1;
+	s->n++;
+	return true;
+}
+
+/*
+ * The memo indices that GET, BINGET and LONG_BINGET read, from one walk
+ * over the opcodes up to STOP.  false (no lean load: the run then reports
+ * what is wrong, or runs plainly) on malformed input or out of memory.
+ */
+static bool pt_prescan(struct pt_vm *vm)
+{
+	struct pt_rd rd = vm->rd;
+	struct pt_arg a;
+	char why[128];
+	uint64_t idx;
+	uint8_t op;
+
+	for (;;) {
+		if (!pt_rd_u8(&rd, &op) || !pt_ops[op].name ||
+		    !pt_read_arg(&rd, pt_ops[op].arg, &a, why, sizeof(why)))
+			return false;
+		switch (op) {
+		case OP_STOP:
+			return true;
+		case OP_GET:
+			if (pt_line_u64(&a, &idx) != 0)
+				return false;
+			break;
+		case OP_BINGET:
+		case OP_LONG_BINGET:
+			idx = a.u;
+			break;
+		default:
+			continue;
+		}
+		if (!pt_idxset_add(&vm->gets, idx))
+			return false;
+	}
+}
+
+static void pt_mark_push(struct pt_vm *vm)
+{
+	struct pt_mark *m = &vm->marks[vm->mn++];
+	struct pt_pickle *pk = vm->pk;
+
+	memset(m, 0, sizeof(*m));
+	m->sn = vm->sn;
+	if (!vm->reduce)
+		return;
+	if (vm->mn == 1 && !vm->tup_v) {
+		/* no older MARK is open: nothing before this one can be
+		 * given back, so the logs start again */
+		vm->putlog_n = 0;
+		vm->shared_n = 0;
+	}
+	m->blk = pk->blk;
+	m->used = pk->blk ? pk->blk->used : 0;
+	m->n_blk = pk->n_blk;
+	m->n_grown = pk->n_grown;
+	m->id = pk->count;
+	m->putlog_n = vm->putlog_n;
+	m->shared_n = vm->shared_n;
+}
+
+/* Container @t gets items: every open MARK younger than @t can no longer
+ * give its nodes back (@t, reachable from elsewhere, may hold them). */
+static void pt_taint(struct pt_vm *vm, const struct pt_value *t)
+{
+	size_t i = vm->mn;
+
+	if (!vm->reduce)
+		return;
+	while (i > 0 && vm->marks[i - 1].id > t->id)
+		vm->marks[--i].tainted = true;
+	if (vm->tup_v && vm->tup.id > t->id)
+		vm->tup.tainted = true;
+}
+
+static struct pt_value **pt_memo_slot(struct pt_vm *vm, uint64_t idx)
+{
+	return &vm->memo[idx / PT_MEMO_PAGE][idx % PT_MEMO_PAGE];
+}
+
+static bool pt_in(const void *p, uintptr_t lo, uintptr_t hi)
+{
+	return (uintptr_t)p >= lo && (uintptr_t)p < hi;
+}
+
+/* Bytes of node @v's own text that lie in [lo, hi), 0 when none do; with
+ * @dst, also copy them there. */
+static size_t pt_owned(const struct pt_value *v, uintptr_t lo, uintptr_t hi,
+		       uint8_t *dst)
+{
+	size_t n = 0, k;
+
+	switch (v->kind) {
+	case PT_V_STR:
+	case PT_V_BIGINT:
+		if (v->u.s.len && pt_in(v->u.s.p, lo, hi)) {
+			n = v->u.s.len;
+			if (dst)
+				memcpy(dst, v->u.s.p, n);
+		}
+		return n;
+	case PT_V_GLOBAL:
+		if (pt_in(v->u.global.module, lo, hi)) {
+			k = strlen(v->u.global.module) + 1;
+			if (dst)
+				memcpy(dst, v->u.global.module, k);
+			n += k;
+		}
+		if (pt_in(v->u.global.name, lo, hi)) {
+			k = strlen(v->u.global.name) + 1;
+			if (dst)
+				memcpy(dst + n, v->u.global.name, k);
+			n += k;
+		}
+		return n;
+	default:
+		return 0;
+	}
+}
+
+/* Can node @v (made after the mark) be moved down?  Scalars, strings and
+ * globals: they point at nothing of the arena but their own text.  Bytes
+ * only when they are the input's (a classified bytes node keeps a pointer
+ * to its text elsewhere). */
+static bool pt_movable(const struct pt_value *v, uintptr_t lo, uintptr_t hi)
+{
+	switch (v->kind) {
+	case PT_V_NONE:
+	case PT_V_BOOL:
+	case PT_V_INT:
+	case PT_V_BIGINT:
+	case PT_V_FLOAT:
+	case PT_V_STR:
+	case PT_V_GLOBAL:
+		return true;
+	case PT_V_BYTES:
+		return !pt_in(v->u.s.p, lo, hi);
+	case PT_V_TUPLE:
+		return v->u.seq.n == 0;
+	default:
+		return false;
+	}
+}
+
+#define PT_LEAN_MOVES 16
+
+static struct pt_value *pt_tag(size_t j)
+{
+	return (struct pt_value *)(uintptr_t)(2 * j + 1);
+}
+
+static bool pt_is_tag(const struct pt_value *v)
+{
+	return ((uintptr_t)v & 1) != 0;
+}
+
+static size_t pt_untag(const struct pt_value *v)
+{
+	return (size_t)((uintptr_t)v >> 1);
+}
+
+static size_t pt_find(struct pt_value *const *v, size_t n,
+		      const struct pt_value *x)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		if (v[i] == x)
+			break;
+	return i;
+}
+
+/*
+ * Give back the arena above mark @m, keeping the @n nodes @from (from[0]
+ * the call, the others what the memo and the shared scalars keep): they
+ * are copied out, the arena is cut at the mark, and they are made again
+ * at its end, their text with them.  Every memo entry and shared-scalar
+ * slot set since the mark then points at the new copy, or, for a memo
+ * entry no GET reads, at pt_gone.
+ */
+static int pt_lean_move(struct pt_vm *vm, const struct pt_mark *m,
+			struct pt_value **from, size_t n, uintptr_t lo,
+			uintptr_t hi)
+{
+	struct pt_value saved[PT_LEAN_MOVES], *to[PT_LEAN_MOVES], *call;
+	size_t own[PT_LEAN_MOVES], mod[PT_LEAN_MOVES];
+	uint8_t *text = NULL, *t;
+	size_t i, j, w, nt = 0;
+	void *p;
+	int rc = 0;
+
+	/* everything read from the old nodes is read before the cut */
+	for (i = 0; i < n; i++) {
+		saved[i] = *from[i];
+		own[i] = pt_owned(from[i], lo, hi, NULL);
+		mod[i] = from[i]->kind == PT_V_GLOBAL &&
+			 pt_in(from[i]->u.global.module, lo, hi) ?
+			 strlen(from[i]->u.global.module) + 1 : 0;
+		nt += own[i];
+	}
+	if (nt) {
+		text = malloc(nt);
+		if (!text)
+			return 0;       /* keep it all */
+		for (i = 0, t = text; i < n; i++)
+			t += pt_owned(from[i], lo, hi, t);
+	}
+	/* the slots that point at the old nodes, before anything is
+	 * written over them: an odd "pointer" says which copy to take */
+	for (i = m->putlog_n; i < vm->putlog_n; i++) {
+		struct pt_value **slot = pt_memo_slot(vm, vm->putlog[i]);
+
+		if (pt_is_tag(*slot) || !pt_in(*slot, lo, hi))
+			continue;
+		j = pt_find(from, n, *slot);
+		*slot = j < n ? pt_tag(j) : &pt_gone;
+	}
+	for (i = m->shared_n; i < vm->shared_n; i++)
+		if (pt_in(*vm->shared[i], lo, hi))
+			*vm->shared[i] = pt_tag(pt_find(from, n, *vm->shared[i]));
+	vm->pk->blk->used = m->used;
+	for (i = 0, t = text; i < n && !rc; i++) {
+		rc = pt_vm_alloc(vm, sizeof(**to), &p);
+		if (rc)
+			break;
+		to[i] = p;
+		*to[i] = saved[i];
+		if (!own[i])
+			continue;
+		rc = pt_vm_alloc(vm, own[i], &p);
+		if (rc)
+			break;
+		memcpy(p, t, own[i]);
+		t += own[i];
+		if (saved[i].kind != PT_V_GLOBAL) {
+			to[i]->u.s.p = p;
+			continue;
+		}
+		if (mod[i])
+			to[i]->u.global.module = p;
+		if (pt_in(saved[i].u.global.name, lo, hi))
+			to[i]->u.global.name = (char *)p + mod[i];
+	}
+	free(text);
+	if (rc)
+		return rc;
+	/* the memo entries set since the mark (the log goes on for older
+	 * marks) and the shared scalars: each now points at the new copy
+	 * (tagged with its index while the copies were made) or is gone */
+	for (i = w = m->putlog_n; i < vm->putlog_n; i++) {
+		struct pt_value **slot = pt_memo_slot(vm, vm->putlog[i]);
+
+		if (*slot == &pt_gone)
+			continue;
+		if (pt_is_tag(*slot))
+			*slot = to[pt_untag(*slot)];
+		vm->putlog[w++] = vm->putlog[i];
+	}
+	vm->putlog_n = w;
+	for (i = m->shared_n; i < vm->shared_n; i++)
+		if (pt_is_tag(*vm->shared[i]))
+			*vm->shared[i] = to[pt_untag(*vm->shared[i])];
+	call = to[0];
+	if (!vm->empty_tuple) {
+		rc = pt_new(vm, PT_V_TUPLE, &vm->empty_tuple);
+		if (!rc)
+			rc = pt_shared_note(vm, &vm->empty_tuple);
+		if (rc)
+			return rc;
+	}
+	call->u.call.args = vm->empty_tuple;
+	call->flags |= PT_VF_LEAN;
+	vm->stack[vm->sn - 1] = call;
+	return 0;
+}
+
+/*
+ * After REDUCE made @fn(*@args) on top of the stack, @args being the tuple
+ * of the last MARK ... TUPLE (vm->tup): offer the call to the reduce
+ * callback and, when it takes it, give back what was made for @args.
+ * Nothing is given back when anything made after the mark may still be
+ * reached: an older container got items meanwhile (tainted), a new arena
+ * block or grown sequence holds some of it, or a memo entry a later GET
+ * reads holds a node that cannot be moved (a container).
+ */
+static int pt_lean_reduce(struct pt_vm *vm, struct pt_value *fn,
+			  struct pt_value *args)
+{
+	struct pt_pickle *pk = vm->pk;
+	const struct pt_mark *m = &vm->tup;
+	struct pt_value *v = vm->stack[vm->sn - 1];
+	struct pt_value *from[PT_LEAN_MOVES];
+	uintptr_t lo, hi;
+	size_t i, n = 0, used;
+	int rc;
+
+	if (args != vm->tup_v)
+		return 0;
+	vm->tup_v = NULL;
+	if (m->tainted || !m->blk || pk->blk != m->blk ||
+	    pk->n_blk != m->n_blk || pk->n_grown != m->n_grown ||
+	    fn->id >= m->id || v->id + 1 != pk->count)
+		return 0;
+	used = pk->blk->used;
+	rc = vm->reduce(vm->reduce_ctx, v, vm->err);
+	if (rc <= 0)
+		return rc;
+	if (pk->blk != m->blk || pk->blk->used != used ||
+	    pk->n_blk != m->n_blk || v->id + 1 != pk->count)
+		return 0;       /* the callback made nodes: keep it all */
+	lo = (uintptr_t)pk->blk + PT_BLK_HDR + m->used;
+	hi = (uintptr_t)pk->blk + PT_BLK_HDR + pk->blk->used;
+	if (!pt_in(v, lo, hi))
+		return 0;
+	from[n++] = v;
+	for (i = m->putlog_n; i < vm->putlog_n; i++) {
+		uint64_t idx = vm->putlog[i];
+		struct pt_value *x = *pt_memo_slot(vm, idx);
+
+		if (!pt_in(x, lo, hi) || !pt_idxset_has(&vm->gets, idx) ||
+		    pt_find(from, n, x) < n)
+			continue;
+		if (!pt_movable(x, lo, hi) || n == PT_LEAN_MOVES)
+			return 0;
+		from[n++] = x;
+	}
+	for (i = m->shared_n; i < vm->shared_n; i++) {
+		struct pt_value *x = *vm->shared[i];
+
+		if (!pt_in(x, lo, hi) || pt_find(from, n, x) < n)
+			continue;
+		if (n == PT_LEAN_MOVES)
+			return 0;
+		from[n++] = x;
+	}
+	return pt_lean_move(vm, m, from, n, lo, hi);
+}
+
 /* ---- scalars ---------------------------------------------------------- */
 
 /* Push an int node. */
@@ -977,8 +1443,12 @@ static int pt_push_int(struct pt_vm *vm, int64_t i)
 	if (rc)
 		return rc;
 	v->u.i = i;
-	if (slot)
+	if (slot) {
 		*slot = v;
+		rc = pt_shared_note(vm, slot);
+		if (rc)
+			return rc;
+	}
 	return pt_push(vm, v);
 }
 
@@ -994,7 +1464,8 @@ static int pt_push_bool(struct pt_vm *vm, bool b)
 		return rc;
 	v->u.b = b;
 	vm->bools[b] = v;
-	return pt_push(vm, v);
+	rc = pt_shared_note(vm, &vm->bools[b]);
+	return rc ? rc : pt_push(vm, v);
 }
 
 /* Push a str/bytes node over @n bytes at @p (@off: input offset, or
@@ -1371,10 +1842,14 @@ static int pt_op_empty(struct pt_vm *vm)
 	if (vm->op == OP_EMPTY_TUPLE && vm->empty_tuple)
 		return pt_push(vm, vm->empty_tuple);
 	rc = pt_new(vm, kinds[i][1], &v);
-	if (rc == 0 && vm->op == OP_NONE)
+	if (rc == 0 && vm->op == OP_NONE) {
 		vm->none = v;
-	if (rc == 0 && vm->op == OP_EMPTY_TUPLE)
+		rc = pt_shared_note(vm, &vm->none);
+	}
+	if (rc == 0 && vm->op == OP_EMPTY_TUPLE) {
 		vm->empty_tuple = v;
+		rc = pt_shared_note(vm, &vm->empty_tuple);
+	}
 	return rc ? rc : pt_push(vm, v);
 }
 
@@ -1403,6 +1878,7 @@ static struct pt_value *const *pt_stack_at(const struct pt_vm *vm, size_t k)
 /* LIST, TUPLE, DICT, FROZENSET from MARK; TUPLE1-3 from the stack top. */
 static int pt_op_collect(struct pt_vm *vm)
 {
+	const struct pt_mark *popped = NULL;
 	struct pt_value *v;
 	uint8_t kind = PT_V_TUPLE;
 	size_t k;
@@ -1417,6 +1893,8 @@ static int pt_op_collect(struct pt_vm *vm)
 		rc = pt_pop_mark(vm, &k);
 		if (rc)
 			return rc;
+		if (vm->op == OP_TUPLE)
+			popped = &vm->marks[vm->mn];
 	}
 	if (vm->op == OP_LIST)
 		kind = PT_V_LIST;
@@ -1430,6 +1908,10 @@ static int pt_op_collect(struct pt_vm *vm)
 	if (rc)
 		return rc;
 	vm->sn = k;
+	if (popped && vm->reduce) {
+		vm->tup = *popped;
+		vm->tup_v = v;
+	}
 	return pt_push(vm, v);
 }
 
@@ -1507,6 +1989,7 @@ static int pt_op_add(struct pt_vm *vm)
 		tpos = k - 1;
 	}
 	t = vm->stack[tpos];
+	pt_taint(vm, t);
 	rc = pt_target_seq(vm, t, &seq);
 	if (rc)
 		return rc;
@@ -1540,11 +2023,11 @@ static int pt_op_stack(struct pt_vm *vm)
 				sizeof(*vm->marks), vm->mn + 1);
 		if (rc)
 			return rc;
-		vm->marks[vm->mn++] = vm->sn;
+		pt_mark_push(vm);
 		return 0;
 	case OP_POP:
 		/* like _pickle.c: on an empty frame, POP drops the mark */
-		if (vm->mn && vm->marks[vm->mn - 1] == vm->sn) {
+		if (vm->mn && vm->marks[vm->mn - 1].sn == vm->sn) {
 			vm->mn--;
 			return 0;
 		}
@@ -1726,8 +2209,11 @@ static int pt_op_call(struct pt_vm *vm)
 		return pt_vm_fail(vm, -EBADMSG,
 				  "keyword arguments are a %s, not a dict",
 				  pt_kind_name(kw->kind));
-	return pt_make_call(vm, vm->op == OP_REDUCE ? PT_V_CALL : PT_V_OBJ,
-			    fn, args, kw);
+	rc = pt_make_call(vm, vm->op == OP_REDUCE ? PT_V_CALL : PT_V_OBJ,
+			  fn, args, kw);
+	if (rc || vm->op != OP_REDUCE || !vm->tup_v)
+		return rc;
+	return pt_lean_reduce(vm, fn, args);
 }
 
 /* INST (class from two lines) and OBJ (class is the first item). */
@@ -1774,6 +2260,7 @@ static int pt_op_build(struct pt_vm *vm)
 	if (rc)
 		return rc;
 	if (obj->kind == PT_V_CALL || obj->kind == PT_V_OBJ) {
+		pt_taint(vm, obj);
 		rc = pt_call_ext(vm, obj, &x);
 		if (rc)
 			return rc;
@@ -1945,6 +2432,9 @@ static int pt_vm_run(struct pt_vm *vm)
 				       "pickle: unknown opcode 0x%02x at offset %zu",
 				       op, vm->off);
 		vm->op = op;
+		if (vm->tup_v && op != OP_REDUCE && op != OP_BINPUT &&
+		    op != OP_LONG_BINPUT && op != OP_PUT && op != OP_MEMOIZE)
+			vm->tup_v = NULL;
 		if (!pt_read_arg(&vm->rd, pt_ops[op].arg, &a, why, sizeof(why)))
 			return pt_vm_fail(vm, -EBADMSG, "%s", why);
 		rc = pt_vm_step(vm, &a);
@@ -1954,9 +2444,9 @@ static int pt_vm_run(struct pt_vm *vm)
 	return 0;
 }
 
-int pt_pickle_load(struct pt_pickle **out, const uint8_t *buf, size_t len,
+static int pt_load(struct pt_pickle **out, const uint8_t *buf, size_t len,
 		   size_t *used, const struct pt_limits *lim,
-		   struct pt_error *err)
+		   pt_pickle_reduce_fn reduce, void *ctx, struct pt_error *err)
 {
 	struct pt_limits deflim;
 	struct pt_pickle *pk = NULL;
@@ -1979,6 +2469,12 @@ int pt_pickle_load(struct pt_pickle **out, const uint8_t *buf, size_t len,
 	vm.lim = lim;
 	vm.err = err;
 	vm.rd = pt_rd_make(buf, len);
+	if (reduce) {
+		vm.reduce = reduce;
+		vm.reduce_ctx = ctx;
+		if (!pt_prescan(&vm))
+			vm.reduce = NULL;  /* the run says what is wrong */
+	}
 	rc = pt_vm_run(&vm);
 	pt_seq_heap_done(pk);
 	pt_vm_free_scratch(&vm);
@@ -1992,6 +2488,21 @@ int pt_pickle_load(struct pt_pickle **out, const uint8_t *buf, size_t len,
 out:
 	pt_pickle_free(pk);
 	return rc;
+}
+
+int pt_pickle_load(struct pt_pickle **out, const uint8_t *buf, size_t len,
+		   size_t *used, const struct pt_limits *lim,
+		   struct pt_error *err)
+{
+	return pt_load(out, buf, len, used, lim, NULL, NULL, err);
+}
+
+int pt_pickle_load_lean(struct pt_pickle **out, const uint8_t *buf,
+			size_t len, size_t *used, const struct pt_limits *lim,
+			pt_pickle_reduce_fn reduce, void *ctx,
+			struct pt_error *err)
+{
+	return pt_load(out, buf, len, used, lim, reduce, ctx, err);
 }
 
 /* ---- disassembler ----------------------------------------------------- */

@@ -60,6 +60,9 @@ enum pt_vkind {
 /* Flags on a node. */
 #define PT_VF_PY2STR 0x1   /* STRING/BINSTRING/SHORT_BINSTRING: bytes that
 			    * Python 2 called str; may not be valid UTF-8 */
+#define PT_VF_LEAN 0x2     /* a call classified while loading (see
+			    * pt_pickle_load_lean): its arguments were
+			    * dropped, u.call.args is an empty tuple */
 
 struct pt_value;
 
@@ -162,6 +165,32 @@ struct pt_pickle;
 int pt_pickle_load(struct pt_pickle **out, const uint8_t *buf, size_t len,
 		   size_t *used, const struct pt_limits *lim,
 		   struct pt_error *err);
+
+/*
+ * Called by a lean load after each REDUCE whose argument tuple was built
+ * right before it (MARK ... TUPLE), with the new call node: 1 when the
+ * callback classified @call for good (its aux and aux16 say what it is) and
+ * nothing will read its arguments again, 0 to keep them, or a negative
+ * errno that fails the load (@err set).
+ */
+typedef int (*pt_pickle_reduce_fn)(void *ctx, struct pt_value *call,
+				   struct pt_error *err);
+
+/*
+ * pt_pickle_load() for a graph that is classified as it is built.  When
+ * @reduce claims a call, the nodes made for its arguments since their MARK
+ * are given back to the arena at once, unless something else can still
+ * reach them (an older container that got items meanwhile, a memo entry a
+ * later GET reads that is not a scalar, string or global); those the memo
+ * or the shared scalars keep are moved down, and the call gets the flag
+ * PT_VF_LEAN.  A state dict then costs its keys and one node per tensor
+ * instead of ~10 (size, stride, persistent id...).  Before the run, one
+ * scan of the opcodes notes which memo entries are ever read.
+ */
+int pt_pickle_load_lean(struct pt_pickle **out, const uint8_t *buf,
+			size_t len, size_t *used, const struct pt_limits *lim,
+			pt_pickle_reduce_fn reduce, void *ctx,
+			struct pt_error *err);
 
 /* Free the pickle and every node of its graph (NULL is fine). */
 void pt_pickle_free(struct pt_pickle *pk);

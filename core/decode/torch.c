@@ -105,6 +105,8 @@ struct tspec {
 	const char *note;
 	const char *logical;            /* the tensor's own dtype, when the
 					 * bytes are stored as another */
+	const struct pt_tensor *from;   /* sizes and strides are this
+					 * tensor's (size, stride unused) */
 };
 
 bool pt__dense_strides(uint32_t rank, const int64_t *shape, bool fortran,
@@ -255,11 +257,28 @@ static int make_tensor(struct pt_ckpt *ck, const struct tspec *sp,
 		       struct pt_tensor **out, struct pt_error *err)
 {
 	const struct pt_limits *lim = &ck->opts.limits;
-	size_t rank = sp->size->u.seq.n, bad;
+	size_t rank, bad;
 	struct pt_tensor_spec ts;
 	int64_t *dims;
 	int rc;
 
+	memset(&ts, 0, sizeof(ts));
+	ts.dtype = sp->dtype;
+	ts.st = sp->st;
+	ts.offset = sp->offset;
+	ts.requires_grad = sp->requires_grad;
+	ts.kind = sp->kind;
+	ts.byteorder = sp->byteorder;
+	ts.dtype_name = sp->dtype_name;
+	ts.note = sp->note;
+	ts.logical = sp->logical;
+	if (sp->from) {
+		ts.rank = sp->from->rank;
+		ts.shape = sp->from->shape;
+		ts.stride = sp->from->stride;
+		return pt__tensor_make(ck, &ts, out, err);
+	}
+	rank = sp->size->u.seq.n;
 	if (rank > lim->max_rank)
 		return pt_fail(err, -EFBIG,
 			       "tensor of rank %zu exceeds the limit of %u",
@@ -292,20 +311,10 @@ static int make_tensor(struct pt_ckpt *ck, const struct tspec *sp,
 		return pt_fail(err, -EBADMSG,
 			       "tensor stride %zu is not a non-negative integer", i);
 	}
-	memset(&ts, 0, sizeof(ts));
-	ts.dtype = sp->dtype;
-	ts.st = sp->st;
 	ts.rank = (uint32_t)rank;
 	ts.shape = dims;
 	ts.stride = sp->stride ? dims + rank : NULL;
 	ts.fortran = sp->fortran;
-	ts.offset = sp->offset;
-	ts.requires_grad = sp->requires_grad;
-	ts.kind = sp->kind;
-	ts.byteorder = sp->byteorder;
-	ts.dtype_name = sp->dtype_name;
-	ts.note = sp->note;
-	ts.logical = sp->logical;
 	rc = pt__tensor_make(ck, &ts, out, err);
 	free(dims);
 	return rc;
@@ -392,6 +401,25 @@ static int nested_spec(struct pt_ckpt *ck, const struct pt_value *v,
 
 	if (!v || (v->kind != PT_V_CALL && v->kind != PT_V_OBJ))
 		return pt_fail(err, -EBADMSG, "parameter data is not a tensor");
+	if (v->aux16 == PT_C_TENSOR && (v->flags & PT_VF_LEAN)) {
+		/* classified while loading, its arguments gone: the
+		 * tensor made then says what they said */
+		const struct pt_tensor *in = v->aux;
+
+		sp->from = in;
+		sp->dtype = in->dtype;
+		sp->st = in->st;
+		sp->offset = in->offset;
+		sp->requires_grad = in->requires_grad;
+		sp->kind = in->kind;
+		sp->byteorder = in->byteorder;
+		sp->dtype_name = in->dtype_name;
+		sp->note = in->note;
+		sp->logical = in->logical_dtype;
+		ck->n_tensors--;
+		ck->tensor_bytes -= in->nbytes;
+		return 0;
+	}
 	rc = tensor_spec(ck, v->u.call.callable, v->u.call.args,
 			 pt_call_state(v), sp, depth + 1, err);
 	if (rc == 1)
@@ -1023,6 +1051,27 @@ int pt__classify_value(struct pt_ckpt *ck, struct pt_value *root,
 	}
 	pt_vstack_free(&st);
 	return rc;
+}
+
+/*
+ * pt_pickle_load_lean()'s callback for torch.save pickles: a strided
+ * rebuild whose storage is a ('storage', ...) persistent id is classified
+ * as soon as REDUCE makes it (its storage resolved, its tensor made), so
+ * the loader can give back the ~10 nodes of its arguments.  Classifying
+ * it here or in the walk after the load gives the same tensor: nothing
+ * of it depends on where the call is reached from.
+ */
+int pt__classify_reduce(void *ctx, struct pt_value *v, struct pt_error *err)
+{
+	struct pt_ckpt *ck = ctx;
+	int rc;
+
+	if (v->aux16 != PT_C_UNSET || !rebuild_pid(v))
+		return 0;
+	rc = pt__classify_value(ck, v, err);
+	if (rc)
+		return rc;
+	return v->aux16 == PT_C_TENSOR;
 }
 
 int pt__tensor_new(struct pt_ckpt *ck, const struct pt_dtype *dtype,

@@ -34,6 +34,9 @@ struct zip_state {
 	 * global, so 20,000 pids name one node and the dtype table is
 	 * searched once */
 	const struct pt_value *last_cls;
+	uint32_t last_cls_id;           /* with the address: a lean load
+					 * (pt_pickle_load_lean) reuses the
+					 * memory of nodes it gives back */
 	const struct pt_dtype *last_dt;
 	/* storages under data/ by their decimal key ("0", "1", ...: what
 	 * torch writes), so a pid costs an array index, not a hash probe
@@ -277,9 +280,9 @@ static int zip_open(struct pt_ckpt *ck, struct pt_error *err)
 	rc = pt_zip_read(ck->zip, pkl, &buf, &len, err);
 	if (rc)
 		return rc;
-	rc = pt__load_pickle(ck, buf, len, "data.pkl",
-			     pkl->method == PT_ZIP_STORED ? pkl->data_off : UINT64_MAX,
-			     &ck->root, NULL, err);
+	rc = pt__load_pickle_lean(ck, buf, len, "data.pkl",
+				  pkl->method == PT_ZIP_STORED ? pkl->data_off : UINT64_MAX,
+				  &ck->root, pt__classify_reduce, err);
 	if (rc == 0 && ck->kind_name)
 		ts_note_class(ck);
 	return rc;
@@ -508,11 +511,12 @@ static int zip_storage(struct pt_ckpt *ck, const struct pt_value *pidv,
 	}
 	if (cls->kind != PT_V_GLOBAL)
 		return pt_fail(err, -EBADMSG, "storage '%s': type is not a global", key);
-	if (cls == zs->last_cls) {
+	if (cls == zs->last_cls && cls->id == zs->last_cls_id) {
 		dt = zs->last_dt;
 	} else {
 		dt = pt_dtype_from_storage(cls->u.global.name);
 		zs->last_cls = cls;
+		zs->last_cls_id = cls->id;
 		zs->last_dt = dt;
 	}
 	if (!dt)
