@@ -6,6 +6,30 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  /* <linux/mman.h>, Linux 5.14 */
+#endif
+
+void pt_populate(void *p, size_t n)
+{
+	static uintptr_t page;
+	uintptr_t lo, hi;
+
+	if (n < ((size_t)64 << 10))
+		return;
+	if (!page) {
+		long ps = sysconf(_SC_PAGESIZE);
+
+		page = ps > 0 ? (uintptr_t)ps : 4096;
+	}
+	lo = ((uintptr_t)p + page - 1) & ~(page - 1);
+	hi = ((uintptr_t)p + n) & ~(page - 1);
+	if (hi > lo)
+		(void)madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE);
+}
 
 void pt_buf_init(struct pt_buf *b)
 {
@@ -39,6 +63,8 @@ static bool pt_buf_reserve(struct pt_buf *b, size_t n)
 		b->oom = true;
 		return false;
 	}
+	/* a big text (tree.json) fills what it grows into */
+	pt_populate(q + b->cap, want - b->cap);
 	b->p = q;
 	b->cap = want;
 	return true;

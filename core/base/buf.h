@@ -38,4 +38,15 @@ void pt_buf_put_i64(struct pt_buf *b, int64_t v);
 /* Take the bytes (caller frees) and reset the buffer. */
 char *pt_buf_take(struct pt_buf *b, size_t *len);
 
+/*
+ * Fault in the whole pages of [@p, @p + @n) with one system call
+ * (MADV_POPULATE_WRITE, Linux 5.14) instead of one trap per page, for
+ * fresh memory that is about to be filled whole anyway: the resident
+ * size ends the same, the traps go.  Under a hypervisor a trap costs
+ * ~10 us, and opening a 20,000-tensor checkpoint in the daemon (no huge
+ * pages there) took ~2,700 of them.  A hint: ranges under 64 KiB and
+ * kernels without it are left alone.
+ */
+void pt_populate(void *p, size_t n);
+
 #endif /* PTFS_CORE_BUF_H */

@@ -262,6 +262,7 @@ void pt_ckpt_close(struct pt_ckpt *ck)
 		free(ck->owned[i]);
 	free(ck->owned);
 	pt__alloc_free(ck);
+	pt_vstack_free(&ck->lean_stack);
 	pt_buf_free(&ck->warnings);
 	pt_buf_free(&ck->notes);
 	pt_buf_free(&ck->globals);

@@ -205,6 +205,7 @@ struct pt_ckpt {
 	struct pt_pickled pickles[PT_MAX_PICKLES];
 	int n_pickles;
 	struct pt_value *root;          /* the loaded object */
+	struct pt_vstack lean_stack;    /* pt__classify_reduce()'s walks */
 	char byteorder;                 /* '<' or '>' for tensor storages */
 
 	struct pt_storage *storages;    /* hash by key */

@@ -231,6 +231,7 @@ static void *pool_alloc(struct pt_tree *t, size_t n)
 		b = malloc(sizeof(*b) + size);
 		if (!b)
 			return NULL;
+		pt_populate(b, sizeof(*b) + size);
 		b->used = 0;
 		b->size = size;
 		if (size == need && t->pool) {

@@ -24,6 +24,7 @@
 
 #include <libdeflate.h>
 
+#include "base/buf.h"
 #include "base/hash.h"
 #include "base/rd.h"
 
@@ -322,6 +323,7 @@ static int zip_read_cd(struct pt_zip *z, uint8_t **out, struct pt_error *err)
 		return pt_fail(err, -ENOMEM,
 			       "zip: out of memory reading a central directory of %llu bytes",
 			       ull(in->cd_size));
+	pt_populate(cd, (size_t)in->cd_size);
 	rc = pt_source_read(z->src, cd, (size_t)in->cd_size, in->cd_off, err);
 	if (rc) {
 		free(cd);
@@ -536,6 +538,10 @@ static int zip_parse_cd(struct pt_zip *z, const uint8_t *cd,
 	for (z->nslots = 16; z->nslots < 2 * n; z->nslots *= 2)
 		;
 	z->slots = calloc(z->nslots, sizeof(*z->slots));
+	if (z->ents)
+		pt_populate(z->ents, (n ? (size_t)n : 1) * sizeof(*z->ents));
+	if (z->names)
+		pt_populate(z->names, (size_t)z->info.cd_size);
 	if (!z->ents || !z->names || !z->slots)
 		return pt_fail(err, -ENOMEM,
 			       "zip: out of memory indexing %llu entries",

@@ -74,6 +74,7 @@ void *pt__alloc(struct pt_ckpt *ck, size_t n)
 		b = malloc(sizeof(*b) + PT_BLK_SIZE);
 		if (!b)
 			return NULL;
+		pt_populate(b, sizeof(*b) + PT_BLK_SIZE);
 		b->used = 0;
 		b->size = PT_BLK_SIZE;
 		b->next = ck->blks;

@@ -1007,26 +1007,26 @@ int pt__classify(struct pt_ckpt *ck, struct pt_error *err)
 	return pt__classify_value(ck, ck->root, err);
 }
 
-int pt__classify_value(struct pt_ckpt *ck, struct pt_value *root,
-		       struct pt_error *err)
+/* The walk, on stack @s (empty, kept for the next walk). */
+static int classify_walk(struct pt_ckpt *ck, struct pt_value *root,
+			 struct pt_vstack *s, struct pt_error *err)
 {
-	struct pt_vstack st = { 0 };
 	int rc = 0;
 
-	if (pt_vstack_push(&st, root))
+	if (pt_vstack_push(s, root))
 		return pt_fail(err, -ENOMEM, "out of memory");
-	while (st.n > 0) {
-		struct pt_value *v = st.v[st.n - 1];
+	while (s->n > 0) {
+		struct pt_value *v = s->v[s->n - 1];
 
 		if (v->aux16 == PT_C_ARGPID) {
-			st.n--;
+			s->n--;
 			rc = visit_arg_pid(ck, v, err);
 			if (rc)
 				break;
 			continue;
 		}
 		if (v->aux16 != PT_C_UNSET && v->aux16 != PT_C_BUSY) {
-			st.n--;
+			s->n--;
 			continue;
 		}
 		if (v->aux16 == PT_C_UNSET) {
@@ -1036,19 +1036,29 @@ int pt__classify_value(struct pt_ckpt *ck, struct pt_value *root,
 			v->aux16 = PT_C_BUSY;
 			if (pid)
 				pid->aux16 = PT_C_ARGPID;
-			if (pt_vstack_push_values(&st, v)) {
+			if (pt_vstack_push_values(s, v)) {
 				rc = pt_fail(err, -ENOMEM, "out of memory");
 				break;
 			}
 			continue;
 		}
 		/* second visit: children are done */
-		st.n--;
+		s->n--;
 		v->aux16 = PT_C_UNSET;
 		rc = classify_one(ck, v, err);
 		if (rc)
 			break;
 	}
+	s->n = 0;
+	return rc;
+}
+
+int pt__classify_value(struct pt_ckpt *ck, struct pt_value *root,
+		       struct pt_error *err)
+{
+	struct pt_vstack st = { 0 };
+	int rc = classify_walk(ck, root, &st, err);
+
 	pt_vstack_free(&st);
 	return rc;
 }
@@ -1068,7 +1078,7 @@ int pt__classify_reduce(void *ctx, struct pt_value *v, struct pt_error *err)
 
 	if (v->aux16 != PT_C_UNSET || !rebuild_pid(v))
 		return 0;
-	rc = pt__classify_value(ck, v, err);
+	rc = classify_walk(ck, v, &ck->lean_stack, err);
 	if (rc)
 		return rc;
 	return v->aux16 == PT_C_TENSOR;

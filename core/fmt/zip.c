@@ -283,6 +283,7 @@ static int zip_open(struct pt_ckpt *ck, struct pt_error *err)
 	rc = pt__load_pickle_lean(ck, buf, len, "data.pkl",
 				  pkl->method == PT_ZIP_STORED ? pkl->data_off : UINT64_MAX,
 				  &ck->root, pt__classify_reduce, err);
+	pt_vstack_free(&ck->lean_stack);
 	if (rc == 0 && ck->kind_name)
 		ts_note_class(ck);
 	return rc;

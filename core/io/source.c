@@ -6,6 +6,8 @@
  */
 #include "io/source.h"
 
+#include "base/buf.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +48,7 @@ int pt_source_dup(const struct pt_source *s, uint64_t off, size_t n,
 	b = malloc(n + 1);
 	if (!b)
 		return pt_fail(err, -ENOMEM, "out of memory reading %zu bytes", n);
+	pt_populate(b, n);
 	rc = pt_source_read(s, b, n, off, err);
 	if (rc) {
 		free(b);
