@@ -690,6 +690,11 @@ static void ptfs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 		fuse_reply_data(req, &bv, FUSE_BUF_SPLICE_MOVE);
 		return;
 	}
+	if (pt_node_bytes(n)) {
+		/* held in memory (tree.json...): sent from where it is */
+		fuse_reply_buf(req, (const char *)pt_node_bytes(n) + off, size);
+		return;
+	}
 	buf = malloc(size ? size : 1);
 	if (!buf) {
 		fuse_reply_err(req, ENOMEM);

@@ -70,6 +70,11 @@ static bool pt_buf_reserve(struct pt_buf *b, size_t n)
 	return true;
 }
 
+void pt_buf_expect(struct pt_buf *b, size_t n)
+{
+	(void)pt_buf_reserve(b, n);
+}
+
 void pt_buf_add(struct pt_buf *b, const void *p, size_t n)
 {
 	if (!pt_buf_reserve(b, n))

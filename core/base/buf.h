@@ -21,6 +21,10 @@ struct pt_buf {
 
 /* An empty buffer (no allocation yet). */
 void pt_buf_init(struct pt_buf *b);
+
+/* Room for @n more bytes now (a size known ahead: one allocation instead
+ * of doublings); a hint, an allocation failure shows later as oom. */
+void pt_buf_expect(struct pt_buf *b, size_t n);
 /* Free the bytes; the buffer is empty again. */
 void pt_buf_free(struct pt_buf *b);
 /* Append @n bytes at @p, a NUL-terminated string, one byte, or printf()

@@ -182,6 +182,11 @@ int pt_tree_walk(struct pt_ckpt *ck, struct pt_node *top, const char *top_path,
 /* Resolve a '/'-separated path from the root (no symlinks followed). */
 struct pt_node *pt_tree_path(struct pt_ckpt *ck, const char *path, int *rc);
 
+/* The contents of @node when they are held in memory (text, bytes, links,
+ * generated files: pt_node_read() would copy them from here), valid until
+ * the checkpoint is closed; NULL for every other file. */
+const uint8_t *pt_node_bytes(const struct pt_node *node);
+
 /*
  * Read @n bytes at @off of file (or link target) @node into @buf.  Returns
  * the bytes read (short only at the end of the file) or a negative errno

@@ -354,17 +354,18 @@ static void slot_put(uint32_t *slots, size_t nslots, const struct dent *e)
 	slots[i] = slot_of(nslots, e);
 }
 
-/* Room for one more entry in the name index; false when out of memory. */
-static bool tab_reserve(struct dtab *d)
+/* Room for @want entries in the name index; false when out of memory. */
+static bool tab_room(struct dtab *d, size_t want)
 {
 	uint32_t *slots;
 	size_t ns, i;
 
-	if (2 * (d->n + 1) <= d->nslots)
+	if (2 * want <= d->nslots)
 		return true;
-	if (d->n >= UINT32_MAX / 4)
+	if (want >= UINT32_MAX / 4)
 		return false;
-	ns = d->nslots ? 2 * d->nslots : 16;
+	for (ns = d->nslots ? 2 * d->nslots : 16; ns < 2 * want; ns *= 2)
+		;
 	slots = calloc(ns, sizeof(*slots));
 	if (!slots)
 		return false;
@@ -374,6 +375,32 @@ static bool tab_reserve(struct dtab *d)
 	d->slots = slots;
 	d->nslots = ns;
 	return true;
+}
+
+static bool tab_reserve(struct dtab *d)
+{
+	return tab_room(d, d->n + 1);
+}
+
+/*
+ * About @more entries are coming (the items of a dict or a list): size
+ * the listing and the name index for them at once, instead of doubling
+ * both ~15 times for 40,000 entries (each a copy into fresh pages).
+ * Only a hint: false when out of memory, and the caller goes on.
+ */
+static bool tab_expect(struct dtab *d, size_t more)
+{
+	size_t want = d->n + more;
+	void *q;
+
+	if (more > ((size_t)1 << 24) || want <= d->cap)
+		return tab_room(d, want);
+	q = realloc(d->ents, want * sizeof(*d->ents));
+	if (!q)
+		return false;
+	d->ents = q;
+	d->cap = want;
+	return tab_room(d, want);
 }
 
 /* Add an entry named @name (@len bytes, already encoded, not yet in the
@@ -635,6 +662,7 @@ static int add_pairs(struct dtab *d, const struct pt_vseq *kv)
 	size_t i;
 	int rc;
 
+	(void)tab_expect(d, kv->n);     /* a tensor takes NAME and NAME.json */
 	for (i = 0; i + 1 < kv->n; i += 2) {
 		rc = add_keyed(d, kv->v[i], kv->v[i + 1]);
 		if (rc)
@@ -866,6 +894,8 @@ static void gen_text(struct pt_ckpt *ck, enum gen g, struct pt_buf *b)
 		pt_ckpt_info(ck, b);
 		break;
 	case GEN_TREE:
+		/* ~400 bytes a tensor: one allocation, not 15 copies */
+		pt_buf_expect(b, 448 * (size_t)ck->n_tensors + 4096);
 		pt_tree_json(ck, b, 1000000);
 		break;
 	case GEN_PICKLE:
@@ -1022,6 +1052,7 @@ static struct pt_node *node_new(struct pt_ckpt *ck, struct pt_node *parent,
 
 static struct dtab *root_table(struct pt_ckpt *ck, int *rc);
 static int build_meta(struct pt_ckpt *ck, struct pt_tree *t);
+static int records_table(struct pt_ckpt *ck, struct dtab **out);
 
 /* The table of /.ptfs, built the first time it is listed or searched:
  * its records folder has one entry per archive record (20,000 for a
@@ -1049,10 +1080,15 @@ static struct dtab *node_tab(struct pt_ckpt *ck, struct pt_node *dir, int *rc)
 		return d;
 	if (dir->role == R_VDIR)
 		return vdir_tab(ck, dir, rc);
-	if (dir == t->root || dir->role == R_META) {
+	if (dir == t->root || dir->role == R_META || dir->role == R_RECDIR) {
 		pthread_mutex_lock(&t->lock);
 		d = dir->u.dir.tab;
-		if (!d) {
+		if (!d && dir->role == R_RECDIR) {
+			/* /.ptfs/records, left for its first use */
+			*rc = records_table(ck, &d);
+			if (*rc)
+				d = NULL;
+		} else if (!d) {
 			d = dir == t->root ? root_table(ck, rc) : meta_table(ck, rc);
 			if (d)
 				__atomic_store_n(&dir->u.dir.tab, d, __ATOMIC_RELEASE);
@@ -1253,6 +1289,15 @@ const char *pt_node_name(const struct pt_node *n)
 struct pt_node *pt_node_parent(const struct pt_node *n)
 {
 	return n->parent;
+}
+
+const uint8_t *pt_node_bytes(const struct pt_node *node)
+{
+	if (node->type == PT_NT_DIR || node_pic(node) ||
+	    node->role == R_RECORD || node->role == R_JSON ||
+	    node->role == R_VFILE)
+		return NULL;
+	return node_data(node);
 }
 
 ssize_t pt_node_read(struct pt_ckpt *ck, struct pt_node *node, void *buf,
@@ -1742,6 +1787,26 @@ static struct dtab *record_dir(struct dtab *top, const char *rel)
 	return d;
 }
 
+/* The table of /.ptfs/records: one entry per archive record, in folders
+ * of the names' parts.  Call under the tree lock. */
+static int records_table(struct pt_ckpt *ck, struct dtab **out)
+{
+	struct pt_tree *t = ck->tree;
+	struct dtab *recs = tab_new(t);
+	uint64_t i;
+	int rc;
+
+	if (!recs)
+		return -ENOMEM;
+	for (i = 0; i < pt_zip_info(ck->zip)->n_entries; i++) {
+		rc = add_record(t, recs, pt_zip_entry_at(ck->zip, i));
+		if (rc)
+			return rc;
+	}
+	*out = recs;
+	return 0;
+}
+
 static int build_meta(struct pt_ckpt *ck, struct pt_tree *t)
 {
 	struct dtab *recs;
@@ -1795,16 +1860,18 @@ static int build_meta(struct pt_ckpt *ck, struct pt_tree *t)
 	}
 	if (!ck->zip)
 		return 0;
-	recs = tab_new(t);
-	e = recs ? tab_add(t->meta_tab, "records", 7, R_RECDIR, NULL) : NULL;
+	e = tab_add(t->meta_tab, "records", 7, R_RECDIR, NULL);
 	if (!e)
 		return -ENOMEM;
-	e->sub = recs;
-	for (i = 0; i < pt_zip_info(ck->zip)->n_entries; i++) {
-		rc = add_record(t, recs, pt_zip_entry_at(ck->zip, i));
-		if (rc)
-			return rc;
-	}
+	for (i = 0; i < (uint64_t)ck->n_meta_dirs; i++)
+		if (ck->meta_dirs[i].records)
+			break;
+	if (i == (uint64_t)ck->n_meta_dirs)
+		return 0;       /* no shortcuts into it: made on first use */
+	rc = records_table(ck, &e->sub);
+	if (rc)
+		return rc;
+	recs = e->sub;
 	/* shortcuts to record folders (/.ptfs/code, /.ptfs/extra) */
 	for (i = 0; i < (uint64_t)ck->n_meta_dirs; i++) {
 		const struct pt_meta_dir *md = &ck->meta_dirs[i];
