@@ -805,7 +805,8 @@ static void ptfs_op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
  * size is not the tensor's, the change cannot be committed (a tensor
  * cannot change size): drop it and fail the close with EINVAL.
  */
-/* A generated file was forgotten: drop the kernel's attributes and pages. */
+/* A generated file was forgotten, or metadata states moved offsets: drop
+ * the kernel's attributes and pages. */
 static void drop_gen_cache(void *ctx, struct pt_node *n)
 {
 	struct ptfs *fs = ctx;
@@ -903,11 +904,14 @@ static void ptfs_op_release(fuse_req_t req, fuse_ino_t ino,
 }
 
 /* Commit every pending change; 0 or a negative errno (-EINVAL: a file
- * whose size differs from its tensor's; -ENOSPC, -EDQUOT; else -EIO). */
-static int commit_all(struct ptfs *fs, const char *why)
+ * whose size differs from its tensor's; -ENOSPC, -EDQUOT; else -EIO).
+ * @live: the session loop runs (the kernel's caches are worth keeping
+ * right). */
+static int commit_all(struct ptfs *fs, const char *why, bool live)
 {
 	struct pt_error err;
 	struct wfile *w, *tmp;
+	uint64_t layout;
 	int rc;
 
 	if (!ov_any_dirty(fs->ov))
@@ -922,7 +926,20 @@ static int commit_all(struct ptfs *fs, const char *why)
 	}
 	pthread_mutex_unlock(&fs->wlock);
 	pt_error_clear(&err);
+	layout = pt_ckpt_layout_gen(fs->ck);
+	ptfs_push_pause(fs->push);
 	rc = ov_commit(fs->ov, &err);
+	/*
+	 * Records moved (the rewriter on an archive not in torch's layout):
+	 * sidecars, tree.json and info.txt state other offsets and sizes
+	 * now, and the kernel keeps what it read or was pushed for a day
+	 * (PTFS_TIMEOUT, keep_cache).  Made again and dropped before fsync
+	 * returns, with no lock of ours held (a drop may wait for a READ).
+	 * Without a loop (unmount) nobody reads them again.
+	 */
+	if (rc == 0 && live && pt_ckpt_layout_gen(fs->ck) != layout)
+		pt_tree_relayout(fs->ck, drop_gen_cache, fs);
+	ptfs_push_resume(fs->push);
 	if (rc) {
 		fuse_log(FUSE_LOG_ERR, "ptfs: %s: commit on %s failed, checkpoint unchanged, changes kept: %s\n",
 			 fs->ckpath, why, err.msg);
@@ -941,7 +958,7 @@ static void ptfs_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 	(void)ino;
 	(void)datasync;
 	(void)fi;
-	fuse_reply_err(req, -commit_all(fs_of(req), "fsync"));
+	fuse_reply_err(req, -commit_all(fs_of(req), "fsync", true));
 }
 
 static void ptfs_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
@@ -1486,7 +1503,7 @@ int ptfs_mount_main(int argc, char **argv)
 	/* the loop returns the signal number after SIGTERM/SIGINT/SIGHUP */
 	rc = rc >= 0 ? PTFS_EXIT_OK : PTFS_EXIT_ERROR;
 	/* unmount, or SIGTERM/SIGINT: commit what is pending */
-	if (commit_all(&fs, "unmount") != 0)
+	if (commit_all(&fs, "unmount", false) != 0)
 		rc = PTFS_EXIT_ERROR;
 	fuse_session_unmount(se);
 	fuse_remove_signal_handlers(se);

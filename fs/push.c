@@ -25,6 +25,12 @@
  * sidecar pushes PUSH_MIN.  Cost: one page of page cache per pushed
  * sidecar, what reading it would cost anyway, and ~2 us of a worker
  * thread per file instead of a round trip of the reader.
+ *
+ * A commit that moves records changes the offsets the sidecars state; the
+ * mount then drops the kernel's copies (pt_tree_relayout).  A text made
+ * before that must not be stored after it: nothing is pushed while a
+ * commit runs (ptfs_push_pause), and a store that a commit began during
+ * is dropped again at once, since its drop may have come first.
  */
 #include "push.h"
 
@@ -47,6 +53,8 @@ struct ptfs_push {
 	pthread_mutex_t lock;           /* guards pending and running */
 	struct pt_node *pending;        /* a miss to push after */
 	bool running;                   /* a worker is pushing */
+	unsigned commits;               /* running now (atomic) */
+	uint64_t gen;                   /* begun so far (atomic) */
 	/* the pushing worker's own: */
 	uint64_t last_ms;               /* when the last window was pushed */
 	size_t win;                     /* its size */
@@ -73,16 +81,25 @@ struct ptfs_push *ptfs_push_new(struct fuse_session *se, struct pt_ckpt *ck)
 static bool store(struct ptfs_push *p, struct pt_node *n)
 {
 	struct fuse_bufvec bv = FUSE_BUFVEC_INIT(0);
+	/* gen before commits: a commit counts itself in first */
+	uint64_t gen = __atomic_load_n(&p->gen, __ATOMIC_SEQ_CST);
+	/* a sidecar is never the root: its inode number is its address
+	 * (mount.c, ino_of()) */
+	fuse_ino_t ino = (fuse_ino_t)(uintptr_t)n;
 	int rc;
 
+	if (__atomic_load_n(&p->commits, __ATOMIC_SEQ_CST))
+		return true;
 	p->json.len = 0;
 	if (!pt_node_tensor_json(p->ck, n, &p->json) || p->json.oom)
 		return !p->json.oom;
+	if (__atomic_load_n(&p->gen, __ATOMIC_SEQ_CST) != gen)
+		return true;
 	bv.buf[0].size = p->json.len;
 	bv.buf[0].mem = p->json.p;
-	/* a sidecar is never the root: its inode number is its address
-	 * (mount.c, ino_of()) */
-	rc = fuse_lowlevel_notify_store(p->se, (fuse_ino_t)(uintptr_t)n, 0, &bv, 0);
+	rc = fuse_lowlevel_notify_store(p->se, ino, 0, &bv, 0);
+	if (__atomic_load_n(&p->gen, __ATOMIC_SEQ_CST) != gen)
+		fuse_lowlevel_notify_inval_inode(p->se, ino, 0, 0);
 	/* -ENOENT: the kernel has forgotten that file; go on */
 	return rc == 0 || rc == -ENOENT;
 }
@@ -101,6 +118,8 @@ static void push_window(struct ptfs_push *p, struct pt_node *n)
 	uint64_t now = now_ms();
 	size_t got, i;
 
+	if (__atomic_load_n(&p->commits, __ATOMIC_SEQ_CST))
+		return;                 /* none marked pushed meanwhile */
 	if (p->last_ms && now - p->last_ms <= PUSH_IDLE_MS)
 		p->win = p->win < PUSH_MAX ? 2 * p->win : PUSH_MAX;
 	else
@@ -137,6 +156,20 @@ void ptfs_push_after(struct ptfs_push *p, struct pt_node *n)
 	}
 	p->running = false;
 	pthread_mutex_unlock(&p->lock);
+}
+
+void ptfs_push_pause(struct ptfs_push *p)
+{
+	if (!p)
+		return;
+	__atomic_add_fetch(&p->commits, 1, __ATOMIC_SEQ_CST);
+	__atomic_add_fetch(&p->gen, 1, __ATOMIC_SEQ_CST);
+}
+
+void ptfs_push_resume(struct ptfs_push *p)
+{
+	if (p)
+		__atomic_sub_fetch(&p->commits, 1, __ATOMIC_SEQ_CST);
 }
 
 void ptfs_push_free(struct ptfs_push *p)

@@ -27,6 +27,15 @@ struct ptfs_push *ptfs_push_new(struct fuse_session *se, struct pt_ckpt *ck);
  */
 void ptfs_push_after(struct ptfs_push *p, struct pt_node *n);
 
+/*
+ * Around a commit, and the dropping of the kernel's copies of what it
+ * moved (pt_tree_relayout): nothing is pushed in between, and a store
+ * that was under way when it began is dropped again.  Pauses may
+ * overlap; @p may be NULL.
+ */
+void ptfs_push_pause(struct ptfs_push *p);
+void ptfs_push_resume(struct ptfs_push *p);
+
 void ptfs_push_free(struct ptfs_push *p);
 
 #endif /* PTFS_FS_PUSH_H */

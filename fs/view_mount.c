@@ -143,7 +143,7 @@ static int stats_fill(void *ctx, struct pt_ckpt *ck, struct pt_vdir *d, struct p
 		pt_buf_init(&rel);
 		pt_buf_printf(&rel, "%s.json", items[i].path);
 		f->rel = pt_buf_take(&rel, NULL);
-		vf = (struct pt_vfile){ f->size, stat_read, NULL, stat_free, f };
+		vf = (struct pt_vfile){ f->size, stat_read, NULL, stat_free, f, NULL };
 		rc = f->rel && f->size ? pt_vdir_add(d, f->rel, &vf) : -ENOMEM;
 		if (rc) {
 			stat_free(f);

@@ -343,18 +343,33 @@ const char *pt_ckpt_recovery(const struct pt_ckpt *ck)
 	return ck->recovery;
 }
 
+/* Whether a record's data starts elsewhere in @fresh than in @z. */
+static bool records_moved(const struct pt_zip *z, const struct pt_zip *fresh)
+{
+	uint64_t i, n = pt_zip_info(z)->n_entries;
+
+	if (pt_zip_info(fresh)->n_entries != n)
+		return true;
+	for (i = 0; i < n; i++)
+		if (pt_zip_entry_at(z, i)->data_off != pt_zip_entry_at(fresh, i)->data_off)
+			return true;
+	return false;
+}
+
 /*
  * The ZIP64 rewriter may have moved records (an archive not in torch's
  * layout, e.g. written by Python's zipfile): index the new file and move
  * every storage and pickle offset with its record.  The commit is done
- * whatever happens here: a problem is a warning.
+ * whatever happens here: a problem is a warning.  True when some record
+ * did move (a torch archive is written again in its own layout).
  */
-static void reindex_after_commit(struct pt_ckpt *ck)
+static bool reindex_after_commit(struct pt_ckpt *ck)
 {
 	struct pt_error err;
 	struct pt_zip *fresh = NULL;
 	uint64_t **offs;
 	size_t n = 0;
+	bool moved = false;
 
 	pt_error_clear(&err);
 	offs = calloc((size_t)ck->n_storages + (size_t)ck->n_pickles + 1, sizeof(*offs));
@@ -362,6 +377,7 @@ static void reindex_after_commit(struct pt_ckpt *ck)
 		struct pt_storage *s, *tmp;
 		int k;
 
+		moved = records_moved(ck->zip, fresh);
 		HASH_ITER(hh, ck->storages, s, tmp)
 			if (s->kind == PT_ST_FILE && !s->home)
 				offs[n++] = &s->file_off;
@@ -375,12 +391,14 @@ static void reindex_after_commit(struct pt_ckpt *ck)
 		pt__warn(ck, "after the commit: %s; remount to read the new file", err.msg);
 	pt_zip_close(fresh);
 	free(offs);
+	return moved;
 }
 
 int pt_ckpt_commit(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
 		   struct pt_error *err)
 {
 	struct pt_error e2;
+	uint64_t size = ck->src->size;
 	size_t i;
 	int rc;
 
@@ -401,12 +419,15 @@ int pt_ckpt_commit(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
 	 * Renamed or patched: that is the commit, and it is never reported
 	 * as failed from here on.  Read the new file through the same
 	 * descriptor number; after the rewriter moved records, index it
-	 * again.  A problem is a warning (the mount logs it).
+	 * again.  A problem is a warning (the mount logs it).  What states
+	 * offsets or the file's size (NAME.json, tree.json, info.txt) is
+	 * then out of date: counted for pt_tree_relayout()'s callers.
 	 */
 	pt_error_clear(&e2);
 	if (pt_source_reopen(ck->src, &e2) != 0)
 		pt__warn(ck, "after the commit: %s; remount to read the new file", e2.msg);
-	else if (ck->commit_moved && ck->zip)
-		reindex_after_commit(ck);
+	else if (ck->commit_moved && ck->zip &&
+		 (reindex_after_commit(ck) || ck->src->size != size))
+		__atomic_add_fetch(&ck->layout_gen, 1, __ATOMIC_RELEASE);
 	return 0;
 }

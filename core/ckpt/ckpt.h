@@ -287,6 +287,11 @@ void pt_ckpt_set_storage_hook(struct pt_ckpt *ck, pt_storage_hook fn,
  * bytes written"), or "" before any. */
 const char *pt_ckpt_last_commit(const struct pt_ckpt *ck);
 
+/* How many commits so far moved records or changed the file's size (the
+ * ZIP64 rewriter on an archive not in torch's layout): when it grew, what
+ * was made from the old layout is out of date (pt_tree_relayout()). */
+uint64_t pt_ckpt_layout_gen(const struct pt_ckpt *ck);
+
 /* What opening did about an interrupted commit's journal (one line: rolled
  * back, removed, set aside), or "". */
 const char *pt_ckpt_recovery(const struct pt_ckpt *ck);
@@ -377,6 +382,10 @@ struct pt_vfile {
 		       uint64_t *file_off);
 	void (*free)(void *ctx);
 	void *ctx;
+	/* Optional, for contents that state offsets in the checkpoint: make
+	 * them again after a commit moved records (pt_tree_relayout());
+	 * returns the new size.  Reads may run meanwhile. */
+	uint64_t (*remake)(void *ctx);
 };
 
 struct pt_vdir;
@@ -421,6 +430,19 @@ bool pt_node_lazy_size(const struct pt_node *n);
  * for each of them (the front end drops the kernel's caches). */
 void pt_ckpt_pictures_reset(struct pt_ckpt *ck,
 			    void (*fn)(void *ctx, struct pt_node *n), void *ctx);
+
+/*
+ * A commit moved records (pt_ckpt_layout_gen() grew): make again what
+ * states offsets or the file's size -- the size of every NAME.json made so
+ * far (their text is made for each read), /.ptfs/tree.json and info.txt
+ * if made, generated files with a remake op -- and call @fn(@ctx, n),
+ * outside every lock, for each such node made so far (the front end drops
+ * the kernel's caches of them).  Sidecars may be returned again by
+ * pt_tree_next_sidecars().  Cost: a look at every node made so far, and
+ * the JSON of each sidecar and generated file among them.
+ */
+void pt_tree_relayout(struct pt_ckpt *ck,
+		      void (*fn)(void *ctx, struct pt_node *n), void *ctx);
 
 /* pt_nattr.id of any node, without making a picture. */
 uint64_t pt_node_id(const struct pt_node *n);

@@ -219,6 +219,8 @@ struct pt_ckpt {
 	bool no_clone;                  /* FICLONE failed here once */
 	bool commit_moved;              /* the last commit may have moved
 					 * records (ZIP64 rewriter): reindex */
+	uint64_t layout_gen;            /* commits that did move records or
+					 * change the size (pt_ckpt_layout_gen) */
 	struct pt_buf globals;          /* " module.name," for each global */
 	char *version;                  /* "version" record, trimmed */
 	struct pt_meta_file meta_files[PT_MAX_META_FILES]; /* extra /.ptfs files */

@@ -177,6 +177,8 @@ struct pt_tree {
 	void *vfill_ctx[PT_VDIRS];
 	size_t n_vdirs;
 	pthread_mutex_t vlock;          /* one fill at a time */
+	pthread_mutex_t glock;          /* R_GEN contents and sizes, which
+					 * pt_tree_relayout() swaps */
 	pt_picture_fn pic_fn;           /* makes NAME.png (issue 15) */
 	void *pic_ctx;
 	bool previews;                  /* NAME.png beside tensors */
@@ -1111,6 +1113,7 @@ static struct pt_node *child_at(struct pt_ckpt *ck, struct pt_node *dir,
 	struct pt_node *n;
 	char *gen = NULL;
 	size_t gen_len = 0;
+	uint64_t layout = 0;
 
 	if (kids) {
 		n = __atomic_load_n(&kids[i], __ATOMIC_ACQUIRE);
@@ -1124,9 +1127,11 @@ static struct pt_node *child_at(struct pt_ckpt *ck, struct pt_node *dir,
 		*rc = -EFBIG;
 		return NULL;
 	}
+again:
 	if (d->ents[i]->role == R_GEN) {
 		struct pt_buf b;
 
+		layout = pt_ckpt_layout_gen(ck);
 		pt_buf_init(&b);
 		gen_text(ck, d->ents[i]->gen, &b);
 		if (b.oom) {
@@ -1137,6 +1142,14 @@ static struct pt_node *child_at(struct pt_ckpt *ck, struct pt_node *dir,
 		gen = pt_buf_take(&b, &gen_len);
 	}
 	pthread_mutex_lock(&t->lock);
+	if (gen && pt_ckpt_layout_gen(ck) != layout) {
+		/* a commit moved records meanwhile, and pt_tree_relayout()
+		 * may have looked for this node already: make it again */
+		pthread_mutex_unlock(&t->lock);
+		free(gen);
+		gen = NULL;
+		goto again;
+	}
 	if (!dir->u.dir.kids) {
 		kids = calloc(d->n ? d->n : 1, sizeof(*kids));
 		if (!kids) {
@@ -1336,6 +1349,17 @@ ssize_t pt_node_read(struct pt_ckpt *ck, struct pt_node *node, void *buf,
 	if (node->role == R_VFILE) {
 		int rc = node_vf(node)->read(node_vf(node)->ctx, buf, n, off, err);
 		return rc ? rc : (ssize_t)n;
+	}
+	if (node->role == R_GEN) {
+		/* tree.json may be made again meanwhile (pt_tree_relayout) */
+		pthread_mutex_lock(&ck->tree->glock);
+		if (off >= node->size)
+			n = 0;
+		else if (n > node->size - off)
+			n = (size_t)(node->size - off);
+		memcpy(buf, node_data(node) + off, n);
+		pthread_mutex_unlock(&ck->tree->glock);
+		return (ssize_t)n;
 	}
 	memcpy(buf, node_data(node) + off, n);
 	return (ssize_t)n;
@@ -1902,6 +1926,7 @@ int pt__tree_new(struct pt_ckpt *ck, struct pt_error *err)
 		return pt_fail(err, -ENOMEM, "out of memory");
 	pthread_mutex_init(&t->lock, NULL);
 	pthread_mutex_init(&t->vlock, NULL);
+	pthread_mutex_init(&t->glock, NULL);
 	t->nested = ck->opts.nested;
 	t->previews = ck->opts.previews;
 	ck->tree = t;
@@ -1988,6 +2013,7 @@ void pt__tree_free(struct pt_ckpt *ck)
 	}
 	free(t->vfiles);
 	pthread_mutex_destroy(&t->vlock);
+	pthread_mutex_destroy(&t->glock);
 	free(t->tabs);
 	free(t->texts);
 	pthread_mutex_destroy(&t->lock);
@@ -2488,7 +2514,7 @@ static size_t index_in_parent(const struct pt_node *n)
  * nothing is built and no lock is taken (published pointers are read
  * with acquire loads, as in child_at()).  Every step is one entry, at
  * most @max_steps of them.  The caller serialises calls: `pushed` is
- * only read and written here.
+ * only set here (and cleared by pt_tree_relayout()).
  */
 size_t pt_tree_next_sidecars(struct pt_node *from, struct pt_node **out,
 			     size_t max, size_t max_steps)
@@ -2508,10 +2534,9 @@ size_t pt_tree_next_sidecars(struct pt_node *from, struct pt_node **out,
 			if (!n)
 				continue;
 			if (n->role == R_JSON) {
-				if (!n->pushed) {
-					n->pushed = true;
+				/* pt_tree_relayout() clears it */
+				if (!__atomic_exchange_n(&n->pushed, true, __ATOMIC_RELAXED))
 					out[got++] = n;
-				}
 			} else if (n->type == PT_NT_DIR && n->role != R_META &&
 				   __atomic_load_n(&n->u.dir.kids, __ATOMIC_ACQUIRE)) {
 				dir = n;
@@ -2526,4 +2551,138 @@ size_t pt_tree_next_sidecars(struct pt_node *from, struct pt_node **out,
 		dir = dir->parent;
 	}
 	return got;
+}
+
+/* ---- after a commit that moved records ---- */
+
+/* Which text R_GEN node @n holds (pickle.txt for none). */
+static enum gen gen_of(const struct pt_tree *t, const struct pt_node *n)
+{
+	const struct dent *e;
+
+	if (n->role != R_GEN || !t->meta_tab)
+		return GEN_PICKLE;
+	e = tab_find(t->meta_tab, n->name, strlen(n->name));
+	return e ? e->gen : GEN_PICKLE;
+}
+
+/* Make /.ptfs/@n (tree.json, info.txt) again and swap it in: its readers
+ * hold glock (pt_node_read).  Outside the tree lock: tree.json walks the
+ * tree, which takes it. */
+static void regen(struct pt_ckpt *ck, struct pt_node *n)
+{
+	struct pt_tree *t = ck->tree;
+	struct pt_buf b;
+	const uint8_t *old;
+	size_t i, len;
+	char *s;
+
+	pt_buf_init(&b);
+	gen_text(ck, gen_of(t, n), &b);
+	if (b.oom) {
+		pt_buf_free(&b);
+		return;                 /* the old text stays */
+	}
+	s = pt_buf_take(&b, &len);
+	pthread_mutex_lock(&t->lock);
+	pthread_mutex_lock(&t->glock);
+	old = n->u.data;
+	for (i = 0; i < t->n_texts && t->texts[i] != (const char *)old; i++)
+		;
+	if (s && i < t->n_texts) {
+		t->texts[i] = s;
+		n->u.data = (const uint8_t *)s;
+		__atomic_store_n(&n->size, len, __ATOMIC_RELAXED);
+		s = (char *)(uintptr_t)old;
+	}
+	pthread_mutex_unlock(&t->glock);
+	pthread_mutex_unlock(&t->lock);
+	free(s);
+}
+
+/* Generated files with a remake op make their contents again; under
+ * vlock, so that a fill begun before the commit has added its files. */
+static void remake_vfiles(struct pt_tree *t)
+{
+	struct pt_vfile **vfs;
+	uint64_t *sizes;
+	size_t i, n;
+
+	pthread_mutex_lock(&t->vlock);
+	pthread_mutex_lock(&t->lock);
+	n = t->n_vfiles;
+	vfs = malloc((n ? n : 1) * sizeof(*vfs));
+	if (vfs && n)
+		memcpy(vfs, t->vfiles, n * sizeof(*vfs));
+	pthread_mutex_unlock(&t->lock);
+	sizes = malloc((n ? n : 1) * sizeof(*sizes));
+	/* outside the tree lock: they read tensors, not the tree */
+	for (i = 0; vfs && sizes && i < n; i++)
+		sizes[i] = vfs[i]->remake ? vfs[i]->remake(vfs[i]->ctx) : vfs[i]->size;
+	pthread_mutex_lock(&t->lock);
+	for (i = 0; vfs && sizes && i < n; i++)
+		vfs[i]->size = sizes[i];        /* for nodes made later */
+	pthread_mutex_unlock(&t->lock);
+	pthread_mutex_unlock(&t->vlock);
+	free(sizes);
+	free(vfs);
+}
+
+/*
+ * Of the nodes made so far, those whose contents or size may state the old
+ * layout, into a malloc()ed array; their sizes are set again meanwhile.
+ * A sidecar's text is made for each read, from the offsets the commit has
+ * moved already: only its size was kept.  pickle.txt states no offset.
+ */
+static struct pt_node **relaid_nodes(struct pt_ckpt *ck, size_t *count)
+{
+	struct pt_tree *t = ck->tree;
+	struct pt_node **v;
+	struct node_blk *b;
+	size_t i, n = 0, cap = 0;
+
+	pthread_mutex_lock(&t->lock);
+	for (b = t->blks; b; b = b->next)
+		cap += b->used;
+	v = malloc((cap ? cap : 1) * sizeof(*v));
+	for (b = t->blks; v && b; b = b->next) {
+		for (i = 0; i < b->used; i++) {
+			struct pt_node *x = &b->n[i];
+
+			if (x->role == R_JSON) {
+				t->scratch.len = 0;
+				pt__tensor_json(ck, node_tensor(x), &t->scratch);
+				if (!t->scratch.oom)
+					__atomic_store_n(&x->size, t->scratch.len, __ATOMIC_RELAXED);
+				/* pushed with the old text: push it again */
+				__atomic_store_n(&x->pushed, false, __ATOMIC_RELAXED);
+			} else if (x->role == R_VFILE && node_vf(x)->remake) {
+				__atomic_store_n(&x->size, node_vf(x)->size, __ATOMIC_RELAXED);
+			} else if (gen_of(t, x) == GEN_PICKLE) {
+				continue;
+			}
+			v[n++] = x;
+		}
+	}
+	pthread_mutex_unlock(&t->lock);
+	*count = n;
+	return v;
+}
+
+/* The front end's @fn comes last, without a lock: dropping a kernel cache
+ * may wait for a request that needs one. */
+void pt_tree_relayout(struct pt_ckpt *ck,
+		      void (*fn)(void *ctx, struct pt_node *n), void *ctx)
+{
+	struct pt_node **v;
+	size_t i, n = 0;
+
+	remake_vfiles(ck->tree);
+	v = relaid_nodes(ck, &n);
+	for (i = 0; v && i < n; i++)
+		if (v[i]->role == R_GEN)
+			regen(ck, v[i]);
+	for (i = 0; v && fn && i < n; i++)
+		fn(ctx, v[i]);
+	free(v);
 }

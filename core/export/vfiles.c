@@ -9,6 +9,7 @@
  * lie in one contiguous tensor are offered as extents (zero copy).
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,8 +38,16 @@ struct npy_vf {
 	size_t hlen;
 };
 
+/* PATH.json of an .npy: the sidecar's text, which states where the
+ * tensor lies in the checkpoint, so a commit that moves records has it
+ * made again (text_remake) while reads go on. */
 struct text_vf {
+	pthread_mutex_t mu;             /* guards p and len */
 	char *p;
+	size_t len;
+	struct pt_ckpt *ck;
+	struct pt_node *node;
+	struct pt_npy np;
 };
 
 /* Bytes [@rel, @rel + @n) of @node in elements of @unit bytes,
@@ -214,17 +223,55 @@ static void npy_free(void *ctx)
 static int text_read(void *ctx, void *buf, size_t n, uint64_t off,
 		     struct pt_error *err)
 {
-	const struct text_vf *v = ctx;
+	struct text_vf *v = ctx;
+	size_t k;
 
 	(void)err;
-	memcpy(buf, v->p + off, n);
+	pthread_mutex_lock(&v->mu);
+	/* a read sized before a remake may ask for more than there is */
+	k = off < v->len ? (size_t)(v->len - off) : 0;
+	k = k < n ? k : n;
+	memcpy(buf, v->p + off, k);
+	memset((char *)buf + k, 0, n - k);
+	pthread_mutex_unlock(&v->mu);
 	return 0;
+}
+
+static char *text_make(struct text_vf *v, size_t *len)
+{
+	struct pt_buf b;
+
+	pt_buf_init(&b);
+	pt__npy_json(v->ck, v->node, &v->np, &b);
+	if (b.oom) {
+		pt_buf_free(&b);
+		return NULL;
+	}
+	return pt_buf_take(&b, len);
+}
+
+static uint64_t text_remake(void *ctx)
+{
+	struct text_vf *v = ctx;
+	size_t len;
+	char *p = text_make(v, &len);
+
+	pthread_mutex_lock(&v->mu);
+	if (p) {                        /* out of memory: the old text */
+		free(v->p);
+		v->p = p;
+		v->len = len;
+	}
+	len = v->len;
+	pthread_mutex_unlock(&v->mu);
+	return len;
 }
 
 static void text_free(void *ctx)
 {
 	struct text_vf *v = ctx;
 
+	pthread_mutex_destroy(&v->mu);
 	free(v->p);
 	free(v);
 }
@@ -268,7 +315,7 @@ static int add_safetensors(struct pt_ckpt *ck, struct pt_vdir *d,
 		at += v->it[i].ti.nbytes;
 	}
 	free(idx);
-	vf = (struct pt_vfile){ at, st_read, st_extent, st_free, v };
+	vf = (struct pt_vfile){ at, st_read, st_extent, st_free, v, NULL };
 	rc = pt_vdir_add(d, "model.safetensors", &vf);
 	if (rc)
 		st_free(v);
@@ -317,7 +364,7 @@ static int add_npy_one(struct pt_ckpt *ck, struct pt_vdir *d,
 	base = name->len;
 	pt_buf_puts(name, ".npy");
 	vf = (struct pt_vfile){ v->hlen + v->np.data_bytes, npy_read, npy_extent,
-				npy_free, v };
+				npy_free, v, NULL };
 	rc = name->oom ? -ENOMEM : pt_vdir_add(d, name->p, &vf);
 	if (rc) {
 		npy_free(v);
@@ -326,11 +373,13 @@ static int add_npy_one(struct pt_ckpt *ck, struct pt_vdir *d,
 	t = calloc(1, sizeof(*t));
 	if (!t)
 		return -ENOMEM;
-	pt_buf_init(&b);
-	pt__npy_json(ck, it->node, &v->np, &b);
-	vf.size = b.len;
-	t->p = pt_buf_take(&b, NULL);
-	vf = (struct pt_vfile){ vf.size, text_read, NULL, text_free, t };
+	pthread_mutex_init(&t->mu, NULL);
+	t->ck = ck;
+	t->node = it->node;
+	t->np = v->np;
+	t->p = text_make(t, &t->len);
+	vf = (struct pt_vfile){ t->len, text_read, NULL, text_free, t,
+				text_remake };
 	name->len = base;
 	pt_buf_puts(name, ".json");
 	rc = !t->p || name->oom ? -ENOMEM : pt_vdir_add(d, name->p, &vf);

@@ -233,6 +233,94 @@ def test_python_zipfile_mount_rewrite(tmp_path, layout):
     assert tensor_bytes(ck, "w") == new
 
 
+def data_offsets(path):
+    """Where each record's data starts, from the local headers."""
+    out = {}
+    with zipfile.ZipFile(path) as z, open(path, "rb") as f:
+        for info in z.infolist():
+            f.seek(info.header_offset + 26)
+            n, e = struct.unpack("<HH", f.read(4))
+            out[info.filename] = info.header_offset + 30 + n + e
+    return out
+
+
+@needs_fuse
+def test_moved_records_fresh_metadata(tmp_path):
+    """After a commit that moved records, everything that states an offset
+    says the new one, through the same mount: NAME.json (read, or pushed
+    into the kernel's cache ahead of a reader) with its size, tree.json,
+    info.txt's file size, /.ptfs/export/npy/NAME.json (was: the kernel
+    kept the old text and size, and the daemon the old tree.json)."""
+    # 'b' lies at 9951 in Python's layout and at 10048 once the rewriter
+    # aligned the records: its sidecar grows by one digit
+    obj = {"a": torch.zeros(9500, dtype=torch.int8),
+           "b": torch.arange(16, dtype=torch.int32),
+           "c": torch.arange(8, dtype=torch.float64)}
+    src = str(tmp_path / "src.pt")
+    torch.save(obj, src)
+    ck = str(tmp_path / "py.pt")
+    with zipfile.ZipFile(src) as z:
+        recs = [(i.filename, z.read(i.filename)) for i in z.infolist()]
+    with zipfile.ZipFile(ck, "w", zipfile.ZIP_STORED) as w:
+        for name, data in recs:
+            w.writestr(zipfile.ZipInfo(name), data)
+    # torch names the records after the file: src/data/0, ...
+    rec = {k: "src/data/%d" % i for i, k in enumerate(obj)}
+    before = data_offsets(ck)
+
+    def read(mnt, rel):
+        with open(os.path.join(mnt, rel), "rb") as f:
+            data = f.read()
+        assert os.stat(os.path.join(mnt, rel)).st_size == len(data), rel
+        return data
+
+    def offsets_of(mnt, sidecars=obj):
+        """file_offset per tensor, as each generated file states it."""
+        side = {k: json.loads(read(mnt, k + ".json"))["file_offset"]
+                for k in sidecars}
+        tree = {e["path"]: e["tensor"]["file_offset"]
+                for e in json.loads(read(mnt, ".ptfs/tree.json"))["entries"]}
+        npy = {k: json.loads(read(mnt, ".ptfs/export/npy/%s.json" % k))["file_offset"]
+               for k in obj}
+        return side, tree, npy
+
+    with mounted(ck, "-o", "commit=rewrite") as mnt:
+        # the kernel is shown every file; reading a.json then pushes
+        # b.json and c.json into its cache (fs/push.c), unread
+        for k in obj:
+            os.stat(os.path.join(mnt, k + ".json"))
+        side, tree, npy = offsets_of(mnt, ["a"])
+        assert side["a"] == before[rec["a"]]
+        assert tree["b"] == npy["b"] == before[rec["b"]] < 10000
+        info = read(mnt, ".ptfs/info.txt").decode()
+        assert "size: %d bytes" % os.path.getsize(ck) in info
+
+        new = bytes(range(256)) * 37 + bytes(28)
+        with open(os.path.join(mnt, "a"), "r+b") as f:
+            f.write(new)
+            os.fsync(f.fileno())
+        after = data_offsets(ck)
+        assert after[rec["b"]] >= 10000, "the records did not move"
+
+        side, tree, npy = offsets_of(mnt)
+        want = {k: after[rec[k]] for k in obj}
+        assert side == want
+        assert tree == want
+        assert npy == want
+        info = read(mnt, ".ptfs/info.txt").decode()
+        assert "size: %d bytes" % os.path.getsize(ck) in info
+        # the bytes at each stated offset are the tensor's
+        with open(ck, "rb") as f:
+            for k in obj:
+                data = read(mnt, k)
+                f.seek(side[k])
+                assert f.read(len(data)) == data, k
+        assert read(mnt, "a") == new
+    loaded = torch.load(ck, weights_only=True)
+    assert loaded["a"].numpy().tobytes() == new
+    assert torch.equal(loaded["b"], obj["b"]) and torch.equal(loaded["c"], obj["c"])
+
+
 # ---- faults at every step ---------------------------------------------------
 
 REWRITE_STEPS = ["create", "owner", "mode", "write", "copy", "patch", "fsync",
