@@ -644,6 +644,12 @@ static bool checkpoint_changed(struct ptfs *fs)
 	return changed;
 }
 
+static int reply_bytes(void *req, const void *p, size_t n)
+{
+	fuse_reply_buf(req, p, n);
+	return 0;
+}
+
 static void ptfs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 			 off_t off, struct fuse_file_info *fi)
 {
@@ -690,11 +696,9 @@ static void ptfs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 		fuse_reply_data(req, &bv, FUSE_BUF_SPLICE_MOVE);
 		return;
 	}
-	if (pt_node_bytes(n)) {
-		/* held in memory (tree.json...): sent from where it is */
-		fuse_reply_buf(req, (const char *)pt_node_bytes(n) + off, size);
+	/* held in memory (tree.json...): sent from where it is */
+	if (pt_node_send(fs->ck, n, (uint64_t)off, size, reply_bytes, req) != -ENOENT)
 		return;
-	}
 	buf = malloc(size ? size : 1);
 	if (!buf) {
 		fuse_reply_err(req, ENOMEM);

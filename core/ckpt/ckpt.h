@@ -182,10 +182,16 @@ int pt_tree_walk(struct pt_ckpt *ck, struct pt_node *top, const char *top_path,
 /* Resolve a '/'-separated path from the root (no symlinks followed). */
 struct pt_node *pt_tree_path(struct pt_ckpt *ck, const char *path, int *rc);
 
-/* The contents of @node when they are held in memory (text, bytes, links,
- * generated files: pt_node_read() would copy them from here), valid until
- * the checkpoint is closed; NULL for every other file. */
-const uint8_t *pt_node_bytes(const struct pt_node *node);
+/*
+ * When the contents of @node are held in memory (text, bytes, links,
+ * generated files such as tree.json), call @send with its bytes at @off,
+ * at most @n of them, where they are (no copy; a commit cannot swap them
+ * meanwhile), and return what @send returns; -ENOENT for every other
+ * file, which pt_node_read() copies out.
+ */
+int pt_node_send(struct pt_ckpt *ck, struct pt_node *node, uint64_t off,
+		 size_t n, int (*send)(void *ctx, const void *p, size_t n),
+		 void *ctx);
 
 /*
  * Read @n bytes at @off of file (or link target) @node into @buf.  Returns

@@ -1304,13 +1304,27 @@ struct pt_node *pt_node_parent(const struct pt_node *n)
 	return n->parent;
 }
 
-const uint8_t *pt_node_bytes(const struct pt_node *node)
+int pt_node_send(struct pt_ckpt *ck, struct pt_node *node, uint64_t off,
+		 size_t n, int (*send)(void *ctx, const void *p, size_t n),
+		 void *ctx)
 {
-	if (node->type == PT_NT_DIR || node_pic(node) ||
+	bool gen = node->role == R_GEN;
+	int rc;
+
+	if (node->type == PT_NT_DIR || node_pic(node) || !node_data(node) ||
 	    node->role == R_RECORD || node->role == R_JSON ||
 	    node->role == R_VFILE)
-		return NULL;
-	return node_data(node);
+		return -ENOENT;
+	if (gen)        /* pt_tree_relayout() may swap the text */
+		pthread_mutex_lock(&ck->tree->glock);
+	if (off >= node->size)
+		n = 0;
+	else if (n > node->size - off)
+		n = (size_t)(node->size - off);
+	rc = send(ctx, node_data(node) + (n ? off : 0), n);
+	if (gen)
+		pthread_mutex_unlock(&ck->tree->glock);
+	return rc;
 }
 
 ssize_t pt_node_read(struct pt_ckpt *ck, struct pt_node *node, void *buf,
