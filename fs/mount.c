@@ -1445,6 +1445,7 @@ int ptfs_mount_main(int argc, char **argv)
 		goto out;
 	}
 	c.copts.previews = c.previews != 0;
+	c.copts.lean = true;    /* a daemon keeps what it reads for long */
 	pt_error_clear(&err);
 	if (ptfs_open_checkpoint(c.checkpoint, &c.copts, &fs.ck, &err) != 0) {
 		ptfs_report_open(c.checkpoint, &err);

@@ -39,6 +39,10 @@ struct pt_ckpt_opts {
 				    * as an option; off by default) */
 	bool previews;             /* NAME.png beside tensors of >= 2
 				    * elements (issue 15) */
+	bool lean;                 /* the checkpoint stays open (a mount):
+				    * what the file can give again is not
+				    * kept in memory (data.pkl's bytes, read
+				    * again for /.ptfs/pickle.txt) */
 };
 
 /* The defaults: limits of pt_limits_default(), nested off. */

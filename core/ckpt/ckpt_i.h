@@ -311,6 +311,21 @@ int pt__load_pickle_lean(struct pt_ckpt *ck, uint8_t *buf, size_t len,
 			 struct pt_value **root, pt_pickle_reduce_fn reduce,
 			 struct pt_error *err);
 
+/*
+ * Let kept pickle @i's input go (its graph stays): the text of every str
+ * and long int reachable from its root is copied into one block of ck's,
+ * and the input is freed.  Nothing happens unless the input is a stored
+ * range of ck's file (pd->file_off) and no bytes value points into it (a
+ * numpy array's data, which storages may serve from there).  For a graph
+ * only its root reaches: before classification or a tree.
+ */
+void pt__unpin_pickle(struct pt_ckpt *ck, int i);
+
+/* The input of kept pickle @i: pd->buf, or read again from the file into
+ * *@owned (free it) when pt__unpin_pickle() let it go.  0 or -errno. */
+int pt__pickle_input(struct pt_ckpt *ck, int i, const uint8_t **p,
+		     uint8_t **owned, struct pt_error *err);
+
 /* torch.c: tensors classified while their pickle loads (ctx: ck). */
 int pt__classify_reduce(void *ctx, struct pt_value *v, struct pt_error *err);
 

@@ -53,13 +53,15 @@ struct dent {
 	const char *name;               /* encoded, unique in its table */
 	struct pt_value *val;           /* R_VALUE, R_JSON */
 	union {
+		const struct pt_value *key; /* R_VALUE: a dict key that is
+					     * not a str (or that the name no
+					     * longer spells), else NULL */
 		const struct pt_zip_entry *entry; /* R_RECORD */
 		struct dtab *sub;               /* R_RECDIR */
 		enum gen gen;                   /* R_GEN */
 		const struct pt_meta_file *blob; /* R_BLOB */
 		struct pt_vfile *vf;            /* R_VFILE */
 	};
-	const struct pt_value *key;     /* a dict key that is not a str */
 	uint32_t idx;                   /* position in the table */
 	uint32_t hash;                  /* of the name (pt_hash_name) */
 	uint8_t role;
@@ -637,13 +639,18 @@ static int add_keyed(struct dtab *d, struct pt_value *key,
 		else
 			rc = claim(d, enc->p ? enc->p : "%", enc->p ? enc->len : 1, deref(val));
 		if (rc == 0) {
-			struct dent *e = d->ents[d->n - 1];
-			if (e->role == R_JSON && d->n > 1)
-				e = d->ents[d->n - 2];
+			/* the value's entry, before its NAME.json, NAME.png */
+			size_t j = d->n - 1;
+			struct dent *e;
+
+			while (j > 0 && d->ents[j]->role != R_VALUE)
+				j--;
+			e = d->ents[j];
 			/* tree.json says "key": 0, or the str key a cut or
 			 * renamed name no longer spells */
-			if (key->kind != PT_V_STR ||
-			    !name_spells(e->name, raw->p ? raw->p : "", raw->len))
+			if (e->role == R_VALUE &&
+			    (key->kind != PT_V_STR ||
+			     !name_spells(e->name, raw->p ? raw->p : "", raw->len)))
 				e->key = key;
 		}
 	}
@@ -902,10 +909,19 @@ static void gen_text(struct pt_ckpt *ck, enum gen g, struct pt_buf *b)
 		break;
 	case GEN_PICKLE:
 		for (i = 0; i < ck->n_pickles; i++) {
+			const uint8_t *p;
+			uint8_t *own;
+			struct pt_error err;
+
 			if (ck->n_pickles > 1)
 				pt_buf_printf(b, "# %s\n", ck->pickles[i].label);
-			pt_pickle_disasm(ck->pickles[i].buf, ck->pickles[i].len,
-					 b, 256u << 20);
+			if (pt__pickle_input(ck, i, &p, &own, &err)) {
+				pt_buf_printf(b, "# cannot read it again: %s\n",
+					      err.msg);
+				continue;
+			}
+			pt_pickle_disasm(p, ck->pickles[i].len, b, 256u << 20);
+			free(own);
 		}
 		break;
 	}
@@ -992,7 +1008,7 @@ static struct pt_node *node_new(struct pt_ckpt *ck, struct pt_node *parent,
 	n->depth = parent ? parent->depth + 1 : 0;
 	n->role = e->role;
 	n->val = e->val;
-	n->key = e->key;
+	n->key = e->role == R_VALUE ? e->key : NULL;
 	switch (e->role) {
 	case R_VALUE:
 		break;

@@ -214,6 +214,89 @@ int pt__load_pickle_lean(struct pt_ckpt *ck, uint8_t *buf, size_t len,
 			   err);
 }
 
+/* Strings and long ints of @pd's graph whose text is in its input, into
+ * @out; false when a bytes value's is (or out of memory). */
+static bool pinned_text(const struct pt_pickled *pd, struct pt_vstack *out)
+{
+	uint32_t count = pt_pickle_count(pd->pk);
+	struct pt_vstack st = { 0 };
+	uint8_t *seen = calloc(count / 8 + 1, 1);
+	bool ok = seen && !pt_vstack_push(&st, pt_pickle_root(pd->pk));
+
+	while (ok && st.n > 0) {
+		struct pt_value *v = st.v[--st.n];
+		bool in;
+
+		if (v->id >= count || (seen[v->id / 8] & (1u << (v->id % 8))))
+			continue;
+		seen[v->id / 8] |= (uint8_t)(1u << (v->id % 8));
+		in = v->u.s.p >= pd->buf && v->u.s.p < pd->buf + pd->len;
+		switch (v->kind) {
+		case PT_V_STR:
+		case PT_V_BIGINT:
+			if (in && v->u.s.len && pt_vstack_push(out, v))
+				ok = false;
+			break;
+		case PT_V_BYTES:
+		case PT_V_BYTEARRAY:
+			if (in && v->u.s.len)
+				ok = false;
+			break;
+		default:
+			if (pt_vstack_push_children(&st, v))
+				ok = false;
+			break;
+		}
+	}
+	pt_vstack_free(&st);
+	free(seen);
+	return ok;
+}
+
+void pt__unpin_pickle(struct pt_ckpt *ck, int i)
+{
+	struct pt_pickled *pd = &ck->pickles[i];
+	struct pt_vstack strs = { 0 };
+	size_t k, total = 0;
+	uint8_t *block, *q;
+
+	if (pd->borrowed || !pd->buf || pd->file_off == UINT64_MAX ||
+	    !pinned_text(pd, &strs))
+		goto out;
+	for (k = 0; k < strs.n; k++)
+		total += strs.v[k]->u.s.len;
+	block = malloc(total ? total : 1);
+	if (!block || !pt__own(ck, block))
+		goto out;
+	for (k = 0, q = block; k < strs.n; k++) {
+		struct pt_value *v = strs.v[k];
+
+		memcpy(q, v->u.s.p, v->u.s.len);
+		v->u.s.p = q;
+		v->u.s.in_off = UINT64_MAX;
+		q += v->u.s.len;
+	}
+	free(pd->buf);
+	pd->buf = NULL;
+out:
+	pt_vstack_free(&strs);
+}
+
+int pt__pickle_input(struct pt_ckpt *ck, int i, const uint8_t **p,
+		     uint8_t **owned, struct pt_error *err)
+{
+	const struct pt_pickled *pd = &ck->pickles[i];
+	int rc;
+
+	*owned = NULL;
+	*p = pd->buf;
+	if (pd->buf)
+		return 0;
+	rc = pt_source_dup(ck->src, pd->file_off, pd->len, owned, err);
+	*p = *owned;
+	return rc;
+}
+
 int pt__add_pickle(struct pt_ckpt *ck, struct pt_pickle *pk, uint8_t *buf,
 		   size_t len, const char *label, uint64_t file_off,
 		   struct pt_error *err)

@@ -582,7 +582,8 @@ static int array_bytes(struct pt_ckpt *ck, const struct pt_value *data,
 		if (data->u.s.in_off != UINT64_MAX)
 			for (i = 0; i < ck->n_pickles; i++) {
 				const struct pt_pickled *pd = &ck->pickles[i];
-				if (p >= pd->buf && p < pd->buf + pd->len &&
+				if (pd->buf && p >= pd->buf &&
+				    p < pd->buf + pd->len &&
 				    pd->file_off != UINT64_MAX)
 					file_off = pd->file_off +
 						   (uint64_t)(p - pd->buf);

@@ -309,8 +309,19 @@ int pt_weights_only(struct pt_ckpt *ck, struct pt_buf *out)
 
 		pt_buf_init(&lines);
 		sc.refused = &lines;
-		for (i = 0; i < ck->n_pickles; i++)
-			scan_pickle(&sc, ck->pickles[i].buf, ck->pickles[i].len);
+		for (i = 0; i < ck->n_pickles; i++) {
+			const uint8_t *p;
+			uint8_t *own;
+			struct pt_error err;
+
+			if (pt__pickle_input(ck, i, &p, &own, &err)) {
+				pt_buf_printf(&lines, "%s: cannot read it again: %s\n",
+					      ck->pickles[i].label, err.msg);
+				continue;
+			}
+			scan_pickle(&sc, p, ck->pickles[i].len);
+			free(own);
+		}
 		free(sc.mstr);
 		free(sc.mlen);
 		out->len = mark;

@@ -221,13 +221,11 @@ static void index_data_records(struct pt_ckpt *ck, struct zip_state *zs)
 	}
 }
 
+static int zip_load(struct pt_ckpt *ck, struct pt_error *err);
+
 static int zip_open(struct pt_ckpt *ck, struct pt_error *err)
 {
 	struct zip_state *zs;
-	const struct pt_zip_entry *pkl;
-	const char *bo;
-	uint8_t *buf = NULL;
-	size_t len = 0;
 	int rc;
 
 	if (!ck->zip) {
@@ -242,11 +240,34 @@ static int zip_open(struct pt_ckpt *ck, struct pt_error *err)
 	zs->n_num = (size_t)pt_zip_info(ck->zip)->n_entries;
 	zs->by_num = calloc(zs->n_num ? zs->n_num : 1, sizeof(*zs->by_num));
 	zs->rec_num = calloc(zs->n_num ? zs->n_num : 1, sizeof(*zs->rec_num));
-	if (!zs->by_num || !pt__own(ck, zs->by_num) ||
-	    !zs->rec_num || !pt__own(ck, zs->rec_num))
-		return pt_fail(err, -ENOMEM, "out of memory");
-	index_data_records(ck, zs);
 	ck->fmt_state = zs;
+	if (zs->by_num && zs->rec_num) {
+		index_data_records(ck, zs);
+		rc = zip_load(ck, err);
+	} else {
+		rc = pt_fail(err, -ENOMEM, "out of memory");
+	}
+	/* the numbered index served the load; later pids (TorchScript
+	 * constants, a format's values) go through ck->storages */
+	free(zs->by_num);
+	free(zs->rec_num);
+	zs->by_num = NULL;
+	zs->rec_num = NULL;
+	zs->n_num = 0;
+	return rc;
+}
+
+/* zip_open() once the numbered index is made: data.pkl and the small
+ * records. */
+static int zip_load(struct pt_ckpt *ck, struct pt_error *err)
+{
+	struct zip_state *zs = ck->fmt_state;
+	const struct pt_zip_entry *pkl;
+	const char *bo;
+	uint8_t *buf = NULL;
+	size_t len = 0;
+	int rc;
+
 	pkl = pt_zip_find_rel(ck->zip, "data.pkl");
 	if (!pkl) {
 		/* the 2019 TorchScript layout and .pt2 archives are claimed
@@ -284,6 +305,8 @@ static int zip_open(struct pt_ckpt *ck, struct pt_error *err)
 				  pkl->method == PT_ZIP_STORED ? pkl->data_off : UINT64_MAX,
 				  &ck->root, pt__classify_reduce, err);
 	pt_vstack_free(&ck->lean_stack);
+	if (rc == 0 && ck->opts.lean)
+		pt__unpin_pickle(ck, ck->n_pickles - 1);
 	if (rc == 0 && ck->kind_name)
 		ts_note_class(ck);
 	return rc;
