@@ -2482,25 +2482,47 @@ static ssize_t pic_read(const struct pt_node *n, void *buf, size_t len,
 	return got;
 }
 
-void pt_ckpt_pictures_reset(struct pt_ckpt *ck,
-			    void (*fn)(void *ctx, struct pt_node *n), void *ctx)
+/* The nodes made so far for which @pick (called under the tree lock, which
+ * it may rely on) says yes, in a malloc()ed array of *@count; NULL when
+ * out of memory. */
+static struct pt_node **nodes_where(struct pt_ckpt *ck,
+				    bool (*pick)(struct pt_ckpt *ck,
+						 struct pt_node *n),
+				    size_t *count)
 {
 	struct pt_tree *t = ck->tree;
-	struct pt_node **pics;
+	struct pt_node **v;
 	struct node_blk *b;
 	size_t i, n = 0, cap = 0;
 
-	/* collect under the tree lock (nodes are being made), then take
-	 * each picture's own lock without it (lock order above) */
 	pthread_mutex_lock(&t->lock);
 	for (b = t->blks; b; b = b->next)
 		cap += b->used;
-	pics = malloc((cap ? cap : 1) * sizeof(*pics));
-	for (b = t->blks; pics && b; b = b->next)
+	v = malloc((cap ? cap : 1) * sizeof(*v));
+	for (b = t->blks; v && b; b = b->next)
 		for (i = 0; i < b->used; i++)
-			if (node_pic(&b->n[i]))
-				pics[n++] = &b->n[i];
+			if (pick(ck, &b->n[i]))
+				v[n++] = &b->n[i];
 	pthread_mutex_unlock(&t->lock);
+	*count = n;
+	return v;
+}
+
+static bool is_pic(struct pt_ckpt *ck, struct pt_node *n)
+{
+	(void)ck;
+	return node_pic(n) != NULL;
+}
+
+void pt_ckpt_pictures_reset(struct pt_ckpt *ck,
+			    void (*fn)(void *ctx, struct pt_node *n), void *ctx)
+{
+	struct pt_node **pics;
+	size_t i, n = 0;
+
+	/* collected under the tree lock (nodes are being made), then each
+	 * picture's own lock is taken without it (lock order above) */
+	pics = nodes_where(ck, is_pic, &n);
 	for (i = 0; i < n; i++) {
 		struct pt_pic *g = node_pic(pics[i]);
 		bool made;
@@ -2659,44 +2681,28 @@ static void remake_vfiles(struct pt_tree *t)
 }
 
 /*
- * Of the nodes made so far, those whose contents or size may state the old
- * layout, into a malloc()ed array; their sizes are set again meanwhile.
- * A sidecar's text is made for each read, from the offsets the commit has
- * moved already: only its size was kept.  pickle.txt states no offset.
+ * Does node @x state the old layout in its contents or size (nodes_where()
+ * collects those)?  Its size is set again meanwhile.  A sidecar's text is
+ * made for each read, from the offsets the commit has moved already: only
+ * its size was kept.  pickle.txt states no offset.
  */
-static struct pt_node **relaid_nodes(struct pt_ckpt *ck, size_t *count)
+static bool relaid(struct pt_ckpt *ck, struct pt_node *x)
 {
 	struct pt_tree *t = ck->tree;
-	struct pt_node **v;
-	struct node_blk *b;
-	size_t i, n = 0, cap = 0;
 
-	pthread_mutex_lock(&t->lock);
-	for (b = t->blks; b; b = b->next)
-		cap += b->used;
-	v = malloc((cap ? cap : 1) * sizeof(*v));
-	for (b = t->blks; v && b; b = b->next) {
-		for (i = 0; i < b->used; i++) {
-			struct pt_node *x = &b->n[i];
-
-			if (x->role == R_JSON) {
-				t->scratch.len = 0;
-				pt__tensor_json(ck, node_tensor(x), &t->scratch);
-				if (!t->scratch.oom)
-					__atomic_store_n(&x->size, t->scratch.len, __ATOMIC_RELAXED);
-				/* pushed with the old text: push it again */
-				__atomic_store_n(&x->pushed, false, __ATOMIC_RELAXED);
-			} else if (x->role == R_VFILE && node_vf(x)->remake) {
-				__atomic_store_n(&x->size, node_vf(x)->size, __ATOMIC_RELAXED);
-			} else if (gen_of(t, x) == GEN_PICKLE) {
-				continue;
-			}
-			v[n++] = x;
-		}
+	if (x->role == R_JSON) {
+		t->scratch.len = 0;
+		pt__tensor_json(ck, node_tensor(x), &t->scratch);
+		if (!t->scratch.oom)
+			__atomic_store_n(&x->size, t->scratch.len, __ATOMIC_RELAXED);
+		/* pushed with the old text: push it again */
+		__atomic_store_n(&x->pushed, false, __ATOMIC_RELAXED);
+	} else if (x->role == R_VFILE && node_vf(x)->remake) {
+		__atomic_store_n(&x->size, node_vf(x)->size, __ATOMIC_RELAXED);
+	} else if (gen_of(t, x) == GEN_PICKLE) {
+		return false;
 	}
-	pthread_mutex_unlock(&t->lock);
-	*count = n;
-	return v;
+	return true;
 }
 
 /* The front end's @fn comes last, without a lock: dropping a kernel cache
@@ -2708,7 +2714,7 @@ void pt_tree_relayout(struct pt_ckpt *ck,
 	size_t i, n = 0;
 
 	remake_vfiles(ck->tree);
-	v = relaid_nodes(ck, &n);
+	v = nodes_where(ck, relaid, &n);
 	for (i = 0; v && i < n; i++)
 		if (v[i]->role == R_GEN)
 			regen(ck, v[i]);
