@@ -249,6 +249,8 @@ void *pt__own(struct pt_ckpt *ck, void *p);
 void *pt__alloc(struct pt_ckpt *ck, size_t n);
 /* Free every pt__alloc() block (ckpt.c, at close). */
 void pt__alloc_free(struct pt_ckpt *ck);
+/* Size ck->storages for about @n storages (call once the first is in). */
+void pt__storages_expect(struct pt_ckpt *ck, size_t n);
 
 /* Add the file /.ptfs/@name (a static string) holding @len bytes at @data
  * (malloc()ed; ownership passes to ck, also on failure).  Call from a

@@ -86,6 +86,25 @@ void *pt__alloc(struct pt_ckpt *ck, size_t n)
 	return p;
 }
 
+/*
+ * uthash doubles a table's buckets as items arrive, walking every item each
+ * time: at 20,000 storages that was 7% of `ptfs ls`, nearly all of it cache
+ * misses.  A format that knows how many storages to expect (a ZIP's record
+ * count) calls this once the first is in: the buckets grow to their final
+ * count (about one per two items, where uthash ends up on its own) while
+ * there is one item to move.
+ */
+void pt__storages_expect(struct pt_ckpt *ck, size_t n)
+{
+	UT_hash_table *tbl = ck->storages ? ck->storages->hh.tbl : NULL;
+	int oomed = 0;
+
+	(void)oomed;    /* set only where uthash's OOM is not fatal */
+	while (tbl && !oomed && tbl->num_buckets < n / 2 &&
+	       tbl->num_buckets < (1u << 22))
+		HASH_EXPAND_BUCKETS(hh, tbl, oomed);
+}
+
 void pt__alloc_free(struct pt_ckpt *ck)
 {
 	while (ck->blks) {

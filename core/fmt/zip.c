@@ -566,6 +566,8 @@ static int zip_storage(struct pt_ckpt *ck, const struct pt_value *pidv,
 	}
 	if (slot != SIZE_MAX)
 		zs->by_num[slot] = st;
+	if (ck->n_storages == 1)
+		pt__storages_expect(ck, zs->n_num);
 	*out = st;
 	return 0;
 }
