@@ -449,50 +449,11 @@ out:
 	return rc;
 }
 
-/*
- * The heap of a command.  Opening a checkpoint of 20,000 tensors allocates
- * ~20 MB in ~200,000 small pieces; in 4 KiB pages (the kernel's default
- * THP mode is "madvise") that is ~4,600 page faults, each a trap and a
- * clear_page, and with them the TLB misses of walking 20 MB: ~30% of
- * `ptfs info`.  So the heap first grows in one step of CLI_HEAP_RESERVE,
- * advised for huge pages, and the same memory arrives in 2 MiB faults.
- * Untouched pages of the reserve cost nothing but address space; later
- * growth is glibc's usual (top pad back to its default), so a system
- * with strict overcommit is asked for no more than before.  Only for
- * commands: the mount's daemon keeps glibc's defaults, its resident size
- * is what users watch.
- */
-#define CLI_HEAP_RESERVE (256u << 20)
-#define CLI_HUGE_PAGE (2u << 20)
-#define GLIBC_TOP_PAD (128 << 10)       /* DEFAULT_TOP_PAD */
-
-static void cli_heap(void)
-{
-	uintptr_t lo, hi;
-	void *p;
-
-	if (!mallopt(M_MMAP_THRESHOLD, (int)(32u << 20)) ||
-	    !mallopt(M_TRIM_THRESHOLD, (int)(2 * CLI_HEAP_RESERVE)) ||
-	    !mallopt(M_TOP_PAD, (int)CLI_HEAP_RESERVE))
-		return;
-	lo = (uintptr_t)sbrk(0);
-	p = malloc(CLI_HUGE_PAGE);      /* grows the heap by the reserve now */
-	mallopt(M_TOP_PAD, GLIBC_TOP_PAD);
-	if (!p)
-		return;
-	*(volatile char *)p = 0;        /* a use: the pair is not optimised away */
-	hi = (uintptr_t)sbrk(0);
-	free(p);
-	lo = (lo + CLI_HUGE_PAGE - 1) & ~(uintptr_t)(CLI_HUGE_PAGE - 1);
-	if (lo != (uintptr_t)-1 && hi > lo)
-		madvise((void *)lo, hi - lo, MADV_HUGEPAGE);    /* a hint */
-}
-
 int ptfs_cli(int argc, char **argv)
 {
 	int i, j;
 
-	cli_heap();
+	ptfs_heap_reserve();    /* heap.c */
 
 	/* --nested and -o may stand anywhere after the subcommand */
 	pt_ckpt_opts_default(&cli_opts);

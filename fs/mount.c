@@ -1403,21 +1403,6 @@ static int remote_options(const struct cmdline *c)
 	return 0;
 }
 
-/*
- * Opening freed its scratch (the pickle machine's memo and stack, the
- * central directory) between blocks that stay; malloc keeps such holes,
- * and the daemon's later allocations come from its worker threads'
- * arenas, so their pages go back for the life of the mount (20,000
- * tensors: ~0.5 MB).  Not for the one-shot commands, whose heap is grown
- * once for speed (fs/cli.c).
- */
-static void give_back_scratch(void)
-{
-#ifdef __GLIBC__
-	(void)malloc_trim(0);
-#endif
-}
-
 int ptfs_mount_main(int argc, char **argv)
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
@@ -1446,13 +1431,14 @@ int ptfs_mount_main(int argc, char **argv)
 	}
 	c.copts.previews = c.previews != 0;
 	c.copts.lean = true;    /* a daemon keeps what it reads for long */
+	ptfs_heap_reserve();
 	pt_error_clear(&err);
 	if (ptfs_open_checkpoint(c.checkpoint, &c.copts, &fs.ck, &err) != 0) {
 		ptfs_report_open(c.checkpoint, &err);
 		goto out;
 	}
 	ptfs_view_attach(fs.ck);
-	give_back_scratch();
+	ptfs_heap_settle();      /* the open's scratch goes back */
 	print_open_notes(fs.ck, c.checkpoint);
 	fs.ckpath = c.checkpoint;
 	fs.ro = c.ro || !pt_ckpt_writable(fs.ck);

@@ -23,6 +23,11 @@
  * the codes above. */
 int ptfs_cli(int argc, char **argv);
 
+/* heap.c: grow the heap once, for huge pages, before opening a checkpoint;
+ * the daemon settles it back to glibc's defaults once the open is done. */
+void ptfs_heap_reserve(void);
+void ptfs_heap_settle(void);
+
 /* export.c: `ptfs tree --json ...` and `ptfs export ...` (argv[0] is the
  * subcommand; @o the parsed --nested/-o options). */
 struct pt_ckpt_opts;
