@@ -16,6 +16,7 @@
 void pt_populate(void *p, size_t n)
 {
 	static uintptr_t page;
+	const uintptr_t huge = (uintptr_t)2 << 20;
 	uintptr_t lo, hi;
 
 	if (n < ((size_t)64 << 10))
@@ -25,6 +26,12 @@ void pt_populate(void *p, size_t n)
 
 		page = ps > 0 ? (uintptr_t)ps : 4096;
 	}
+	/* a big one in huge pages where it spans whole ones: they are made
+	 * resident anyway, and a guest pays per page it touches first */
+	lo = ((uintptr_t)p + huge - 1) & ~(huge - 1);
+	hi = ((uintptr_t)p + n) & ~(huge - 1);
+	if (n >= ((size_t)4 << 20) && hi > lo)
+		(void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);
 	lo = ((uintptr_t)p + page - 1) & ~(page - 1);
 	hi = ((uintptr_t)p + n) & ~(page - 1);
 	if (hi > lo)
