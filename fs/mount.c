@@ -809,8 +809,8 @@ static void ptfs_op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
  * size is not the tensor's, the change cannot be committed (a tensor
  * cannot change size): drop it and fail the close with EINVAL.
  */
-/* A generated file was forgotten, or metadata states moved offsets: drop
- * the kernel's attributes and pages. */
+/* A generated file was forgotten, a record's bytes were written, or
+ * metadata states moved offsets: drop the kernel's attributes and pages. */
 static void drop_gen_cache(void *ctx, struct pt_node *n)
 {
 	struct ptfs *fs = ctx;
@@ -915,7 +915,7 @@ static int commit_all(struct ptfs *fs, const char *why, bool live)
 {
 	struct pt_error err;
 	struct wfile *w, *tmp;
-	uint64_t layout;
+	uint32_t since;
 	int rc;
 
 	if (!ov_any_dirty(fs->ov))
@@ -930,19 +930,21 @@ static int commit_all(struct ptfs *fs, const char *why, bool live)
 	}
 	pthread_mutex_unlock(&fs->wlock);
 	pt_error_clear(&err);
-	layout = pt_ckpt_layout_gen(fs->ck);
+	since = pt_ckpt_commits(fs->ck);
 	ptfs_push_pause(fs->push);
 	rc = ov_commit(fs->ov, &err);
 	/*
-	 * Records moved (the rewriter on an archive not in torch's layout):
-	 * sidecars, tree.json and info.txt state other offsets and sizes
-	 * now, and the kernel keeps what it read or was pushed for a day
-	 * (PTFS_TIMEOUT, keep_cache).  Made again and dropped before fsync
-	 * returns, with no lock of ours held (a drop may wait for a READ).
-	 * Without a loop (unmount) nobody reads them again.
+	 * The kernel keeps what it read or was pushed for a day
+	 * (PTFS_TIMEOUT, keep_cache): the records under /.ptfs/records whose
+	 * bytes the commit wrote now hold other bytes, and when records
+	 * moved (the rewriter on an archive not in torch's layout),
+	 * sidecars, tree.json and info.txt state other offsets and sizes.
+	 * Made again and dropped before fsync returns, with no lock of ours
+	 * held (a drop may wait for a READ).  Without a loop (unmount)
+	 * nobody reads them again.
 	 */
-	if (rc == 0 && live && pt_ckpt_layout_gen(fs->ck) != layout)
-		pt_tree_relayout(fs->ck, drop_gen_cache, fs);
+	if (rc == 0 && live)
+		pt_tree_committed(fs->ck, since, drop_gen_cache, fs);
 	ptfs_push_resume(fs->push);
 	if (rc) {
 		fuse_log(FUSE_LOG_ERR, "ptfs: %s: commit on %s failed, checkpoint unchanged, changes kept: %s\n",

@@ -27,7 +27,7 @@
  * thread per file instead of a round trip of the reader.
  *
  * A commit that moves records changes the offsets the sidecars state; the
- * mount then drops the kernel's copies (pt_tree_relayout).  A text made
+ * mount then drops the kernel's copies (pt_tree_committed).  A text made
  * before that must not be stored after it: nothing is pushed while a
  * commit runs (ptfs_push_pause), and a store that a commit began during
  * is dropped again at once, since its drop may have come first.

@@ -29,7 +29,7 @@ void ptfs_push_after(struct ptfs_push *p, struct pt_node *n);
 
 /*
  * Around a commit, and the dropping of the kernel's copies of what it
- * moved (pt_tree_relayout): nothing is pushed in between, and a store
+ * moved (pt_tree_committed): nothing is pushed in between, and a store
  * that was under way when it began is dropped again.  Pauses may
  * overlap; @p may be NULL.
  */

@@ -399,6 +399,7 @@ int pt_ckpt_commit(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
 {
 	struct pt_error e2;
 	uint64_t size = ck->src->size;
+	uint32_t gen = ck->commits + 1;
 	size_t i;
 	int rc;
 
@@ -419,15 +420,26 @@ int pt_ckpt_commit(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
 	 * Renamed or patched: that is the commit, and it is never reported
 	 * as failed from here on.  Read the new file through the same
 	 * descriptor number; after the rewriter moved records, index it
-	 * again.  A problem is a warning (the mount logs it).  What states
-	 * offsets or the file's size (NAME.json, tree.json, info.txt) is
-	 * then out of date: counted for pt_tree_relayout()'s callers.
+	 * again.  A problem is a warning (the mount logs it).  What showed
+	 * the old bytes (the written storages' records) or states offsets
+	 * or the file's size (NAME.json, tree.json, info.txt) is then out of
+	 * date: the storages, and a move, are stamped with this commit's
+	 * number for pt_tree_committed().  Callers serialise commits; the
+	 * count is published last (a commit fsyncs: 2^32 of them outlast
+	 * any mount).
 	 */
+	for (i = 0; i < n; i++) {
+		/* lent const to the writers; the checkpoint's own */
+		struct pt_storage *st = (struct pt_storage *)(uintptr_t)c[i].st;
+
+		__atomic_store_n(&st->committed, gen, __ATOMIC_RELAXED);
+	}
 	pt_error_clear(&e2);
 	if (pt_source_reopen(ck->src, &e2) != 0)
 		pt__warn(ck, "after the commit: %s; remount to read the new file", e2.msg);
 	else if (ck->commit_moved && ck->zip &&
 		 (reindex_after_commit(ck) || ck->src->size != size))
-		__atomic_add_fetch(&ck->layout_gen, 1, __ATOMIC_RELEASE);
+		__atomic_store_n(&ck->layout_gen, gen, __ATOMIC_RELEASE);
+	__atomic_store_n(&ck->commits, gen, __ATOMIC_RELEASE);
 	return 0;
 }

@@ -297,9 +297,14 @@ void pt_ckpt_set_storage_hook(struct pt_ckpt *ck, pt_storage_hook fn,
  * bytes written"), or "" before any. */
 const char *pt_ckpt_last_commit(const struct pt_ckpt *ck);
 
-/* How many commits so far moved records or changed the file's size (the
- * ZIP64 rewriter on an archive not in torch's layout): when it grew, what
- * was made from the old layout is out of date (pt_tree_relayout()). */
+/* How many pt_ckpt_commit() calls succeeded so far: taken before a
+ * commit, it tells pt_tree_committed() what came after. */
+uint32_t pt_ckpt_commits(const struct pt_ckpt *ck);
+
+/* The number (pt_ckpt_commits()) of the last commit that moved records or
+ * changed the file's size (the ZIP64 rewriter on an archive not in torch's
+ * layout), 0 before any: when it changed, what was made from the old
+ * layout is out of date (pt_tree_committed()). */
 uint64_t pt_ckpt_layout_gen(const struct pt_ckpt *ck);
 
 /* What opening did about an interrupted commit's journal (one line: rolled
@@ -393,7 +398,7 @@ struct pt_vfile {
 	void (*free)(void *ctx);
 	void *ctx;
 	/* Optional, for contents that state offsets in the checkpoint: make
-	 * them again after a commit moved records (pt_tree_relayout());
+	 * them again after a commit moved records (pt_tree_committed());
 	 * returns the new size.  Reads may run meanwhile. */
 	uint64_t (*remake)(void *ctx);
 };
@@ -442,17 +447,21 @@ void pt_ckpt_pictures_reset(struct pt_ckpt *ck,
 			    void (*fn)(void *ctx, struct pt_node *n), void *ctx);
 
 /*
- * A commit moved records (pt_ckpt_layout_gen() grew): make again what
- * states offsets or the file's size -- the size of every NAME.json made so
- * far (their text is made for each read), /.ptfs/tree.json and info.txt
- * if made, generated files with a remake op -- and call @fn(@ctx, n),
- * outside every lock, for each such node made so far (the front end drops
- * the kernel's caches of them).  Sidecars may be returned again by
- * pt_tree_next_sidecars().  Cost: a look at every node made so far, and
+ * Commits succeeded since pt_ckpt_commits() returned @since: call
+ * @fn(@ctx, n), outside every lock, for each node made so far whose
+ * contents or size they changed (the front end drops the kernel's caches
+ * of them).  Those are the records under /.ptfs whose bytes they wrote
+ * (a written storage's record), and, when one of them moved records
+ * (pt_ckpt_layout_gen() changed), what states offsets or the file's size,
+ * made again first: the size of every NAME.json made so far (their text
+ * is made for each read), /.ptfs/tree.json and info.txt if made,
+ * generated files with a remake op.  Sidecars may then be returned again
+ * by pt_tree_next_sidecars().  Cost: nothing when no record was written
+ * and none moved, else a look at every node made so far, and after a move
  * the JSON of each sidecar and generated file among them.
  */
-void pt_tree_relayout(struct pt_ckpt *ck,
-		      void (*fn)(void *ctx, struct pt_node *n), void *ctx);
+void pt_tree_committed(struct pt_ckpt *ck, uint32_t since,
+		       void (*fn)(void *ctx, struct pt_node *n), void *ctx);
 
 /* pt_nattr.id of any node, without making a picture. */
 uint64_t pt_node_id(const struct pt_node *n);

@@ -66,6 +66,9 @@ struct pt_storage {
 	const struct pt_dtype *dtype;   /* of the first pid seen */
 	uint64_t nbytes;                /* bytes of the storage */
 	enum pt_stkind kind;
+	uint32_t committed;             /* pt_ckpt_commits() as of the last
+					 * commit that wrote it, 0: none (set
+					 * by ckpt.c; in kind's padding) */
 	uint64_t file_off;              /* PT_ST_FILE */
 	const uint8_t *mem;             /* PT_ST_MEM */
 	const struct pt_zip_entry *entry; /* the record, when there is one */
@@ -219,8 +222,10 @@ struct pt_ckpt {
 	bool no_clone;                  /* FICLONE failed here once */
 	bool commit_moved;              /* the last commit may have moved
 					 * records (ZIP64 rewriter): reindex */
-	uint64_t layout_gen;            /* commits that did move records or
-					 * change the size (pt_ckpt_layout_gen) */
+	uint32_t commits;               /* that succeeded (pt_ckpt_commits) */
+	uint64_t layout_gen;            /* the number of the last one that
+					 * moved records or changed the size,
+					 * 0: none (pt_ckpt_layout_gen) */
 	struct pt_buf globals;          /* " module.name," for each global */
 	char *version;                  /* "version" record, trimmed */
 	struct pt_meta_file meta_files[PT_MAX_META_FILES]; /* extra /.ptfs files */

@@ -180,7 +180,7 @@ struct pt_tree {
 	size_t n_vdirs;
 	pthread_mutex_t vlock;          /* one fill at a time */
 	pthread_mutex_t glock;          /* R_GEN contents and sizes, which
-					 * pt_tree_relayout() swaps */
+					 * pt_tree_committed() swaps */
 	pt_picture_fn pic_fn;           /* makes NAME.png (issue 15) */
 	void *pic_ctx;
 	bool previews;                  /* NAME.png beside tensors */
@@ -1159,7 +1159,7 @@ again:
 	}
 	pthread_mutex_lock(&t->lock);
 	if (gen && pt_ckpt_layout_gen(ck) != layout) {
-		/* a commit moved records meanwhile, and pt_tree_relayout()
+		/* a commit moved records meanwhile, and pt_tree_committed()
 		 * may have looked for this node already: make it again */
 		pthread_mutex_unlock(&t->lock);
 		free(gen);
@@ -1331,7 +1331,7 @@ int pt_node_send(struct pt_ckpt *ck, struct pt_node *node, uint64_t off,
 	    node->role == R_RECORD || node->role == R_JSON ||
 	    node->role == R_VFILE)
 		return -ENOENT;
-	if (gen)        /* pt_tree_relayout() may swap the text */
+	if (gen)        /* pt_tree_committed() may swap the text */
 		pthread_mutex_lock(&ck->tree->glock);
 	if (off >= node->size)
 		n = 0;
@@ -1381,7 +1381,7 @@ ssize_t pt_node_read(struct pt_ckpt *ck, struct pt_node *node, void *buf,
 		return rc ? rc : (ssize_t)n;
 	}
 	if (node->role == R_GEN) {
-		/* tree.json may be made again meanwhile (pt_tree_relayout) */
+		/* tree.json may be made again meanwhile (pt_tree_committed) */
 		pthread_mutex_lock(&ck->tree->glock);
 		if (off >= node->size)
 			n = 0;
@@ -2483,12 +2483,12 @@ static ssize_t pic_read(const struct pt_node *n, void *buf, size_t len,
 }
 
 /* The nodes made so far for which @pick (called under the tree lock, which
- * it may rely on) says yes, in a malloc()ed array of *@count; NULL when
- * out of memory. */
+ * it may rely on, with @ctx) says yes, in a malloc()ed array of *@count;
+ * NULL when out of memory. */
 static struct pt_node **nodes_where(struct pt_ckpt *ck,
 				    bool (*pick)(struct pt_ckpt *ck,
-						 struct pt_node *n),
-				    size_t *count)
+						 struct pt_node *n, void *ctx),
+				    void *ctx, size_t *count)
 {
 	struct pt_tree *t = ck->tree;
 	struct pt_node **v;
@@ -2501,16 +2501,17 @@ static struct pt_node **nodes_where(struct pt_ckpt *ck,
 	v = malloc((cap ? cap : 1) * sizeof(*v));
 	for (b = t->blks; v && b; b = b->next)
 		for (i = 0; i < b->used; i++)
-			if (pick(ck, &b->n[i]))
+			if (pick(ck, &b->n[i], ctx))
 				v[n++] = &b->n[i];
 	pthread_mutex_unlock(&t->lock);
 	*count = n;
 	return v;
 }
 
-static bool is_pic(struct pt_ckpt *ck, struct pt_node *n)
+static bool is_pic(struct pt_ckpt *ck, struct pt_node *n, void *ctx)
 {
 	(void)ck;
+	(void)ctx;
 	return node_pic(n) != NULL;
 }
 
@@ -2522,7 +2523,7 @@ void pt_ckpt_pictures_reset(struct pt_ckpt *ck,
 
 	/* collected under the tree lock (nodes are being made), then each
 	 * picture's own lock is taken without it (lock order above) */
-	pics = nodes_where(ck, is_pic, &n);
+	pics = nodes_where(ck, is_pic, NULL, &n);
 	for (i = 0; i < n; i++) {
 		struct pt_pic *g = node_pic(pics[i]);
 		bool made;
@@ -2566,7 +2567,7 @@ static size_t index_in_parent(const struct pt_node *n)
  * nothing is built and no lock is taken (published pointers are read
  * with acquire loads, as in child_at()).  Every step is one entry, at
  * most @max_steps of them.  The caller serialises calls: `pushed` is
- * only set here (and cleared by pt_tree_relayout()).
+ * only set here (and cleared by pt_tree_committed()).
  */
 size_t pt_tree_next_sidecars(struct pt_node *from, struct pt_node **out,
 			     size_t max, size_t max_steps)
@@ -2586,7 +2587,7 @@ size_t pt_tree_next_sidecars(struct pt_node *from, struct pt_node **out,
 			if (!n)
 				continue;
 			if (n->role == R_JSON) {
-				/* pt_tree_relayout() clears it */
+				/* pt_tree_committed() clears it */
 				if (!__atomic_exchange_n(&n->pushed, true, __ATOMIC_RELAXED))
 					out[got++] = n;
 			} else if (n->type == PT_NT_DIR && n->role != R_META &&
@@ -2605,7 +2606,7 @@ size_t pt_tree_next_sidecars(struct pt_node *from, struct pt_node **out,
 	return got;
 }
 
-/* ---- after a commit that moved records ---- */
+/* ---- after a commit ---- */
 
 /* Which text R_GEN node @n holds (pickle.txt for none). */
 static enum gen gen_of(const struct pt_tree *t, const struct pt_node *n)
@@ -2681,10 +2682,11 @@ static void remake_vfiles(struct pt_tree *t)
 }
 
 /*
- * Does node @x state the old layout in its contents or size (nodes_where()
- * collects those)?  Its size is set again meanwhile.  A sidecar's text is
- * made for each read, from the offsets the commit has moved already: only
- * its size was kept.  pickle.txt states no offset.
+ * Does node @x state the old layout in its contents or size?  Its size is
+ * set again meanwhile.  A sidecar's text is made for each read, from the
+ * offsets the commit has moved already: only its size was kept.
+ * pickle.txt states no offset, and a record's bytes are the same wherever
+ * it lies.
  */
 static bool relaid(struct pt_ckpt *ck, struct pt_node *x)
 {
@@ -2705,20 +2707,83 @@ static bool relaid(struct pt_ckpt *ck, struct pt_node *x)
 	return true;
 }
 
+/* What commits after a pt_ckpt_commits() mark changed. */
+struct committed {
+	bool moved;                     /* records moved */
+	size_t n_recs;                  /* records they wrote */
+	const struct pt_zip_entry **recs; /* those, sorted; NULL when out of
+					   * memory: every record is taken */
+};
+
+static int ptr_cmp(const void *a, const void *b)
+{
+	uintptr_t x = (uintptr_t)*(const void *const *)a;
+	uintptr_t y = (uintptr_t)*(const void *const *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* The records whose bytes commits after @since wrote into @c: those of
+ * the storages they stamped (a writable storage lies in one record and
+ * overlaps no other).  Stamps only grow: one that a later commit adds
+ * meanwhile is left to that commit's call. */
+static void written_records(struct pt_ckpt *ck, uint32_t since,
+			    struct committed *c)
+{
+	const struct pt_storage *s, *tmp;
+	size_t n = 0, k = 0;
+
+	HASH_ITER(hh, ck->storages, s, tmp)
+		if (s->entry && __atomic_load_n(&s->committed, __ATOMIC_RELAXED) > since)
+			n++;
+	if (n == 0)
+		return;
+	c->recs = malloc(n * sizeof(*c->recs));
+	HASH_ITER(hh, ck->storages, s, tmp)
+		if (c->recs && k < n && s->entry &&
+		    __atomic_load_n(&s->committed, __ATOMIC_RELAXED) > since)
+			c->recs[k++] = s->entry;
+	if (c->recs)
+		qsort(c->recs, k, sizeof(*c->recs), ptr_cmp);
+	c->n_recs = c->recs ? k : n;
+}
+
+/* Does node @x show what the commits changed (nodes_where() collects
+ * those)? */
+static bool stale(struct pt_ckpt *ck, struct pt_node *x, void *ctx)
+{
+	const struct committed *c = ctx;
+	const struct pt_zip_entry *e = node_entry(x);
+
+	if (e)
+		return c->n_recs && (!c->recs || bsearch(&e, c->recs, c->n_recs,
+							 sizeof(*c->recs), ptr_cmp));
+	return c->moved && relaid(ck, x);
+}
+
 /* The front end's @fn comes last, without a lock: dropping a kernel cache
  * may wait for a request that needs one. */
-void pt_tree_relayout(struct pt_ckpt *ck,
-		      void (*fn)(void *ctx, struct pt_node *n), void *ctx)
+void pt_tree_committed(struct pt_ckpt *ck, uint32_t since,
+		       void (*fn)(void *ctx, struct pt_node *n), void *ctx)
 {
+	struct committed c = { .moved = false };
 	struct pt_node **v;
 	size_t i, n = 0;
 
-	remake_vfiles(ck->tree);
-	v = nodes_where(ck, relaid, &n);
+	if (pt_ckpt_commits(ck) == since)
+		return;
+	c.moved = pt_ckpt_layout_gen(ck) > since;
+	written_records(ck, since, &c);
+	if (!c.n_recs && !c.moved)
+		return;                 /* safetensors: no records */
+	if (c.moved)
+		remake_vfiles(ck->tree);
+	v = nodes_where(ck, stale, &c, &n);
 	for (i = 0; v && i < n; i++)
 		if (v[i]->role == R_GEN)
 			regen(ck, v[i]);
 	for (i = 0; v && fn && i < n; i++)
 		fn(ctx, v[i]);
 	free(v);
+	free(c.recs);
 }

@@ -415,10 +415,15 @@ const char *pt_ckpt_warnings(const struct pt_ckpt *ck)
 	return ck->warnings.p ? ck->warnings.p : "";
 }
 
-/* Here rather than in ckpt.c, which counts them: tree.c reads it too. */
+/* Here rather than in ckpt.c, which counts them: tree.c reads them too. */
 uint64_t pt_ckpt_layout_gen(const struct pt_ckpt *ck)
 {
 	return __atomic_load_n(&ck->layout_gen, __ATOMIC_ACQUIRE);
+}
+
+uint32_t pt_ckpt_commits(const struct pt_ckpt *ck)
+{
+	return __atomic_load_n(&ck->commits, __ATOMIC_ACQUIRE);
 }
 
 const char *pt_ckpt_format(const struct pt_ckpt *ck)

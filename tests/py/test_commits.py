@@ -321,6 +321,57 @@ def test_moved_records_fresh_metadata(tmp_path):
     assert torch.equal(loaded["b"], obj["b"]) and torch.equal(loaded["c"], obj["c"])
 
 
+@needs_fuse
+@pytest.mark.parametrize("way", ["inplace", "rewrite", "moved"])
+def test_records_fresh_after_commit(tmp_path, way):
+    """/.ptfs/records/RECORD of a written tensor shows the committed bytes
+    through the same mount, whether the commit patched the record where it
+    lies (torch's layout: inplace, rewrite) or the rewriter moved it (a
+    Python archive) (was: the kernel kept the pages it had read before the
+    commit, keep_cache, for as long as it liked)."""
+    if way == "moved":
+        ck = python_zip(tmp_path, "stored")
+    else:
+        ck = save_pt(str(tmp_path / "ck.pt"))
+    old = base_tensors()["w"].numpy().tobytes()
+    other = base_tensors()["b"].numpy().tobytes()
+    new = np.full(3072, 11, dtype=np.int32).tobytes()
+    before = data_offsets(ck)
+
+    def read(path):
+        with open(path, "rb") as f:
+            data = f.read()
+        assert os.stat(path).st_size == len(data), path
+        return data
+
+    with mounted(ck, "-o", "commit=" + ("rewrite" if way == "moved" else way)) as mnt:
+        rec = {k: json.loads(read(os.path.join(mnt, k + ".json")))["storage_record"]
+               for k in ("w", "b")}
+        path = {k: os.path.join(mnt, ".ptfs", "records", rec[k]) for k in rec}
+        # now in the kernel's page cache
+        assert read(path["w"]) == old
+        assert read(path["b"]) == other
+        with open(os.path.join(mnt, "w"), "r+b") as f:
+            f.write(new)
+            f.flush()
+            os.fsync(f.fileno())
+        after = data_offsets(ck)
+        if way == "moved":
+            assert after[rec["w"]] != before[rec["w"]], "the record did not move"
+        else:
+            assert after == before
+        assert read(path["w"]) == new
+        assert read(path["b"]) == other
+        # a second commit, with the records where the first one left them
+        with open(os.path.join(mnt, "w"), "r+b") as f:
+            f.write(old[:8])
+            f.flush()
+            os.fsync(f.fileno())
+        assert read(path["w"]) == old[:8] + new[8:]
+    assert tensor_bytes(ck, "w") == old[:8] + new[8:]
+    check_pt(ck)
+
+
 # ---- faults at every step ---------------------------------------------------
 
 REWRITE_STEPS = ["create", "owner", "mode", "write", "copy", "patch", "fsync",
