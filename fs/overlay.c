@@ -200,6 +200,7 @@ static int each_chunk(struct ov *o, struct ov_st *s, uint64_t off, uint64_t n,
 	}
 	pthread_rwlock_unlock(&s->lock);
 	pthread_rwlock_unlock(&o->gate);
+	pt_ckpt_bytes_changed(o->ck);   /* views gathered from them */
 	return rc;
 }
 
@@ -280,6 +281,7 @@ int ov_revert(struct ov *o, struct ov_st *s, uint64_t off, uint64_t n)
 	__atomic_store_n(&s->dirty, any, __ATOMIC_RELEASE);
 	pthread_rwlock_unlock(&s->lock);
 	pthread_rwlock_unlock(&o->gate);
+	pt_ckpt_bytes_changed(o->ck);
 	return rc;
 }
 

@@ -244,6 +244,7 @@ void pt_ckpt_close(struct pt_ckpt *ck)
 	if (!ck)
 		return;
 	pt__tree_free(ck);
+	pt__gathered_free(ck);
 	if (ck->fmt && ck->fmt->close)
 		ck->fmt->close(ck);
 	for (k = 0; k < ck->n_pickles; k++) {
@@ -441,5 +442,6 @@ int pt_ckpt_commit(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
 		 (reindex_after_commit(ck) || ck->src->size != size))
 		__atomic_store_n(&ck->layout_gen, gen, __ATOMIC_RELEASE);
 	__atomic_store_n(&ck->commits, gen, __ATOMIC_RELEASE);
+	pt_ckpt_bytes_changed(ck);
 	return 0;
 }

@@ -223,6 +223,8 @@ struct pt_ckpt {
 	bool commit_moved;              /* the last commit may have moved
 					 * records (ZIP64 rewriter): reindex */
 	uint32_t commits;               /* that succeeded (pt_ckpt_commits) */
+	uint64_t bytes_gen;             /* pt_ckpt_bytes_changed() calls */
+	struct pt_gathered *gathered;   /* decode/torch.c, made on first use */
 	uint64_t layout_gen;            /* the number of the last one that
 					 * moved records or changed the size,
 					 * 0: none (pt_ckpt_layout_gen) */
@@ -254,6 +256,8 @@ void *pt__own(struct pt_ckpt *ck, void *p);
 void *pt__alloc(struct pt_ckpt *ck, size_t n);
 /* Free every pt__alloc() block (ckpt.c, at close). */
 void pt__alloc_free(struct pt_ckpt *ck);
+/* decode/torch.c: the gathered non-contiguous tensors' cache. */
+void pt__gathered_free(struct pt_ckpt *ck);
 /* Size ck->storages for about @n storages (call once the first is in). */
 void pt__storages_expect(struct pt_ckpt *ck, size_t n);
 

@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -1263,20 +1264,215 @@ static int gather(struct pt_ckpt *ck, const struct pt_tensor *t,
 		idx[d] = (int64_t)(rem % (uint64_t)t->shape[d]);
 		rem /= (uint64_t)t->shape[d];
 	}
-	for (i = 0; i < count; i++) {
-		uint64_t at = (uint64_t)t->offset;
+	/* a run along the last dimension at a time, copied with a loop for
+	 * the element size (a memcpy call per element was most of a
+	 * transposed tensor's gather) */
+	for (i = 0; i < count;) {
+		uint64_t at = (uint64_t)t->offset, run = 1, step = 0, k;
+		const uint8_t *src;
+
 		for (d = 0; d < r; d++)
 			at += (uint64_t)idx[d] * (uint64_t)t->stride[d];
-		memcpy(dst + pos, win + at * es - lo, es);
-		pos += es;
+		if (r > 0) {
+			run = (uint64_t)(t->shape[r - 1] - idx[r - 1]);
+			step = (uint64_t)t->stride[r - 1] * es;
+		}
+		if (run > count - i)
+			run = count - i;
+		src = win + at * es - lo;
+		switch (es) {
+		case 2:
+			for (k = 0; k < run; k++, src += step, pos += 2)
+				memcpy(dst + pos, src, 2);
+			break;
+		case 4:
+			for (k = 0; k < run; k++, src += step, pos += 4)
+				memcpy(dst + pos, src, 4);
+			break;
+		case 8:
+			for (k = 0; k < run; k++, src += step, pos += 8)
+				memcpy(dst + pos, src, 8);
+			break;
+		default:
+			for (k = 0; k < run; k++, src += step, pos += es)
+				memcpy(dst + pos, src, es);
+			break;
+		}
+		i += run;
+		if (r == 0)
+			break;
+		idx[r - 1] += (int64_t)run;
 		for (d = r; d-- > 0;) {
-			if (++idx[d] < t->shape[d])
+			if (idx[d] < t->shape[d])
 				break;
 			idx[d] = 0;
+			if (d > 0)
+				idx[d - 1]++;
 		}
 	}
 	free(win);
 	return 0;
+}
+
+/*
+ * Gathered tensors.  A part of a non-contiguous tensor needs elements from
+ * all over its storage window (a transposed matrix: every row of the
+ * storage for each 128 KiB of the file), and gather() reads the whole
+ * window for it: reading a 32 MiB transposed tensor in the kernel's
+ * 128 KiB READs read 8 GiB (4.6 s; its contiguous twin: 24 ms).  So the
+ * first partial read of such a tensor gathers all of it once and keeps
+ * the bytes here, least recently used first out, up to PT_GATHERED_MAX
+ * bytes in all (a bigger tensor is gathered per read as before).  Any
+ * change of storage bytes empties it (bytes_gen).
+ */
+#define PT_GATHERED_MAX ((uint64_t)256 << 20)
+#define PT_GATHERED_SLOTS 16
+
+struct pt_gathered {
+	pthread_mutex_t mu;
+	uint64_t total, tick;
+	struct {
+		const struct pt_tensor *t;
+		uint8_t *bytes;
+		uint64_t gen, used;
+	} slot[PT_GATHERED_SLOTS];
+};
+
+void pt_ckpt_bytes_changed(struct pt_ckpt *ck)
+{
+	__atomic_add_fetch(&ck->bytes_gen, 1, __ATOMIC_ACQ_REL);
+}
+
+static struct pt_gathered *gathered_of(struct pt_ckpt *ck)
+{
+	struct pt_gathered *g = __atomic_load_n(&ck->gathered, __ATOMIC_ACQUIRE);
+	struct pt_gathered *none = NULL;
+
+	if (g)
+		return g;
+	g = calloc(1, sizeof(*g));
+	if (!g)
+		return NULL;
+	pthread_mutex_init(&g->mu, NULL);
+	if (__atomic_compare_exchange_n(&ck->gathered, &none, g, false,
+					__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+		return g;
+	pthread_mutex_destroy(&g->mu);  /* another thread's came first */
+	free(g);
+	return none;
+}
+
+void pt__gathered_free(struct pt_ckpt *ck)
+{
+	struct pt_gathered *g = ck->gathered;
+	size_t i;
+
+	if (!g)
+		return;
+	for (i = 0; i < PT_GATHERED_SLOTS; i++)
+		free(g->slot[i].bytes);
+	pthread_mutex_destroy(&g->mu);
+	free(g);
+	ck->gathered = NULL;
+}
+
+/* Copy [@off, @off + @n) of @t from the cache; false when it is not
+ * there as of generation @gen.  Under g->mu. */
+static bool gathered_copy(struct pt_gathered *g, const struct pt_tensor *t,
+			  uint64_t gen, void *buf, size_t n, uint64_t off)
+{
+	size_t i;
+
+	for (i = 0; i < PT_GATHERED_SLOTS; i++) {
+		if (g->slot[i].t != t || g->slot[i].gen != gen)
+			continue;
+		memcpy(buf, g->slot[i].bytes + off, n);
+		g->slot[i].used = ++g->tick;
+		return true;
+	}
+	return false;
+}
+
+/* Keep @bytes (all of @t, gathered as of generation @gen) unless the
+ * bytes changed meanwhile; takes them.  Under g->mu. */
+static void gathered_keep(struct pt_ckpt *ck, struct pt_gathered *g,
+			  const struct pt_tensor *t, uint64_t gen, uint8_t *bytes)
+{
+	uint64_t now = __atomic_load_n(&ck->bytes_gen, __ATOMIC_ACQUIRE);
+	size_t i, free_slot;
+
+	/* out of date ones go first, then the least recently used */
+	for (i = 0; i < PT_GATHERED_SLOTS; i++)
+		if (g->slot[i].bytes && (g->slot[i].gen != now || g->slot[i].t == t)) {
+			g->total -= g->slot[i].t->nbytes;
+			free(g->slot[i].bytes);
+			g->slot[i].bytes = NULL;
+			g->slot[i].t = NULL;
+		}
+	if (gen != now) {
+		free(bytes);
+		return;
+	}
+	for (;;) {
+		size_t lru = PT_GATHERED_SLOTS;
+
+		free_slot = PT_GATHERED_SLOTS;
+		for (i = 0; i < PT_GATHERED_SLOTS; i++) {
+			if (!g->slot[i].bytes)
+				free_slot = i;
+			else if (lru == PT_GATHERED_SLOTS ||
+				 g->slot[i].used < g->slot[lru].used)
+				lru = i;
+		}
+		if (free_slot < PT_GATHERED_SLOTS &&
+		    g->total + t->nbytes <= PT_GATHERED_MAX)
+			break;
+		g->total -= g->slot[lru].t->nbytes;
+		free(g->slot[lru].bytes);
+		g->slot[lru].bytes = NULL;
+		g->slot[lru].t = NULL;
+	}
+	g->slot[free_slot].t = t;
+	g->slot[free_slot].bytes = bytes;
+	g->slot[free_slot].gen = gen;
+	g->slot[free_slot].used = ++g->tick;
+	g->total += t->nbytes;
+}
+
+/* A part of non-contiguous @t through the cache: the bytes read, a
+ * negative errno, or 0 when it cannot be cached (the caller gathers the
+ * part alone). */
+static ssize_t gathered_read(struct pt_ckpt *ck, const struct pt_tensor *t,
+			     void *buf, size_t n, uint64_t off,
+			     struct pt_error *err)
+{
+	struct pt_gathered *g;
+	uint64_t gen;
+	uint8_t *all;
+	int rc;
+
+	if (t->nbytes > PT_GATHERED_MAX || n == 0 || !(g = gathered_of(ck)))
+		return 0;
+	gen = __atomic_load_n(&ck->bytes_gen, __ATOMIC_ACQUIRE);
+	pthread_mutex_lock(&g->mu);
+	if (gathered_copy(g, t, gen, buf, n, off)) {
+		pthread_mutex_unlock(&g->mu);
+		return (ssize_t)n;
+	}
+	pthread_mutex_unlock(&g->mu);
+	all = malloc((size_t)t->nbytes);
+	if (!all)
+		return 0;
+	rc = gather(ck, t, all, 0, t->numel, err);
+	if (rc) {
+		free(all);
+		return rc;
+	}
+	memcpy(buf, all + off, n);
+	pthread_mutex_lock(&g->mu);
+	gathered_keep(ck, g, t, gen, all);
+	pthread_mutex_unlock(&g->mu);
+	return (ssize_t)n;
 }
 
 ssize_t pt__tensor_read(struct pt_ckpt *ck, const struct pt_tensor *t,
@@ -1284,6 +1480,7 @@ ssize_t pt__tensor_read(struct pt_ckpt *ck, const struct pt_tensor *t,
 {
 	uint64_t es = t->dtype->size, e0, e1, end;
 	uint8_t *tmp;
+	ssize_t got;
 	int rc;
 
 	if (off >= t->nbytes)
@@ -1292,6 +1489,11 @@ ssize_t pt__tensor_read(struct pt_ckpt *ck, const struct pt_tensor *t,
 		n = (size_t)(t->nbytes - off);
 	if (t->contiguous)
 		return storage_read(ck, t->st, buf, n, t->byte_lo + off, err);
+	if (n < t->nbytes) {
+		got = gathered_read(ck, t, buf, n, off, err);
+		if (got != 0)
+			return got;
+	}
 	end = off + n;
 	e0 = off / es;
 	e1 = (end + es - 1) / es;

@@ -156,6 +156,61 @@ def test_readonly_and_views_refuse_writes(tmp_path):
 
 
 @needs_fuse
+def test_views_read_in_pieces_follow_writes(tmp_path):
+    """A non-contiguous view read in the kernel's pieces (its bytes are
+    gathered once and kept) shows writes to the storage it views, before
+    and after the commit, and a second view of another storage is not
+    mixed up with it."""
+    torch.manual_seed(3)
+    w = torch.randn(256, 512)
+    v = torch.randn(128, 96).to(torch.float64)
+    p = save(str(tmp_path / "m.pt"), {"w": w, "t": w.t(), "v": v,
+                                      "vt": v.t()[2:90:3]})
+
+    def want(name, src):
+        x = {"t": lambda a: a.t(), "vt": lambda a: a.t()[2:90:3]}[name](src)
+        return x.contiguous().numpy().tobytes()
+
+    def pieces(fd, size, step):
+        offs = list(range(0, size, step))
+        random.Random(size).shuffle(offs)
+        got = bytearray(size)
+        for off in offs:
+            got[off:off + step] = os.pread(fd, step, off)
+        return bytes(got)
+
+    with mounted(p) as mnt:
+        ft = os.open(os.path.join(mnt, "t"), os.O_RDONLY)
+        fv = os.open(os.path.join(mnt, "vt"), os.O_RDONLY)
+        try:
+            size_t, size_v = w.numel() * 4, len(want("vt", v))
+            assert os.fstat(ft).st_size == size_t
+            assert pieces(ft, size_t, 4096) == want("t", w)
+            assert pieces(fv, size_v, 1000) == want("vt", v)
+            # write row 5 of w: column 5 of t changes
+            w2 = w.clone()
+            w2[5] = torch.arange(512, dtype=torch.float32)
+            with open(os.path.join(mnt, "w"), "r+b") as f:
+                f.seek(5 * 512 * 4)
+                f.write(w2[5].numpy().tobytes())
+                f.flush()
+                assert pieces(ft, size_t, 8192) == want("t", w2)
+                assert pieces(fv, size_v, 1000) == want("vt", v)
+                os.fsync(f.fileno())
+            assert pieces(ft, size_t, 65536) == want("t", w2)
+            # and once more after the commit, into the same piece
+            with open(os.path.join(mnt, "w"), "r+b") as f:
+                f.seek(5 * 512 * 4)
+                f.write(w[5].numpy().tobytes())
+            assert pieces(ft, size_t, 4096) == want("t", w)
+        finally:
+            os.close(ft)
+            os.close(fv)
+    after = torch.load(p)
+    assert torch.equal(after["t"], w.t()) and torch.equal(after["vt"], v.t()[2:90:3])
+
+
+@needs_fuse
 def test_commit_refused_when_file_changed(tmp_path):
     p = save(str(tmp_path / "m.pt"), base_obj())
     with mounted(p, expect_rc=1) as mnt:
