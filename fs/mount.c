@@ -752,19 +752,9 @@ static void ptfs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 		fuse_reply_err(req, -rc);
 		return;
 	}
-	/*
-	 * Other open files showing these bytes (views, ties) lose their
-	 * cached pages before write() returns: a read of them right after it
-	 * must see the new bytes.  Dropping them waits for their READs in
-	 * flight, which another worker answers; a single-threaded daemon has
-	 * none, so it replies first there.
-	 */
 	ov = h->ov; /* release() may free @h once we have replied */
-	if (!fs->singlethread)
-		invalidate_others(fs, ov, ino);
 	fuse_reply_write(req, size);
-	if (fs->singlethread)
-		invalidate_others(fs, ov, ino);
+	invalidate_others(fs, ov, ino);
 }
 
 static void ptfs_op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
