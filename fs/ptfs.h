@@ -24,7 +24,7 @@
 int ptfs_cli(int argc, char **argv);
 
 /* heap.c: grow the heap once, for huge pages, before opening a checkpoint;
- * the daemon settles it back to glibc's defaults once the open is done. */
+ * the daemon settles it once the open is done (heap.c says how). */
 void ptfs_heap_reserve(void);
 void ptfs_heap_settle(void);
 
