@@ -200,7 +200,7 @@ static int each_chunk(struct ov *o, struct ov_st *s, uint64_t off, uint64_t n,
 	}
 	pthread_rwlock_unlock(&s->lock);
 	pthread_rwlock_unlock(&o->gate);
-	pt_ckpt_bytes_changed(o->ck);   /* views gathered from them */
+	pt_ckpt_bytes_changed(o->ck, s->st);    /* views gathered from it */
 	return rc;
 }
 
@@ -281,7 +281,7 @@ int ov_revert(struct ov *o, struct ov_st *s, uint64_t off, uint64_t n)
 	__atomic_store_n(&s->dirty, any, __ATOMIC_RELEASE);
 	pthread_rwlock_unlock(&s->lock);
 	pthread_rwlock_unlock(&o->gate);
-	pt_ckpt_bytes_changed(o->ck);
+	pt_ckpt_bytes_changed(o->ck, s->st);
 	return rc;
 }
 
@@ -447,6 +447,9 @@ int ov_commit(struct ov *o, struct pt_error *err)
 		__atomic_store_n(&s->dirty, false, __ATOMIC_RELEASE);
 		pthread_rwlock_unlock(&s->lock);
 	}
+	/* a view gathered between the commit and the new offsets above read
+	 * the new file at the old ones */
+	pt_ckpt_bytes_changed(o->ck, NULL);
 out:
 	for (i = 0; src && i < n; i++)
 		free(src[i].ranges);

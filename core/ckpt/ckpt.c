@@ -442,6 +442,6 @@ int pt_ckpt_commit(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
 		 (reindex_after_commit(ck) || ck->src->size != size))
 		__atomic_store_n(&ck->layout_gen, gen, __ATOMIC_RELEASE);
 	__atomic_store_n(&ck->commits, gen, __ATOMIC_RELEASE);
-	pt_ckpt_bytes_changed(ck);
+	pt_ckpt_bytes_changed(ck, NULL);
 	return 0;
 }

@@ -293,11 +293,12 @@ typedef int (*pt_storage_hook)(void *ctx, const struct pt_storage *st,
 void pt_ckpt_set_storage_hook(struct pt_ckpt *ck, pt_storage_hook fn,
 			      void *ctx);
 
-/* Storage bytes may read differently from now on (a write to the mount's
- * overlay, a revert of one; commits call it themselves): what was gathered
- * from them for non-contiguous tensors is forgotten.  Call after the
- * change is visible to reads. */
-void pt_ckpt_bytes_changed(struct pt_ckpt *ck);
+/* The bytes of storage @st (NULL: of any) may read differently from now
+ * on (a write to the mount's overlay, a revert of one; commits call it
+ * themselves): what was gathered from them for non-contiguous tensors is
+ * not used again.  Call after the change is visible to reads; takes no
+ * lock. */
+void pt_ckpt_bytes_changed(struct pt_ckpt *ck, const struct pt_storage *st);
 
 /* How the last successful pt_ckpt_commit() wrote, one line ("clone, 12296
  * bytes written"), or "" before any. */

@@ -82,6 +82,8 @@ struct pt_storage {
 	bool writable;                  /* a commit may replace its bytes
 					 * (PT_ST_FILE in the checkpoint's own
 					 * file, overlapping no other) */
+	uint32_t bytes_gen;             /* pt_ckpt_bytes_changed() for it
+					 * (in writable's padding) */
 	UT_hash_handle hh;              /* ck->storages, by key */
 };
 

@@ -1319,28 +1319,45 @@ static int gather(struct pt_ckpt *ck, const struct pt_tensor *t,
  * all over its storage window (a transposed matrix: every row of the
  * storage for each 128 KiB of the file), and gather() reads the whole
  * window for it: reading a 32 MiB transposed tensor in the kernel's
- * 128 KiB READs read 8 GiB (4.6 s; its contiguous twin: 24 ms).  So the
- * first partial read of such a tensor gathers all of it once and keeps
- * the bytes here, least recently used first out, up to PT_GATHERED_MAX
- * bytes in all (a bigger tensor is gathered per read as before).  Any
- * change of storage bytes empties it (bytes_gen).
+ * 128 KiB READs read 8 GiB (5.4-5.9 s; its contiguous twin: 30 ms).  So
+ * the first partial read of such a tensor gathers all of it once and
+ * keeps the bytes here until its last byte has been served (a reader
+ * going through it is done; the kernel keeps its pages), least recently
+ * used first out, up to PT_GATHERED_MAX bytes in all (a bigger tensor is
+ * gathered per read as before).  One gather at a time (fill), so
+ * readers racing for one tensor gather it once and memory stays bounded
+ * by one tensor and its window beyond the cache.  A change of the
+ * storage's bytes, or of every storage's (a commit), makes a kept copy
+ * useless (the generations below).
  */
 #define PT_GATHERED_MAX ((uint64_t)256 << 20)
 #define PT_GATHERED_SLOTS 16
 
 struct pt_gathered {
-	pthread_mutex_t mu;
+	pthread_mutex_t mu;             /* the slots */
+	pthread_mutex_t fill;           /* one gather at a time */
 	uint64_t total, tick;
 	struct {
 		const struct pt_tensor *t;
 		uint8_t *bytes;
-		uint64_t gen, used;
+		uint64_t gen, used;     /* gen: gen_of() when gathered */
 	} slot[PT_GATHERED_SLOTS];
 };
 
-void pt_ckpt_bytes_changed(struct pt_ckpt *ck)
+void pt_ckpt_bytes_changed(struct pt_ckpt *ck, const struct pt_storage *st)
 {
-	__atomic_add_fetch(&ck->bytes_gen, 1, __ATOMIC_ACQ_REL);
+	if (st)         /* its own counter: other views stay kept */
+		__atomic_add_fetch(&((struct pt_storage *)(uintptr_t)st)->bytes_gen,
+				   1, __ATOMIC_ACQ_REL);
+	else
+		__atomic_add_fetch(&ck->bytes_gen, 1, __ATOMIC_ACQ_REL);
+}
+
+/* The generation of @t's bytes: every storage's and its own. */
+static uint64_t gen_of(const struct pt_ckpt *ck, const struct pt_tensor *t)
+{
+	return __atomic_load_n(&ck->bytes_gen, __ATOMIC_ACQUIRE) << 32 |
+	       __atomic_load_n(&t->st->bytes_gen, __ATOMIC_ACQUIRE);
 }
 
 static struct pt_gathered *gathered_of(struct pt_ckpt *ck)
@@ -1354,12 +1371,22 @@ static struct pt_gathered *gathered_of(struct pt_ckpt *ck)
 	if (!g)
 		return NULL;
 	pthread_mutex_init(&g->mu, NULL);
+	pthread_mutex_init(&g->fill, NULL);
 	if (__atomic_compare_exchange_n(&ck->gathered, &none, g, false,
 					__ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
 		return g;
-	pthread_mutex_destroy(&g->mu);  /* another thread's came first */
+	pthread_mutex_destroy(&g->fill);        /* another thread's came first */
+	pthread_mutex_destroy(&g->mu);
 	free(g);
 	return none;
+}
+
+static void slot_drop(struct pt_gathered *g, size_t i)
+{
+	g->total -= g->slot[i].t->nbytes;
+	free(g->slot[i].bytes);
+	g->slot[i].bytes = NULL;
+	g->slot[i].t = NULL;
 }
 
 void pt__gathered_free(struct pt_ckpt *ck)
@@ -1371,45 +1398,47 @@ void pt__gathered_free(struct pt_ckpt *ck)
 		return;
 	for (i = 0; i < PT_GATHERED_SLOTS; i++)
 		free(g->slot[i].bytes);
+	pthread_mutex_destroy(&g->fill);
 	pthread_mutex_destroy(&g->mu);
 	free(g);
 	ck->gathered = NULL;
 }
 
-/* Copy [@off, @off + @n) of @t from the cache; false when it is not
- * there as of generation @gen.  Under g->mu. */
-static bool gathered_copy(struct pt_gathered *g, const struct pt_tensor *t,
-			  uint64_t gen, void *buf, size_t n, uint64_t off)
+/* Copy [@off, @off + @n) of @t from the cache; false when it is not there
+ * as of generation @gen.  Out of date copies are let go on the way; a
+ * copy whose last byte is served is let go too.  Under g->mu. */
+static bool gathered_copy(struct pt_ckpt *ck, struct pt_gathered *g,
+			  const struct pt_tensor *t, uint64_t gen, void *buf,
+			  size_t n, uint64_t off)
 {
 	size_t i;
 
 	for (i = 0; i < PT_GATHERED_SLOTS; i++) {
-		if (g->slot[i].t != t || g->slot[i].gen != gen)
+		const struct pt_tensor *u = g->slot[i].t;
+
+		if (u && g->slot[i].gen != gen_of(ck, u)) {
+			slot_drop(g, i);
+			continue;
+		}
+		if (u != t || g->slot[i].gen != gen)
 			continue;
 		memcpy(buf, g->slot[i].bytes + off, n);
 		g->slot[i].used = ++g->tick;
+		if (off + n == t->nbytes)
+			slot_drop(g, i);
 		return true;
 	}
 	return false;
 }
 
-/* Keep @bytes (all of @t, gathered as of generation @gen) unless the
- * bytes changed meanwhile; takes them.  Under g->mu. */
+/* Keep @bytes (all of @t, gathered as of generation @gen); takes them.
+ * Under g->mu. */
 static void gathered_keep(struct pt_ckpt *ck, struct pt_gathered *g,
 			  const struct pt_tensor *t, uint64_t gen, uint8_t *bytes)
 {
-	uint64_t now = __atomic_load_n(&ck->bytes_gen, __ATOMIC_ACQUIRE);
 	size_t i, free_slot;
 
-	/* out of date ones go first, then the least recently used */
-	for (i = 0; i < PT_GATHERED_SLOTS; i++)
-		if (g->slot[i].bytes && (g->slot[i].gen != now || g->slot[i].t == t)) {
-			g->total -= g->slot[i].t->nbytes;
-			free(g->slot[i].bytes);
-			g->slot[i].bytes = NULL;
-			g->slot[i].t = NULL;
-		}
-	if (gen != now) {
+	if (gen != gen_of(ck, t)) {     /* changed meanwhile */
 		free(bytes);
 		return;
 	}
@@ -1427,16 +1456,25 @@ static void gathered_keep(struct pt_ckpt *ck, struct pt_gathered *g,
 		if (free_slot < PT_GATHERED_SLOTS &&
 		    g->total + t->nbytes <= PT_GATHERED_MAX)
 			break;
-		g->total -= g->slot[lru].t->nbytes;
-		free(g->slot[lru].bytes);
-		g->slot[lru].bytes = NULL;
-		g->slot[lru].t = NULL;
+		slot_drop(g, lru);
 	}
 	g->slot[free_slot].t = t;
 	g->slot[free_slot].bytes = bytes;
 	g->slot[free_slot].gen = gen;
 	g->slot[free_slot].used = ++g->tick;
 	g->total += t->nbytes;
+}
+
+static bool gathered_lookup(struct pt_ckpt *ck, struct pt_gathered *g,
+			    const struct pt_tensor *t, void *buf, size_t n,
+			    uint64_t off)
+{
+	bool hit;
+
+	pthread_mutex_lock(&g->mu);
+	hit = gathered_copy(ck, g, t, gen_of(ck, t), buf, n, off);
+	pthread_mutex_unlock(&g->mu);
+	return hit;
 }
 
 /* A part of non-contiguous @t through the cache: the bytes read, a
@@ -1449,30 +1487,37 @@ static ssize_t gathered_read(struct pt_ckpt *ck, const struct pt_tensor *t,
 	struct pt_gathered *g;
 	uint64_t gen;
 	uint8_t *all;
-	int rc;
+	int rc = 0;
 
 	if (t->nbytes > PT_GATHERED_MAX || n == 0 || !(g = gathered_of(ck)))
 		return 0;
-	gen = __atomic_load_n(&ck->bytes_gen, __ATOMIC_ACQUIRE);
-	pthread_mutex_lock(&g->mu);
-	if (gathered_copy(g, t, gen, buf, n, off)) {
-		pthread_mutex_unlock(&g->mu);
+	if (gathered_lookup(ck, g, t, buf, n, off))
+		return (ssize_t)n;
+	pthread_mutex_lock(&g->fill);
+	/* gathered by the reader we waited for? */
+	if (gathered_lookup(ck, g, t, buf, n, off)) {
+		pthread_mutex_unlock(&g->fill);
 		return (ssize_t)n;
 	}
-	pthread_mutex_unlock(&g->mu);
+	gen = gen_of(ck, t);    /* before the bytes are read */
 	all = malloc((size_t)t->nbytes);
+	if (all)
+		rc = gather(ck, t, all, 0, t->numel, err);
+	if (all && !rc) {
+		memcpy(buf, all + off, n);
+		pthread_mutex_lock(&g->mu);
+		if (off + n == t->nbytes)
+			free(all);      /* its last byte: nothing to keep */
+		else
+			gathered_keep(ck, g, t, gen, all);
+		pthread_mutex_unlock(&g->mu);
+	} else {
+		free(all);
+	}
+	pthread_mutex_unlock(&g->fill);
 	if (!all)
 		return 0;
-	rc = gather(ck, t, all, 0, t->numel, err);
-	if (rc) {
-		free(all);
-		return rc;
-	}
-	memcpy(buf, all + off, n);
-	pthread_mutex_lock(&g->mu);
-	gathered_keep(ck, g, t, gen, all);
-	pthread_mutex_unlock(&g->mu);
-	return (ssize_t)n;
+	return rc ? rc : (ssize_t)n;
 }
 
 ssize_t pt__tensor_read(struct pt_ckpt *ck, const struct pt_tensor *t,
