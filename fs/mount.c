@@ -35,7 +35,6 @@
 
 #include <fuse_lowlevel.h>
 #ifdef __GLIBC__
-#include <malloc.h>
 #endif
 
 #include <pthread.h>
