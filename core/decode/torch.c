@@ -1321,9 +1321,10 @@ static int gather(struct pt_ckpt *ck, const struct pt_tensor *t,
  * window for it: reading a 32 MiB transposed tensor in the kernel's
  * 128 KiB READs read 8 GiB (5.4-5.9 s; its contiguous twin: 30 ms).  So
  * the first partial read of such a tensor gathers all of it once and
- * keeps the bytes here until its last byte has been served (a reader
- * going through it is done; the kernel keeps its pages), least recently
- * used first out, up to PT_GATHERED_MAX bytes in all (a bigger tensor is
+ * keeps the bytes here (not only until its last byte is served: the
+ * kernel's READs of a file's end run in parallel, and those answered after
+ * the last one gathered it all again), least recently used first out, up
+ * to PT_GATHERED_MAX bytes in all (a bigger tensor is
  * gathered per read as before).  One gather at a time (fill), so
  * readers racing for one tensor gather it once and memory stays bounded
  * by one tensor and its window beyond the cache.  A change of the
@@ -1405,8 +1406,8 @@ void pt__gathered_free(struct pt_ckpt *ck)
 }
 
 /* Copy [@off, @off + @n) of @t from the cache; false when it is not there
- * as of generation @gen.  Out of date copies are let go on the way; a
- * copy whose last byte is served is let go too.  Under g->mu. */
+ * as of generation @gen.  Out of date copies are let go on the way.
+ * Under g->mu. */
 static bool gathered_copy(struct pt_ckpt *ck, struct pt_gathered *g,
 			  const struct pt_tensor *t, uint64_t gen, void *buf,
 			  size_t n, uint64_t off)
@@ -1424,8 +1425,6 @@ static bool gathered_copy(struct pt_ckpt *ck, struct pt_gathered *g,
 			continue;
 		memcpy(buf, g->slot[i].bytes + off, n);
 		g->slot[i].used = ++g->tick;
-		if (off + n == t->nbytes)
-			slot_drop(g, i);
 		return true;
 	}
 	return false;
@@ -1506,10 +1505,7 @@ static ssize_t gathered_read(struct pt_ckpt *ck, const struct pt_tensor *t,
 	if (all && !rc) {
 		memcpy(buf, all + off, n);
 		pthread_mutex_lock(&g->mu);
-		if (off + n == t->nbytes)
-			free(all);      /* its last byte: nothing to keep */
-		else
-			gathered_keep(ck, g, t, gen, all);
+		gathered_keep(ck, g, t, gen, all);
 		pthread_mutex_unlock(&g->mu);
 	} else {
 		free(all);
