@@ -44,6 +44,7 @@
 #include "export/export.h"
 #include "opts.h"
 #include "overlay.h"
+#include "notify.h"
 #include "push.h"
 
 /* Everything is immutable while mounted: let the kernel cache it. */
@@ -107,6 +108,7 @@ struct ptfs {
 	struct fuse_session *se;
 	struct ptfs_push *push;         /* sidecars ahead of readers (not
 					 * with one worker: see push.h) */
+	struct ptfs_notify *notify;     /* drops the kernel's caches */
 	struct ov *ov;
 	bool warned_changed;            /* logged that it changed (atomic) */
 	pthread_mutex_t wlock;          /* guards wfiles and handles */
@@ -434,8 +436,10 @@ static void log_err(struct ptfs *fs, struct pt_node *n, const char *what,
 		 n ? pt_node_name(n) : "", what, msg);
 }
 
-/* Drop what @req's kernel caches hold for the other open files over the
- * same storage, so that views of one storage see each other's writes. */
+/* Have the kernel drop what it caches of the other open files over the
+ * same storage, so that views of one storage see each other's writes
+ * (soon after, notify.h; files closed now are checked at their next
+ * open, ov_note_open). */
 static void invalidate_others(struct ptfs *fs, struct ov_st *s, fuse_ino_t ino)
 {
 	uint64_t *others = NULL;
@@ -445,7 +449,7 @@ static void invalidate_others(struct ptfs *fs, struct ov_st *s, fuse_ino_t ino)
 		return;
 	n = ov_others(s, ino, &others);
 	for (i = 0; i < n; i++)
-		fuse_lowlevel_notify_inval_inode(fs->se, (fuse_ino_t)others[i], 0, 0);
+		ptfs_notify_inval(fs->notify, (fuse_ino_t)others[i]);
 	free(others);
 }
 
@@ -478,6 +482,7 @@ static void ptfs_op_open(fuse_req_t req, fuse_ino_t ino,
 	struct fh *h;
 	uint64_t lo = 0;
 	bool write = (fi->flags & O_ACCMODE) != O_RDONLY;
+	bool fresh = true;      /* what the kernel kept of it is right */
 	int rc = 0;
 
 	pt_node_attr(n, &a);
@@ -518,7 +523,7 @@ static void ptfs_op_open(fuse_req_t req, fuse_ino_t ino,
 			fuse_reply_err(req, ENOMEM);
 			return;
 		}
-		if (ov_note_open(h->ov, ino)) {
+		if (ov_note_open(h->ov, ino, &fresh)) {
 			free(h);
 			fuse_reply_err(req, ENOMEM);
 			return;
@@ -563,7 +568,7 @@ static void ptfs_op_open(fuse_req_t req, fuse_ino_t ino,
 	}
 	/* the page cache of an unchanged file stays valid between opens;
 	 * closing a file that was only read needs no FLUSH round trip */
-	fi->keep_cache = !write;
+	fi->keep_cache = !write && fresh;
 	fi->noflush = !write;
 	fi->fh = (uint64_t)(uintptr_t)h;
 	fh_track(fs, h);
@@ -723,7 +728,6 @@ static void ptfs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 {
 	struct ptfs *fs = fs_of(req);
 	struct fh *h = (struct fh *)(uintptr_t)fi->fh;
-	struct ov_st *ov;
 	struct wfile *w;
 	int rc;
 
@@ -751,9 +755,8 @@ static void ptfs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 		fuse_reply_err(req, -rc);
 		return;
 	}
-	ov = h->ov; /* release() may free @h once we have replied */
+	invalidate_others(fs, h->ov, ino);
 	fuse_reply_write(req, size);
-	invalidate_others(fs, ov, ino);
 }
 
 static void ptfs_op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
@@ -814,7 +817,7 @@ static void drop_gen_cache(void *ctx, struct pt_node *n)
 {
 	struct ptfs *fs = ctx;
 
-	fuse_lowlevel_notify_inval_inode(fs->se, ino_of(fs, n), 0, 0);
+	ptfs_notify_inval(fs->notify, ino_of(fs, n));
 }
 
 static void ptfs_op_flush(fuse_req_t req, fuse_ino_t ino,
@@ -853,11 +856,9 @@ static void ptfs_op_flush(fuse_req_t req, fuse_ino_t ino,
 		pthread_mutex_unlock(&fs->wlock);
 	}
 	if (!drop) {
-		bool wrote = h->write;  /* after the reply @h may be freed */
-
-		fuse_reply_err(req, 0);
-		if (wrote)      /* pictures and stats are made again */
+		if (h->write)   /* pictures and stats are made again */
 			ptfs_view_changed(fs->ck, drop_gen_cache, fs);
+		fuse_reply_err(req, 0);
 		return;
 	}
 	if (rc) {
@@ -872,10 +873,9 @@ static void ptfs_op_flush(fuse_req_t req, fuse_ino_t ino,
 		 "ptfs: %s: '%s': closed at %llu bytes but the tensor has %llu; change dropped\n",
 		 fs->ckpath, pt_node_name(h->node), (unsigned long long)size,
 		 (unsigned long long)nbytes);
-	/* after the reply, release() may free @h at any time */
-	fuse_reply_err(req, EINVAL);
-	fuse_lowlevel_notify_inval_inode(fs->se, ino, 0, 0);
+	ptfs_notify_inval(fs->notify, ino);
 	invalidate_others(fs, ov, ino);
+	fuse_reply_err(req, EINVAL);
 }
 
 static void ptfs_op_release(fuse_req_t req, fuse_ino_t ino,
@@ -938,12 +938,17 @@ static int commit_all(struct ptfs *fs, const char *why, bool live)
 	 * bytes the commit wrote now hold other bytes, and when records
 	 * moved (the rewriter on an archive not in torch's layout),
 	 * sidecars, tree.json and info.txt state other offsets and sizes.
-	 * Made again and dropped before fsync returns, with no lock of ours
-	 * held (a drop may wait for a READ).  Without a loop (unmount)
+	 * Made again and dropped before fsync returns (with one worker, -s,
+	 * right after: that worker is the one to answer a READ the drop may
+	 * wait for), with no lock of ours held.  Without a loop (unmount)
 	 * nobody reads them again.
 	 */
-	if (rc == 0 && live)
+	if (rc == 0 && live) {
 		pt_tree_committed(fs->ck, since, drop_gen_cache, fs);
+		/* other workers answer the READs a drop may wait for */
+		if (!fs->singlethread)
+			ptfs_notify_wait(fs->notify);
+	}
 	ptfs_push_resume(fs->push);
 	if (rc) {
 		fuse_log(FUSE_LOG_ERR, "ptfs: %s: commit on %s failed, checkpoint unchanged, changes kept: %s\n",
@@ -1491,6 +1496,14 @@ int ptfs_mount_main(int argc, char **argv)
 		openlog("ptfs", LOG_PID, LOG_DAEMON);
 		fuse_set_log_func(syslog_log);
 	}
+	/* its thread is made after fuse_daemonize(): a fork keeps none */
+	fs.notify = ptfs_notify_new(se);
+	if (!fs.notify) {
+		fuse_log(FUSE_LOG_ERR, "ptfs: %s: out of memory\n", c.checkpoint);
+		fuse_session_unmount(se);
+		fuse_remove_signal_handlers(se);
+		goto out;
+	}
 	rc = serve(se, &fopts);
 	/* the loop returns the signal number after SIGTERM/SIGINT/SIGHUP */
 	rc = rc >= 0 ? PTFS_EXIT_OK : PTFS_EXIT_ERROR;
@@ -1500,7 +1513,8 @@ int ptfs_mount_main(int argc, char **argv)
 	fuse_session_unmount(se);
 	fuse_remove_signal_handlers(se);
 out:
-	if (se)
+	/* a thread left waiting keeps the session (notify.h) */
+	if (ptfs_notify_free(fs.notify) && se)
 		fuse_session_destroy(se);
 	ptfs_push_free(fs.push);
 	ov_free(fs.ov);

@@ -8,10 +8,12 @@
 #include <string.h>
 #include <unistd.h>
 
-/* An inode open over a storage, and how many handles hold it. */
+/* An inode opened over a storage: how many handles hold it now, and the
+ * storage's writes when it was last opened (its pages were right then). */
 struct ov_open {
 	uint64_t ino;
 	size_t handles;
+	uint64_t seen;
 };
 
 struct ov_st {
@@ -23,8 +25,9 @@ struct ov_st {
 	size_t nchunks;
 	bool dirty;                     /* some chunk is set (atomic) */
 	int writers;                    /* handles open for writing (atomic) */
+	uint64_t writes;                /* changes of its bytes (atomic) */
 	pthread_mutex_t open_lock;
-	struct ov_open *open;           /* inodes of open tensor files */
+	struct ov_open *open;           /* inodes of tensor files opened */
 	size_t n_open, cap_open;
 };
 
@@ -200,6 +203,7 @@ static int each_chunk(struct ov *o, struct ov_st *s, uint64_t off, uint64_t n,
 	}
 	pthread_rwlock_unlock(&s->lock);
 	pthread_rwlock_unlock(&o->gate);
+	__atomic_add_fetch(&s->writes, 1, __ATOMIC_ACQ_REL);
 	pt_ckpt_bytes_changed(o->ck, s->st);    /* views gathered from it */
 	return rc;
 }
@@ -281,6 +285,7 @@ int ov_revert(struct ov *o, struct ov_st *s, uint64_t off, uint64_t n)
 	__atomic_store_n(&s->dirty, any, __ATOMIC_RELEASE);
 	pthread_rwlock_unlock(&s->lock);
 	pthread_rwlock_unlock(&o->gate);
+	__atomic_add_fetch(&s->writes, 1, __ATOMIC_ACQ_REL);
 	pt_ckpt_bytes_changed(o->ck, s->st);
 	return rc;
 }
@@ -460,12 +465,19 @@ out:
 	return rc;
 }
 
-int ov_note_open(struct ov_st *s, uint64_t ino)
+int ov_note_open(struct ov_st *s, uint64_t ino, bool *fresh)
 {
+	uint64_t writes;
 	size_t i;
 	int rc = 0;
 
+	/*
+	 * Read under the lock: a write counts itself before it lists the
+	 * open inodes (ov_others), so either it lists this one and drops
+	 * its pages, or this sees its count and the open drops them.
+	 */
 	pthread_mutex_lock(&s->open_lock);
+	writes = __atomic_load_n(&s->writes, __ATOMIC_ACQUIRE);
 	for (i = 0; i < s->n_open; i++)
 		if (s->open[i].ino == ino)
 			break;
@@ -480,8 +492,12 @@ int ov_note_open(struct ov_st *s, uint64_t ino)
 		s->open = q;
 		s->cap_open = nc;
 	}
+	/* never opened since the storage's state was made: the kernel has
+	 * read nothing of it through this inode */
 	if (i == s->n_open)
-		s->open[s->n_open++] = (struct ov_open){ ino, 0 };
+		s->open[s->n_open++] = (struct ov_open){ ino, 0, writes };
+	*fresh = s->open[i].seen == writes;
+	s->open[i].seen = writes;
 	s->open[i].handles++;
 out:
 	pthread_mutex_unlock(&s->open_lock);
@@ -496,8 +512,8 @@ void ov_note_close(struct ov_st *s, uint64_t ino)
 	for (i = 0; i < s->n_open; i++)
 		if (s->open[i].ino == ino)
 			break;
-	if (i < s->n_open && --s->open[i].handles == 0)
-		s->open[i] = s->open[--s->n_open];
+	if (i < s->n_open && s->open[i].handles > 0)
+		s->open[i].handles--;
 	pthread_mutex_unlock(&s->open_lock);
 }
 
@@ -508,7 +524,7 @@ size_t ov_others(struct ov_st *s, uint64_t ino, uint64_t **out)
 	pthread_mutex_lock(&s->open_lock);
 	*out = malloc((s->n_open ? s->n_open : 1) * sizeof(**out));
 	for (i = 0; *out && i < s->n_open; i++)
-		if (s->open[i].ino != ino)
+		if (s->open[i].ino != ino && s->open[i].handles > 0)
 			(*out)[n++] = s->open[i].ino;
 	pthread_mutex_unlock(&s->open_lock);
 	return n;

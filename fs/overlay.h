@@ -63,13 +63,17 @@ int ov_read_copy(struct ov *o, struct ov_st *s, void *buf, size_t n,
 /* Commit every dirty storage; on success the overlays are emptied. */
 int ov_commit(struct ov *o, struct pt_error *err);
 
-/* The inodes (tensor files over this storage) open now, so that writes
- * through one file can invalidate the others' page caches.
- * ov_note_open(): one more handle of @ino (0, or -ENOMEM); ov_note_close():
- * one fewer (forgotten at none).  ov_others(): the open inodes other than
- * @ino, in a malloc()ed array *@out (NULL when out of memory), and how
- * many. */
-int ov_note_open(struct ov_st *s, uint64_t ino);
+/*
+ * The inodes (tensor files over this storage) opened, so that writes
+ * through one file can drop the others' page caches.  ov_note_open(): one
+ * more handle of @ino (0, or -ENOMEM), and *@fresh: whether the storage's
+ * bytes are as they were when @ino was last opened (what the kernel kept
+ * of it is right; a file closed meanwhile had none of the drops that
+ * writes make).  ov_note_close(): one fewer.  ov_others(): the inodes
+ * open now other than @ino, in a malloc()ed array *@out (NULL when out of
+ * memory), and how many.
+ */
+int ov_note_open(struct ov_st *s, uint64_t ino, bool *fresh);
 void ov_note_close(struct ov_st *s, uint64_t ino);
 size_t ov_others(struct ov_st *s, uint64_t ino, uint64_t **out);
 

@@ -133,6 +133,20 @@ def unmount(path):
     subprocess.run(["fusermount3", "-u", "-z", path], capture_output=True)
 
 
+def abort_fuse(dev):
+    """End every request of the FUSE connection of st_dev @dev at once (a
+    hung daemon, and the programs waiting on it, can then be reaped)."""
+    conns = "/sys/fs/fuse/connections"
+    if not os.listdir(conns):
+        subprocess.run(["mount", "-t", "fusectl", "none", conns],
+                       capture_output=True)
+    try:
+        with open(os.path.join(conns, str(os.minor(dev)), "abort"), "w") as f:
+            f.write("1")
+    except OSError:
+        pass
+
+
 @contextlib.contextmanager
 def mounted(ckpt, *opts, foreground=True, expect_rc=0):
     """Mount @ckpt on a fresh directory and yield its path.

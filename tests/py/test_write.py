@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import PTFS, is_mounted, mounted, needs_fuse, run, unmount
+from conftest import PTFS, abort_fuse, is_mounted, mounted, needs_fuse, run, unmount
 
 
 def save(path, obj):
@@ -153,6 +153,78 @@ def test_readonly_and_views_refuse_writes(tmp_path):
         assert e.value.errno == errno.EACCES
         with pytest.raises(OSError):
             open(os.path.join(mnt, "w.json"), "r+b")
+
+
+@needs_fuse
+def test_files_closed_during_a_write_see_it_when_opened_again(tmp_path):
+    """The kernel keeps a file's pages between opens; a write through `w`
+    makes those of `tied` and `t` (closed at the time, so nothing drops
+    them when the write happens) stale, and their next open must not keep
+    them."""
+    p = save(str(tmp_path / "m.pt"), base_obj())
+    before = torch.load(p)
+    new = before["w"].clone()
+    new.view(-1)[:4] = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    with mounted(p) as mnt:
+        for name in ("tied", "t", "row"):    # cached, then closed
+            with open(os.path.join(mnt, name), "rb") as f:
+                f.read()
+        fd = os.open(os.path.join(mnt, "w"), os.O_WRONLY)
+        try:
+            os.pwrite(fd, new.view(-1)[:4].numpy().tobytes(), 0)
+        finally:
+            os.close(fd)
+        for name, want in (("tied", new), ("t", new.t()), ("row", new[3])):
+            with open(os.path.join(mnt, name), "rb") as f:
+                assert f.read() == want.contiguous().numpy().tobytes(), name
+
+
+WRITER = """
+import os, sys
+fd = os.open(sys.argv[1], os.O_WRONLY)
+for i in range(int(sys.argv[2])):
+    os.pwrite(fd, bytes([i % 251, 7, 9]), (i * 7) % 8000)
+os.close(fd)
+"""
+
+READER = """
+import os, sys
+for i in range(int(sys.argv[2])):
+    with open(sys.argv[1], "rb") as f:
+        f.read()
+"""
+
+
+@needs_fuse
+@pytest.mark.parametrize("opts", [("-s",), ()], ids=["one-worker", "workers"])
+def test_small_writes_while_a_tied_file_is_read(tmp_path, opts):
+    """Unaligned writes to `w` while `tied` (the same storage) is read over
+    and over: each write has the kernel drop `tied`'s pages, and a drop
+    waits for pages a READ holds.  No worker may wait for that: with one
+    worker (-s) the mount would hang at the first overlap."""
+    p = save(str(tmp_path / "m.pt"), base_obj())
+    py = "/usr/bin/python3"
+    with mounted(p, *opts) as mnt:
+        dev = os.stat(mnt).st_dev
+        procs = [subprocess.Popen([py, "-c", WRITER, os.path.join(mnt, "w"), "6000"]),
+                 subprocess.Popen([py, "-c", READER, os.path.join(mnt, "tied"), "1500"])]
+        deadline = time.time() + 120
+        try:
+            for pr in procs:
+                rc = pr.wait(timeout=max(1, deadline - time.time()))
+                assert rc == 0
+        except subprocess.TimeoutExpired:
+            abort_fuse(dev)     # the programs wait on locked pages
+            pytest.fail("writer and reader still running after 120 s: the mount hangs")
+        finally:
+            for pr in procs:
+                if pr.poll() is None:
+                    pr.kill()
+                    pr.wait()
+        got = np.fromfile(os.path.join(mnt, "w"), np.uint8)
+        assert np.array_equal(np.fromfile(os.path.join(mnt, "tied"), np.uint8), got)
+        i = 5999
+        assert list(got[(i * 7) % 8000:(i * 7) % 8000 + 3]) == [i % 251, 7, 9]
 
 
 @needs_fuse

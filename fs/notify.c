@@ -1,0 +1,165 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * notify.c -- dropping the kernel's caches from a thread of its own.
+ *
+ * fuse_lowlevel_notify_inval_inode() takes the lock of every cached page
+ * of the inode, and a page stays locked while the kernel waits for the
+ * READ that fills it.  A worker that drops another file's pages can thus
+ * wait for a READ that is queued behind it: with one worker (-s) that is
+ * a hang at the first such overlap, with many it is a worker lost until
+ * some other worker answers, and a steady stream of writes to one file
+ * while another file over the same storage is read ties up every worker
+ * (writes through `w` while `tied` is read, one drop per write).
+ *
+ * So workers only queue the inode here and go on; this thread drops.  It
+ * may wait for a page, but never for something a worker waits for: the
+ * READ it waits for is answered by the loop as usual.  A burst of writes
+ * to one file queues each other open file once.
+ */
+#include "notify.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <time.h>
+#include <uthash.h>
+
+struct queued {
+	uint64_t ino;                   /* key */
+	UT_hash_handle hh;
+};
+
+struct ptfs_notify {
+	struct fuse_session *se;
+	pthread_t thread;
+	pthread_mutex_t mu;             /* guards the rest */
+	pthread_cond_t more;            /* something was queued, or stop */
+	pthread_cond_t done;            /* a batch ran */
+	struct queued *set;             /* queued, not taken yet */
+	uint64_t asked;                 /* ptfs_notify_inval() calls */
+	uint64_t ran;                   /* those whose drop has run */
+	bool stop;
+	bool stopped;                   /* the thread returned */
+};
+
+static void *run(void *arg)
+{
+	struct ptfs_notify *q = arg;
+	struct queued *batch, *e, *tmp;
+	uint64_t upto;
+
+	pthread_mutex_lock(&q->mu);
+	while (!q->stop) {
+		if (!q->set) {
+			pthread_cond_wait(&q->more, &q->mu);
+			continue;
+		}
+		batch = q->set;
+		q->set = NULL;
+		upto = q->asked;
+		pthread_mutex_unlock(&q->mu);
+		HASH_ITER(hh, batch, e, tmp) {
+			/* -ENOENT: the kernel has forgotten the inode */
+			fuse_lowlevel_notify_inval_inode(q->se, (fuse_ino_t)e->ino, 0, 0);
+			HASH_DEL(batch, e);
+			free(e);
+		}
+		pthread_mutex_lock(&q->mu);
+		q->ran = upto;
+		pthread_cond_broadcast(&q->done);
+	}
+	q->stopped = true;
+	pthread_cond_broadcast(&q->done);
+	pthread_mutex_unlock(&q->mu);
+	return NULL;
+}
+
+struct ptfs_notify *ptfs_notify_new(struct fuse_session *se)
+{
+	struct ptfs_notify *q = calloc(1, sizeof(*q));
+
+	if (!q)
+		return NULL;
+	q->se = se;
+	pthread_mutex_init(&q->mu, NULL);
+	pthread_cond_init(&q->more, NULL);
+	pthread_cond_init(&q->done, NULL);
+	if (pthread_create(&q->thread, NULL, run, q) != 0) {
+		pthread_cond_destroy(&q->done);
+		pthread_cond_destroy(&q->more);
+		pthread_mutex_destroy(&q->mu);
+		free(q);
+		return NULL;
+	}
+	return q;
+}
+
+int ptfs_notify_inval(struct ptfs_notify *q, fuse_ino_t ino)
+{
+	uint64_t key = (uint64_t)ino;
+	struct queued *e;
+	int rc = 0;
+
+	if (!q)
+		return 0;
+	pthread_mutex_lock(&q->mu);
+	HASH_FIND(hh, q->set, &key, sizeof(key), e);
+	if (!e) {
+		e = malloc(sizeof(*e));
+		if (e) {
+			e->ino = key;
+			HASH_ADD(hh, q->set, ino, sizeof(e->ino), e);
+		}
+	}
+	if (e) {
+		q->asked++;
+		pthread_cond_signal(&q->more);
+	} else {
+		rc = -ENOMEM;
+	}
+	pthread_mutex_unlock(&q->mu);
+	return rc;
+}
+
+void ptfs_notify_wait(struct ptfs_notify *q)
+{
+	uint64_t target;
+
+	if (!q)
+		return;
+	pthread_mutex_lock(&q->mu);
+	target = q->asked;
+	while (q->ran < target && !q->stopped)
+		pthread_cond_wait(&q->done, &q->mu);
+	pthread_mutex_unlock(&q->mu);
+}
+
+bool ptfs_notify_free(struct ptfs_notify *q)
+{
+	struct queued *e, *tmp;
+	struct timespec until;
+
+	if (!q)
+		return true;
+	pthread_mutex_lock(&q->mu);
+	q->stop = true;
+	pthread_cond_signal(&q->more);
+	pthread_mutex_unlock(&q->mu);
+	/* a drop under way waits for a READ that the ended loop will never
+	 * answer: then leave the thread (and the session it uses) alone */
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 2;
+	if (pthread_timedjoin_np(q->thread, NULL, &until) != 0)
+		return false;
+	HASH_ITER(hh, q->set, e, tmp) {
+		HASH_DEL(q->set, e);
+		free(e);
+	}
+	pthread_cond_destroy(&q->done);
+	pthread_cond_destroy(&q->more);
+	pthread_mutex_destroy(&q->mu);
+	free(q);
+	return true;
+}
