@@ -1409,6 +1409,48 @@ static int remote_options(const struct cmdline *c)
 	return 0;
 }
 
+/* Mount @fs on the mountpoint, serve until unmounted or signalled, commit
+ * what is pending and unmount: an exit code. */
+static int mount_and_serve(struct ptfs *fs, const struct fuse_cmdline_opts *fopts)
+{
+	struct fuse_session *se = fs->se;
+	int rc;
+
+	if (fuse_set_signal_handlers(se) != 0)
+		return PTFS_EXIT_ERROR;
+	if (fuse_session_mount(se, fopts->mountpoint) != 0) {
+		fprintf(stderr, "ptfs: cannot mount on %s\n", fopts->mountpoint);
+		fuse_remove_signal_handlers(se);
+		return PTFS_EXIT_ERROR;
+	}
+	raise_readahead(fopts->mountpoint);
+	if (fuse_daemonize(fopts->foreground) != 0) {
+		fuse_session_unmount(se);
+		fuse_remove_signal_handlers(se);
+		return PTFS_EXIT_ERROR;
+	}
+	if (!fopts->foreground) {
+		openlog("ptfs", LOG_PID, LOG_DAEMON);
+		fuse_set_log_func(syslog_log);
+	}
+	/* its thread is made after fuse_daemonize(): a fork keeps none */
+	fs->notify = ptfs_notify_new(se);
+	if (!fs->notify) {
+		fuse_log(FUSE_LOG_ERR, "ptfs: %s: out of memory\n", fs->ckpath);
+		rc = PTFS_EXIT_ERROR;
+	} else {
+		rc = serve(se, fopts);
+		/* the loop returns the signal number after SIGTERM/SIGINT/SIGHUP */
+		rc = rc >= 0 ? PTFS_EXIT_OK : PTFS_EXIT_ERROR;
+		/* unmount, or SIGTERM/SIGINT: commit what is pending */
+		if (commit_all(fs, "unmount", false) != 0)
+			rc = PTFS_EXIT_ERROR;
+	}
+	fuse_session_unmount(se);
+	fuse_remove_signal_handlers(se);
+	return rc;
+}
+
 int ptfs_mount_main(int argc, char **argv)
 {
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
@@ -1479,39 +1521,7 @@ int ptfs_mount_main(int argc, char **argv)
 	/* pushes need a second worker (push.h) */
 	if (!fopts.singlethread && fopts.max_threads != 1)
 		fs.push = ptfs_push_new(se, fs.ck);
-	if (fuse_set_signal_handlers(se) != 0)
-		goto out;
-	if (fuse_session_mount(se, fopts.mountpoint) != 0) {
-		fprintf(stderr, "ptfs: cannot mount on %s\n", fopts.mountpoint);
-		fuse_remove_signal_handlers(se);
-		goto out;
-	}
-	raise_readahead(fopts.mountpoint);
-	if (fuse_daemonize(fopts.foreground) != 0) {
-		fuse_session_unmount(se);
-		fuse_remove_signal_handlers(se);
-		goto out;
-	}
-	if (!fopts.foreground) {
-		openlog("ptfs", LOG_PID, LOG_DAEMON);
-		fuse_set_log_func(syslog_log);
-	}
-	/* its thread is made after fuse_daemonize(): a fork keeps none */
-	fs.notify = ptfs_notify_new(se);
-	if (!fs.notify) {
-		fuse_log(FUSE_LOG_ERR, "ptfs: %s: out of memory\n", c.checkpoint);
-		fuse_session_unmount(se);
-		fuse_remove_signal_handlers(se);
-		goto out;
-	}
-	rc = serve(se, &fopts);
-	/* the loop returns the signal number after SIGTERM/SIGINT/SIGHUP */
-	rc = rc >= 0 ? PTFS_EXIT_OK : PTFS_EXIT_ERROR;
-	/* unmount, or SIGTERM/SIGINT: commit what is pending */
-	if (commit_all(&fs, "unmount", false) != 0)
-		rc = PTFS_EXIT_ERROR;
-	fuse_session_unmount(se);
-	fuse_remove_signal_handlers(se);
+	rc = mount_and_serve(&fs, &fopts);
 out:
 	/* a thread left waiting keeps the session (notify.h) */
 	if (ptfs_notify_free(fs.notify) && se)
