@@ -441,6 +441,7 @@ static int zip_parse_entry(struct pt_zip *z, struct pt_rd *r, uint64_t i,
 	struct zip_quote q;
 	int rc;
 
+	memset(ze, 0, sizeof(*ze));
 	h = pt_rd_take(r, ZIP_CENTRAL_LEN);
 	if (!h)
 		return pt_fail(err, -EBADMSG,
@@ -531,7 +532,9 @@ static int zip_parse_cd(struct pt_zip *z, const uint8_t *cd,
 	int rc;
 
 	/* n <= cd_size / 46 and cd_size < SIZE_MAX were checked. */
-	z->ents = calloc(n ? (size_t)n : 1, sizeof(*z->ents));
+	/* not calloc(): glibc clears a reused heap chunk whole before the
+	 * parse writes it again; each entry is cleared as it is parsed */
+	z->ents = malloc((n ? (size_t)n : 1) * sizeof(*z->ents));
 	/* Names with their NULs fit in cd_size: each entry has >= 46 bytes
 	 * of header for one NUL. */
 	z->names = malloc((size_t)z->info.cd_size + 1);
