@@ -37,6 +37,7 @@
 #ifdef __GLIBC__
 #endif
 
+#include <poll.h>
 #include <pthread.h>
 #include <uthash.h>
 
@@ -49,6 +50,10 @@
 
 /* Everything is immutable while mounted: let the kernel cache it. */
 #define PTFS_TIMEOUT 86400.0
+/* how long a worker waits for the kernel to drop what a commit or a close
+ * made stale: past it (every other worker busy, notify.h) it goes on and
+ * the drops follow soon after */
+#define PTFS_DROP_WAIT_MS 1000
 /* The largest request libfuse can take (FUSE_MAX_MAX_PAGES pages). */
 #define PTFS_MAX_IO (1u << 20)
 
@@ -102,6 +107,11 @@ struct ptfs {
 	bool ro;
 	bool no_open;                   /* the kernel opens files itself */
 	bool singlethread;
+	bool draining;                  /* the loop ended: drop nothing (atomic) */
+	unsigned conn;                  /* /sys/fs/fuse/connections/N, 0: ? */
+	bool may_wait;                  /* a worker may wait for the notifier:
+					 * others answer the READs it waits
+					 * for (not -s, not max_threads=1) */
 	uid_t uid;                      /* the checkpoint's owner ... */
 	gid_t gid;
 	mode_t mode;                    /* ... and permission bits */
@@ -436,6 +446,22 @@ static void log_err(struct ptfs *fs, struct pt_node *n, const char *what,
 		 n ? pt_node_name(n) : "", what, msg);
 }
 
+/* Have the kernel drop what it caches of inode @ino, soon (notify.h);
+ * nothing once the loop has ended: the caches go with the mount. */
+static void queue_drop(struct ptfs *fs, fuse_ino_t ino)
+{
+	if (!__atomic_load_n(&fs->draining, __ATOMIC_ACQUIRE))
+		ptfs_notify_inval(fs->notify, ino);
+}
+
+/* Wait for the drops queued so far when other workers can answer the
+ * READs they may wait for (PTFS_DROP_WAIT_MS at most). */
+static void wait_drops(struct ptfs *fs)
+{
+	if (fs->may_wait && !__atomic_load_n(&fs->draining, __ATOMIC_ACQUIRE))
+		(void)ptfs_notify_wait(fs->notify, PTFS_DROP_WAIT_MS);
+}
+
 /* Have the kernel drop what it caches of the other open files over the
  * same storage, so that views of one storage see each other's writes
  * (soon after, notify.h; files closed now are checked at their next
@@ -449,21 +475,23 @@ static void invalidate_others(struct ptfs *fs, struct ov_st *s, fuse_ino_t ino)
 		return;
 	n = ov_others(s, ino, &others);
 	for (i = 0; i < n; i++)
-		ptfs_notify_inval(fs->notify, (fuse_ino_t)others[i]);
+		queue_drop(fs, (fuse_ino_t)others[i]);
 	free(others);
 }
 
 /* Truncate a tensor file in write state to @size: the bytes past it read
  * as zeros if the file grows again (POSIX), until the tensor is whole. */
 static int do_truncate(struct ptfs *fs, struct fh *h, struct wfile *w,
-		       uint64_t size)
+		       uint64_t size, fuse_ino_t ino)
 {
 	int rc = 0;
 
 	if (size > w->nbytes)
 		return -EFBIG;
-	if (size < w->size)
+	if (size < w->size) {
 		rc = ov_zero(fs->ov, h->ov, h->lo + size, w->size - size);
+		invalidate_others(fs, h->ov, ino);
+	}
 	if (rc == 0) {
 		w->size = size;
 		w->changed = true;
@@ -546,7 +574,7 @@ static void ptfs_op_open(fuse_req_t req, fuse_ino_t ino,
 			w->writers++;
 			ov_writers(h->ov, 1);
 			if (fi->flags & O_TRUNC)
-				rc = do_truncate(fs, h, w, 0);
+				rc = do_truncate(fs, h, w, 0, ino);
 		} else {
 			rc = -ENOMEM;
 		}
@@ -795,7 +823,7 @@ static void ptfs_op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 		if (!w || !h->ov)
 			rc = -EACCES;
 		else
-			rc = do_truncate(fs, h, w, (uint64_t)attr->st_size);
+			rc = do_truncate(fs, h, w, (uint64_t)attr->st_size, ino);
 		pthread_mutex_unlock(&fs->wlock);
 		if (rc) {
 			fuse_reply_err(req, -rc);
@@ -817,7 +845,7 @@ static void drop_gen_cache(void *ctx, struct pt_node *n)
 {
 	struct ptfs *fs = ctx;
 
-	ptfs_notify_inval(fs->notify, ino_of(fs, n));
+	queue_drop(fs, ino_of(fs, n));
 }
 
 static void ptfs_op_flush(fuse_req_t req, fuse_ino_t ino,
@@ -856,8 +884,11 @@ static void ptfs_op_flush(fuse_req_t req, fuse_ino_t ino,
 		pthread_mutex_unlock(&fs->wlock);
 	}
 	if (!drop) {
-		if (h->write)   /* pictures and stats are made again */
+		if (h->write) { /* pictures and stats are made again */
 			ptfs_view_changed(fs->ck, drop_gen_cache, fs);
+			/* gone from the kernel before close() returns */
+			wait_drops(fs);
+		}
 		fuse_reply_err(req, 0);
 		return;
 	}
@@ -873,7 +904,7 @@ static void ptfs_op_flush(fuse_req_t req, fuse_ino_t ino,
 		 "ptfs: %s: '%s': closed at %llu bytes but the tensor has %llu; change dropped\n",
 		 fs->ckpath, pt_node_name(h->node), (unsigned long long)size,
 		 (unsigned long long)nbytes);
-	ptfs_notify_inval(fs->notify, ino);
+	queue_drop(fs, ino);
 	invalidate_others(fs, ov, ino);
 	fuse_reply_err(req, EINVAL);
 }
@@ -938,16 +969,15 @@ static int commit_all(struct ptfs *fs, const char *why, bool live)
 	 * bytes the commit wrote now hold other bytes, and when records
 	 * moved (the rewriter on an archive not in torch's layout),
 	 * sidecars, tree.json and info.txt state other offsets and sizes.
-	 * Made again and dropped before fsync returns (with one worker, -s,
-	 * right after: that worker is the one to answer a READ the drop may
-	 * wait for), with no lock of ours held.  Without a loop (unmount)
+	 * Made again and dropped before fsync returns (with one worker, -s
+	 * or max_threads=1, right after: that worker is the one to answer a
+	 * READ the drop may wait for), with no lock of ours held.  Without a loop (unmount)
 	 * nobody reads them again.
 	 */
 	if (rc == 0 && live) {
 		pt_tree_committed(fs->ck, since, drop_gen_cache, fs);
 		/* other workers answer the READs a drop may wait for */
-		if (!fs->singlethread)
-			ptfs_notify_wait(fs->notify);
+		wait_drops(fs);
 	}
 	ptfs_push_resume(fs->push);
 	if (rc) {
@@ -1214,18 +1244,20 @@ static int opt_proc(void *data, const char *arg, int key,
  * The kernel's FUSE readahead is capped at the bdi default (128 KiB); the
  * per-mount bdi can be raised by root, as mergerfs does.  Find the mount's
  * device number in mountinfo (no FUSE request involved) and ask for 1 MiB;
- * failure only costs speed.
+ * failure only costs speed.  Returns the device's minor number, which
+ * names the connection under /sys/fs/fuse/connections (0: not found).
  */
-static void raise_readahead(const char *mountpoint)
+static unsigned raise_readahead(const char *mountpoint)
 {
 	char real[PATH_MAX], line[4096], path[128];
+	unsigned conn = 0;
 	FILE *f;
 
 	if (!realpath(mountpoint, real))
-		return;
+		return 0;
 	f = fopen("/proc/self/mountinfo", "r");
 	if (!f)
-		return;
+		return 0;
 	while (fgets(line, sizeof(line), f)) {
 		unsigned maj, min;
 		char mp[PATH_MAX];
@@ -1234,6 +1266,7 @@ static void raise_readahead(const char *mountpoint)
 			continue;
 		if (strcmp(mp, real) != 0 || !strstr(line, " - fuse"))
 			continue;
+		conn = min;
 		snprintf(path, sizeof(path), "/sys/class/bdi/%u:%u/read_ahead_kb",
 			 maj, min);
 		{
@@ -1245,6 +1278,7 @@ static void raise_readahead(const char *mountpoint)
 		}
 	}
 	fclose(f);
+	return conn;
 }
 
 /*
@@ -1409,6 +1443,75 @@ static int remote_options(const struct cmdline *c)
 	return 0;
 }
 
+/*
+ * A drop still waits: the request holding its page was lost (libfuse
+ * drops a request read as the loop ends), and nothing but the end of the
+ * connection frees the page, its program, and our thread.  The process
+ * exit cannot end it: the thread's write to /dev/fuse holds the device
+ * open.  The kernel's control file system can (root or the mount's owner;
+ * mounted by systemd at boot).
+ */
+static void abort_connection(struct ptfs *fs)
+{
+	char path[96];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/sys/fs/fuse/connections/%u/abort", fs->conn);
+	f = fs->conn ? fopen(path, "w") : NULL;
+	if (f) {
+		fputs("1\n", f);
+		fclose(f);
+		fuse_log(FUSE_LOG_ERR, "ptfs: %s: requests were lost as the loop ended: connection aborted\n",
+			 fs->ckpath);
+	} else {
+		fuse_log(FUSE_LOG_ERR, "ptfs: %s: requests were lost as the loop ended and %s cannot be written: programs waiting on the mount stay blocked until it is\n",
+			 fs->ckpath, fs->conn ? path : "/sys/fs/fuse/connections/N/abort");
+	}
+}
+
+/*
+ * The loop ended (a signal) while the notifier may be dropping pages: a
+ * drop can wait for a page that a WRITE or READ still queued in the
+ * kernel holds locked (a partial page being written, a readahead), and
+ * nobody reads the queue now.  Answer requests here, one at a time,
+ * queueing no more drops, until the notifier is idle (at most 5 s: the
+ * commit and the unmount come next).  libfuse hands out no request of a
+ * session marked as ended: the mark is reset first.
+ */
+static void drain(struct ptfs *fs)
+{
+	struct fuse_buf buf;
+	struct timespec t0, t;
+	int fd = fuse_session_fd(fs->se);
+	int res;
+
+	__atomic_store_n(&fs->draining, true, __ATOMIC_RELEASE);
+	if (ptfs_notify_idle(fs->notify))
+		return;
+	fuse_session_reset(fs->se);
+	memset(&buf, 0, sizeof(buf));
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	while (!ptfs_notify_idle(fs->notify)) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		if (t.tv_sec - t0.tv_sec >= 5)
+			break;
+		if (poll(&p, 1, 50) <= 0)
+			continue;
+		res = fuse_session_receive_buf(fs->se, &buf);
+		if (res == -EINTR || res == -EAGAIN)
+			continue;
+		if (res <= 0)
+			break;
+		fuse_session_process_buf(fs->se, &buf);
+	}
+	free(buf.mem);
+	fuse_session_exit(fs->se);
+	if (!ptfs_notify_idle(fs->notify))
+		abort_connection(fs);
+}
+
 /* Mount @fs on the mountpoint, serve until unmounted or signalled, commit
  * what is pending and unmount: an exit code. */
 static int mount_and_serve(struct ptfs *fs, const struct fuse_cmdline_opts *fopts)
@@ -1423,7 +1526,7 @@ static int mount_and_serve(struct ptfs *fs, const struct fuse_cmdline_opts *fopt
 		fuse_remove_signal_handlers(se);
 		return PTFS_EXIT_ERROR;
 	}
-	raise_readahead(fopts->mountpoint);
+	fs->conn = raise_readahead(fopts->mountpoint);
 	if (fuse_daemonize(fopts->foreground) != 0) {
 		fuse_session_unmount(se);
 		fuse_remove_signal_handlers(se);
@@ -1440,6 +1543,7 @@ static int mount_and_serve(struct ptfs *fs, const struct fuse_cmdline_opts *fopt
 		rc = PTFS_EXIT_ERROR;
 	} else {
 		rc = serve(se, fopts);
+		drain(fs);
 		/* the loop returns the signal number after SIGTERM/SIGINT/SIGHUP */
 		rc = rc >= 0 ? PTFS_EXIT_OK : PTFS_EXIT_ERROR;
 		/* unmount, or SIGTERM/SIGINT: commit what is pending */
@@ -1503,6 +1607,7 @@ int ptfs_mount_main(int argc, char **argv)
 			goto out;
 	}
 	fs.singlethread = fopts.singlethread;
+	fs.may_wait = !fopts.singlethread && fopts.max_threads != 1;
 	pthread_mutex_init(&fs.wlock, NULL);
 	fs.ov = ov_new(fs.ck);
 	if (!fs.ov)

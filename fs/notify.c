@@ -20,6 +20,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -79,14 +80,26 @@ static void *run(void *arg)
 struct ptfs_notify *ptfs_notify_new(struct fuse_session *se)
 {
 	struct ptfs_notify *q = calloc(1, sizeof(*q));
+	pthread_condattr_t ca;
+	sigset_t all, old;
+	bool made;
 
 	if (!q)
 		return NULL;
 	q->se = se;
 	pthread_mutex_init(&q->mu, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&q->more, NULL);
-	pthread_cond_init(&q->done, NULL);
-	if (pthread_create(&q->thread, NULL, run, q) != 0) {
+	pthread_cond_init(&q->done, &ca);
+	pthread_condattr_destroy(&ca);
+	/* signals go to the loop's threads, which end the loop on them
+	 * (libfuse blocks them in its workers alike) */
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	made = pthread_create(&q->thread, NULL, run, q) == 0;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (!made) {
 		pthread_cond_destroy(&q->done);
 		pthread_cond_destroy(&q->more);
 		pthread_mutex_destroy(&q->mu);
@@ -120,20 +133,48 @@ int ptfs_notify_inval(struct ptfs_notify *q, fuse_ino_t ino)
 		rc = -ENOMEM;
 	}
 	pthread_mutex_unlock(&q->mu);
+	if (rc)
+		fuse_log(FUSE_LOG_ERR,
+			 "ptfs: out of memory: the kernel may keep a stale copy of inode %llu until its next open or the cache timeout\n",
+			 (unsigned long long)ino);
 	return rc;
 }
 
-void ptfs_notify_wait(struct ptfs_notify *q)
+bool ptfs_notify_wait(struct ptfs_notify *q, unsigned ms)
 {
+	struct timespec until;
 	uint64_t target;
+	bool done;
 
 	if (!q)
-		return;
+		return true;
+	clock_gettime(CLOCK_MONOTONIC, &until);
+	until.tv_sec += ms / 1000;
+	until.tv_nsec += (long)(ms % 1000) * 1000000;
+	if (until.tv_nsec >= 1000000000) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000;
+	}
 	pthread_mutex_lock(&q->mu);
 	target = q->asked;
-	while (q->ran < target && !q->stopped)
-		pthread_cond_wait(&q->done, &q->mu);
+	while (q->ran < target && !q->stopped &&
+	       pthread_cond_timedwait(&q->done, &q->mu, &until) == 0)
+		;
+	done = q->ran >= target;
 	pthread_mutex_unlock(&q->mu);
+	return done;
+}
+
+bool ptfs_notify_idle(struct ptfs_notify *q)
+{
+	bool idle;
+
+	if (!q)
+		return true;
+	pthread_mutex_lock(&q->mu);
+	idle = !q->set && q->ran == q->asked;
+	pthread_mutex_unlock(&q->mu);
+	return idle;
 }
 
 bool ptfs_notify_free(struct ptfs_notify *q)

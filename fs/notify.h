@@ -27,11 +27,16 @@ struct ptfs_notify *ptfs_notify_new(struct fuse_session *se);
 int ptfs_notify_inval(struct ptfs_notify *q, fuse_ino_t ino);
 
 /*
- * Wait until every drop queued before this call has run.  Only from a
- * worker of a loop that has others to answer the READs a drop may wait
- * for (never with -s).
+ * Wait until every drop queued before this call has run, at most @ms
+ * milliseconds: true when they have.  A drop may wait for a page that a
+ * queued READ holds, so only a worker of a loop with others to answer it
+ * may wait (never with -s or max_threads=1), and the bound keeps a pool
+ * whose every worker waits here from hanging.
  */
-void ptfs_notify_wait(struct ptfs_notify *q);
+bool ptfs_notify_wait(struct ptfs_notify *q, unsigned ms);
+
+/* Nothing queued, no drop under way. */
+bool ptfs_notify_idle(struct ptfs_notify *q);
 
 /*
  * Stop the thread (what is still queued is not dropped) and free @q; call

@@ -7,13 +7,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <uthash.h>
 
 /* An inode opened over a storage: how many handles hold it now, and the
- * storage's writes when it was last opened (its pages were right then). */
+ * storage's writes when it was last opened (its pages were right then).
+ * Kept after its last close, by inode; those open now are also listed. */
 struct ov_open {
-	uint64_t ino;
+	uint64_t ino;                   /* key */
 	size_t handles;
 	uint64_t seen;
+	struct ov_open *prev, *next;    /* in ov_st.open_now while handles */
+	UT_hash_handle hh;
 };
 
 struct ov_st {
@@ -27,8 +31,9 @@ struct ov_st {
 	int writers;                    /* handles open for writing (atomic) */
 	uint64_t writes;                /* changes of its bytes (atomic) */
 	pthread_mutex_t open_lock;
-	struct ov_open *open;           /* inodes of tensor files opened */
-	size_t n_open, cap_open;
+	struct ov_open *opened;         /* inodes of tensor files opened */
+	struct ov_open *open_now;       /* those with handles */
+	size_t n_open;                  /* in open_now */
 };
 
 struct ov {
@@ -69,7 +74,14 @@ static void st_free(struct ov_st *s)
 		for (i = 0; i < s->nchunks; i++)
 			free(s->chunks[i]);
 	free(s->chunks);
-	free(s->open);
+	{
+		struct ov_open *e, *tmp;
+
+		HASH_ITER(hh, s->opened, e, tmp) {
+			HASH_DEL(s->opened, e);
+			free(e);
+		}
+	}
 	pthread_rwlock_destroy(&s->lock);
 	pthread_mutex_destroy(&s->open_lock);
 	free(s);
@@ -467,8 +479,8 @@ out:
 
 int ov_note_open(struct ov_st *s, uint64_t ino, bool *fresh)
 {
+	struct ov_open *e;
 	uint64_t writes;
-	size_t i;
 	int rc = 0;
 
 	/*
@@ -478,27 +490,29 @@ int ov_note_open(struct ov_st *s, uint64_t ino, bool *fresh)
 	 */
 	pthread_mutex_lock(&s->open_lock);
 	writes = __atomic_load_n(&s->writes, __ATOMIC_ACQUIRE);
-	for (i = 0; i < s->n_open; i++)
-		if (s->open[i].ino == ino)
-			break;
-	if (i == s->n_open && s->n_open == s->cap_open) {
-		size_t nc = s->cap_open ? 2 * s->cap_open : 4;
-		struct ov_open *q = realloc(s->open, nc * sizeof(*q));
-
-		if (!q) {
+	HASH_FIND(hh, s->opened, &ino, sizeof(ino), e);
+	if (!e) {
+		/* never opened since the storage's state was made: the
+		 * kernel has read nothing of it through this inode */
+		e = calloc(1, sizeof(*e));
+		if (!e) {
 			rc = -ENOMEM;
 			goto out;
 		}
-		s->open = q;
-		s->cap_open = nc;
+		e->ino = ino;
+		e->seen = writes;
+		HASH_ADD(hh, s->opened, ino, sizeof(e->ino), e);
 	}
-	/* never opened since the storage's state was made: the kernel has
-	 * read nothing of it through this inode */
-	if (i == s->n_open)
-		s->open[s->n_open++] = (struct ov_open){ ino, 0, writes };
-	*fresh = s->open[i].seen == writes;
-	s->open[i].seen = writes;
-	s->open[i].handles++;
+	*fresh = e->seen == writes;
+	e->seen = writes;
+	if (e->handles++ == 0) {
+		e->prev = NULL;
+		e->next = s->open_now;
+		if (s->open_now)
+			s->open_now->prev = e;
+		s->open_now = e;
+		s->n_open++;
+	}
 out:
 	pthread_mutex_unlock(&s->open_lock);
 	return rc;
@@ -506,26 +520,32 @@ out:
 
 void ov_note_close(struct ov_st *s, uint64_t ino)
 {
-	size_t i;
+	struct ov_open *e;
 
 	pthread_mutex_lock(&s->open_lock);
-	for (i = 0; i < s->n_open; i++)
-		if (s->open[i].ino == ino)
-			break;
-	if (i < s->n_open && s->open[i].handles > 0)
-		s->open[i].handles--;
+	HASH_FIND(hh, s->opened, &ino, sizeof(ino), e);
+	if (e && e->handles > 0 && --e->handles == 0) {
+		if (e->prev)
+			e->prev->next = e->next;
+		else
+			s->open_now = e->next;
+		if (e->next)
+			e->next->prev = e->prev;
+		s->n_open--;
+	}
 	pthread_mutex_unlock(&s->open_lock);
 }
 
 size_t ov_others(struct ov_st *s, uint64_t ino, uint64_t **out)
 {
-	size_t i, n = 0;
+	struct ov_open *e;
+	size_t n = 0;
 
 	pthread_mutex_lock(&s->open_lock);
 	*out = malloc((s->n_open ? s->n_open : 1) * sizeof(**out));
-	for (i = 0; *out && i < s->n_open; i++)
-		if (s->open[i].ino != ino && s->open[i].handles > 0)
-			(*out)[n++] = s->open[i].ino;
+	for (e = s->open_now; *out && e; e = e->next)
+		if (e->ino != ino)
+			(*out)[n++] = e->ino;
 	pthread_mutex_unlock(&s->open_lock);
 	return n;
 }

@@ -133,13 +133,20 @@ def unmount(path):
     subprocess.run(["fusermount3", "-u", "-z", path], capture_output=True)
 
 
+def ensure_fusectl():
+    """Mount the kernel's FUSE control file system where systemd mounts it
+    at boot (containers often lack it; root only)."""
+    conns = "/sys/fs/fuse/connections"
+    if os.path.isdir(conns) and not os.listdir(conns):
+        subprocess.run(["mount", "-t", "fusectl", "none", conns],
+                       capture_output=True)
+
+
 def abort_fuse(dev):
     """End every request of the FUSE connection of st_dev @dev at once (a
     hung daemon, and the programs waiting on it, can then be reaped)."""
     conns = "/sys/fs/fuse/connections"
-    if not os.listdir(conns):
-        subprocess.run(["mount", "-t", "fusectl", "none", conns],
-                       capture_output=True)
+    ensure_fusectl()
     try:
         with open(os.path.join(conns, str(os.minor(dev)), "abort"), "w") as f:
             f.write("1")

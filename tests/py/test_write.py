@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import PTFS, abort_fuse, is_mounted, mounted, needs_fuse, run, unmount
+from conftest import PTFS, abort_fuse, ensure_fusectl, is_mounted, mounted, needs_fuse, run, unmount
 
 
 def save(path, obj):
@@ -165,6 +165,7 @@ def test_files_closed_during_a_write_see_it_when_opened_again(tmp_path):
     before = torch.load(p)
     new = before["w"].clone()
     new.view(-1)[:4] = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    new[3, 5] = 42.0                        # in `row` too
     with mounted(p) as mnt:
         for name in ("tied", "t", "row"):    # cached, then closed
             with open(os.path.join(mnt, name), "rb") as f:
@@ -172,6 +173,7 @@ def test_files_closed_during_a_write_see_it_when_opened_again(tmp_path):
         fd = os.open(os.path.join(mnt, "w"), os.O_WRONLY)
         try:
             os.pwrite(fd, new.view(-1)[:4].numpy().tobytes(), 0)
+            os.pwrite(fd, new[3, 5:6].numpy().tobytes(), (3 * 32 + 5) * 4)
         finally:
             os.close(fd)
         for name, want in (("tied", new), ("t", new.t()), ("row", new[3])):
@@ -225,6 +227,120 @@ def test_small_writes_while_a_tied_file_is_read(tmp_path, opts):
         assert np.array_equal(np.fromfile(os.path.join(mnt, "tied"), np.uint8), got)
         i = 5999
         assert list(got[(i * 7) % 8000:(i * 7) % 8000 + 3]) == [i % 251, 7, 9]
+
+
+RECORD_READER = """
+import os, sys
+path = sys.argv[1]
+while True:
+    fd = os.open(path, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.pread(fd, 4096, 0)
+    os.close(fd)
+"""
+
+
+FSYNCER = """
+import os, struct, sys
+fd = os.open(sys.argv[1], os.O_WRONLY)
+for i in range(20):
+    os.pwrite(fd, struct.pack("<f", float(i)), 4 * i)
+    os.fsync(fd)
+os.close(fd)
+"""
+
+
+@needs_fuse
+@pytest.mark.parametrize("opts", [("-s",), ("-o", "max_threads=1"), ()],
+                         ids=["s", "max_threads=1", "workers"])
+def test_fsync_while_a_record_is_read(tmp_path, opts):
+    """fsync commits and has the kernel drop the records it rewrote while
+    another program keeps reading one of them: the drop waits for that
+    READ's page, and with a single worker nobody else can answer it."""
+    p = save(str(tmp_path / "m.pt"), base_obj())
+    with mounted(p, *opts) as mnt:
+        dev = os.stat(mnt).st_dev
+        rec = os.path.join(mnt, ".ptfs", "records", "m", "data", "0")
+        assert os.path.exists(rec)
+        reader = subprocess.Popen(["/usr/bin/python3", "-c", RECORD_READER, rec])
+        writer = subprocess.Popen(["/usr/bin/python3", "-c", FSYNCER,
+                                   os.path.join(mnt, "w")])
+        try:
+            try:
+                assert writer.wait(timeout=120) == 0
+            except subprocess.TimeoutExpired:
+                pytest.fail("20 writes + fsync not done in 120 s: the mount hangs")
+        finally:
+            reader.kill()
+            for pr in (writer, reader):
+                try:
+                    pr.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    abort_fuse(dev)     # they wait on locked pages
+                    pr.kill()
+                    pr.wait()
+        # with one worker the drops follow the fsync by moments
+        for _ in range(100):
+            with open(rec, "rb") as f:
+                last = struct.unpack("<f", f.read(4 * 20)[4 * 19:])[0]
+            if last == 19.0 or opts == ():
+                break
+            time.sleep(0.02)
+        assert last == 19.0
+    assert torch.load(p)["w"].view(-1)[19].item() == 19.0
+
+
+@needs_fuse
+def test_sigterm_while_tied_files_are_written_and_read(tmp_path):
+    """SIGTERM ends the loop while requests are still queued in the kernel
+    and the kernel drops pages those requests hold: the daemon answers
+    them, commits and exits; nobody is left waiting on the mount.  A
+    request libfuse read as the loop ended is lost, and only aborting the
+    connection frees what waits on it: the daemon does that through the
+    control file system, mounted here as systemd mounts it at boot."""
+    ensure_fusectl()
+    w = torch.zeros(256, 256)
+    p = save(str(tmp_path / "m.pt"), {"w": w, "tied": w})
+    mnt = str(tmp_path / "mnt")
+    os.mkdir(mnt)
+    for rnd in range(3):
+        proc = subprocess.Popen([PTFS, "-f", p, mnt], stderr=subprocess.PIPE)
+        procs, dev = [], None
+        try:
+            for _ in range(500):
+                if is_mounted(mnt):
+                    break
+                time.sleep(0.02)
+            dev = os.stat(mnt).st_dev
+            procs = [subprocess.Popen(["/usr/bin/python3", "-c", WRITER,
+                                       os.path.join(mnt, "w"), "100000000"]),
+                     subprocess.Popen(["/usr/bin/python3", "-c", READER,
+                                       os.path.join(mnt, "tied"), "100000000"])]
+            time.sleep(1.5)
+            proc.send_signal(signal.SIGTERM)
+            try:
+                rc = proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                abort_fuse(dev)
+                pytest.fail("round %d: the daemon did not exit within 60 s of SIGTERM" % rnd)
+            assert rc == 0, proc.stderr.read().decode()
+        finally:
+            for pr in procs:
+                pr.kill()
+            for pr in procs:
+                try:
+                    pr.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    if dev is not None:
+                        abort_fuse(dev)
+                    pr.wait()
+            unmount(mnt)
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        got = torch.load(p)      # whole, and still one storage
+        assert got["w"].numpy().tobytes() == got["tied"].numpy().tobytes()
+        assert got["w"].data_ptr() == got["tied"].data_ptr()
 
 
 @needs_fuse
