@@ -133,25 +133,32 @@ def unmount(path):
     subprocess.run(["fusermount3", "-u", "-z", path], capture_output=True)
 
 
-def ensure_fusectl():
-    """Mount the kernel's FUSE control file system where systemd mounts it
-    at boot (containers often lack it; root only)."""
+@contextlib.contextmanager
+def fusectl():
+    """The kernel's FUSE control file system, mounted where systemd mounts
+    it at boot while the block runs (containers often lack it; root only),
+    and unmounted again if it was mounted here."""
     conns = "/sys/fs/fuse/connections"
+    here = False
     if os.path.isdir(conns) and not os.listdir(conns):
-        subprocess.run(["mount", "-t", "fusectl", "none", conns],
-                       capture_output=True)
+        here = subprocess.run(["mount", "-t", "fusectl", "none", conns],
+                              capture_output=True).returncode == 0
+    try:
+        yield conns
+    finally:
+        if here:
+            subprocess.run(["umount", conns], capture_output=True)
 
 
 def abort_fuse(dev):
     """End every request of the FUSE connection of st_dev @dev at once (a
     hung daemon, and the programs waiting on it, can then be reaped)."""
-    conns = "/sys/fs/fuse/connections"
-    ensure_fusectl()
-    try:
-        with open(os.path.join(conns, str(os.minor(dev)), "abort"), "w") as f:
-            f.write("1")
-    except OSError:
-        pass
+    with fusectl() as conns:
+        try:
+            with open(os.path.join(conns, str(os.minor(dev)), "abort"), "w") as f:
+                f.write("1")
+        except OSError:
+            pass
 
 
 @contextlib.contextmanager

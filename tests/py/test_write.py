@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import PTFS, abort_fuse, ensure_fusectl, is_mounted, mounted, needs_fuse, run, unmount
+from conftest import PTFS, abort_fuse, fusectl, is_mounted, mounted, needs_fuse, run, unmount
 
 
 def save(path, obj):
@@ -298,49 +298,54 @@ def test_sigterm_while_tied_files_are_written_and_read(tmp_path):
     request libfuse read as the loop ended is lost, and only aborting the
     connection frees what waits on it: the daemon does that through the
     control file system, mounted here as systemd mounts it at boot."""
-    ensure_fusectl()
     w = torch.zeros(256, 256)
     p = save(str(tmp_path / "m.pt"), {"w": w, "tied": w})
     mnt = str(tmp_path / "mnt")
     os.mkdir(mnt)
-    for rnd in range(3):
-        proc = subprocess.Popen([PTFS, "-f", p, mnt], stderr=subprocess.PIPE)
-        procs, dev = [], None
+    with fusectl():
+        for rnd in range(3):
+            sigterm_round(p, mnt, rnd)
+
+
+def sigterm_round(p, mnt, rnd):
+    """One SIGTERM under a writer of `w` and a reader of `tied`."""
+    proc = subprocess.Popen([PTFS, "-f", p, mnt], stderr=subprocess.PIPE)
+    procs, dev = [], None
+    try:
+        for _ in range(500):
+            if is_mounted(mnt):
+                break
+            time.sleep(0.02)
+        dev = os.stat(mnt).st_dev
+        procs = [subprocess.Popen(["/usr/bin/python3", "-c", WRITER,
+                                   os.path.join(mnt, "w"), "100000000"]),
+                 subprocess.Popen(["/usr/bin/python3", "-c", READER,
+                                   os.path.join(mnt, "tied"), "100000000"])]
+        time.sleep(1.5)
+        proc.send_signal(signal.SIGTERM)
         try:
-            for _ in range(500):
-                if is_mounted(mnt):
-                    break
-                time.sleep(0.02)
-            dev = os.stat(mnt).st_dev
-            procs = [subprocess.Popen(["/usr/bin/python3", "-c", WRITER,
-                                       os.path.join(mnt, "w"), "100000000"]),
-                     subprocess.Popen(["/usr/bin/python3", "-c", READER,
-                                       os.path.join(mnt, "tied"), "100000000"])]
-            time.sleep(1.5)
-            proc.send_signal(signal.SIGTERM)
+            rc = proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            abort_fuse(dev)
+            pytest.fail("round %d: the daemon did not exit within 60 s of SIGTERM" % rnd)
+        assert rc == 0, proc.stderr.read().decode()
+    finally:
+        for pr in procs:
+            pr.kill()
+        for pr in procs:
             try:
-                rc = proc.wait(timeout=60)
+                pr.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                abort_fuse(dev)
-                pytest.fail("round %d: the daemon did not exit within 60 s of SIGTERM" % rnd)
-            assert rc == 0, proc.stderr.read().decode()
-        finally:
-            for pr in procs:
-                pr.kill()
-            for pr in procs:
-                try:
-                    pr.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    if dev is not None:
-                        abort_fuse(dev)
-                    pr.wait()
-            unmount(mnt)
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        got = torch.load(p)      # whole, and still one storage
-        assert got["w"].numpy().tobytes() == got["tied"].numpy().tobytes()
-        assert got["w"].data_ptr() == got["tied"].data_ptr()
+                if dev is not None:
+                    abort_fuse(dev)
+                pr.wait()
+        unmount(mnt)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    got = torch.load(p)      # whole, and still one storage
+    assert got["w"].numpy().tobytes() == got["tied"].numpy().tobytes()
+    assert got["w"].data_ptr() == got["tied"].data_ptr()
 
 
 @needs_fuse
