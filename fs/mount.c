@@ -40,6 +40,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <uthash.h>
+#include <utlist.h>
 
 #include "ckpt/ckpt.h"
 #include "export/export.h"
@@ -131,23 +132,14 @@ struct ptfs {
 static void fh_track(struct ptfs *fs, struct fh *h)
 {
 	pthread_mutex_lock(&fs->wlock);
-	h->prev = NULL;
-	h->next = fs->handles;
-	if (fs->handles)
-		fs->handles->prev = h;
-	fs->handles = h;
+	DL_PREPEND(fs->handles, h);
 	pthread_mutex_unlock(&fs->wlock);
 }
 
 static void fh_untrack(struct ptfs *fs, struct fh *h)
 {
 	pthread_mutex_lock(&fs->wlock);
-	if (h->prev)
-		h->prev->next = h->next;
-	else
-		fs->handles = h->next;
-	if (h->next)
-		h->next->prev = h->prev;
+	DL_DELETE(fs->handles, h);
 	pthread_mutex_unlock(&fs->wlock);
 }
 
@@ -971,8 +963,8 @@ static int commit_all(struct ptfs *fs, const char *why, bool live)
 	 * sidecars, tree.json and info.txt state other offsets and sizes.
 	 * Made again and dropped before fsync returns (with one worker, -s
 	 * or max_threads=1, right after: that worker is the one to answer a
-	 * READ the drop may wait for), with no lock of ours held.  Without a loop (unmount)
-	 * nobody reads them again.
+	 * READ the drop may wait for), with no lock of ours held.  Without
+	 * a loop (unmount) nobody reads them again.
 	 */
 	if (rc == 0 && live) {
 		pt_tree_committed(fs->ck, since, drop_gen_cache, fs);
@@ -1508,7 +1500,10 @@ static void drain(struct ptfs *fs)
 	}
 	free(buf.mem);
 	fuse_session_exit(fs->se);
-	if (!ptfs_notify_idle(fs->notify))
+	/* a drop under way on a connection that is already gone ends on
+	 * its own: give it a moment before deciding it is stuck */
+	if (!ptfs_notify_idle(fs->notify) &&
+	    !ptfs_notify_wait(fs->notify, 1000))
 		abort_connection(fs);
 }
 

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <uthash.h>
+#include <utlist.h>
 
 /* An inode opened over a storage: how many handles hold it now, and the
  * storage's writes when it was last opened (its pages were right then).
@@ -506,11 +507,7 @@ int ov_note_open(struct ov_st *s, uint64_t ino, bool *fresh)
 	*fresh = e->seen == writes;
 	e->seen = writes;
 	if (e->handles++ == 0) {
-		e->prev = NULL;
-		e->next = s->open_now;
-		if (s->open_now)
-			s->open_now->prev = e;
-		s->open_now = e;
+		DL_PREPEND(s->open_now, e);
 		s->n_open++;
 	}
 out:
@@ -525,12 +522,7 @@ void ov_note_close(struct ov_st *s, uint64_t ino)
 	pthread_mutex_lock(&s->open_lock);
 	HASH_FIND(hh, s->opened, &ino, sizeof(ino), e);
 	if (e && e->handles > 0 && --e->handles == 0) {
-		if (e->prev)
-			e->prev->next = e->next;
-		else
-			s->open_now = e->next;
-		if (e->next)
-			e->next->prev = e->prev;
+		DL_DELETE(s->open_now, e);
 		s->n_open--;
 	}
 	pthread_mutex_unlock(&s->open_lock);
