@@ -789,7 +789,12 @@ static int zip_check_overlaps(struct pt_zip *z, struct pt_error *err)
 		return pt_fail(err, -ENOMEM, "zip: out of memory");
 	for (i = 0; i < n; i++)
 		v[i] = &z->ents[i].e;
-	qsort(v, (size_t)n, sizeof(*v), zip_cmp_lho);
+	/* writers list records in file order (torch's 20,000: a sort of 5 M
+	 * instructions that moved nothing) */
+	for (i = 0; i + 1 < n && v[i]->lho < v[i + 1]->lho; i++)
+		;
+	if (i + 1 < n)
+		qsort(v, (size_t)n, sizeof(*v), zip_cmp_lho);
 	for (i = 0; i + 1 < n; i++) {
 		const struct pt_zip_entry *a = v[i];
 		const struct pt_zip_entry *b = v[i + 1];

@@ -25,6 +25,9 @@
 #include "decode/repr.h"
 #include "base/rd.h"
 
+/* ranks up to this make a tensor without allocating its dims */
+#define PT_SMALL_RANK 8
+
 bool pt__is_global(const struct pt_value *v, const char *module,
 		   const char *name)
 {
@@ -260,7 +263,7 @@ static int make_tensor(struct pt_ckpt *ck, const struct tspec *sp,
 	const struct pt_limits *lim = &ck->opts.limits;
 	size_t rank, bad;
 	struct pt_tensor_spec ts;
-	int64_t *dims;
+	int64_t *dims, small[2 * PT_SMALL_RANK + 1] = { 0 };
 	int rc;
 
 	memset(&ts, 0, sizeof(ts));
@@ -290,12 +293,15 @@ static int make_tensor(struct pt_ckpt *ck, const struct tspec *sp,
 			       rank, sp->stride->u.seq.n);
 	if (sp->offset < 0)
 		return pt_fail(err, -EBADMSG, "tensor has a negative storage offset");
-	dims = calloc(2 * rank + 1, sizeof(*dims));
+	/* nearly every tensor has a rank of a few: no allocation for it */
+	dims = rank <= PT_SMALL_RANK ? small :
+	       calloc(2 * rank + 1, sizeof(*dims));
 	if (!dims)
 		return pt_fail(err, -ENOMEM, "out of memory");
 	bad = int_items(sp->size, rank, dims);
 	if (bad < rank) {
-		free(dims);
+		if (dims != small)
+			free(dims);
 		return pt_fail(err, -EBADMSG,
 			       "tensor size %zu is not a non-negative integer", bad);
 	}
@@ -308,7 +314,8 @@ static int make_tensor(struct pt_ckpt *ck, const struct tspec *sp,
 			if (!as_int(sp->stride->u.seq.v[i], &dims[rank + i]) ||
 			    dims[rank + i] < 0)
 				break;
-		free(dims);
+		if (dims != small)
+			free(dims);
 		return pt_fail(err, -EBADMSG,
 			       "tensor stride %zu is not a non-negative integer", i);
 	}
@@ -317,7 +324,8 @@ static int make_tensor(struct pt_ckpt *ck, const struct tspec *sp,
 	ts.stride = sp->stride ? dims + rank : NULL;
 	ts.fortran = sp->fortran;
 	rc = pt__tensor_make(ck, &ts, out, err);
-	free(dims);
+	if (dims != small)
+		free(dims);
 	return rc;
 }
 
@@ -459,6 +467,10 @@ static int tensor_spec(struct pt_ckpt *ck, const struct pt_value *fn,
 		return 1;
 	m = fn->u.global.module;
 	n = fn->u.global.name;
+	/* every maker below lives in a torch or numpy module: the rest (a
+	 * state dict's 20,000 backward-hook OrderedDict() calls) leave here */
+	if (!starts_with(m, "torch") && !starts_with(m, "numpy"))
+		return 1;
 	if (starts_with(m, "torch") &&
 	    (strcmp(n, "_rebuild_tensor_v2") == 0 ||
 	     strcmp(n, "_rebuild_tensor_v3") == 0 ||

@@ -38,6 +38,12 @@ struct zip_state {
 					 * (pt_pickle_load_lean) reuses the
 					 * memory of nodes it gives back */
 	const struct pt_dtype *last_dt;
+	/* the last persistent id resolved, by address and id like last_cls:
+	 * a strided rebuild asks for its storage twice (the walk's visit of
+	 * its argument, then rebuild_strided()) */
+	const struct pt_value *last_pid;
+	uint32_t last_pid_id;
+	struct pt_storage *last_st;
 	/* storages under data/ by their decimal key ("0", "1", ...: what
 	 * torch writes), so a pid costs an array index, not a hash probe
 	 * that misses; other keys go through ck->storages alone */
@@ -132,8 +138,10 @@ static int ts_pickle(struct pt_ckpt *ck, struct zip_state *zs,
 	if (rc)
 		return rc;
 	zs->dir = dir;
+	zs->last_pid = NULL;
 	rc = pt__classify_value(ck, *root, err);
 	zs->dir = "data";
+	zs->last_pid = NULL;
 	if (rc)
 		pt_error_prefix(err, "%s", rel);
 	return rc;
@@ -500,6 +508,10 @@ static int zip_storage(struct pt_ckpt *ck, const struct pt_value *pidv,
 	int64_t numel = -1;
 	uint64_t need;
 
+	if (pidv == zs->last_pid && pidv->id == zs->last_pid_id) {
+		*out = zs->last_st;
+		return 0;
+	}
 	if (!pid || pid->kind != PT_V_TUPLE || pid->u.seq.n < 5 ||
 	    !pid_text(pid->u.seq.v[0], key, sizeof(key)) ||
 	    strcmp(key, "storage") != 0)
@@ -530,6 +542,9 @@ static int zip_storage(struct pt_ckpt *ck, const struct pt_value *pidv,
 	else
 		HASH_FIND_STR(ck->storages, hkey, st);
 	if (st) {
+		zs->last_pid = pidv;
+		zs->last_pid_id = pidv->id;
+		zs->last_st = st;
 		*out = st;
 		return 0;
 	}
@@ -568,6 +583,9 @@ static int zip_storage(struct pt_ckpt *ck, const struct pt_value *pidv,
 		zs->by_num[slot] = st;
 	if (ck->n_storages == 1)
 		pt__storages_expect(ck, zs->n_num);
+	zs->last_pid = pidv;
+	zs->last_pid_id = pidv->id;
+	zs->last_st = st;
 	*out = st;
 	return 0;
 }
