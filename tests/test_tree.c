@@ -221,7 +221,7 @@ static void test_tensor_make(void **state)
 	struct pt_storage *st;
 
 	(void)state;
-	HASH_FIND(hh, ck->storages, "1", 1, st);     /* b: 12 bytes */
+	st = pt__storage_find(ck, "1");             /* b: 12 bytes */
 	assert_non_null(st);
 	st->nbytes = 20;                            /* 5 floats for the table */
 	for (i = 0; i < sizeof(tcases) / sizeof(*tcases); i++) {
@@ -288,6 +288,45 @@ static void test_dense_strides(void **state)
 	assert_false(pt__dense_strides(2, big, false, st));
 }
 
+/* The storages by key: every one found, in the order added, across the
+ * index's growth; a key not added is not found. */
+static void test_storage_index(void **state)
+{
+	struct pt_ckpt *ck = calloc(1, sizeof(*ck));
+	struct pt_storage *st;
+	char (*keys)[16];
+	size_t i, n = 5000;
+
+	(void)state;
+	assert_non_null(ck);
+	keys = calloc(n, sizeof(*keys));
+	st = calloc(n, sizeof(*st));
+	assert_non_null(keys);
+	assert_non_null(st);
+	assert_null(pt__storage_find(ck, "0"));
+	for (i = 0; i < n; i++) {
+		snprintf(keys[i], sizeof(keys[i]), "%zu", i * 7);
+		st[i].key = keys[i];
+		if (i == 100)
+			pt__storages_expect(ck, n);
+		assert_int_equal(pt__storage_add(ck, &st[i]), 0);
+	}
+	assert_int_equal(ck->n_st, n);
+	for (i = 0; i < n; i++) {
+		assert_ptr_equal(ck->st_list[i], &st[i]);
+		assert_ptr_equal(pt__storage_find(ck, keys[i]), &st[i]);
+	}
+	assert_null(pt__storage_find(ck, "1"));
+	assert_null(pt__storage_find(ck, ""));
+	assert_null(pt__storage_find(ck, "00"));
+	pt__storages_free(ck);
+	assert_int_equal(ck->n_st, 0);
+	assert_null(pt__storage_find(ck, "0"));
+	free(st);
+	free(keys);
+	free(ck);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -296,6 +335,7 @@ int main(void)
 		cmocka_unit_test(test_walk),
 		cmocka_unit_test(test_tensor_make),
 		cmocka_unit_test(test_dense_strides),
+		cmocka_unit_test(test_storage_index),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

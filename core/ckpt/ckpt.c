@@ -252,12 +252,7 @@ void pt_ckpt_close(struct pt_ckpt *ck)
 		if (!ck->pickles[k].borrowed)
 			free(ck->pickles[k].buf);
 	}
-	{
-		struct pt_storage *s, *tmp;
-		HASH_ITER(hh, ck->storages, s, tmp) {
-			HASH_DEL(ck->storages, s);
-		}
-	}
+	pt__storages_free(ck);
 	pt_zip_close(ck->zip);
 	for (i = 0; i < ck->n_owned; i++)
 		free(ck->owned[i]);
@@ -375,13 +370,16 @@ static bool reindex_after_commit(struct pt_ckpt *ck)
 	pt_error_clear(&err);
 	offs = calloc((size_t)ck->n_storages + (size_t)ck->n_pickles + 1, sizeof(*offs));
 	if (offs && pt_zip_open(&fresh, ck->src, &ck->opts.limits, &err) == 0) {
-		struct pt_storage *s, *tmp;
+		struct pt_storage *s;
+		size_t i;
 		int k;
 
 		moved = records_moved(ck->zip, fresh);
-		HASH_ITER(hh, ck->storages, s, tmp)
+		for (i = 0; i < ck->n_st; i++) {
+			s = ck->st_list[i];
 			if (s->kind == PT_ST_FILE && !s->home)
 				offs[n++] = &s->file_off;
+		}
 		for (k = 0; k < ck->n_pickles; k++)
 			offs[n++] = &ck->pickles[k].file_off;
 		(void)pt_zip_adopt_layout(ck->zip, fresh, offs, n, &err);

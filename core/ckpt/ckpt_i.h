@@ -84,7 +84,6 @@ struct pt_storage {
 					 * file, overlapping no other) */
 	uint32_t bytes_gen;             /* pt_ckpt_bytes_changed() for it
 					 * (in writable's padding) */
-	UT_hash_handle hh;              /* ck->storages, by key */
 };
 
 /* Kinds of tensor-like values. */
@@ -213,7 +212,12 @@ struct pt_ckpt {
 	struct pt_vstack lean_stack;    /* pt__classify_reduce()'s walks */
 	char byteorder;                 /* '<' or '>' for tensor storages */
 
-	struct pt_storage *storages;    /* hash by key */
+	/* the storages by key, in the order they were added: the list, and
+	 * an open-addressing index of list positions + 1 (pt__storage_*) */
+	struct pt_storage **st_list;
+	size_t n_st, cap_st;
+	uint32_t *st_slots;
+	size_t n_st_slots;              /* 0 or a power of two */
 	uint64_t n_storages;
 	uint64_t n_tensors;
 	uint64_t tensor_bytes;
@@ -260,8 +264,22 @@ void *pt__alloc(struct pt_ckpt *ck, size_t n);
 void pt__alloc_free(struct pt_ckpt *ck);
 /* decode/torch.c: the gathered non-contiguous tensors' cache. */
 void pt__gathered_free(struct pt_ckpt *ck);
-/* Size ck->storages for about @n storages (call once the first is in). */
+/*
+ * The checkpoint's storages by key (ck->st_list[0 .. ck->n_st), in the
+ * order they were added).  pt__storage_add() takes @st (its key must not
+ * be in yet; st->key must live as long as ck): 0, or -ENOMEM with nothing
+ * added.  pt__storage_find(): the storage keyed @key, or NULL.
+ * pt__storages_expect(): room for about @n, a hint for formats that know
+ * their count (a ZIP's records).  pt__storages_free(): forget them all
+ * (the storages themselves are the caller's).  Like pt__alloc(), only
+ * while the checkpoint is being opened (one thread); finds may run from
+ * any thread afterwards.
+ */
+int pt__storage_add(struct pt_ckpt *ck, struct pt_storage *st);
+struct pt_storage *pt__storage_find(const struct pt_ckpt *ck,
+				    const char *key);
 void pt__storages_expect(struct pt_ckpt *ck, size_t n);
+void pt__storages_free(struct pt_ckpt *ck);
 
 /* Add the file /.ptfs/@name (a static string) holding @len bytes at @data
  * (malloc()ed; ownership passes to ck, also on failure).  Call from a
@@ -441,7 +459,7 @@ int pt__tree_new(struct pt_ckpt *ck, struct pt_error *err);
 void pt__tree_free(struct pt_ckpt *ck);
 
 /* fmt/zip.c: a storage over ZIP record @e (stored: served from the file;
- * deflated: inflated on first read), keyed @key in ck->storages, with
+ * deflated: inflated on first read), keyed @key among the storages (pt__storage_add), with
  * @location (@loc_len bytes, may be NULL) as its device.  Writable only
  * when the container is written by the ZIP rewriter.  NULL when out of
  * memory. */

@@ -2246,11 +2246,13 @@ static int file_unchanged(const struct pt_ckpt *ck, struct pt_error *err)
 
 int pt_ckpt_unchanged(const struct pt_ckpt *ck, struct pt_error *err)
 {
-	const struct pt_storage *s, *tmp;
 	const struct pt_ckpt *last = ck;
 	int rc = file_unchanged(ck, err);
+	size_t i;
 
-	HASH_ITER(hh, ck->storages, s, tmp) {
+	for (i = 0; i < ck->n_st; i++) {
+		const struct pt_storage *s = ck->st_list[i];
+
 		if (rc)
 			break;
 		if (s->home && s->home != last) {
@@ -2754,19 +2756,23 @@ static int ptr_cmp(const void *a, const void *b)
 static void written_records(struct pt_ckpt *ck, uint32_t since,
 			    struct committed *c)
 {
-	const struct pt_storage *s, *tmp;
-	size_t n = 0, k = 0;
+	const struct pt_storage *s;
+	size_t n = 0, k = 0, i;
 
-	HASH_ITER(hh, ck->storages, s, tmp)
+	for (i = 0; i < ck->n_st; i++) {
+		s = ck->st_list[i];
 		if (s->entry && __atomic_load_n(&s->committed, __ATOMIC_RELAXED) > since)
 			n++;
+	}
 	if (n == 0)
 		return;
 	c->recs = malloc(n * sizeof(*c->recs));
-	HASH_ITER(hh, ck->storages, s, tmp)
+	for (i = 0; i < ck->n_st; i++) {
+		s = ck->st_list[i];
 		if (c->recs && k < n && s->entry &&
 		    __atomic_load_n(&s->committed, __ATOMIC_RELAXED) > since)
 			c->recs[k++] = s->entry;
+	}
 	if (c->recs)
 		qsort(c->recs, k, sizeof(*c->recs), ptr_cmp);
 	c->n_recs = c->recs ? k : n;

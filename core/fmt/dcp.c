@@ -1005,7 +1005,8 @@ static int raw_tensor(struct pt_ckpt *ck, struct pt_value *v,
 	t->note = "the raw bytes of a non-tensor value (BytesStorageMetadata), too large to show as bytes";
 	ck->n_tensors++;
 	ck->tensor_bytes += t->nbytes;
-	HASH_ADD_KEYPTR(hh, ck->storages, st->key, strlen(st->key), st);
+	if (pt__storage_add(ck, st))
+		return pt_fail(err, -ENOMEM, "out of memory");
 	v->kind = PT_V_PERSID;
 	v->u.pid = NULL;
 	v->aux = t;
@@ -1162,8 +1163,10 @@ static int dcp_entries(struct pt_ckpt *ck, struct dcp_state *s,
 			rc = dcp_tensor(ck, s, k, m, &t, err);
 			if (rc)
 				break;
-			HASH_ADD_KEYPTR(hh, ck->storages, t->st->key,
-					strlen(t->st->key), t->st);
+			if (pt__storage_add(ck, t->st)) {
+				rc = pt_fail(err, -ENOMEM, "out of memory");
+				break;
+			}
 			pt__value_dict_set_tensor(root, i, k->u.s.p, k->u.s.len, t);
 			ck->n_tensors++;
 			ck->tensor_bytes += t->nbytes;

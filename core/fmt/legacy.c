@@ -385,7 +385,8 @@ static int lg_layout(const struct pt_source *src, struct lg_stream *s,
 	return 0;
 }
 
-/* Allocate a storage; @key is copied.  Added to ck->storages. */
+/* Allocate a storage; @key is copied.  Added to the checkpoint's
+ * storages (pt__storage_add). */
 static int lg_new_storage(struct pt_ckpt *ck, const char *key,
 			  const struct pt_dtype *dt, uint64_t nbytes,
 			  const struct lg_base *b, uint64_t off,
@@ -410,7 +411,8 @@ static int lg_new_storage(struct pt_ckpt *ck, const char *key,
 		st->mem = b->mem + off;
 	}
 	st->id = ck->n_storages++;
-	HASH_ADD_KEYPTR(hh, ck->storages, st->key, strlen(st->key), st);
+	if (pt__storage_add(ck, st))
+		return pt_fail(err, -ENOMEM, "out of memory");
 	*out = st;
 	return 0;
 }
@@ -472,7 +474,7 @@ static int lg_storage(struct pt_ckpt *ck, struct lg_stream *s,
 		nbytes = vnumel * dt->size;
 		memcpy(key, vkey, sizeof(key));
 	}
-	HASH_FIND_STR(ck->storages, key, st);
+	st = pt__storage_find(ck, key);
 	if (st && !fresh) {
 		*out = st;
 		return 0;
@@ -480,7 +482,7 @@ static int lg_storage(struct pt_ckpt *ck, struct lg_stream *s,
 	snprintf(ukey, sizeof(ukey), "%s", key);
 	for (k = 2; st; k++) {
 		snprintf(ukey, sizeof(ukey), "%s~%u", key, k);
-		HASH_FIND_STR(ck->storages, ukey, st);
+		st = pt__storage_find(ck, ukey);
 	}
 	return lg_new_storage(ck, ukey, dt, nbytes, b, off, loc, out, err);
 }

@@ -81,7 +81,7 @@ static int p2_storage(struct pt_ckpt *ck, const struct pt_value *pidv,
 	memcpy(key, pid->u.seq.v[2]->u.s.p, pid->u.seq.v[2]->u.s.len);
 	key[pid->u.seq.v[2]->u.s.len] = '\0';
 	snprintf(hkey, sizeof(hkey), "%s/%s", nb->tag, key);
-	HASH_FIND_STR(ck->storages, hkey, st);
+	st = pt__storage_find(ck, hkey);
 	if (st) {
 		*out = st;
 		return 0;
@@ -116,7 +116,8 @@ static int p2_storage(struct pt_ckpt *ck, const struct pt_value *pidv,
 			return rc;
 		st->kind = PT_ST_MEM;
 	}
-	HASH_ADD_KEYPTR(hh, ck->storages, st->key, strlen(st->key), st);
+	if (pt__storage_add(ck, st))
+		return pt_fail(err, -ENOMEM, "out of memory");
 	*out = st;
 	return 0;
 }
@@ -391,7 +392,7 @@ static int p2_value(struct pt_ckpt *ck, struct p2_state *s, const char *dir,
 			       fqn, m->dtype);
 	if (m->nstrides != m->rank)
 		return pt_fail(err, -EBADMSG, "'%s': %u sizes but %u strides", fqn, m->rank, m->nstrides);
-	HASH_FIND_STR(ck->storages, rel, st);
+	st = pt__storage_find(ck, rel);
 	if (!st) {
 		st = pt__record_storage(ck, e, rel, (const char *)m->device,
 					m->device ? m->dlen : 0, dt);

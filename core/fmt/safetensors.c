@@ -462,7 +462,8 @@ static int st_build(struct pt_ckpt *ck, struct st_parse *ps,
 		st->writable = true;
 		st->file_off = data_off + e->begin;
 		st->id = ck->n_storages++;
-		HASH_ADD_KEYPTR(hh, ck->storages, st->key, strlen(st->key), st);
+		if (pt__storage_add(ck, st))
+			return pt_fail(err, -ENOMEM, "out of memory");
 
 		t->dtype = e->dt;
 		t->st = st;

@@ -774,7 +774,7 @@ static int tar_storage(struct pt_ckpt *ck, const struct pt_value *pidv,
 
 	if (!tar_key(pidv->u.pid, key, sizeof(key)))
 		return pt_fail(err, -EBADMSG, "tar: persistent id is not an object id");
-	HASH_FIND_STR(ck->storages, key, st);
+	st = pt__storage_find(ck, key);
 	if (st) {
 		*out = st;
 		return 0;
@@ -794,7 +794,8 @@ static int tar_storage(struct pt_ckpt *ck, const struct pt_value *pidv,
 	st->kind = PT_ST_FILE;
 	st->file_off = s->off;
 	st->id = ck->n_storages++;
-	HASH_ADD_KEYPTR(hh, ck->storages, st->key, strlen(st->key), st);
+	if (pt__storage_add(ck, st))
+		return pt_fail(err, -ENOMEM, "out of memory");
 	*out = st;
 	return 0;
 }

@@ -512,7 +512,7 @@ static int tj_storage_of(struct tj *t, const struct tj_tensor *x,
 		return pt_fail(err, -EBADMSG, "model.json: tensor data key is too long");
 	memcpy(rel, x->key, x->klen);
 	rel[x->klen] = '\0';
-	HASH_FIND_STR(ck->storages, rel, st);
+	st = pt__storage_find(ck, rel);
 	if (st) {
 		*out = st;
 		return 0;

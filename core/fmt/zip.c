@@ -46,7 +46,7 @@ struct zip_state {
 	struct pt_storage *last_st;
 	/* storages under data/ by their decimal key ("0", "1", ...: what
 	 * torch writes), so a pid costs an array index, not a hash probe
-	 * that misses; other keys go through ck->storages alone */
+	 * that misses; other keys go through pt__storage_find() alone */
 	struct pt_storage **by_num;
 	const struct pt_zip_entry **rec_num; /* <prefix>/data/<n> records */
 	size_t n_num;
@@ -256,7 +256,7 @@ static int zip_open(struct pt_ckpt *ck, struct pt_error *err)
 		rc = pt_fail(err, -ENOMEM, "out of memory");
 	}
 	/* the numbered index served the load; later pids (TorchScript
-	 * constants, a format's values) go through ck->storages */
+	 * constants, a format's values) go through pt__storage_find() */
 	free(zs->by_num);
 	free(zs->rec_num);
 	zs->by_num = NULL;
@@ -489,7 +489,8 @@ struct pt_storage *pt__record_storage(struct pt_ckpt *ck,
 	} else {
 		st->kind = PT_ST_ZIP;
 	}
-	HASH_ADD_KEYPTR(hh, ck->storages, st->key, strlen(st->key), st);
+	if (pt__storage_add(ck, st))
+		return NULL;
 	return st;
 }
 
@@ -540,7 +541,7 @@ static int zip_storage(struct pt_ckpt *ck, const struct pt_value *pidv,
 	if (slot != SIZE_MAX)
 		st = zs->by_num[slot];
 	else
-		HASH_FIND_STR(ck->storages, hkey, st);
+		st = pt__storage_find(ck, hkey);
 	if (st) {
 		zs->last_pid = pidv;
 		zs->last_pid_id = pidv->id;
