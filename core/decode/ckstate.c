@@ -169,7 +169,8 @@ struct pt_storage *pt__storage_find(const struct pt_ckpt *ck,
  */
 void pt__storages_expect(struct pt_ckpt *ck, size_t n)
 {
-	if (n > ck->n_st && n < ((size_t)1 << 24))
+	/* a hint from a count the file states: bounded as uthash's was */
+	if (n > ck->n_st && n <= ((size_t)1 << 22))
 		(void)st_room(ck, n);
 }
 
