@@ -419,9 +419,13 @@ static bool pt_read_counted(struct pt_rd *rd, uint64_t len, struct pt_arg *a,
 	return true;
 }
 
-/* Decode the argument of an opcode of kind @k; false with @why on error. */
-static bool pt_read_arg(struct pt_rd *rd, uint8_t k, struct pt_arg *a,
-			char *why, size_t whylen)
+/* Decode the argument of an opcode of kind @k; false with @why on error.
+ * Inlined into the machine's loop: a call per opcode (618,051 for a
+ * state dict of 20,000 tensors) was 13 M of `ptfs info`'s 225 M
+ * instructions. */
+static inline __attribute__((always_inline)) bool
+pt_read_arg(struct pt_rd *rd, uint8_t k, struct pt_arg *a, char *why,
+	    size_t whylen)
 {
 	const uint8_t *q = NULL;
 	uint8_t b = 0;
@@ -723,7 +727,7 @@ static size_t pt_fence(const struct pt_vm *vm)
  * of N items as MARK + N items + TUPLE, so a legitimate stack can be as
  * tall as the largest tuple.  Its bytes count against max_memory.
  */
-static int pt_push(struct pt_vm *vm, struct pt_value *v)
+static int pt_push_grow(struct pt_vm *vm, struct pt_value *v)
 {
 	int rc;
 
@@ -736,6 +740,16 @@ static int pt_push(struct pt_vm *vm, struct pt_value *v)
 		return rc;
 	vm->stack[vm->sn++] = v;
 	return 0;
+}
+
+/* Push @v: in place while the stack has room (nearly every push). */
+static inline int pt_push(struct pt_vm *vm, struct pt_value *v)
+{
+	if (vm->sn < vm->scap && vm->sn < vm->lim->max_values) {
+		vm->stack[vm->sn++] = v;
+		return 0;
+	}
+	return pt_push_grow(vm, v);
 }
 
 static int pt_underflow(struct pt_vm *vm)
@@ -1099,10 +1113,23 @@ static bool pt_idxset_add(struct pt_idxset *s, uint64_t idx)
 	return true;
 }
 
+/* @n (0, 1, 2, 4 or 8) bytes at @p, little-endian: one load each */
 static uint64_t pt_le(const uint8_t *p, size_t n)
 {
 	uint64_t v = 0;
 
+	switch (n) {
+	case 0:
+		return 0;
+	case 1:
+		return p[0];
+	case 2:
+		return pt_le16(p);
+	case 4:
+		return pt_le32(p);
+	case 8:
+		return pt_le64(p);
+	}
 	while (n-- > 0)
 		v = v << 8 | p[n];
 	return v;
