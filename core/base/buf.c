@@ -102,7 +102,7 @@ void pt_buf_expect(struct pt_buf *b, size_t n)
 	b->cap = b->len + n + 1;
 }
 
-void pt_buf_add(struct pt_buf *b, const void *p, size_t n)
+void pt__buf_add_grow(struct pt_buf *b, const void *p, size_t n)
 {
 	if (!pt_buf_reserve(b, n))
 		return;
@@ -110,16 +110,6 @@ void pt_buf_add(struct pt_buf *b, const void *p, size_t n)
 		memcpy(b->p + b->len, p, n);
 	b->len += n;
 	b->p[b->len] = '\0';
-}
-
-void pt_buf_puts(struct pt_buf *b, const char *s)
-{
-	pt_buf_add(b, s, strlen(s));
-}
-
-void pt_buf_putc(struct pt_buf *b, char c)
-{
-	pt_buf_add(b, &c, 1);
 }
 
 void pt_buf_printf(struct pt_buf *b, const char *fmt, ...)

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 struct pt_buf {
 	char *p;                /* bytes, NUL-terminated when len > 0 */
@@ -27,12 +28,36 @@ void pt_buf_init(struct pt_buf *b);
 void pt_buf_expect(struct pt_buf *b, size_t n);
 /* Free the bytes; the buffer is empty again. */
 void pt_buf_free(struct pt_buf *b);
+/* pt_buf_add() when the bytes do not fit: grow, then append. */
+void pt__buf_add_grow(struct pt_buf *b, const void *p, size_t n);
+
 /* Append @n bytes at @p, a NUL-terminated string, one byte, or printf()
  * output.  Cannot fail: out of memory sets b->oom and later appends do
- * nothing. */
-void pt_buf_add(struct pt_buf *b, const void *p, size_t n);
-void pt_buf_puts(struct pt_buf *b, const char *s);
-void pt_buf_putc(struct pt_buf *b, char c);
+ * nothing.  Inline: bytes go in place while there is room, and the
+ * length of a literal is known where it is put (tree.json of 20,000
+ * tensors is ~1 million pieces). */
+static inline void pt_buf_add(struct pt_buf *b, const void *p, size_t n)
+{
+	if (!b->oom && b->cap - b->len > n) {
+		if (n)
+			memcpy(b->p + b->len, p, n);
+		b->len += n;
+		b->p[b->len] = '\0';
+		return;
+	}
+	pt__buf_add_grow(b, p, n);
+}
+
+static inline void pt_buf_puts(struct pt_buf *b, const char *s)
+{
+	pt_buf_add(b, s, strlen(s));
+}
+
+static inline void pt_buf_putc(struct pt_buf *b, char c)
+{
+	pt_buf_add(b, &c, 1);
+}
+
 void pt_buf_printf(struct pt_buf *b, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 /* Append a number in decimal, like printf's %llu and %lld without its
