@@ -45,4 +45,21 @@ static inline uint32_t pt_hash_name(const char *p, size_t n)
 	return pt_hash_end(pt_hash_more(PT_HASH_SEED, p, n));
 }
 
+/*
+ * The name indexes are open-addressing tables of uint32 slots (0: empty;
+ * what else a slot holds is the index's: a position + 1, a hash tag),
+ * @nslots a power of two, probed linearly from the hash: put @v in the
+ * first empty slot for hash @h.  Each index keeps its own find, which
+ * compares what its entries hold.
+ */
+static inline void pt_slot_put(uint32_t *slots, size_t nslots, uint32_t h,
+			       uint32_t v)
+{
+	size_t i, mask = nslots - 1;
+
+	for (i = h & mask; slots[i]; i = (i + 1) & mask)
+		;
+	slots[i] = v;
+}
+
 #endif /* PTFS_CORE_BASE_HASH_H */

@@ -355,15 +355,6 @@ static bool tab_has(const struct dtab *d, const char *name, size_t len)
 	return tab_find(d, name, len) != NULL;
 }
 
-static void slot_put(uint32_t *slots, size_t nslots, const struct dent *e)
-{
-	size_t i, mask = nslots - 1;
-
-	for (i = e->hash & mask; slots[i]; i = (i + 1) & mask)
-		;
-	slots[i] = slot_of(nslots, e);
-}
-
 /* Room for @want entries in the name index; false when out of memory. */
 static bool tab_room(struct dtab *d, size_t want)
 {
@@ -380,7 +371,8 @@ static bool tab_room(struct dtab *d, size_t want)
 	if (!slots)
 		return false;
 	for (i = 0; i < d->n; i++)
-		slot_put(slots, ns, d->ents[i]);
+		pt_slot_put(slots, ns, d->ents[i]->hash,
+			    slot_of(ns, d->ents[i]));
 	free(d->slots);
 	d->slots = slots;
 	d->nslots = ns;
@@ -434,7 +426,7 @@ static struct dent *tab_add_h(struct dtab *d, const char *name, size_t len,
 	e->role = role;
 	e->val = val;
 	d->ents[d->n++] = e;
-	slot_put(d->slots, d->nslots, e);
+	pt_slot_put(d->slots, d->nslots, h, slot_of(d->nslots, e));
 	return e;
 }
 

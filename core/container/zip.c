@@ -412,15 +412,6 @@ static struct pt_zip_ent *zip_find(const struct pt_zip *z, const char *name,
 	return NULL;
 }
 
-static void zip_slot_put(struct pt_zip *z, const struct pt_zip_ent *ze)
-{
-	size_t i, mask = z->nslots - 1;
-
-	for (i = ze->hash & mask; z->slots[i]; i = (i + 1) & mask)
-		;
-	z->slots[i] = ze->e.index + 1;
-}
-
 /*
  * Parse one central-directory header (APPNOTE §4.3.12) at the cursor into
  * z->ents[i], copying its name to *@names.
@@ -518,7 +509,7 @@ static int zip_parse_entry(struct pt_zip *z, struct pt_rd *r, uint64_t i,
 			       "zip: entry '%s': duplicate name (central directory entries %" PRIu32 " and %llu)",
 			       zip_quote(&q, e->name, e->name_len),
 			       dup->e.index, ull(i));
-	zip_slot_put(z, ze);
+	pt_slot_put(z->slots, z->nslots, ze->hash, ze->e.index + 1);
 	return 0;
 }
 

@@ -92,12 +92,7 @@ void *pt__alloc(struct pt_ckpt *ck, size_t n)
 static void st_slot_put(uint32_t *slots, size_t nslots, const char *key,
 			uint32_t pos)
 {
-	size_t i, mask = nslots - 1;
-
-	for (i = pt_hash_name(key, strlen(key)) & mask; slots[i];
-	     i = (i + 1) & mask)
-		;
-	slots[i] = pos + 1;
+	pt_slot_put(slots, nslots, pt_hash_name(key, strlen(key)), pos + 1);
 }
 
 /* Room for @want storages: the list, and an index at most half full. */
