@@ -49,10 +49,26 @@ void pt_buf_free(struct pt_buf *b)
 	pt_buf_init(b);
 }
 
+/* Reallocate to @want bytes (more than cap); false and oom on failure. */
+static bool buf_grow_to(struct pt_buf *b, size_t want)
+{
+	char *q = realloc(b->p, want);
+
+	if (!q) {
+		b->oom = true;
+		return false;
+	}
+	/* a big text (tree.json) fills what it grows into */
+	pt_populate(q + b->cap, want - b->cap);
+	b->p = q;
+	b->cap = want;
+	return true;
+}
+
+/* Room for @n more bytes and the NUL, by doubling. */
 static bool pt_buf_reserve(struct pt_buf *b, size_t n)
 {
 	size_t want;
-	char *q;
 
 	if (b->oom)
 		return false;
@@ -65,16 +81,7 @@ static bool pt_buf_reserve(struct pt_buf *b, size_t n)
 	want = b->cap ? b->cap : 256;
 	while (want - b->len <= n)
 		want *= 2;
-	q = realloc(b->p, want);
-	if (!q) {
-		b->oom = true;
-		return false;
-	}
-	/* a big text (tree.json) fills what it grows into */
-	pt_populate(q + b->cap, want - b->cap);
-	b->p = q;
-	b->cap = want;
-	return true;
+	return buf_grow_to(b, want);
 }
 
 /*
@@ -84,22 +91,13 @@ static bool pt_buf_reserve(struct pt_buf *b, size_t n)
  */
 void pt_buf_expect(struct pt_buf *b, size_t n)
 {
-	char *q;
-
 	if (b->oom || n < b->cap - b->len)
 		return;
 	if (n > SIZE_MAX / 2 - b->len) {
 		b->oom = true;
 		return;
 	}
-	q = realloc(b->p, b->len + n + 1);
-	if (!q) {
-		b->oom = true;
-		return;
-	}
-	pt_populate(q + b->cap, b->len + n + 1 - b->cap);
-	b->p = q;
-	b->cap = b->len + n + 1;
+	(void)buf_grow_to(b, b->len + n + 1);
 }
 
 void pt__buf_add_grow(struct pt_buf *b, const void *p, size_t n)
