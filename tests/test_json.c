@@ -2,14 +2,17 @@
 /* test_json.c -- base/json.c: the scanner over good and corrupt documents,
  * and the emitter (always valid UTF-8 JSON, surrogates as \udXXX). */
 #include <errno.h>
+#include <inttypes.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
 
+#include "base/buf.h"
 #include "base/json.h"
 #include "base/text.h"
 
@@ -175,6 +178,78 @@ static void test_emitter(void **state)
 	}
 }
 
+/* One byte of every value at every place of a 17-byte string, so that
+ * each lane of the 8-byte scan and the bytes after it see it: the same
+ * text as escaping byte by byte. */
+static void test_emitter_every_byte(void **state)
+{
+	char in[17], want[32];
+	unsigned c;
+	size_t pos;
+
+	(void)state;
+	for (c = 0; c < 256; c++) {
+		if (c == 'a')           /* the filler */
+			continue;
+		if (c == '"' || c == '\\')
+			snprintf(want, sizeof(want), "\\%c", (char)c);
+		else if (c == '\n')
+			snprintf(want, sizeof(want), "\\n");
+		else if (c == '\t')
+			snprintf(want, sizeof(want), "\\t");
+		else if (c < 0x20 || c >= 0x80)
+			snprintf(want, sizeof(want), "\\u%04x", c);
+		else
+			snprintf(want, sizeof(want), "%c", (char)c);
+		for (pos = 0; pos < sizeof(in); pos++) {
+			struct pt_buf b;
+
+			memset(in, 'a', sizeof(in));
+			in[pos] = (char)c;
+			pt_buf_init(&b);
+			pt_json_str(&b, (const uint8_t *)in, sizeof(in));
+			if (b.len != sizeof(in) - 1 + strlen(want) ||
+			    memcmp(b.p + pos, want, strlen(want)) != 0 ||
+			    strspn(b.p, "a") != pos ||
+			    strspn(b.p + pos + strlen(want), "a") !=
+				    sizeof(in) - 1 - pos)
+				fail_msg("byte 0x%02x at %zu: got '%s'", c, pos, b.p);
+			pt_buf_free(&b);
+		}
+	}
+}
+
+static void test_decimal(void **state)
+{
+	static const uint64_t u[] = { 0, 9, 10, 11, 99, 100, 101, 999, 1000,
+				      65536, 2143232, 99999999, 100000000,
+				      1234567890123456789u, UINT64_MAX };
+	static const int64_t s[] = { 0, -1, -9, -10, -100, INT64_MAX,
+				     INT64_MIN };
+	char want[32];
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < sizeof(u) / sizeof(*u); i++) {
+		struct pt_buf b;
+
+		pt_buf_init(&b);
+		pt_buf_put_u64(&b, u[i]);
+		snprintf(want, sizeof(want), "%" PRIu64, u[i]);
+		assert_string_equal(b.p, want);
+		pt_buf_free(&b);
+	}
+	for (i = 0; i < sizeof(s) / sizeof(*s); i++) {
+		struct pt_buf b;
+
+		pt_buf_init(&b);
+		pt_buf_put_i64(&b, s[i]);
+		snprintf(want, sizeof(want), "%" PRId64, s[i]);
+		assert_string_equal(b.p, want);
+		pt_buf_free(&b);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -182,6 +257,8 @@ int main(void)
 		cmocka_unit_test(test_corrupt_table),
 		cmocka_unit_test(test_uint_limits),
 		cmocka_unit_test(test_emitter),
+		cmocka_unit_test(test_emitter_every_byte),
+		cmocka_unit_test(test_decimal),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -138,16 +138,33 @@ void pt_buf_printf(struct pt_buf *b, const char *fmt, ...)
 	b->len += (size_t)n;
 }
 
+/* "00" "01" ... "99": two digits per division */
+static const char digit_pairs[] =
+	"00010203040506070809101112131415161718192021222324252627282930313233"
+	"34353637383940414243444546474849505152535455565758596061626364656667"
+	"6869707172737475767778798081828384858687888990919293949596979899";
+
 void pt_buf_put_u64(struct pt_buf *b, uint64_t v)
 {
 	char tmp[20];
-	size_t i = sizeof(tmp);
+	char *end = tmp + sizeof(tmp), *s = end;
 
-	do {
-		tmp[--i] = (char)('0' + v % 10);
-		v /= 10;
-	} while (v);
-	pt_buf_add(b, tmp + i, sizeof(tmp) - i);
+	if (v < 10) {           /* most dims, strides and offsets */
+		pt_buf_putc(b, (char)('0' + v));
+		return;
+	}
+	while (v >= 100) {
+		s -= 2;
+		memcpy(s, digit_pairs + 2 * (v % 100), 2);
+		v /= 100;
+	}
+	if (v >= 10) {
+		s -= 2;
+		memcpy(s, digit_pairs + 2 * v, 2);
+	} else {
+		*--s = (char)('0' + v);
+	}
+	pt_buf_add(b, s, (size_t)(end - s));
 }
 
 void pt_buf_put_i64(struct pt_buf *b, int64_t v)

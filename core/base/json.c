@@ -432,6 +432,28 @@ const char *pt__js_printable(const uint8_t *s, size_t n, char *buf,
 
 /* ---- the emitter ---- */
 
+/* printable ASCII that a JSON string holds as it is */
+static inline bool json_plain(uint8_t c)
+{
+	return (uint8_t)(c - 0x20) < 0x60 && c != '"' && c != '\\';
+}
+
+/* Nonzero when one of the 8 bytes at @p is not json_plain(): each test
+ * is exact for "any byte" (a byte's borrow can only flag a byte above
+ * it, and only when a byte below is already flagged). */
+static inline uint64_t json_special8(const uint8_t *p)
+{
+	const uint64_t ones = 0x0101010101010101u;
+	const uint64_t high = 0x8080808080808080u;
+	uint64_t x, q, bs;
+
+	memcpy(&x, p, 8);
+	q = x ^ (ones * '"');
+	bs = x ^ (ones * '\\');
+	return (x | ((x - ones * 0x20) & ~x) | ((q - ones) & ~q) |
+		((bs - ones) & ~bs)) & high;
+}
+
 void pt_json_str(struct pt_buf *b, const uint8_t *p, size_t n)
 {
 	size_t i = 0;
@@ -442,8 +464,9 @@ void pt_json_str(struct pt_buf *b, const uint8_t *p, size_t n)
 		size_t k;
 
 		/* a run of plain ASCII in one piece */
-		for (k = i; k < n && p[k] >= 0x20 && p[k] < 0x80 && p[k] != '"' &&
-			    p[k] != '\\'; k++)
+		for (k = i; k + 8 <= n && !json_special8(p + k); k += 8)
+			;
+		for (; k < n && json_plain(p[k]); k++)
 			;
 		if (k > i) {
 			pt_buf_add(b, p + i, k - i);
