@@ -5,6 +5,7 @@
 #include <inttypes.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -219,35 +220,46 @@ static void test_emitter_every_byte(void **state)
 	}
 }
 
+/* pt_buf_put_i64() (@sign) or pt_buf_put_u64() of @v against printf */
+static void check_decimal(uint64_t v, bool sign)
+{
+	struct pt_buf b;
+	char want[32];
+
+	pt_buf_init(&b);
+	if (sign) {
+		pt_buf_put_i64(&b, (int64_t)v);
+		snprintf(want, sizeof(want), "%" PRId64, (int64_t)v);
+	} else {
+		pt_buf_put_u64(&b, v);
+		snprintf(want, sizeof(want), "%" PRIu64, v);
+	}
+	if (strcmp(b.p, want) != 0)
+		fail_msg("%s: got '%s'", want, b.p);
+	pt_buf_free(&b);
+}
+
+/* Every number below 100,000, each power of ten and its neighbours,
+ * the extremes: signed and unsigned. */
 static void test_decimal(void **state)
 {
-	static const uint64_t u[] = { 0, 9, 10, 11, 99, 100, 101, 999, 1000,
-				      65536, 2143232, 99999999, 100000000,
-				      1234567890123456789u, UINT64_MAX };
-	static const int64_t s[] = { 0, -1, -9, -10, -100, INT64_MAX,
-				     INT64_MIN };
-	char want[32];
-	size_t i;
+	uint64_t v, p;
 
 	(void)state;
-	for (i = 0; i < sizeof(u) / sizeof(*u); i++) {
-		struct pt_buf b;
-
-		pt_buf_init(&b);
-		pt_buf_put_u64(&b, u[i]);
-		snprintf(want, sizeof(want), "%" PRIu64, u[i]);
-		assert_string_equal(b.p, want);
-		pt_buf_free(&b);
+	for (v = 0; v < 100000; v++) {
+		check_decimal(v, false);
+		check_decimal(0 - v, true);
 	}
-	for (i = 0; i < sizeof(s) / sizeof(*s); i++) {
-		struct pt_buf b;
-
-		pt_buf_init(&b);
-		pt_buf_put_i64(&b, s[i]);
-		snprintf(want, sizeof(want), "%" PRId64, s[i]);
-		assert_string_equal(b.p, want);
-		pt_buf_free(&b);
+	for (p = 1; p <= UINT64_MAX / 10; p *= 10) {
+		for (v = p * 10 - 1; v <= p * 10 + 1; v++) {
+			check_decimal(v, false);
+			check_decimal(v, true);
+			check_decimal(0 - v, true);
+		}
 	}
+	check_decimal(UINT64_MAX, false);
+	check_decimal((uint64_t)INT64_MAX, true);
+	check_decimal((uint64_t)INT64_MIN, true);
 }
 
 int main(void)
