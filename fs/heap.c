@@ -7,7 +7,7 @@
  * "madvise") that is ~4,600 page faults, each a trap and a clear_page,
  * and with them the TLB misses of walking 20 MB: ~30% of `ptfs info`.
  * On a guest whose page tables the hypervisor shadows, the first touch
- * of a page costs more again (~15 us a page measured here, even after
+ * of a page costs more again (7-15 us a page measured here, even after
  * MADV_POPULATE_WRITE).  So the heap first grows in one step of
  * HEAP_RESERVE, advised for huge pages, and the same memory arrives in
  * 2 MiB faults.  Untouched pages of the reserve cost nothing but address
@@ -21,8 +21,8 @@
  * (the pickle machine's memo and stack, the central directory; malloc_trim
  * splits the huge pages it frees from).  Later allocations come from the
  * worker threads' arenas, so those pages stay free.  Measured at 20,000 tensors: daemon page
- * faults to mount 4,370 -> 1,170, VmHWM after mount + ls -lR unchanged
- * (21.0 MB both).
+ * faults to mount 4,370 -> 1,150-1,170 (two runs), VmHWM after mount +
+ * ls -lR unchanged (20.6 MiB both).
  */
 #include "ptfs.h"
 

@@ -72,12 +72,13 @@ char *pt_buf_take(struct pt_buf *b, size_t *len);
  * (MADV_POPULATE_WRITE, Linux 5.14) instead of one trap per page, for
  * fresh memory that is about to be filled whole anyway: the resident
  * size ends the same, the traps go.  Under a hypervisor a trap costs
- * ~10 us, and opening a 20,000-tensor checkpoint in the daemon (no huge
- * pages there) took ~2,700 of them.  From 4 MiB on, the whole 2 MiB pages
+ * 7-15 us (measured on the guests this was built on), and opening a
+ * 20,000-tensor checkpoint in the daemon took ~2,700 of them before
+ * fs/heap.c.  From 4 MiB on, the whole 2 MiB pages
  * inside the range are also advised for huge pages (MADV_HUGEPAGE) first:
  * on a guest whose page tables the hypervisor shadows, each 4 KiB page
  * still costs a trap on its first write after MADV_POPULATE_WRITE (9 MiB
- * filled: 20-27 ms; in huge pages 2-6 ms).  A hint: ranges under 64 KiB
+ * filled: 20-38 ms; in huge pages 2-6 ms).  A hint: ranges under 64 KiB
  * and kernels without it are left alone.
  */
 void pt_populate(void *p, size_t n);
