@@ -14,6 +14,7 @@ mount is taken down on exit, error or signal.
 """
 import argparse
 import collections
+import contextlib
 import json
 import os
 import random
@@ -132,33 +133,53 @@ def record_prefix(ckpt):
 def bench_seq(ctx, R):
     sec = "1. sequential read of a %s tensor, 1 MiB reads" % ctx.human(ctx.seq_bytes)
     ck, mnt = ctx.ck["seq"], ctx.mnt("seq")
-    with Mount([ctx.ptfs, ck], mnt):
+    # The FUSE floor: libfuse's own passthrough_hp (example/passthrough_hp.cc
+    # of the libfuse release the system has, built in /tmp and found
+    # through $PTFS_BENCH_PEERS) serving the checkpoint's directory, the
+    # same byte range read through it.
+    pthp = find_peer("passthrough_hp")
+    if not pthp:
+        R.note("passthrough_hp not found (PATH, $PTFS_BENCH_PEERS): no FUSE floor rows")
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(Mount([ctx.ptfs, ck], mnt))
         meta = tensor_meta(mnt, "w")
         off, n = meta["file_offset"], meta["nbytes"]
         tf = os.path.join(mnt, "w")
-        direct = lambda: read_range(ck, off, n)        # noqa: E731
-        viamnt = lambda: read_range(tf, 0, n)          # noqa: E731
-        # warm: both page caches filled once before timing
-        direct(), viamnt()
+        who = {"direct": (lambda: read_range(ck, off, n)),
+               "mount": (lambda: read_range(tf, 0, n))}
+        pf = None
+        if pthp:
+            pmnt = ctx.mnt("passthrough")
+            stack.enter_context(Mount([pthp, os.path.dirname(os.path.abspath(ck))], pmnt))
+            pf = os.path.join(pmnt, os.path.basename(ck))
+            who["floor"] = lambda: read_range(pf, off, n)
+        # warm: every page cache filled once before timing
+        for fn in who.values():
+            fn()
+        fuse_files = [tf] + ([pf] if pf else [])
         states = [
             ("warm (.pt and FUSE page cache warm)", lambda: None, lambda: None),
-            ("warm .pt, FUSE cache dropped", lambda: None, lambda: drop_cache(tf)),
+            ("warm .pt, FUSE cache dropped", lambda: None,
+             lambda: [drop_cache(f) for f in fuse_files]),
             ("cold (.pt and FUSE cache dropped)", lambda: drop_cache(ck),
-             lambda: (drop_cache(ck), drop_cache(tf))),
+             lambda: (drop_cache(ck), [drop_cache(f) for f in fuse_files])),
         ]
         for sname, prep_d, prep_m in states:
-            td, tm = [], []
+            t = {k: [] for k in who}
             for rep in range(ctx.reps):
-                for who in alternate(rep, ("direct", "mount")):
-                    if who == "direct":
-                        prep_d()
-                        td.append(timed(direct))
-                    else:
-                        prep_m()
-                        tm.append(timed(viamnt))
+                for k in alternate(rep, list(who)):
+                    (prep_d if k == "direct" else prep_m)()
+                    t[k].append(timed(who[k]))
             ref = "%s: .pt byte range (direct)" % sname
-            R.add(sec, ref, td, nbytes=n)
-            R.add(sec, "%s: mount/w" % sname, tm, nbytes=n, ref=ref, target=("speed", 0.9))
+            R.add(sec, ref, t["direct"], nbytes=n)
+            R.add(sec, "%s: mount/w" % sname, t["mount"], nbytes=n, ref=ref, target=("speed", 0.9))
+            if pf:
+                fl = "%s: passthrough_hp .pt range" % sname
+                R.add(sec, fl, t["floor"], nbytes=n, ref=ref)
+                per = [f / m for f, m in zip(t["floor"], t["mount"])]
+                R.add(sec, "%s: mount/w against the floor" % sname, t["mount"], nbytes=n,
+                      ref=fl, target=("speed", 0.95),
+                      extra="(per repetition %.2f)" % median(per))
         # check that the cache control did what we say
         drop_cache(ck)
         drop_cache(tf)
