@@ -300,10 +300,9 @@ static int make_tensor(struct pt_ckpt *ck, const struct tspec *sp,
 		return pt_fail(err, -ENOMEM, "out of memory");
 	bad = int_items(sp->size, rank, dims);
 	if (bad < rank) {
-		if (dims != small)
-			free(dims);
-		return pt_fail(err, -EBADMSG,
-			       "tensor size %zu is not a non-negative integer", bad);
+		rc = pt_fail(err, -EBADMSG,
+			     "tensor size %zu is not a non-negative integer", bad);
+		goto out;
 	}
 	/* strides are checked from the last, as they always were */
 	bad = sp->stride ? int_items(sp->stride, rank, dims + rank) : rank;
@@ -314,16 +313,16 @@ static int make_tensor(struct pt_ckpt *ck, const struct tspec *sp,
 			if (!as_int(sp->stride->u.seq.v[i], &dims[rank + i]) ||
 			    dims[rank + i] < 0)
 				break;
-		if (dims != small)
-			free(dims);
-		return pt_fail(err, -EBADMSG,
-			       "tensor stride %zu is not a non-negative integer", i);
+		rc = pt_fail(err, -EBADMSG,
+			     "tensor stride %zu is not a non-negative integer", i);
+		goto out;
 	}
 	ts.rank = (uint32_t)rank;
 	ts.shape = dims;
 	ts.stride = sp->stride ? dims + rank : NULL;
 	ts.fortran = sp->fortran;
 	rc = pt__tensor_make(ck, &ts, out, err);
+out:
 	if (dims != small)
 		free(dims);
 	return rc;

@@ -542,13 +542,8 @@ static int zip_storage(struct pt_ckpt *ck, const struct pt_value *pidv,
 		st = zs->by_num[slot];
 	else
 		st = pt__storage_find(ck, hkey);
-	if (st) {
-		zs->last_pid = pidv;
-		zs->last_pid_id = pidv->id;
-		zs->last_st = st;
-		*out = st;
-		return 0;
-	}
+	if (st)
+		goto found;
 	if (cls->kind != PT_V_GLOBAL)
 		return pt_fail(err, -EBADMSG, "storage '%s': type is not a global", key);
 	if (cls == zs->last_cls && cls->id == zs->last_cls_id) {
@@ -584,6 +579,7 @@ static int zip_storage(struct pt_ckpt *ck, const struct pt_value *pidv,
 		zs->by_num[slot] = st;
 	if (ck->n_storages == 1)
 		pt__storages_expect(ck, zs->n_num);
+found:
 	zs->last_pid = pidv;
 	zs->last_pid_id = pidv->id;
 	zs->last_st = st;
