@@ -736,9 +736,9 @@ static void ptfs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 			 err.msg[0] ? err.msg : strerror((int)-got));
 		fuse_reply_err(req, EIO);
 	} else {
-		fuse_reply_buf(req, buf, (size_t)got);
 		if (off == 0 && pt_node_is_sidecar(n))
 			ptfs_push_after(fs->push, n);
+		fuse_reply_buf(req, buf, (size_t)got);
 	}
 	free(buf);
 }

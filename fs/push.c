@@ -112,8 +112,10 @@ static uint64_t now_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-/* Push the window after miss @n (only the running worker). */
-static void push_window(struct ptfs_push *p, struct pt_node *n)
+/* Push the window after miss @n (only the running worker), never
+ * @self: the miss whose READ the running worker has yet to answer. */
+static void push_window(struct ptfs_push *p, struct pt_node *n,
+			struct pt_node *self)
 {
 	uint64_t now = now_ms();
 	size_t got, i;
@@ -126,18 +128,28 @@ static void push_window(struct ptfs_push *p, struct pt_node *n)
 		p->win = PUSH_MIN;
 	got = pt_tree_next_sidecars(n, p->out, p->win, 8 * p->win + 64);
 	for (i = 0; i < got && !p->off; i++)
-		p->off = !store(p, p->out[i]);
+		if (p->out[i] != self)  /* cached by its reply */
+			p->off = !store(p, p->out[i]);
 	p->last_ms = now_ms();
 }
 
 /*
- * One worker pushes; a miss that comes meanwhile is handed to it and its
- * own worker returns at once.  No worker ever waits for another here:
- * that matters, because a store waits for the page lock of a file whose
- * READ may be queued behind it, and that READ needs a free worker.
+ * One worker pushes, before it answers its own miss: a reader that waits
+ * for nothing else then finds the window cached when its read returns,
+ * and its next miss starts the next window (pushing after the reply let
+ * the reader run ahead of the stores, one READ per file it overtook: 500
+ * sidecars read in sorted order took 6 to 14 READs here, and 59 on a
+ * loaded machine; now 6 every time).  A miss that comes meanwhile
+ * is handed to the running worker and its own worker answers at once.
+ * No worker ever waits for another here: that matters, because a store
+ * waits for the page lock of a file whose READ may be queued behind it,
+ * and that READ needs a free worker.  The only READ the running worker
+ * holds back is its own, and the file it reads is never stored.
  */
 void ptfs_push_after(struct ptfs_push *p, struct pt_node *n)
 {
+	struct pt_node *self = n;
+
 	if (!p)
 		return;
 	pthread_mutex_lock(&p->lock);
@@ -151,7 +163,7 @@ void ptfs_push_after(struct ptfs_push *p, struct pt_node *n)
 		p->pending = NULL;
 		pthread_mutex_unlock(&p->lock);
 		if (!p->off)
-			push_window(p, n);
+			push_window(p, n, self);
 		pthread_mutex_lock(&p->lock);
 	}
 	p->running = false;

@@ -19,11 +19,12 @@ struct ptfs_push *ptfs_push_new(struct fuse_session *se, struct pt_ckpt *ck);
 /*
  * Sidecar @n was just read from its start through a request (the kernel
  * had no copy): store the next sidecars in walk order in the kernel's
- * page cache, so that reading them needs no request.  Call after the
- * reply to @n's request, from a worker of a multithreaded loop with at
- * least two workers: a store may wait for the page lock of a file whose
- * READ another worker must answer.  Never waits for another push: a
- * miss during one is handed over to it.
+ * page cache, so that reading them needs no request.  Call before the
+ * reply to @n's request (the reader then finds them cached), from a
+ * worker of a multithreaded loop with at least two workers: a store may
+ * wait for the page lock of a file whose READ another worker must
+ * answer.  Never waits for another push: a miss during one is handed
+ * over to it, and its caller answers at once.
  */
 void ptfs_push_after(struct ptfs_push *p, struct pt_node *n);
 

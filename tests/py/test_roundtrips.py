@@ -147,9 +147,12 @@ def test_sidecars_pushed_ahead_of_readers(ckpt, order, ro):
         got = read_json_files(m.mnt, names)
         c = m.counts()
         assert got == want
-    # windows of 16, 32, 64, ... cover 500 files in about 5 misses in
-    # either order (measured 5-9); a tenth leaves room for a slow machine
-    assert c["READ"] <= N // 10, c
+    # windows of 16, 32, 64, ... cover 500 files in 5 misses in listing
+    # order, 6 sorted: each window is pushed before the miss is answered,
+    # so the count does not depend on timing (it did while the push ran
+    # after the reply: 6-14 here, 59 once on CI).  Twice that leaves room
+    # for a window started afresh after a stall of a second.
+    assert c["READ"] <= 12, c
     if ro:
         assert c["OPEN"] <= 1, c
     else:
