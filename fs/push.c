@@ -24,7 +24,8 @@
  * pushed for a program that only lists, and a single `cat` of one
  * sidecar pushes PUSH_MIN.  Cost: one page of page cache per pushed
  * sidecar, what reading it would cost anyway, and ~2 us of a worker
- * thread per file instead of a round trip of the reader.
+ * thread per file instead of a round trip of the reader (who waits for
+ * the window its miss starts, see ptfs_push_after()).
  *
  * A commit that moves records changes the offsets the sidecars state; the
  * mount then drops the kernel's copies (pt_tree_committed).  A text made
