@@ -399,6 +399,7 @@ int pt_ckpt_commit(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
 	struct pt_error e2;
 	uint64_t size = ck->src->size;
 	uint32_t gen = ck->commits + 1;
+	bool ours;
 	size_t i;
 	int rc;
 
@@ -412,9 +413,17 @@ int pt_ckpt_commit(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
 			return pt_fail(err, -EROFS, "storage '%s' cannot be written",
 				       c[i].st->key);
 	ck->commit_moved = false;
+	pt_error_clear(&e2);
+	ours = pt_source_check(ck->src, PT_CHECK_NAME, &e2) == 0;
 	rc = ck->fmt->commit(ck, c, n, err);
-	if (rc)
+	if (rc) {
+		/* an in-place commit that rolled back wrote the file too: the
+		 * mtime it left is ours, not another program's (only if the
+		 * file was ours before) */
+		if (ours)
+			(void)pt_source_reaffirm(ck->src);
 		return rc;
+	}
 	/*
 	 * Renamed or patched: that is the commit, and it is never reported
 	 * as failed from here on.  Read the new file through the same

@@ -188,3 +188,31 @@ int pt_source_reopen(struct pt_source *s, struct pt_error *err)
 		close(fd);
 	return rc;
 }
+
+int pt_source_identity(const struct pt_source *s, struct stat *st)
+{
+	const struct file_source *f = s->priv;
+
+	if (s->ops != &file_ops)
+		return -EINVAL;
+	memset(st, 0, sizeof(*st));
+	st->st_dev = f->dev;
+	st->st_ino = f->ino;
+	st->st_size = (off_t)s->size;
+	st->st_mtim = s->mtime;
+	return 0;
+}
+
+int pt_source_reaffirm(struct pt_source *s)
+{
+	struct file_source *f = s->priv;
+	struct stat st;
+
+	if (s->ops != &file_ops)
+		return -EINVAL;
+	if (stat(f->path, &st) != 0 || st.st_dev != f->dev ||
+	    st.st_ino != f->ino || (uint64_t)st.st_size != s->size)
+		return -ESTALE;
+	s->mtime = st.st_mtim;
+	return 0;
+}

@@ -22,6 +22,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "base/error.h"
@@ -156,5 +157,20 @@ const char *pt_source_local_path(const struct pt_source *s);
  * messages name the problem.
  */
 int pt_source_reopen(struct pt_source *s, struct pt_error *err);
+
+/*
+ * The identity pt_source_check() compares with (device, inode, size,
+ * mtime) in *@st: 0, or -EINVAL when @s is not a local file.
+ */
+int pt_source_identity(const struct pt_source *s, struct stat *st);
+
+/*
+ * After a failed commit that wrote the file and put its bytes back (an
+ * in-place commit rolled back): if the path still names the same file
+ * (device, inode, size), take its new mtime as ours, so the rollback is
+ * not mistaken for another program's change.  0, -ESTALE when it is
+ * another file or size, -EINVAL when @s is not a local file.
+ */
+int pt_source_reaffirm(struct pt_source *s);
 
 #endif /* PTFS_CORE_SOURCE_H */
