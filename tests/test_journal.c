@@ -21,18 +21,21 @@
 #include <ftw.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
 #include "container/journal.h"
+#include "ckpt/ckpt.h"
 
 #define FSIZE (3u << 20)
 
 static char g_dir[64];
 static char g_file[128];
 static char g_jrnl[160];
+static char g_aside[200];
 static uint8_t *g_old;
 static uint8_t *g_new;
 
@@ -104,6 +107,7 @@ static int setup(void **state)
 		return -1;
 	snprintf(g_file, sizeof(g_file), "%s/model.safetensors", g_dir);
 	snprintf(g_jrnl, sizeof(g_jrnl), "%s.ptfs-journal", g_file);
+	snprintf(g_aside, sizeof(g_aside), "%s.invalid", g_jrnl);
 	g_old = malloc(FSIZE);
 	g_new = malloc(FSIZE);
 	if (!g_old || !g_new)
@@ -149,7 +153,7 @@ static void test_inplace(void **state)
 	struct pt_error err;
 	struct stat a;
 	struct stat b;
-	char note[512];
+	char note[1024];
 
 	(void)state;
 	assert_int_equal(stat(g_file, &a), 0);
@@ -159,7 +163,7 @@ static void test_inplace(void **state)
 	assert_false(exists(g_jrnl));
 	assert_int_equal(stat(g_file, &b), 0);
 	assert_int_equal(a.st_ino, b.st_ino);     /* in place */
-	assert_int_equal(pt_journal_recover(g_file, note, sizeof(note), &err), 0);
+	assert_int_equal(pt_journal_recover(g_file, true, note, sizeof(note), &err), 0);
 }
 
 /* A patch in place writes the file: the kernel then drops its file
@@ -223,9 +227,9 @@ static void test_faults(void **state)
 	assert_int_equal(which(), 1);
 	assert_true(exists(g_jrnl));
 	{
-		char note[512];
+		char note[1024];
 
-		assert_int_equal(pt_journal_recover(g_file, note, sizeof(note), &err), 1);
+		assert_int_equal(pt_journal_recover(g_file, true, note, sizeof(note), &err), 1);
 		assert_non_null(strstr(note, "finished"));
 	}
 	assert_false(exists(g_jrnl));
@@ -236,7 +240,7 @@ static void test_faults(void **state)
 static int crash_at(const char *step, unsigned nth)
 {
 	struct pt_error err;
-	char note[512];
+	char note[1024];
 	pid_t pid;
 	int st;
 	int rc;
@@ -251,7 +255,7 @@ static int crash_at(const char *step, unsigned nth)
 	}
 	assert_int_equal(waitpid(pid, &st, 0), pid);
 	pt_error_clear(&err);
-	rc = pt_journal_recover(g_file, note, sizeof(note), &err);
+	rc = pt_journal_recover(g_file, true, note, sizeof(note), &err);
 	assert_true(rc == 0 || rc == 1);
 	if (rc == 1)
 		print_message("%s:%u: %s\n", step, nth, note);
@@ -259,7 +263,7 @@ static int crash_at(const char *step, unsigned nth)
 	rc = which();
 	assert_true(rc == 0 || rc == 1);
 	/* a second recovery has nothing to do */
-	assert_int_equal(pt_journal_recover(g_file, note, sizeof(note), &err), 0);
+	assert_int_equal(pt_journal_recover(g_file, true, note, sizeof(note), &err), 0);
 	return WIFSIGNALED(st) ? rc : 2 + rc;
 }
 
@@ -289,7 +293,7 @@ static void test_crash_everywhere(void **state)
 static void test_incomplete_journal(void **state)
 {
 	struct pt_error err;
-	char note[512];
+	char note[1024];
 	char aside[200];
 	pid_t pid;
 	int st;
@@ -308,7 +312,7 @@ static void test_incomplete_journal(void **state)
 	snprintf(aside, sizeof(aside), "%s.invalid", g_jrnl);
 	write_file(aside, (const uint8_t *)"earlier", 7);
 	pt_error_clear(&err);
-	assert_int_equal(pt_journal_recover(g_file, note, sizeof(note), &err), 1);
+	assert_int_equal(pt_journal_recover(g_file, true, note, sizeof(note), &err), 1);
 	assert_non_null(strstr(note, "incomplete journal"));
 	assert_non_null(strstr(note, ".invalid.1"));
 	{
@@ -329,7 +333,7 @@ static void test_incomplete_journal(void **state)
 static void test_damaged_journal(void **state)
 {
 	struct pt_error err;
-	char note[512];
+	char note[1024];
 	size_t n;
 	uint8_t *j;
 	pid_t pid;
@@ -358,7 +362,7 @@ static void test_damaged_journal(void **state)
 		 * patch write), as journal.h reasons for any such journal */
 		assert_int_equal(which(), 0);
 		pt_error_clear(&err);
-		assert_int_equal(pt_journal_recover(g_file, note, sizeof(note), &err), 1);
+		assert_int_equal(pt_journal_recover(g_file, true, note, sizeof(note), &err), 1);
 		assert_non_null(strstr(note, round ? "checksum" : "truncated"));
 		assert_int_equal(which(), 0);
 		snprintf(aside, sizeof(aside), "%s.invalid", g_jrnl);
@@ -373,7 +377,7 @@ static void test_damaged_journal(void **state)
 static void test_fuzzed_journal(void **state)
 {
 	struct pt_error err;
-	char note[512];
+	char note[1024];
 	char aside[200];
 	uint8_t *good;
 	size_t n;
@@ -412,7 +416,7 @@ static void test_fuzzed_journal(void **state)
 		write_file(g_jrnl, j, len);
 		free(j);
 		pt_error_clear(&err);
-		rc = pt_journal_recover(g_file, note, sizeof(note), &err);
+		rc = pt_journal_recover(g_file, true, note, sizeof(note), &err);
 		assert_true(rc == 1);   /* rolled back (no-op) or set aside */
 		assert_int_equal(which(), 0);
 		assert_false(exists(g_jrnl));
@@ -428,7 +432,7 @@ static void test_fuzzed_journal(void **state)
 static void test_live_committer(void **state)
 {
 	struct pt_error err;
-	char note[512];
+	char note[1024];
 	pid_t pid;
 	int st;
 
@@ -444,7 +448,7 @@ static void test_live_committer(void **state)
 	assert_true(exists(g_jrnl));
 	pt_journal_lock_wait_ms = 200;
 	pt_error_clear(&err);
-	assert_int_equal(pt_journal_recover(g_file, note, sizeof(note), &err), -EBUSY);
+	assert_int_equal(pt_journal_recover(g_file, true, note, sizeof(note), &err), -EBUSY);
 	assert_non_null(strstr(err.msg, "another process"));
 	assert_true(exists(g_jrnl));
 	assert_int_equal(which(), -1);  /* half-patched, as the committer left it */
@@ -453,7 +457,7 @@ static void test_live_committer(void **state)
 	assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 	assert_int_equal(which(), 1);
 	assert_false(exists(g_jrnl));
-	assert_int_equal(pt_journal_recover(g_file, note, sizeof(note), &err), 0);
+	assert_int_equal(pt_journal_recover(g_file, true, note, sizeof(note), &err), 0);
 	pt_journal_lock_wait_ms = 30000;
 }
 
@@ -463,7 +467,7 @@ static void test_live_committer(void **state)
 static void test_rewritten_after_crash(void **state)
 {
 	struct pt_error err;
-	char note[512];
+	char note[1024];
 	uint8_t *other = malloc(FSIZE);
 	uint8_t *got;
 	size_t n;
@@ -483,12 +487,14 @@ static void test_rewritten_after_crash(void **state)
 	assert_true(exists(g_jrnl));
 	write_file(g_file, other, FSIZE);       /* O_TRUNC: same inode */
 	pt_error_clear(&err);
-	assert_int_equal(pt_journal_recover(g_file, note, sizeof(note), &err), -EBUSY);
-	assert_non_null(strstr(err.msg, "neither the old nor the new"));
+	assert_int_equal(pt_journal_recover(g_file, true, note, sizeof(note), &err), 1);
+	assert_non_null(strstr(note, "written by another program"));
+	assert_null(strchr(note, '\n'));
 	got = read_file(g_file, &n);
 	assert_int_equal(n, FSIZE);
 	assert_memory_equal(got, other, FSIZE);
-	assert_true(exists(g_jrnl));
+	assert_false(exists(g_jrnl));
+	assert_true(exists(g_aside));
 	free(got);
 	free(other);
 }
@@ -538,7 +544,7 @@ static void test_second_committer(void **state)
 static void test_foreign_journal(void **state)
 {
 	struct pt_error err;
-	char note[512];
+	char note[1024];
 	pid_t pid;
 	int st;
 
@@ -554,11 +560,18 @@ static void test_foreign_journal(void **state)
 	assert_int_equal(unlink(g_file), 0);
 	write_file(g_file, g_new, FSIZE - 1);
 	pt_error_clear(&err);
-	assert_int_equal(pt_journal_recover(g_file, note, sizeof(note), &err), -EBUSY);
-	assert_non_null(strstr(err.msg, "another file"));
-	assert_true(exists(g_jrnl));
-	/* and a new in-place commit refuses while it is there */
-	assert_int_equal(pt_patch_inplace(g_file, g_p, 2, NULL, &err), -EBUSY);
+	assert_int_equal(pt_journal_recover(g_file, true, note, sizeof(note), &err), 1);
+	assert_non_null(strstr(note, "another file"));
+	assert_false(exists(g_jrnl));
+	assert_true(exists(g_aside));
+	{
+		size_t n;
+		uint8_t *b = read_file(g_file, &n);
+
+		assert_int_equal(n, FSIZE - 1);
+		assert_memory_equal(b, g_new, FSIZE - 1);
+		free(b);
+	}
 }
 
 static void test_symlink_and_clone(void **state)
@@ -589,6 +602,400 @@ static void test_symlink_and_clone(void **state)
 	assert_false(exists(g_jrnl));
 }
 
+/* ---- untrusted, damaged and read-only recovery ---- */
+
+/* Kill an in-place commit of g_p at @step's @nth call (a child). */
+static void crash_child(const char *step, unsigned nth)
+{
+	struct pt_error err;
+	pid_t pid;
+	int st;
+
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		pt_fault_set(step, nth, -1);
+		_exit(pt_patch_inplace(g_file, g_p, 3, NULL, &err) ? 1 : 0);
+	}
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFSIGNALED(st));
+	assert_true(exists(g_jrnl));
+}
+
+static uint32_t crc32_of(const uint8_t *p, size_t n)
+{
+	uint32_t c = 0xFFFFFFFFu;
+	size_t i;
+	int k;
+
+	for (i = 0; i < n; i++) {
+		c ^= p[i];
+		for (k = 0; k < 8; k++)
+			c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1)));
+	}
+	return ~c;
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+	int i;
+
+	for (i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+	int i;
+
+	for (i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* Give the journal image @j (@n bytes) valid checksums again, as a forger
+ * would: the header's (over "PTFSJRNL") and the body's (journal.h). */
+static void reseal(uint8_t *j, size_t n)
+{
+	uint8_t h[80];
+
+	memcpy(h, j, 80);
+	memcpy(h, "PTFSJRNL", 8);
+	put32(j + 72, crc32_of(h, 72));
+	put32(j + n - 12, crc32_of(j + 80, n - 80 - 12));
+}
+
+/* The half-patched file a kill at the 2nd patch write leaves (the first
+ * range new, the rest old). */
+static bool is_half(void)
+{
+	size_t n;
+	uint8_t *b = read_file(g_file, &n);
+	bool r = n == FSIZE && memcmp(b + 10, g_new + 10, 100) == 0 &&
+		 memcmp(b + 300000, g_old + 300000, 1000) == 0;
+
+	free(b);
+	return r;
+}
+
+/* A valid journal of an interrupted commit, but not owned by the
+ * checkpoint's owner or root (a forgery planted by another user), or
+ * writable by group or others, or a symlink, or hard-linked: set aside,
+ * never applied.  Owned right, the same journal is applied. */
+static void test_untrusted_journal(void **state)
+{
+	static const char *const why[] = {
+		"owned by uid 65534", "writable by group or others",
+		"not a regular file", "hard links",
+	};
+	struct pt_error err;
+	char note[1024];
+	char elsewhere[200];
+	int i;
+
+	(void)state;
+	snprintf(elsewhere, sizeof(elsewhere), "%s/elsewhere", g_dir);
+	for (i = geteuid() == 0 ? 0 : 1; i < 4; i++) {
+		write_file(g_file, g_old, FSIZE);
+		crash_child("patch", 2);
+		assert_true(is_half());
+		if (i == 0)
+			assert_int_equal(chown(g_jrnl, 65534, 65534), 0);
+		else if (i == 1)
+			assert_int_equal(chmod(g_jrnl, 0620), 0);
+		else if (i == 2) {
+			assert_int_equal(rename(g_jrnl, elsewhere), 0);
+			assert_int_equal(symlink(elsewhere, g_jrnl), 0);
+		} else
+			assert_int_equal(link(g_jrnl, elsewhere), 0);
+		pt_error_clear(&err);
+		assert_int_equal(pt_journal_recover(g_file, true, note, sizeof(note), &err), 1);
+		print_message("%s\n", note);
+		assert_non_null(strstr(note, "untrusted journal"));
+		assert_non_null(strstr(note, why[i]));
+		assert_null(strchr(note, '\n'));
+		assert_true(is_half());         /* not applied */
+		assert_false(exists(g_jrnl));
+		assert_true(exists(g_aside));
+		if (i == 2) {
+			struct stat st;
+
+			assert_int_equal(lstat(g_aside, &st), 0);
+			assert_true(S_ISLNK(st.st_mode));
+		}
+		assert_int_equal(unlink(g_aside), 0);
+		(void)unlink(elsewhere);
+	}
+	/* the same journal, trusted: rolled back */
+	write_file(g_file, g_old, FSIZE);
+	crash_child("patch", 2);
+	assert_int_equal(pt_journal_recover(g_file, true, note, sizeof(note), &err), 1);
+	assert_non_null(strstr(note, "rolled back"));
+	assert_int_equal(which(), 0);
+	assert_false(exists(g_jrnl));
+}
+
+/* As root: the journal of a root commit to another user's file is made
+ * 0600 and given to that user, who may then recover it. */
+static void test_journal_owner(void **state)
+{
+	struct pt_error err;
+	struct stat st;
+	char note[1024];
+
+	(void)state;
+	if (geteuid() != 0) {
+		print_message("skipped: not root\n");
+		return;
+	}
+	assert_int_equal(chown(g_file, 65534, 65534), 0);
+	crash_child("patch", 2);
+	assert_int_equal(lstat(g_jrnl, &st), 0);
+	assert_int_equal(st.st_uid, 65534);
+	assert_int_equal(st.st_mode & 07777, 0600);
+	pt_error_clear(&err);
+	assert_int_equal(pt_journal_recover(g_file, true, note, sizeof(note), &err), 1);
+	assert_non_null(strstr(note, "rolled back"));
+	assert_int_equal(which(), 0);
+}
+
+/* Read a journal image, change it with @edit, write it back resealed
+ * (@seal) or not. */
+static void edit_journal(void (*edit)(uint8_t *j, size_t *n), bool seal)
+{
+	size_t n;
+	uint8_t *j = read_file(g_jrnl, &n);
+
+	edit(j, &n);
+	if (seal)
+		reseal(j, n);
+	write_file(g_jrnl, j, n);
+	chmod(g_jrnl, 0600);
+	free(j);
+}
+
+static void other_dev(uint8_t *j, size_t *n)
+{
+	uint64_t d = 0;
+	int i;
+
+	(void)n;
+	for (i = 7; i >= 0; i--)
+		d = d << 8 | j[56 + i];
+	put64(j + 56, d + 1);
+}
+
+static void bad_count(uint8_t *j, size_t *n)
+{
+	(void)n;
+	put64(j + 24, (uint64_t)1 << 40);
+}
+
+static void relabel_done(uint8_t *j, size_t *n)
+{
+	(void)n;
+	memcpy(j, "PTFSDONE", 8);
+}
+
+static void flip_old(uint8_t *j, size_t *n)
+{
+	(void)n;
+	j[80 + 3 * 16 + 50] ^= 0x10;    /* in the first range's old bytes */
+}
+
+static void cut_one(uint8_t *j, size_t *n)
+{
+	(void)j;
+	*n -= 1;
+}
+
+static void cut_half(uint8_t *j, size_t *n)
+{
+	(void)j;
+	*n = 80 + 3 * 16 + 100 + 4096;  /* old bytes in part, no CRCs */
+}
+
+/* A journal bound to another device (valid checksums): set aside. */
+static void test_other_device(void **state)
+{
+	struct pt_error err;
+	char note[1024];
+
+	(void)state;
+	crash_child("patch", 2);
+	edit_journal(other_dev, true);
+	pt_error_clear(&err);
+	assert_int_equal(pt_journal_recover(g_file, true, note, sizeof(note), &err), 1);
+	assert_non_null(strstr(note, "another file"));
+	assert_non_null(strstr(note, "TORN"));
+	assert_true(is_half());
+	assert_true(exists(g_aside));
+}
+
+/* Bad size fields in a resealed header: never block the open, read-only
+ * or not; reported, set aside only by a writable recovery. */
+static void test_bad_size_field(void **state)
+{
+	struct pt_error err;
+	char note[1024];
+
+	(void)state;
+	crash_child("patch", 1);
+	edit_journal(bad_count, true);
+	pt_error_clear(&err);
+	assert_int_equal(pt_journal_recover(g_file, false, note, sizeof(note), &err), 1);
+	assert_non_null(strstr(note, "bad size fields"));
+	assert_true(exists(g_jrnl));
+	assert_int_equal(pt_journal_recover(g_file, true, note, sizeof(note), &err), 1);
+	assert_non_null(strstr(note, "bad size fields"));
+	assert_null(strstr(note, "never"));
+	assert_false(exists(g_jrnl));
+	assert_true(exists(g_aside));
+	assert_int_equal(which(), 0);
+}
+
+/* A half-patched file whose journal was damaged after the fact: either
+ * rolled back (relabelled "finished": still valid, and the file is not
+ * all new) or reported TORN with the byte range that is new; never
+ * silently left half-written, never "not touched". */
+static void test_damaged_over_torn(void **state)
+{
+	static const struct {
+		void (*edit)(uint8_t *, size_t *);
+		bool seal;
+		const char *say;
+	} c[] = {
+		{ relabel_done, false, "rolled back" },
+		{ flip_old, false, "is TORN: bytes [10, 110)" },
+		{ cut_one, false, "is TORN: bytes [10, 110)" },
+		{ cut_half, false, "is TORN: bytes [10, 110) are not the old" },
+	};
+	struct pt_error err;
+	char note[1024];
+	size_t i;
+
+	(void)state;
+	for (i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+		write_file(g_file, g_old, FSIZE);
+		crash_child("patch", 2);
+		edit_journal(c[i].edit, c[i].seal);
+		pt_error_clear(&err);
+		assert_int_equal(pt_journal_recover(g_file, true, note, sizeof(note), &err), 1);
+		print_message("%s\n", note);
+		assert_non_null(strstr(note, c[i].say));
+		assert_null(strstr(note, "never"));
+		assert_null(strstr(note, "untouched"));
+		assert_false(exists(g_jrnl));
+		if (i == 0) {
+			assert_int_equal(which(), 0);
+		} else {
+			assert_true(is_half());
+			assert_int_equal(unlink(g_aside), 0);
+		}
+	}
+}
+
+static void stat_eq(const struct stat *a, const struct stat *b)
+{
+	assert_int_equal(a->st_ino, b->st_ino);
+	assert_int_equal(a->st_size, b->st_size);
+	assert_int_equal(a->st_mtim.tv_sec, b->st_mtim.tv_sec);
+	assert_int_equal(a->st_mtim.tv_nsec, b->st_mtim.tv_nsec);
+	assert_int_equal(a->st_ctim.tv_sec, b->st_ctim.tv_sec);
+	assert_int_equal(a->st_ctim.tv_nsec, b->st_ctim.tv_nsec);
+}
+
+/* recover=false (read-only opens): a valid journal to roll back fails
+ * with -EUCLEAN and changes nothing (bytes, mtimes, names); so does
+ * pt_ckpt_open() with the default options.  A finished commit's journal
+ * over a wholly new file is only mentioned. */
+static void test_read_only(void **state)
+{
+	struct pt_ckpt_opts o;
+	struct pt_ckpt *ck = NULL;
+	struct pt_error err;
+	struct stat f0, j0, f1, j1;
+	char note[1024];
+	char tmp[200];
+	size_t n0, n1;
+	uint8_t *b0, *b1;
+
+	(void)state;
+	crash_child("patch", 2);
+	snprintf(tmp, sizeof(tmp), "%s/.model.safetensors.ptfs-Dead00", g_dir);
+	write_file(tmp, (const uint8_t *)"x", 1);
+	assert_int_equal(stat(g_file, &f0), 0);
+	assert_int_equal(stat(g_jrnl, &j0), 0);
+	b0 = read_file(g_jrnl, &n0);
+	usleep(20000);
+	pt_error_clear(&err);
+	assert_int_equal(pt_journal_recover(g_file, false, note, sizeof(note), &err), -EUCLEAN);
+	assert_non_null(strstr(err.msg, "needs recovery: run 'ptfs recover "));
+	pt_ckpt_opts_default(&o);
+	assert_false(o.recover);
+	pt_error_clear(&err);
+	assert_int_equal(pt_ckpt_open(&ck, g_file, &o, &err), -EUCLEAN);
+	assert_null(ck);
+	assert_non_null(strstr(err.msg, "needs recovery"));
+	assert_int_equal(pt_ckpt_open(&ck, g_file, NULL, &err), -EUCLEAN);
+	assert_int_equal(stat(g_file, &f1), 0);
+	assert_int_equal(stat(g_jrnl, &j1), 0);
+	stat_eq(&f0, &f1);
+	stat_eq(&j0, &j1);
+	b1 = read_file(g_jrnl, &n1);
+	assert_int_equal(n0, n1);
+	assert_memory_equal(b0, b1, n0);
+	free(b0);
+	free(b1);
+	assert_true(is_half());
+	assert_true(exists(tmp));
+	assert_false(exists(g_aside));
+	/* finished: the file is the new one, the journal only mentioned */
+	assert_int_equal(pt_journal_recover(g_file, true, note, sizeof(note), &err), 1);
+	pt_fault_set("jremove", 1, EIO);
+	assert_int_equal(pt_patch_inplace(g_file, g_p, 3, NULL, &err), 0);
+	pt_fault_set(NULL, 0, 0);
+	assert_int_equal(stat(g_jrnl, &j0), 0);
+	assert_int_equal(pt_journal_recover(g_file, false, note, sizeof(note), &err), 1);
+	assert_non_null(strstr(note, "finished commit"));
+	assert_non_null(strstr(note, "ignored"));
+	assert_int_equal(stat(g_jrnl, &j1), 0);
+	stat_eq(&j0, &j1);
+	assert_int_equal(which(), 1);
+}
+
+/* Temporary files of a killed rewrite: removed at the next writable
+ * recovery whatever their age unless a live writer holds their lock;
+ * only mentioned by a read-only one. */
+static void test_temporaries(void **state)
+{
+	struct pt_error err;
+	char note[1024];
+	char dead[200];
+	char live[200];
+	int fd;
+
+	(void)state;
+	snprintf(dead, sizeof(dead), "%s/.model.safetensors.ptfs-Dead00", g_dir);
+	snprintf(live, sizeof(live), "%s/.model.safetensors.ptfs-Live00", g_dir);
+	write_file(dead, (const uint8_t *)"half", 4);       /* brand new */
+	write_file(live, (const uint8_t *)"busy", 4);
+	fd = open(live, O_RDONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(flock(fd, LOCK_EX), 0);
+	pt_error_clear(&err);
+	assert_int_equal(pt_journal_recover(g_file, false, note, sizeof(note), &err), 1);
+	assert_non_null(strstr(note, "found 1 temporary file"));
+	assert_true(exists(dead));
+	assert_int_equal(pt_journal_recover(g_file, true, note, sizeof(note), &err), 1);
+	assert_non_null(strstr(note, "removed 1 temporary file"));
+	assert_false(exists(dead));
+	assert_true(exists(live));
+	close(fd);
+	assert_int_equal(pt_journal_recover(g_file, true, note, sizeof(note), &err), 1);
+	assert_false(exists(live));
+	assert_int_equal(pt_journal_recover(g_file, true, note, sizeof(note), &err), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -604,6 +1011,13 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_rewritten_after_crash, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_foreign_journal, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_symlink_and_clone, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_untrusted_journal, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_journal_owner, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_other_device, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_bad_size_field, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_damaged_over_torn, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_read_only, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_temporaries, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -357,35 +357,52 @@ static void age(const char *p)
 	assert_int_equal(utimensat(AT_FDCWD, p, t, 0), 0);
 }
 
-/* Temporaries of a killed writer are swept; a live writer's are not. */
+/* Temporaries of a killed writer are swept whatever their age; a live
+ * writer's (locked) are not, nor another file's, nor another user's; a
+ * read-only sweep only counts them; nothing is swept while a writer holds
+ * the checkpoint's lock unless the caller is the one holding it. */
 static void test_sweep(void **state)
 {
 	struct pt_replace r;
 	struct pt_error err;
 	char p[256];
 	char dead[256];
+	char other[256];
 	char note[512];
 
 	(void)state;
 	put("m.pt", "data");
-	put(".m.pt.ptfs-AbC123", "half a copy");
+	put(".m.pt.ptfs-AbC123", "half a copy");        /* brand new */
 	put(".other.pt.ptfs-AbC123", "not ours");
 	pathf(dead, sizeof(dead), ".m.pt.ptfs-AbC123");
-	age(dead);
+	pathf(other, sizeof(other), ".m.pt.ptfs-XyZ789");
+	if (geteuid() == 0) {
+		put(".m.pt.ptfs-XyZ789", "someone else's");
+		assert_int_equal(chown(other, 65534, 65534), 0);
+	}
 	pathf(p, sizeof(p), ".other.pt.ptfs-AbC123");
 	age(p);
 	pathf(p, sizeof(p), "m.pt");
 	pt_error_clear(&err);
 	assert_int_equal(pt_replace_begin(&r, p, NULL, &err), 0);
 	age(r.tmp);                     /* old, but locked by us */
-	assert_int_equal(pt_replace_sweep(p, note, sizeof(note)), 1);
+	/* a writer holds the checkpoint's lock: nothing swept */
+	assert_int_equal(pt_replace_sweep(p, false, true, note, sizeof(note)), 0);
+	assert_int_equal(access(dead, F_OK), 0);
+	/* read-only: counted, kept */
+	assert_int_equal(pt_replace_sweep(p, true, false, note, sizeof(note)), 1);
+	assert_non_null(strstr(note, "found 1 temporary file"));
+	assert_int_equal(access(dead, F_OK), 0);
+	assert_int_equal(pt_replace_sweep(p, true, true, note, sizeof(note)), 1);
 	assert_non_null(strstr(note, "removed 1 temporary file"));
 	assert_int_equal(access(dead, F_OK), -1);
 	assert_int_equal(access(r.tmp, F_OK), 0);
 	pathf(dead, sizeof(dead), ".other.pt.ptfs-AbC123");
 	assert_int_equal(access(dead, F_OK), 0);
+	if (geteuid() == 0)
+		assert_int_equal(access(other, F_OK), 0);
 	pt_replace_abort(&r);
-	assert_int_equal(pt_replace_sweep(p, note, sizeof(note)), 0);
+	assert_int_equal(pt_replace_sweep(p, false, true, note, sizeof(note)), 0);
 	expect_text("m.pt", "data");
 }
 

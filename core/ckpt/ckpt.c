@@ -195,8 +195,10 @@ int pt_ckpt_open(struct pt_ckpt **out, const char *path,
 		ck->path = index;
 	}
 	/* an interrupted in-place commit is rolled back before anything
-	 * reads the file (container/journal.h) */
-	rc = pt_journal_recover(ck->path, ck->recovery, sizeof(ck->recovery), err);
+	 * reads the file (container/journal.h); a read-only open writes
+	 * nothing and refuses a file that needs it (-EUCLEAN) */
+	rc = pt_journal_recover(ck->path, ck->opts.recover, ck->recovery,
+				sizeof(ck->recovery), err);
 	if (rc < 0)
 		goto out;
 	rc = pt_source_open_file(ck->path, &ck->src, err);

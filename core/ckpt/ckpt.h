@@ -43,15 +43,32 @@ struct pt_ckpt_opts {
 				    * what the file can give again is not
 				    * kept in memory (data.pkl's bytes, read
 				    * again for /.ptfs/pickle.txt) */
+	bool recover;              /* may write to recover from an
+				    * interrupted commit (writable mounts,
+				    * `ptfs set`, `ptfs recover`): roll back
+				    * or remove its journal, set a bad one
+				    * aside, remove dead temporary files.
+				    * false (the default, read-only uses):
+				    * nothing on disk changes, and a file
+				    * that needs a roll-back fails to open
+				    * with -EUCLEAN (pt_ckpt_open()) */
 };
 
-/* The defaults: limits of pt_limits_default(), nested off. */
+/* The defaults: limits of pt_limits_default(), nested off, recover off. */
 void pt_ckpt_opts_default(struct pt_ckpt_opts *o);
 
 /*
  * Open the checkpoint at @path.  On failure *@out is NULL and @err holds one
  * line naming the problem (the caller adds the file name).  The file stays
  * open (read-only) until pt_ckpt_close().
+ *
+ * First an interrupted commit's leftovers beside the file are dealt with
+ * (pt_journal_recover(), container/journal.h): with opts.recover, a
+ * journal is rolled back, removed or set aside and dead temporary files
+ * are removed; without it nothing on disk changes, and a file whose
+ * valid journal must be rolled back fails with -EUCLEAN and "needs
+ * recovery: run 'ptfs recover FILE'".  What was done or found is one line
+ * in pt_ckpt_recovery().
  */
 int pt_ckpt_open(struct pt_ckpt **out, const char *path,
 		 const struct pt_ckpt_opts *opts, struct pt_error *err);

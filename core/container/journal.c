@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libdeflate.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,9 +22,9 @@
 #define J_MAGIC "PTFSJRNL"
 #define J_DONE "PTFSDONE"
 #define J_END "PTFSJEND"
-#define J_HDR 64u
+#define J_HDR 80u
 #define J_TRAILER 12u
-#define J_VERSION 1u
+#define J_VERSION 2u
 #define J_CHUNK (1u << 20)
 #define J_MAX_RANGES (1u << 20)
 #define J_SECTOR 512u           /* new-bytes CRC granularity (disk sector) */
@@ -252,7 +253,8 @@ static int journal_write(int jfd, int in, const struct stat *st,
 	pt_put64(h + 32, old);
 	pt_put64(h + 40, (uint64_t)st->st_ino);
 	pt_put64(h + 48, J_SECTOR);
-	pt_put32(h + 56, libdeflate_crc32(0, h, 56));
+	pt_put64(h + 56, (uint64_t)st->st_dev);
+	pt_put32(h + 72, libdeflate_crc32(0, h, 72));
 	for (i = 0; i < n && rc == 0; i++) {
 		uint8_t r[16];
 
@@ -400,8 +402,8 @@ static int patch_all(int fd, int jfd, const char *real, const char *jpath,
 
 		pt_error_clear(&e2);
 		if (roll_back(jpath, real, fd, &e2) != 0)
-			pt_error_prefix(err, "%s; the journal %s stays and the next ptfs command that opens the checkpoint rolls it back",
-					e2.msg, jpath);
+			pt_error_prefix(err, "%s; the journal %s stays: 'ptfs recover %s' (or the next writable open) rolls it back",
+					e2.msg, jpath, real);
 	}
 	return rc;
 }
@@ -457,18 +459,24 @@ int pt_patch_inplace(const char *path, const struct pt_patch *p, size_t n,
 	if (rc)
 		goto out;
 	rc = pt_fault("jcreate");
-	jfd = rc ? -1 : open(jpath, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	jfd = rc ? -1 : open(jpath, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (jfd < 0) {
 		rc = rc ? rc : -errno;
 		pt_fail(err, rc == -EEXIST ? -EBUSY : rc, "create journal %s: %s", jpath,
-			rc == -EEXIST ? "a journal is already there (an interrupted commit: open the checkpoint with ptfs to roll it back)"
+			rc == -EEXIST ? "something is already there (an interrupted commit: run 'ptfs recover' on the checkpoint)"
 				      : strerror(-rc));
 		rc = rc == -EEXIST ? -EBUSY : rc;
 		goto out;
 	}
-	/* the checkpoint's owner must be able to roll it back after a crash
-	 * (best effort: only root can give a file away) */
-	(void)fchown(jfd, st.st_uid, st.st_gid);
+	/* the checkpoint's owner must be able to roll it back after a crash,
+	 * and recovery trusts no journal of another owner (journal.h): root
+	 * gives it away, anyone else owns it or cannot give it */
+	if (fchown(jfd, st.st_uid, st.st_gid) != 0 && geteuid() == 0) {
+		rc = pt_fail(err, -errno, "give journal %s to the checkpoint's owner: %s",
+			     jpath, strerror(errno));
+		unlink(jpath);
+		goto out;
+	}
 	rc = journal_write(jfd, fd, &st, p, n, buf, jpath, err);
 	if (!rc) {
 		rc = pt_fsync_parent(jpath);
@@ -495,17 +503,41 @@ out:
 
 /* ---- recovery ---- */
 
-/* A journal read and checked: the ranges are in memory, the old bytes
- * stay in the file (they may be large). */
+/* A journal read: the ranges are in memory, the old bytes stay in the
+ * file (they may be large). */
 struct jinfo {
 	uint64_t size;          /* the file's size it was made for */
 	uint64_t ino;
+	uint64_t dev;
 	uint64_t n;
 	uint64_t old;
 	uint64_t *ranges;       /* 2n: off, len */
 	uint64_t crc_off;       /* where the new bytes' sector CRCs start */
 	bool done;              /* marked finished */
+	bool zero;              /* its header was never written */
+	bool ranges_ok;         /* header and range table read: the file's
+				 * sectors can be compared (even when the
+				 * rest is damaged) */
 };
+
+/* pread(2) up to @n bytes, fewer where the file ends; -errno. */
+static ssize_t pread_upto(int fd, void *p, size_t n, uint64_t off)
+{
+	size_t got = 0;
+
+	while (got < n) {
+		ssize_t k = pread(fd, (uint8_t *)p + got, n - got, (off_t)(off + got));
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0)
+			return -errno;
+		if (k == 0)
+			break;
+		got += (size_t)k;
+	}
+	return (ssize_t)got;
+}
 
 /* The range table of @j (already sized) from @jfd: sorted, disjoint,
  * inside the file, adding up to the old bytes; the sector CRCs' size. */
@@ -571,38 +603,72 @@ static int check_body(int jfd, uint64_t end, char *why, size_t cap)
 	return 0;
 }
 
-/* 0 valid, -EBADMSG with a reason in @why when incomplete or damaged. */
+/* The header @h (@got bytes of it read) into @j; -EBADMSG with @why. */
+static int parse_header(const uint8_t *h, ssize_t got, struct jinfo *j,
+			char *why, size_t cap)
+{
+	uint8_t c[J_HDR];
+	ssize_t i;
+
+	for (i = 0; i < got && h[i] == 0; i++)
+		;
+	if (i == got) {
+		j->zero = true;
+		snprintf(why, cap, "its header was never written");
+		return -EBADMSG;
+	}
+	if (got < (ssize_t)J_HDR) {
+		snprintf(why, cap, "truncated (%lld bytes)", (long long)got);
+		return -EBADMSG;
+	}
+	/* the CRC covers the header as first written, "PTFSJRNL" */
+	memcpy(c, h, J_HDR);
+	memcpy(c, J_MAGIC, 8);
+	j->done = memcmp(h, J_DONE, 8) == 0;
+	if ((!j->done && memcmp(h, J_MAGIC, 8) != 0) ||
+	    pt_le32(h + 8) != J_VERSION || pt_le32(h + 12) != J_HDR ||
+	    pt_le64(h + 48) != J_SECTOR || pt_le64(h + 64) != 0 ||
+	    pt_le32(h + 72) != libdeflate_crc32(0, c, 72) || pt_le32(h + 76) != 0) {
+		snprintf(why, cap, "bad header");
+		return -EBADMSG;
+	}
+	j->size = pt_le64(h + 16);
+	j->n = pt_le64(h + 24);
+	j->old = pt_le64(h + 32);
+	j->ino = pt_le64(h + 40);
+	j->dev = pt_le64(h + 56);
+	if (j->n > J_MAX_RANGES || j->size > (uint64_t)INT64_MAX ||
+	    j->old > j->size) {
+		snprintf(why, cap, "bad size fields (%llu ranges, %llu bytes)",
+			 (unsigned long long)j->n, (unsigned long long)j->old);
+		return -EBADMSG;
+	}
+	return 0;
+}
+
+/* Read and check the journal @jfd.  0 valid; -EBADMSG with a reason in
+ * @why when incomplete or damaged (j->ranges_ok says whether its range
+ * table could still be read); -ENOMEM. */
 static int journal_read(int jfd, struct jinfo *j, char *why, size_t cap)
 {
 	struct stat st;
 	uint8_t h[J_HDR];
 	uint64_t crc_bytes = 0;
+	ssize_t got;
 	int rc;
 
 	memset(j, 0, sizeof(*j));
-	if (fstat(jfd, &st) != 0 || (uint64_t)st.st_size < J_HDR + J_TRAILER ||
-	    pt_pread_full(jfd, h, J_HDR, 0) != 0) {
-		snprintf(why, cap, "truncated (%lld bytes)", (long long)st.st_size);
+	got = fstat(jfd, &st) == 0 ? pread_upto(jfd, h, J_HDR, 0) : -errno;
+	if (got < 0) {
+		snprintf(why, cap, "%s", strerror((int)-got));
 		return -EBADMSG;
 	}
-	j->done = memcmp(h, J_DONE, 8) == 0;
-	if ((!j->done && memcmp(h, J_MAGIC, 8) != 0) ||
-	    pt_le32(h + 8) != J_VERSION || pt_le32(h + 12) != J_HDR ||
-	    pt_le64(h + 48) != J_SECTOR ||
-	    pt_le32(h + 56) != libdeflate_crc32(0, h, 56) || pt_le32(h + 60) != 0) {
-		snprintf(why, cap, "bad header");
-		return j->done ? 0 : -EBADMSG;
-	}
-	if (j->done)
-		return 0;
-	j->size = pt_le64(h + 16);
-	j->n = pt_le64(h + 24);
-	j->old = pt_le64(h + 32);
-	j->ino = pt_le64(h + 40);
-	if (j->n > J_MAX_RANGES || j->old > (uint64_t)st.st_size ||
-	    J_HDR + 16 * j->n + j->old + J_TRAILER > (uint64_t)st.st_size) {
-		snprintf(why, cap, "truncated or damaged (%lld bytes)",
-			 (long long)st.st_size);
+	rc = parse_header(h, got, j, why, cap);
+	if (rc)
+		return rc;
+	if (16 * j->n > (uint64_t)st.st_size) {
+		snprintf(why, cap, "truncated or bad size fields (%lld bytes, %llu ranges)",
+			 (long long)st.st_size, (unsigned long long)j->n);
 		return -EBADMSG;
 	}
 	j->ranges = malloc((size_t)(16 * j->n + 1));
@@ -613,61 +679,142 @@ static int journal_read(int jfd, struct jinfo *j, char *why, size_t cap)
 	rc = read_ranges(jfd, j, &crc_bytes, why, cap);
 	if (rc)
 		return rc;
+	j->ranges_ok = true;
 	j->crc_off = J_HDR + 16 * j->n + j->old;
 	if (j->crc_off + crc_bytes + J_TRAILER != (uint64_t)st.st_size) {
-		snprintf(why, cap, "truncated or damaged (%lld bytes)",
-			 (long long)st.st_size);
+		snprintf(why, cap, "truncated or damaged (%lld bytes, %llu expected)",
+			 (long long)st.st_size,
+			 (unsigned long long)(j->crc_off + crc_bytes + J_TRAILER));
 		return -EBADMSG;
 	}
 	return check_body(jfd, (uint64_t)st.st_size - J_TRAILER, why, cap);
 }
 
 /*
- * Before writing anything back: every sector of every range must hold
- * either its old bytes (in the journal) or its new ones (their CRC is in
- * the journal).  Anything else means the file was written since the
- * interrupted commit (say, torch.save again to the same inode): rolling
- * back would put stale bytes into a newer checkpoint.  -EBUSY then.
+ * What the file holds in the journal's ranges, sector by sector: its old
+ * bytes, its new ones (or both: a patch may write what was there),
+ * neither (written by someone else since), not the old ones but maybe the
+ * new (a damaged journal without their CRC), or cannot tell (the journal
+ * has lost that sector's old bytes and new CRC).  The sectors known not
+ * to hold the old bytes are named as byte ranges, the first few.
  */
-static int verify_sectors(int jfd, int fd, const struct jinfo *j,
-			  const char *real, struct pt_error *err)
+struct census {
+	uint64_t sectors;
+	uint64_t old;           /* hold the old bytes */
+	uint64_t new_;          /* hold the new bytes */
+	uint64_t other;         /* neither */
+	uint64_t changed;       /* not the old bytes; the new ones? unknown */
+	uint64_t blind;         /* cannot tell */
+	uint64_t other_at;      /* the first byte of the first "other" */
+	uint64_t run_at;        /* the run of not-old sectors being built */
+	uint64_t run_end;
+	unsigned runs;          /* not-old runs in all */
+	char list[160];         /* the first of them, "[a, b) ..." */
+};
+
+static void census_flush(struct census *c)
+{
+	size_t l = strlen(c->list);
+
+	if (c->run_end == c->run_at)
+		return;
+	if (c->runs < 4 && l + 48 < sizeof(c->list))
+		snprintf(c->list + l, sizeof(c->list) - l, "%s[%llu, %llu)",
+			 l ? " " : "", (unsigned long long)c->run_at,
+			 (unsigned long long)c->run_end);
+	c->runs++;
+	c->run_at = c->run_end = 0;
+}
+
+/* Judge the sector of @sl bytes at file offset @at: @cur its bytes now,
+ * @old its old bytes (NULL: not in the journal), @crc its new bytes' CRC
+ * (NULL: not in the journal). */
+static void census_add(struct census *c, const uint8_t *cur,
+		       const uint8_t *old, const uint8_t *crc, uint64_t at,
+		       size_t sl)
+{
+	bool is_old = old && memcmp(cur, old, sl) == 0;
+	bool is_new = crc && libdeflate_crc32(0, cur, sl) == pt_le32(crc);
+
+	c->sectors++;
+	c->old += is_old;
+	c->new_ += is_new;
+	if (!is_old && !is_new && old && crc && c->other++ == 0)
+		c->other_at = at;
+	else if (!is_old && !is_new && old)
+		c->changed++;
+	else if (!is_old && !is_new)
+		c->blind++;
+	if (is_old || (!old && !is_new))
+		return;
+	if (c->run_end != at)
+		census_flush(c);
+	if (c->run_end == c->run_at)
+		c->run_at = at;
+	c->run_end = at + sl;
+}
+
+/* Take the census of @fd (the file) against the journal @jfd. */
+static int census_take(int jfd, int fd, const struct jinfo *j,
+		       struct census *c)
 {
 	uint8_t *old = malloc(J_CHUNK), *cur = malloc(J_CHUNK);
 	uint8_t crcs[4 * (J_CHUNK / J_SECTOR + 1)];
 	uint64_t pos = J_HDR + 16 * j->n, cpos = j->crc_off, i;
 	int rc = old && cur ? 0 : -ENOMEM;
 
+	memset(c, 0, sizeof(*c));
 	for (i = 0; i < j->n && rc == 0; i++) {
 		uint64_t off = j->ranges[2 * i], len = j->ranges[2 * i + 1], at;
 
 		for (at = 0; rc == 0 && at < len;) {
 			size_t k = chunk_at(off + at, len - at);
 			size_t ns = (size_t)sectors(off + at, k);
-			size_t o, sl, m = 0;
+			ssize_t go = pread_upto(jfd, old, k, pos);
+			ssize_t gc = pread_upto(jfd, crcs, 4 * ns, cpos);
+			size_t o, sl, m;
 
-			rc = pt_pread_full(jfd, old, k, pos);
-			if (!rc)
-				rc = pt_pread_full(fd, cur, k, off + at);
-			if (!rc)
-				rc = pt_pread_full(jfd, crcs, 4 * ns, cpos);
-			for (o = 0; rc == 0 && o < k; o += sl, m += 4) {
+			rc = pt_pread_full(fd, cur, k, off + at);
+			for (o = m = 0; rc == 0 && o < k; o += sl, m += 4) {
 				sl = piece_at(off + at + o, k - o);
-				if (memcmp(cur + o, old + o, sl) != 0 &&
-				    libdeflate_crc32(0, cur + o, sl) != pt_le32(crcs + m))
-					rc = pt_fail(err, -EBUSY,
-						     "%s: changed since the interrupted commit of its journal (bytes at %llu are neither the old nor the new ones): not rolled back; move the journal away once the checkpoint is known good",
-						     real, (unsigned long long)(off + at + o));
+				census_add(c, cur + o,
+					   go >= (ssize_t)(o + sl) ? old + o : NULL,
+					   gc >= (ssize_t)(m + 4) ? crcs + m : NULL,
+					   off + at + o, sl);
 			}
 			pos += k;
 			cpos += 4 * ns;
 			at += k;
 		}
 	}
+	census_flush(c);
 	free(old);
 	free(cur);
-	if (rc && rc != -EBUSY)
-		return pt_fail(err, rc, "%s: %s", real, strerror(-rc));
 	return rc;
+}
+
+/* One clause saying what the census found, for a journal not applied. */
+static void census_say(const struct census *c, char *out, size_t cap)
+{
+	const char *more = c->runs > 4 ? " ..." : "";
+
+	if (c->other)
+		snprintf(out, cap, "the checkpoint was written by another program after the interrupted commit (bytes at %llu are neither the old nor the new ones)",
+			 (unsigned long long)c->other_at);
+	else if (c->old == c->sectors)
+		snprintf(out, cap, "the checkpoint holds the old bytes in every range the journal covers");
+	else if (c->new_ == c->sectors)
+		snprintf(out, cap, "the checkpoint holds the new bytes in every range the journal covers");
+	else if (!c->changed && !c->blind)
+		snprintf(out, cap, "the checkpoint is TORN: bytes %s%s hold the new contents, the rest of the journal's ranges the old",
+			 c->list, more);
+	else if (!c->runs)
+		snprintf(out, cap, "the checkpoint holds the old bytes in the %llu sectors the journal can tell of; %llu more cannot be told",
+			 (unsigned long long)c->old, (unsigned long long)c->blind);
+	else
+		snprintf(out, cap, "the checkpoint %s TORN: bytes %s%s are not the old ones (the new ones? the journal cannot tell); %llu of %llu sectors cannot be told",
+			 c->old ? "is" : "may be", c->list, more,
+			 (unsigned long long)c->blind, (unsigned long long)c->sectors);
 }
 
 /* Write the journal's old bytes back into @fd and fsync it. */
@@ -707,24 +854,31 @@ static int restore(int jfd, int fd, const struct jinfo *j, const char *real,
 	return 0;
 }
 
-/* Roll @real (open as @fd, or -1) back from the valid journal @jpath. */
+/* Roll @real (open as @fd) back from its own journal @jpath, just written
+ * by this process (a failed commit undone at once). */
 static int roll_back(const char *jpath, const char *real, int fd,
 		     struct pt_error *err)
 {
+	struct census c;
 	struct jinfo j;
 	char why[128];
-	int jfd = open(jpath, O_RDWR | O_CLOEXEC);
+	int jfd = open(jpath, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
 	int rc;
 
 	if (jfd < 0)
 		return pt_fail(err, -errno, "%s: %s", jpath, strerror(errno));
 	rc = journal_read(jfd, &j, why, sizeof(why));
-	if (rc == 0 && !j.done)
-		rc = verify_sectors(jfd, fd, &j, real, err);
-	if (rc == 0 && !j.done)
-		rc = restore(jfd, fd, &j, real, err);
-	else if (rc)
+	if (rc)
 		pt_fail(err, rc, "%s: %s", jpath, why);
+	if (rc == 0)
+		rc = census_take(jfd, fd, &j, &c);
+	if (rc == 0 && c.other)
+		rc = pt_fail(err, -EBUSY, "%s: changed during the commit (bytes at %llu are neither the old nor the new ones): not rolled back",
+			     real, (unsigned long long)c.other_at);
+	if (rc == 0)
+		rc = restore(jfd, fd, &j, real, err);
+	else
+		pt_fail(err, rc, "%s: %s", real, strerror(-rc));
 	if (rc == 0) {
 		rc = journal_finish(jfd, jpath);
 		if (rc)
@@ -736,127 +890,315 @@ static int roll_back(const char *jpath, const char *real, int fd,
 	return rc;
 }
 
-/* A journal that was never completed: keep it aside, say why. */
-static int set_aside(const char *jpath, const char *why, char *note,
-		     size_t cap, struct pt_error *err)
+/* Rename @jpath aside, never over an earlier one (each is evidence):
+ * .invalid, .invalid.1, ...; 0 with the name in *@aside, or -errno. */
+static int set_aside(const char *jpath, char **aside)
 {
-	char *aside = NULL;
 	int rc = -EEXIST;
 	int i;
 
-	/* never over an earlier one: each is evidence */
+	*aside = NULL;
 	for (i = 0; rc == -EEXIST && i < 1000; i++) {
-		free(aside);
-		aside = NULL;
-		if ((i ? asprintf(&aside, "%s.invalid.%d", jpath, i)
-		       : asprintf(&aside, "%s.invalid", jpath)) < 0)
-			return pt_fail(err, -ENOMEM, "out of memory");
-		rc = renameat2(AT_FDCWD, jpath, AT_FDCWD, aside, RENAME_NOREPLACE) == 0 ? 0 : -errno;
+		free(*aside);
+		if ((i ? asprintf(aside, "%s.invalid.%d", jpath, i)
+		       : asprintf(aside, "%s.invalid", jpath)) < 0) {
+			*aside = NULL;
+			return -ENOMEM;
+		}
+		rc = renameat2(AT_FDCWD, jpath, AT_FDCWD, *aside, RENAME_NOREPLACE) == 0 ? 0 : -errno;
 		if (rc == -EINVAL || rc == -ENOSYS) {
 			/* no RENAME_NOREPLACE here: link + unlink */
-			rc = link(jpath, aside) == 0 ? 0 : -errno;
+			rc = link(jpath, *aside) == 0 ? 0 : -errno;
 			if (rc == 0)
 				rc = unlink(jpath) == 0 ? 0 : -errno;
 		}
 	}
-	if (rc)
-		rc = pt_fail(err, rc, "%s: incomplete journal (%s), cannot set it aside: %s",
-			     jpath, why, strerror(-rc));
-	else
-		snprintf(note, cap,
-			 "%s: incomplete journal (%s): the commit that wrote it never touched the checkpoint; kept as %s",
-			 jpath, why, aside);
-	free(aside);
-	return rc ? rc : 1;
+	if (rc == 0)
+		(void)pt_fsync_parent(jpath);
+	return rc;
 }
 
-int pt_journal_recover(const char *path, char *note, size_t cap,
-		       struct pt_error *err)
-{
-	char *jpath = pt_journal_path(path);
-	char *real = NULL;
-	char why[128];
+/* One recovery under way. */
+struct rec {
+	const char *path;       /* as the caller named it */
+	char *real;
+	char *jpath;
+	bool apply;
+	bool locked;            /* lfd holds the writers' lock */
+	bool journal;           /* one is there (lstat) */
+	bool parsed;            /* journal_read() ran */
+	int lfd;                /* the checkpoint, read-only */
+	int jfd;                /* the journal, read-only, or -1 */
+	struct stat cst;        /* the checkpoint */
+	struct stat jst;        /* the journal (lstat) */
 	struct jinfo j;
-	struct stat st;
-	int jfd = -1;
-	int fd = -1;
-	int lfd = -1;
+	char *note;
+	size_t cap;
+};
+
+/* Append "; "-separated text to the note. */
+static void note_add(struct rec *r, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+static void note_add(struct rec *r, const char *fmt, ...)
+{
+	size_t l = strlen(r->note);
+	va_list ap;
+
+	if (l && l + 2 < r->cap) {
+		memcpy(r->note + l, "; ", 3);
+		l += 2;
+	}
+	if (l + 1 >= r->cap)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(r->note + l, r->cap - l, fmt, ap);
+	va_end(ap);
+}
+
+/* Find the checkpoint and its journal, and take the writers' lock: waiting
+ * when there is a journal (its writer may be alive), not otherwise (only
+ * the sweep needs it then).  1: nothing to look at. */
+static int rec_open(struct rec *r, struct pt_error *err)
+{
+	struct pt_error e2;
 	int rc;
 
-	note[0] = '\0';
-	memset(&j, 0, sizeof(j));
-	if (!jpath || access(jpath, F_OK) != 0) {
-		free(jpath);
-		/* the rewrite and clone ways leave only temporaries */
-		return pt_replace_sweep(path, note, cap) > 0;
+	if (pt_resolve_path(r->path, &r->real, &e2) != 0)
+		return 1;       /* the open proper reports it */
+	if (asprintf(&r->jpath, "%s.ptfs-journal", r->real) < 0) {
+		r->jpath = NULL;
+		return pt_fail(err, -ENOMEM, "out of memory");
 	}
-	rc = pt_resolve_path(path, &real, err);
+	r->lfd = open(r->real, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	if (r->lfd < 0 || fstat(r->lfd, &r->cst) != 0 || !S_ISREG(r->cst.st_mode))
+		return 1;
+	if (lstat(r->jpath, &r->jst) != 0) {
+		r->locked = flock(r->lfd, LOCK_EX | LOCK_NB) == 0;
+		return 0;
+	}
+	rc = pt_lock_file(r->lfd, r->real, err);
 	if (rc)
-		goto out;
-	/* a live committer holds the lock: wait for it to finish (its
-	 * journal is then gone) rather than take its journal for ours */
-	lfd = open(real, O_RDONLY | O_CLOEXEC);
-	if (lfd < 0) {
-		rc = pt_fail(err, -errno, "%s: %s", real, strerror(errno));
-		goto out;
+		return rc;
+	r->locked = true;
+	/* a live commit may have finished while we waited */
+	r->journal = lstat(r->jpath, &r->jst) == 0;
+	return 0;
+}
+
+/*
+ * May the journal be trusted as a file (journal.h)?  0 yes, with r->jfd
+ * open; 1 no, with the reason in @why (r->jfd open when it is a regular
+ * file that could be read); -errno when it is trusted but unreadable.
+ */
+static int rec_trust(struct rec *r, char *why, size_t cap,
+		     struct pt_error *err)
+{
+	const struct stat *s = &r->jst;
+	struct stat st;
+	int e;
+
+	if (!S_ISREG(s->st_mode)) {
+		snprintf(why, cap, "not a regular file");
+		return 1;
 	}
-	rc = pt_lock_file(lfd, real, err);
+	r->jfd = open(r->jpath, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	e = errno;
+	if (r->jfd >= 0 && (fstat(r->jfd, &st) != 0 || st.st_dev != s->st_dev ||
+			    st.st_ino != s->st_ino)) {
+		close(r->jfd);
+		r->jfd = -1;
+		snprintf(why, cap, "replaced while being looked at");
+		return 1;
+	}
+	if (s->st_uid != r->cst.st_uid && s->st_uid != 0 && s->st_uid != geteuid())
+		snprintf(why, cap, "owned by uid %lu, not by the checkpoint's owner (uid %lu) or root",
+			 (unsigned long)s->st_uid, (unsigned long)r->cst.st_uid);
+	else if (s->st_mode & 022)
+		snprintf(why, cap, "writable by group or others (mode %04o)",
+			 (unsigned)(s->st_mode & 07777));
+	else if (s->st_nlink != 1)
+		snprintf(why, cap, "%lu hard links", (unsigned long)s->st_nlink);
+	else if (r->jfd < 0)
+		return pt_fail(err, -e,
+			       "%s: cannot read the journal %s of an interrupted commit: %s; run 'ptfs recover %s' as its owner",
+			       r->real, r->jpath, strerror(e), r->path);
+	else
+		return 0;
+	return 1;
+}
+
+/*
+ * Not applied: say why and what the checkpoint holds, and set the journal
+ * aside (@apply) or leave it (read-only).  The checkpoint may be opened.
+ */
+static int rec_reject(struct rec *r, const char *what, const char *why,
+		      bool trusted)
+{
+	char said[512];
+	struct census c;
+	char *aside = NULL;
+	int rc;
+
+	if (!r->parsed && r->jfd >= 0) {
+		char w2[160];
+
+		r->parsed = true;
+		(void)journal_read(r->jfd, &r->j, w2, sizeof(w2));
+	}
+	/* written last: without it the commit never reached the file */
+	if (r->j.zero && trusted)
+		snprintf(said, sizeof(said), "the commit stopped before it wrote the checkpoint");
+	else if (r->j.ranges_ok && r->j.size == (uint64_t)r->cst.st_size &&
+		 census_take(r->jfd, r->lfd, &r->j, &c) == 0)
+		census_say(&c, said, sizeof(said));
+	else
+		snprintf(said, sizeof(said), "whether it changed the checkpoint cannot be told");
+	if (!r->apply) {
+		note_add(r, "%s: %s (%s), ignored: %s; 'ptfs recover %s' sets it aside",
+			 r->jpath, what, why, said, r->path);
+		return 0;
+	}
+	rc = set_aside(r->jpath, &aside);
 	if (rc)
-		goto out;
-	jfd = open(jpath, O_RDONLY | O_CLOEXEC);
-	if (jfd < 0 && errno == ENOENT) {
-		rc = 0;                 /* that commit finished meanwhile */
-		goto out;
+		note_add(r, "%s: %s (%s), not applied: %s; cannot set it aside: %s",
+			 r->jpath, what, why, said, strerror(-rc));
+	else
+		note_add(r, "%s: %s (%s), not applied: %s; kept as %s",
+			 r->jpath, what, why, said, aside);
+	free(aside);
+	return 0;
+}
+
+/* A valid journal that needs nothing written: remove it (@apply) or
+ * ignore it (read-only: the file is wholly old or wholly new). */
+static int rec_drop(struct rec *r, const char *what)
+{
+	if (!r->apply) {
+		note_add(r, "%s: %s: ignored (the next writable open or 'ptfs recover' removes it)",
+			 r->jpath, what);
+		return 0;
 	}
-	if (jfd < 0) {
-		rc = pt_fail(err, -errno, "%s: %s", jpath, strerror(errno));
-		goto out;
+	if (unlink(r->jpath) != 0) {
+		note_add(r, "%s: %s; cannot remove it: %s", r->jpath, what,
+			 strerror(errno));
+		return 0;
 	}
-	rc = journal_read(jfd, &j, why, sizeof(why));
-	if (rc == -EBADMSG) {
-		rc = set_aside(jpath, why, note, cap, err);
-		goto out;
-	}
-	if (rc) {
-		rc = pt_fail(err, rc, "%s: %s", jpath, why);
-		goto out;
-	}
-	if (j.done) {
-		(void)unlink(jpath);
-		snprintf(note, cap, "%s: removed the journal of a finished commit", jpath);
-		rc = 1;
-		goto out;
-	}
-	if (stat(real, &st) != 0 || (uint64_t)st.st_size != j.size ||
-	    (uint64_t)st.st_ino != j.ino) {
-		rc = pt_fail(err, -EBUSY,
-			     "%s: journal of an interrupted commit made for another file (%llu bytes, inode %llu): not rolled back; move it away once the checkpoint is known good",
-			     jpath, (unsigned long long)j.size, (unsigned long long)j.ino);
-		goto out;
-	}
-	fd = open(real, O_RDWR | O_CLOEXEC);
-	if (fd < 0) {
-		rc = pt_fail(err, -errno,
-			     "%s: an interrupted commit must be rolled back from %s first, and this user cannot write the checkpoint: %s",
-			     real, jpath, strerror(errno));
-		goto out;
-	}
-	rc = roll_back(jpath, real, fd, err);
-	if (rc == 0) {
-		snprintf(note, cap,
-			 "%s: rolled back an interrupted commit (%llu ranges, %llu bytes restored from %s)",
-			 real, (unsigned long long)j.n, (unsigned long long)j.old, jpath);
-		rc = 1;
-	}
-out:
-	if (lfd >= 0)
-		close(lfd);
-	if (fd >= 0)
+	(void)pt_fsync_parent(r->jpath);
+	note_add(r, "%s: %s: removed", r->jpath, what);
+	return 0;
+}
+
+/* Roll the checkpoint back from the valid journal r->jfd. */
+static int rec_rollback(struct rec *r, struct pt_error *err)
+{
+	struct stat st;
+	int fd;
+	int rc;
+
+	if (!r->apply)
+		return pt_fail(err, -EUCLEAN,
+			       "needs recovery: run 'ptfs recover %s' (an interrupted in-place commit left %s)",
+			       r->path, r->jpath);
+	fd = open(r->real, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return pt_fail(err, -errno,
+			       "%s: an interrupted commit must be rolled back from %s first, and this user cannot write the checkpoint: %s",
+			       r->real, r->jpath, strerror(errno));
+	if (fstat(fd, &st) != 0 || st.st_dev != r->cst.st_dev ||
+	    st.st_ino != r->cst.st_ino) {
 		close(fd);
-	if (jfd >= 0)
-		close(jfd);
-	free(j.ranges);
-	free(real);
-	free(jpath);
-	return rc;
+		return pt_fail(err, -EBUSY, "%s: replaced while being recovered",
+			       r->real);
+	}
+	rc = restore(r->jfd, fd, &r->j, r->real, err);
+	close(fd);
+	if (rc)
+		return rc;
+	note_add(r, "%s: rolled back an interrupted commit%s (%llu ranges, %llu bytes restored from %s)",
+		 r->real, r->j.done ? " marked finished over a checkpoint not all new" : "",
+		 (unsigned long long)r->j.n, (unsigned long long)r->j.old,
+		 r->jpath);
+	if (unlink(r->jpath) != 0)
+		note_add(r, "cannot remove the journal: %s (the next recovery removes it)",
+			 strerror(errno));
+	else
+		(void)pt_fsync_parent(r->jpath);
+	return 0;
+}
+
+/* The journal beside the checkpoint: trust, read, bind, census, act. */
+static int rec_journal(struct rec *r, struct pt_error *err)
+{
+	char why[200];
+	struct census c;
+	int rc;
+
+	rc = rec_trust(r, why, sizeof(why), err);
+	if (rc)
+		return rc < 0 ? rc : rec_reject(r, "untrusted journal", why, false);
+	r->parsed = true;
+	rc = journal_read(r->jfd, &r->j, why, sizeof(why));
+	if (rc == -ENOMEM)
+		return pt_fail(err, rc, "out of memory");
+	if (rc)
+		return rec_reject(r, r->j.zero ? "incomplete journal" : "damaged journal",
+				  why, true);
+	if (r->j.dev != (uint64_t)r->cst.st_dev || r->j.ino != (uint64_t)r->cst.st_ino ||
+	    r->j.size != (uint64_t)r->cst.st_size) {
+		snprintf(why, sizeof(why), "made for device %llu inode %llu of %llu bytes, this is device %llu inode %llu of %llu bytes",
+			 (unsigned long long)r->j.dev, (unsigned long long)r->j.ino,
+			 (unsigned long long)r->j.size, (unsigned long long)r->cst.st_dev,
+			 (unsigned long long)r->cst.st_ino, (unsigned long long)r->cst.st_size);
+		return rec_reject(r, "journal for another file", why, true);
+	}
+	rc = census_take(r->jfd, r->lfd, &r->j, &c);
+	if (rc)
+		return pt_fail(err, rc, "%s: %s", r->real, strerror(-rc));
+	if (c.other) {
+		snprintf(why, sizeof(why), "bytes at %llu are neither the old nor the new ones",
+			 (unsigned long long)c.other_at);
+		return rec_reject(r, "stale journal", why, true);
+	}
+	if (c.old == c.sectors)
+		return rec_drop(r, "journal of an interrupted commit that had not written the checkpoint yet (every range holds its old bytes)");
+	if (r->j.done && c.new_ == c.sectors)
+		return rec_drop(r, "journal of a finished commit (every range holds its new bytes)");
+	return rec_rollback(r, err);
+}
+
+int pt_journal_recover(const char *path, bool apply, char *note, size_t cap,
+		       struct pt_error *err)
+{
+	struct rec r;
+	char swept[400];
+	int rc;
+
+	memset(&r, 0, sizeof(r));
+	r.path = path;
+	r.apply = apply;
+	r.lfd = r.jfd = -1;
+	r.note = note;
+	r.cap = cap;
+	note[0] = '\0';
+	rc = rec_open(&r, err);
+	if (rc > 0)
+		rc = 0;         /* nothing to look at */
+	if (rc == 0 && r.journal)
+		rc = rec_journal(&r, err);
+	/* under the lock: no writer is between creating its temporary file
+	 * and locking it */
+	if (rc == 0 && r.locked &&
+	    pt_replace_sweep(r.real, true, apply, swept, sizeof(swept)) > 0)
+		note_add(&r, "%s", swept);
+	if (r.jfd >= 0)
+		close(r.jfd);
+	if (r.lfd >= 0)
+		close(r.lfd);
+	free(r.j.ranges);
+	free(r.real);
+	free(r.jpath);
+	if (rc < 0)
+		return rc;
+	return note[0] != '\0';
 }

@@ -6,25 +6,52 @@
  *
  * The undo journal (the way SQLite's rollback journal works): before the
  * first byte of the file FILE changes, FILE.ptfs-journal holds the old
- * bytes of every range about to change, the file's size and inode, and
+ * bytes of every range about to change, the file's device, inode and
+ * size, the CRC-32 of each 512-byte sector of the new bytes, and
  * checksums; it is fsynced and so is its directory.  Then the ranges are
  * written and FILE is fsynced; then the journal is marked finished
- * (fdatasync), removed, and the directory fsynced.  A crash anywhere
- * leaves either no journal (old or new file, complete) or a journal:
+ * (fdatasync), removed, and the directory fsynced.  The journal is created
+ * O_CREAT|O_EXCL|O_NOFOLLOW, mode 0600, and given FILE's owner (fchown,
+ * when the committer is root; a committer that is not root owns FILE or
+ * is the one who will recover it).
  *
- *  - complete and valid: FILE may be half-patched; pt_journal_recover()
- *    writes the old bytes back (idempotent: a crash during recovery is
- *    recovered again) -- the old file;
- *  - marked finished: FILE is the new file; the journal is removed;
- *  - incomplete (short, bad magic, a checksum that fails): it was never
- *    fully written, and FILE is only touched after the complete journal is
- *    durable, so FILE was never touched -- the old file.  The journal is
- *    set aside as FILE.ptfs-journal.invalid (never deleted: evidence);
- *  - valid but for another file (size or inode differ), or for a file
- *    written again since (a sector of a range holds neither its old bytes
- *    nor the new ones, whose per-512-byte CRCs the journal keeps: say
- *    torch.save to the same path after the crash): nothing is touched,
- *    and the checkpoint is refused (-EBUSY) until a person looks.
+ * Trust.  A journal beside FILE is applied (FILE rolled back from it) only
+ * when all of these hold:
+ *  - it is a regular file (lstat: never a symlink; opened O_NOFOLLOW) with
+ *    one link, owned by FILE's owner, by root or by the recovering user
+ *    (who writes FILE with its own rights anyway), not writable by group
+ *    or others: no other user can make ptfs write chosen bytes into FILE;
+ *  - its header and body checksums hold, and the device, inode and size
+ *    it records are FILE's;
+ *  - every sector of every range of FILE holds either its old bytes (in
+ *    the journal) or its new ones (their CRC is in the journal).
+ * Otherwise nothing is written to FILE and the journal is set aside
+ * (renamed to FILE.ptfs-journal.invalid, .invalid.1, ...: never deleted,
+ * never applied) with one line saying why.  When its range table and
+ * checksums are still readable, that line also says what FILE holds:
+ * "torn" with the byte ranges that are not the old bytes when some
+ * sectors are new and some old, or that a sector holds neither (FILE was
+ * written by another program after the crash, say torch.save: a journal
+ * that passes every other check is set aside then too, and FILE is used
+ * as it is).  A journal whose header was never written (all zeros: it is
+ * written last) belonged to a commit that stopped before FILE changed;
+ * no other message says FILE was not touched unless its bytes show it.
+ * A damaged or untrusted journal never keeps FILE from opening.
+ *
+ * A valid journal with every sector old (the commit had not written yet),
+ * or marked finished with every sector new (it had), needs nothing
+ * written to FILE: it is removed.  Any other valid journal is rolled
+ * back: the old bytes written again (idempotent: a crash during recovery
+ * is recovered again; a journal marked finished over a FILE that is not
+ * all new is rolled back too), FILE fsynced, the journal removed.
+ *
+ * Read-only opens write nothing: pt_journal_recover() with @apply false
+ * renames, removes and rolls back nothing.  It ignores (with a note) a
+ * journal that needs nothing written -- FILE is then wholly the old or
+ * wholly the new file, proven sector by sector -- and an untrusted or
+ * damaged one; a valid journal that must be rolled back makes it fail
+ * with -EUCLEAN and "needs recovery: run 'ptfs recover FILE'".  Serving
+ * the old bytes from the journal instead is not attempted.
  *
  * A committer holds an exclusive flock() on FILE from before it creates
  * the journal until the journal is gone; recovery takes the same lock
@@ -33,12 +60,14 @@
  * one.  The kernel releases the lock of a killed process.
  *
  * Layout (little-endian): "PTFSJRNL" (or "PTFSDONE" once finished), u32
- * version 1, u32 header size 64, u64 file size, u64 range count, u64 old
- * bytes, u64 inode, u64 sector size 512, u32 CRC-32 of bytes 0..55, u32 0;
- * then per range u64 offset, u64 length (sorted, disjoint, adding up to
- * the old bytes); then the old bytes of the ranges in order; then the
- * CRC-32 of each 512 bytes of each range's new bytes; then u32 CRC-32 of
- * everything from byte 64, "PTFSJEND".
+ * version 2, u32 header size 80, u64 file size, u64 range count, u64 old
+ * bytes, u64 inode, u64 sector size 512, u64 device, u64 0, u32 CRC-32 of
+ * bytes 0..71 (computed with "PTFSJRNL" in bytes 0..7, so it holds for a
+ * finished journal too), u32 0; then per range u64 offset, u64 length
+ * (sorted, disjoint, adding up to the old bytes); then the old bytes of
+ * the ranges in order; then the CRC-32 of each piece of each range's new
+ * bytes cut at multiples of 512 of the file offset; then u32 CRC-32 of
+ * everything from byte 80, "PTFSJEND".
  */
 #ifndef PTFS_CORE_CONTAINER_JOURNAL_H
 #define PTFS_CORE_CONTAINER_JOURNAL_H
@@ -122,15 +151,29 @@ int pt_patch_apply(const char *path, enum pt_commit_way way,
 char *pt_journal_path(const char *path);
 
 /*
- * Bring the file at @path back to a consistent state if a journal lies
- * beside it (see above); without a journal, remove the temporary files a
- * killed rewrite or clone left beside it (pt_replace_sweep()).  Returns 0 when there was nothing to do, 1 when
- * something was done (one line in @note: what, and which journal), or a
- * negative errno with one line in @err when the file must not be used
- * (-EBUSY: a journal for another file; -EACCES/-EROFS: cannot write the
- * file to roll it back).
+ * Deal with what an interrupted commit left beside the file at @path
+ * (symlinks resolved), as described above: its journal, and the temporary
+ * files of a killed rewrite or clone (pt_replace_sweep()).
+ *
+ * @apply true (writable mounts, `ptfs set`, `ptfs recover`): roll back or
+ * remove a valid journal, set an untrusted or damaged one aside, remove
+ * dead temporary files.  @apply false (read-only commands and mounts):
+ * write, rename and remove nothing; -EUCLEAN when a valid journal must be
+ * rolled back first.
+ *
+ * Returns 0 when there was nothing to do or say, 1 when something was
+ * done or found (one line in @note: what, and which journal; the file may
+ * be used), or a negative errno with one line in @err when the file must
+ * not be used yet:
+ *   -EUCLEAN  @apply false and a valid journal needs rolling back
+ *             ("needs recovery: run 'ptfs recover FILE'");
+ *   -EBUSY    another process is committing to it (locked for
+ *             pt_journal_lock_wait_ms), or the file changed under us;
+ *   -EACCES, -EPERM, -EROFS  a valid journal must be rolled back (or
+ *             read) and this user cannot: the message says so;
+ *   other     an I/O error reading or writing the file.
  */
-int pt_journal_recover(const char *path, char *note, size_t cap,
+int pt_journal_recover(const char *path, bool apply, char *note, size_t cap,
 		       struct pt_error *err);
 
 #endif /* PTFS_CORE_CONTAINER_JOURNAL_H */

@@ -436,8 +436,10 @@ static int make_temp(struct pt_replace *r, struct pt_error *err)
 		if (r->fd < 0)
 			rc = -errno;
 		else
-			/* ours while we live: pt_replace_sweep() skips it */
-			(void)flock(r->fd, LOCK_EX | LOCK_NB);
+			/* ours while we live: pt_replace_sweep() skips it
+			 * (blocking: a read-only sweep may hold a shared
+			 * lock on it for a moment) */
+			(void)flock(r->fd, LOCK_EX);
 	}
 	if (rc) {
 		pt_fail(err, rc, "create a temporary file beside %s: %s",
@@ -615,47 +617,73 @@ static bool is_our_temp(const char *name, const char *base)
 	       strncmp(name + 1 + bl, ".ptfs-", 6) == 0;
 }
 
-int pt_replace_sweep(const char *path, char *note, size_t cap)
+/* Remove (or, unless @remove, only count) the temporary file @name in
+ * @dfd when it is provably a dead one of ours: a regular file with one
+ * link, owned by the checkpoint's owner (@cst) or by this user, whose
+ * lock no live writer holds.  True when it counts. */
+static bool sweep_one(int dfd, const char *name, const struct stat *cst,
+		      bool remove, uint64_t *bytes)
+{
+	struct stat st;
+	struct stat again;
+	bool dead = false;
+	int fd = openat(dfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+
+	if (fd < 0)
+		return false;
+	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1 &&
+	    (st.st_uid == cst->st_uid || st.st_uid == geteuid()) &&
+	    flock(fd, (remove ? LOCK_EX : LOCK_SH) | LOCK_NB) == 0) {
+		/* the name must still be the file looked at */
+		dead = !remove ||
+		       (fstatat(dfd, name, &again, AT_SYMLINK_NOFOLLOW) == 0 &&
+			again.st_dev == st.st_dev && again.st_ino == st.st_ino &&
+			unlinkat(dfd, name, 0) == 0);
+		if (dead)
+			*bytes += (uint64_t)st.st_size;
+	}
+	close(fd);
+	return dead;
+}
+
+int pt_replace_sweep(const char *path, bool locked, bool remove, char *note,
+		     size_t cap)
 {
 	struct pt_error err;
+	struct stat cst;
 	struct dirent *d;
 	char *real = NULL;
-	char *dir;
+	char *dir = NULL;
 	uint64_t bytes = 0;
+	DIR *dp = NULL;
+	int lfd;
 	int n = 0;
-	DIR *dp;
 
 	note[0] = '\0';
 	if (pt_resolve_path(path, &real, &err) != 0)
 		return 0;
-	dir = dir_of(real);
+	lfd = open(real, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	/* every writer holds the checkpoint's lock from before it creates
+	 * its temporary file until after it locked it: with the lock, no
+	 * temporary is between its creation and its own lock */
+	if (lfd >= 0 && fstat(lfd, &cst) == 0 &&
+	    (locked || flock(lfd, LOCK_EX | LOCK_NB) == 0))
+		dir = dir_of(real);
 	dp = dir ? opendir(dir) : NULL;
-	while (dp && (d = readdir(dp))) {
-		struct stat st;
-		int fd;
-
-		if (!is_our_temp(d->d_name, strrchr(real, '/') + 1))
-			continue;
-		fd = openat(dirfd(dp), d->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-		if (fd < 0)
-			continue;
-		/* dead: nobody holds its lock, and it is not brand new (a
-		 * writer locks it right after creating it) */
-		if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
-		    time(NULL) - st.st_mtime > 60 &&
-		    flock(fd, LOCK_EX | LOCK_NB) == 0 &&
-		    unlinkat(dirfd(dp), d->d_name, 0) == 0) {
+	while (dp && (d = readdir(dp)))
+		if (is_our_temp(d->d_name, strrchr(real, '/') + 1) &&
+		    sweep_one(dirfd(dp), d->d_name, &cst, remove, &bytes))
 			n++;
-			bytes += (uint64_t)st.st_size;
-		}
-		close(fd);
-	}
 	if (dp)
 		closedir(dp);
+	if (lfd >= 0)
+		close(lfd);
 	if (n)
 		snprintf(note, cap,
-			 "removed %d temporary file%s (%llu bytes) beside %s left by an interrupted commit",
-			 n, n > 1 ? "s" : "", (unsigned long long)bytes, real);
+			 "%s %d temporary file%s (%llu bytes) beside %s left by an interrupted commit%s",
+			 remove ? "removed" : "found", n, n > 1 ? "s" : "",
+			 (unsigned long long)bytes, real,
+			 remove ? "" : " (the next writable open or 'ptfs recover' removes them)");
 	free(dir);
 	free(real);
 	return n;

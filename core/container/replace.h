@@ -113,11 +113,19 @@ void pt_replace_abort(struct pt_replace *r);
 
 /*
  * Remove the temporary files an interrupted replacement of @path left
- * beside its real file (kill -9, power loss): ".<name>.ptfs-XXXXXX" that
- * no live writer holds locked (a writer flocks its temporary file) and
- * that are over a minute old.  Returns how many, with one line in @note.
+ * beside its real file (kill -9, power loss), whatever their age:
+ * ".<name>.ptfs-XXXXXX" (exactly that pattern, for this file), regular,
+ * one link, owned by the file's owner or by this user, and not locked
+ * (a live writer flocks its temporary file from its creation to its
+ * rename: the lock is the proof of life).  A writer also holds the
+ * file's lock (pt_lock_file()) from before it creates its temporary file,
+ * so the sweep runs only under that lock: held by the caller when
+ * @locked, else taken here without waiting (a writer at work: nothing
+ * done).  With @remove false nothing is removed (a read-only open): the
+ * dead ones are only counted.  Returns how many, with one line in @note.
  */
-int pt_replace_sweep(const char *path, char *note, size_t cap);
+int pt_replace_sweep(const char *path, bool locked, bool remove, char *note,
+		     size_t cap);
 
 /*
  * The writers' lock: an exclusive flock() on the file being replaced or
