@@ -223,7 +223,7 @@ struct pt_ckpt {
 	uint64_t tensor_bytes;
 	struct pt_buf warnings;
 	struct pt_buf notes;            /* format-specific info lines */
-	char recovery[1536];             /* pt_ckpt_recovery() */
+	char recovery[1536];            /* pt_ckpt_recovery() */
 	char last_commit[128];          /* pt_ckpt_last_commit() */
 	bool no_clone;                  /* FICLONE failed here once */
 	bool commit_moved;              /* the last commit may have moved
