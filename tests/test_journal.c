@@ -996,6 +996,45 @@ static void test_temporaries(void **state)
 	assert_int_equal(pt_journal_recover(g_file, true, note, sizeof(note), &err), 0);
 }
 
+/* As root: a trusted journal another user cannot read (root's, 0600)
+ * makes that user's read-only open refuse with the needs-recovery error,
+ * and a writable one fail (-EACCES): never ignored as untrusted. */
+static void test_unreadable_journal(void **state)
+{
+	pid_t pid;
+	int st;
+
+	(void)state;
+	if (geteuid() != 0) {
+		print_message("skipped: not root\n");
+		return;
+	}
+	assert_int_equal(chmod(g_dir, 0755), 0);
+	crash_child("patch", 2);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct pt_error err;
+		char note[1024];
+		int a, b;
+
+		if (setgid(65534) != 0 || setuid(65534) != 0)
+			_exit(2);
+		pt_error_clear(&err);
+		a = pt_journal_recover(g_file, false, note, sizeof(note), &err);
+		if (a != -EUCLEAN || !strstr(err.msg, "needs recovery"))
+			_exit(3);
+		pt_error_clear(&err);
+		b = pt_journal_recover(g_file, true, note, sizeof(note), &err);
+		_exit(b == -EACCES ? 0 : 4);
+	}
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+	assert_true(is_half());
+	assert_true(exists(g_jrnl));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1018,6 +1057,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_damaged_over_torn, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_read_only, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_temporaries, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_unreadable_journal, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -339,10 +339,9 @@ static int check_ranges(const struct pt_patch *p, size_t n, uint64_t size,
 	return n > J_MAX_RANGES ? pt_fail(err, -E2BIG, "%s: too many ranges", path) : 0;
 }
 
-static int roll_back(const char *jpath, const char *real, int fd,
+static int roll_back(int jfd, const char *jpath, const char *real, int fd,
 		     struct pt_error *err);
 
-/* The in-place patch proper, between the journal and its removal. */
 /*
  * Writing to a file clears its set-id bits (unless the writer may keep
  * them) and its file capabilities (always): what a patch or a rollback
@@ -401,7 +400,7 @@ static int patch_all(int fd, int jfd, const char *real, const char *jpath,
 		struct pt_error e2;
 
 		pt_error_clear(&e2);
-		if (roll_back(jpath, real, fd, &e2) != 0)
+		if (roll_back(jfd, jpath, real, fd, &e2) != 0)
 			pt_error_prefix(err, "%s; the journal %s stays: 'ptfs recover %s' (or the next writable open) rolls it back",
 					e2.msg, jpath, real);
 	}
@@ -854,19 +853,16 @@ static int restore(int jfd, int fd, const struct jinfo *j, const char *real,
 	return 0;
 }
 
-/* Roll @real (open as @fd) back from its own journal @jpath, just written
- * by this process (a failed commit undone at once). */
-static int roll_back(const char *jpath, const char *real, int fd,
+/* Roll @real (open as @fd) back from its own journal @jfd, just written
+ * by this process and still open (a failed commit undone at once). */
+static int roll_back(int jfd, const char *jpath, const char *real, int fd,
 		     struct pt_error *err)
 {
 	struct census c;
 	struct jinfo j;
 	char why[128];
-	int jfd = open(jpath, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
 	int rc;
 
-	if (jfd < 0)
-		return pt_fail(err, -errno, "%s: %s", jpath, strerror(errno));
 	rc = journal_read(jfd, &j, why, sizeof(why));
 	if (rc)
 		pt_fail(err, rc, "%s: %s", jpath, why);
@@ -886,7 +882,6 @@ static int roll_back(const char *jpath, const char *real, int fd,
 				jpath, strerror(-rc));
 	}
 	free(j.ranges);
-	close(jfd);
 	return rc;
 }
 
@@ -1011,6 +1006,8 @@ static int rec_trust(struct rec *r, char *why, size_t cap,
 		snprintf(why, cap, "replaced while being looked at");
 		return 1;
 	}
+	if (r->jfd >= 0)
+		r->jst = st;    /* the file open, not the name looked at */
 	if (s->st_uid != r->cst.st_uid && s->st_uid != 0 && s->st_uid != geteuid())
 		snprintf(why, cap, "owned by uid %lu, not by the checkpoint's owner (uid %lu) or root",
 			 (unsigned long)s->st_uid, (unsigned long)r->cst.st_uid);
@@ -1020,9 +1017,10 @@ static int rec_trust(struct rec *r, char *why, size_t cap,
 	else if (s->st_nlink != 1)
 		snprintf(why, cap, "%lu hard links", (unsigned long)s->st_nlink);
 	else if (r->jfd < 0)
-		return pt_fail(err, -e,
-			       "%s: cannot read the journal %s of an interrupted commit: %s; run 'ptfs recover %s' as its owner",
-			       r->real, r->jpath, strerror(e), r->path);
+		return pt_fail(err, r->apply ? -e : -EUCLEAN,
+			       "%sthe journal %s of an interrupted commit cannot be read (%s): run 'ptfs recover %s' as its owner",
+			       r->apply ? "" : "needs recovery: ", r->jpath,
+			       strerror(e), r->path);
 	else
 		return 0;
 	return 1;
