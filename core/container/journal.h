@@ -53,6 +53,13 @@
  * with -EUCLEAN and "needs recovery: run 'ptfs recover FILE'".  Serving
  * the old bytes from the journal instead is not attempted.
  *
+ * Temporary files of a killed rewrite or clone (".FILE.ptfs-XXXXXX"
+ * beside FILE) are removed by the next recovery with @apply whatever
+ * their age when they are provably dead and ours: that exact name,
+ * regular, one link, owned by FILE's owner or this user, and no live
+ * writer holds their flock (pt_replace_sweep()); read-only opens only
+ * mention them.
+ *
  * A committer holds an exclusive flock() on FILE from before it creates
  * the journal until the journal is gone; recovery takes the same lock
  * before it reads a journal, so a journal whose writer is alive (a mount
@@ -124,8 +131,9 @@ int pt_patch_copy(const char *path, const struct pt_patch *p, size_t n,
  * Patch the file at @path (symlinks resolved) in place behind the undo
  * journal described above.  Ranges must not overlap and must lie inside
  * the file.  On failure the file is as it was (rolled back at once, or by
- * the next pt_journal_recover() when even that failed: the message says
- * so).
+ * the next recovery -- pt_journal_recover() with @apply: `ptfs recover`,
+ * a writable open -- when even that failed: the message says so).  -EBUSY
+ * when something already lies at the journal's name.
  */
 int pt_patch_inplace(const char *path, const struct pt_patch *p, size_t n,
 		     const struct pt_replace_expect *expect,
