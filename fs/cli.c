@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * cli.c -- the subcommands that need no FUSE (containers often lack
- * /dev/fuse): ls, cat, info and set.  Each opens the checkpoint with the
+ * /dev/fuse): ls, cat, info, set and recover.  Each opens the checkpoint with the
  * same core library the mount uses, so what they print is what the mount
  * shows.
  */
@@ -15,6 +15,8 @@
 #include <unistd.h>
 
 #include "ckpt/ckpt.h"
+#include "ckpt/pending.h"
+#include "log.h"
 #include "opts.h"
 
 /* Options every subcommand takes: --nested and -o OPT[,OPT...] with the
@@ -396,9 +398,15 @@ static int cmd_set(int argc, char **argv)
 	uint64_t len = 0;
 	int rc = PTFS_EXIT_ERROR, e;
 
+	char found[4096];
+
 	if (argc != 3) {
 		return PTFS_EXIT_USAGE;
 	}
+	/* a commit now would make the kept writes older than their file */
+	if (ptfs_pending_note(argv[1], found, sizeof(found)))
+		return PTFS_EXIT_ERROR;
+	cli_opts.recover = true;        /* it writes: it may roll back */
 	if (open_or_report(argv[1], &ck))
 		return PTFS_EXIT_ERROR;
 	node = resolve(ck, argv[1], argv[2]);
@@ -447,6 +455,60 @@ out:
 	return rc;
 }
 
+/* `ptfs recover [--discard | --force] CHECKPOINT`: an interrupted commit's
+ * journal is dealt with by the open; then the writes a mount kept
+ * (ckpt/pending.h) are applied or dropped. */
+static int cmd_recover(int argc, char **argv)
+{
+	bool discard = false, force = false;
+	const char *path = NULL;
+	char found[4096], note[1024] = "";
+	struct pt_ckpt *ck = NULL;
+	struct pt_error err;
+	int i, rc;
+
+	for (i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--discard") == 0) {
+			discard = true;
+		} else if (strcmp(argv[i], "--force") == 0) {
+			force = true;
+		} else if (argv[i][0] == '-' || path) {
+			fprintf(stderr, "ptfs: recover: %s '%s'\nTry 'ptfs --help'\n",
+				argv[i][0] == '-' ? "unknown option" : "extra argument", argv[i]);
+			return PTFS_EXIT_USAGE;
+		} else {
+			path = argv[i];
+		}
+	}
+	if (!path || (discard && force)) {
+		fprintf(stderr, "ptfs: recover: %s\nTry 'ptfs --help'\n",
+			path ? "--discard and --force exclude each other" : "missing CHECKPOINT");
+		return PTFS_EXIT_USAGE;
+	}
+	cli_opts.recover = true;
+	if (open_or_report(path, &ck))
+		return PTFS_EXIT_ERROR;
+	if (!pt_pending_find(path, ptfs_state_dir(false), found, sizeof(found))) {
+		if (!*pt_ckpt_recovery(ck))
+			fprintf(stderr, "ptfs: %s: nothing to recover\n", path);
+		pt_ckpt_close(ck);
+		return PTFS_EXIT_OK;
+	}
+	pt_error_clear(&err);
+	if (discard)
+		rc = pt_pending_discard(ck, found, &err);
+	else
+		rc = pt_pending_apply(ck, found, force, note, sizeof(note), &err);
+	if (rc)
+		fprintf(stderr, "ptfs: %s: %s\n", path, err.msg);
+	else if (discard)
+		fprintf(stderr, "ptfs: %s: dropped the writes kept in %s\n", path, found);
+	else
+		fprintf(stderr, "ptfs: %s: %s\n", path, note);
+	pt_ckpt_close(ck);
+	return rc ? PTFS_EXIT_ERROR : PTFS_EXIT_OK;
+}
+
 int ptfs_cli(int argc, char **argv)
 {
 	int i, j;
@@ -482,6 +544,8 @@ int ptfs_cli(int argc, char **argv)
 		return ptfs_cmd_tree(argc, argv, &cli_opts);
 	if (strcmp(argv[0], "export") == 0)
 		return ptfs_cmd_export(argc, argv, &cli_opts);
+	if (strcmp(argv[0], "recover") == 0)
+		return cmd_recover(argc, argv);
 	if (strcmp(argv[0], "set") != 0)
 		return ptfs_view_cmd(argc, argv, &cli_opts);
 	return cmd_set(argc, argv);

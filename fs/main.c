@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * main.c -- ptfs entry point: the subcommands that need no FUSE (ls, cat,
- * info, set) or the mount.
+ * info, set, recover...), umount, or the mount.
  */
 #include "ptfs.h"
 
@@ -17,6 +17,8 @@ static void usage(FILE *f)
 	      "       ptfs info [-o OPTS] CHECKPOINT\n"
 	      "       ptfs info --weights-only CHECKPOINT\n"
 	      "       ptfs set [-v] [-o commit=WAY] CHECKPOINT PATH < BYTES\n"
+	      "       ptfs umount MOUNTPOINT       (also: ptfs -u MOUNTPOINT)\n"
+	      "       ptfs recover [--discard | --force] CHECKPOINT\n"
 	      "       ptfs tree --json [--max N] CHECKPOINT\n"
 	      "       ptfs export CHECKPOINT --to safetensors|pt|npy [--shard-size SIZE]\n"
 	      "                   [--skip-unsupported] [--no-fsync] OUT\n"
@@ -58,6 +60,8 @@ static void usage(FILE *f)
 	      "    -o cafile=PEM          deadline, a CA bundle, an S3-compatible\n"
 	      "    -o s3_endpoint=URL     endpoint (also with ls, cat and info)\n"
 	      "    -o previews            NAME.png beside every tensor: its picture\n"
+	      "    -o log=FILE            the daemon's log (default: syslog, or\n"
+	      "                           $XDG_STATE_HOME/ptfs/ptfs.log without one)\n"
 	      "    -o OPTION              other options are passed to libfuse\n"
 	      "    -h, --help             this text\n"
 	      "    -V, --version          version\n"
@@ -83,8 +87,13 @@ int main(int argc, char **argv)
 		ptfs_version(stdout);
 		return PTFS_EXIT_OK;
 	}
+	if (strcmp(argv[1], "umount") == 0)
+		return ptfs_cmd_umount(argc - 1, argv + 1);
+	if (strcmp(argv[1], "-u") == 0)
+		return ptfs_cmd_umount(argc - 1, argv + 1);
 	if (strcmp(argv[1], "ls") == 0 || strcmp(argv[1], "cat") == 0 ||
 	    strcmp(argv[1], "info") == 0 || strcmp(argv[1], "set") == 0 ||
+	    strcmp(argv[1], "recover") == 0 ||
 	    strcmp(argv[1], "tree") == 0 || strcmp(argv[1], "export") == 0 ||
 	    strcmp(argv[1], "stat") == 0 || strcmp(argv[1], "diff") == 0 ||
 	    strcmp(argv[1], "preview") == 0 || strcmp(argv[1], "thumbnail") == 0)

@@ -12,9 +12,10 @@
  *
  * Reads of contiguous tensors are answered with a FUSE_BUF_IS_FD buffer
  * over the checkpoint file, so libfuse splices the bytes from the page
- * cache of the checkpoint into /dev/fuse: no private copy.  Everything is
- * immutable while mounted, so attributes and entries are cached by the
- * kernel for a day and file pages are kept between opens (keep_cache).
+ * cache of the checkpoint into /dev/fuse: no private copy.  The tree's
+ * shape never changes while mounted, so attributes and entries are cached
+ * by the kernel for a day, and file pages are kept between opens
+ * (keep_cache) unless a write changed them since (notify.c drops them).
  */
 #include "ptfs.h"
 
@@ -30,7 +31,6 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/types.h>
-#include <syslog.h>
 #include <unistd.h>
 
 #include <fuse_lowlevel.h>
@@ -43,13 +43,15 @@
 #include <utlist.h>
 
 #include "ckpt/ckpt.h"
+#include "ckpt/pending.h"
 #include "export/export.h"
+#include "log.h"
 #include "opts.h"
 #include "overlay.h"
 #include "notify.h"
 #include "push.h"
 
-/* Everything is immutable while mounted: let the kernel cache it. */
+/* Names and sizes never change while mounted: let the kernel cache them. */
 #define PTFS_TIMEOUT 86400.0
 /* how long a worker waits for the kernel to drop what a commit or a close
  * made stale: past it (every other worker busy, notify.h) it goes on and
@@ -126,6 +128,7 @@ struct ptfs {
 	struct wfile *wfiles;
 	struct fh *handles;             /* open files: a signal can end the
 					 * loop before their RELEASE comes */
+	const char *logfile;            /* -o log=FILE, or NULL */
 };
 
 /* Keep @h in fs->handles from its open until its release. */
@@ -826,11 +829,6 @@ static void ptfs_op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 	fuse_reply_attr(req, &st, PTFS_TIMEOUT);
 }
 
-/*
- * close(2): when the last handle open for writing closes and the file's
- * size is not the tensor's, the change cannot be committed (a tensor
- * cannot change size): drop it and fail the close with EINVAL.
- */
 /* A generated file was forgotten, a record's bytes were written, or
  * metadata states moved offsets: drop the kernel's attributes and pages. */
 static void drop_gen_cache(void *ctx, struct pt_node *n)
@@ -840,17 +838,24 @@ static void drop_gen_cache(void *ctx, struct pt_node *n)
 	queue_drop(fs, ino_of(fs, n));
 }
 
+/*
+ * close(2).  The kernel sends FLUSH at every close of a descriptor, also of
+ * one dup()ed from a descriptor that stays open (the shell closes its own
+ * copy in `cat x > FILE` before cat writes a byte), so a FLUSH cannot tell
+ * the last close.  A size other than the tensor's fails this close with
+ * EINVAL when no other open file writes the tensor (the writer hears of
+ * it at its last close), and the change is judged at RELEASE, when the
+ * open file is gone: see ptfs_op_release().
+ */
 static void ptfs_op_flush(fuse_req_t req, fuse_ino_t ino,
 			  struct fuse_file_info *fi)
 {
 	struct ptfs *fs = fs_of(req);
 	struct fh *h = (struct fh *)(uintptr_t)fi->fh;
 	struct wfile *w = NULL;
-	struct ov_st *ov = h ? h->ov : NULL;
-	uint64_t size = 0, nbytes = 0;
-	bool drop = false;
-	int rc = 0;
+	bool wrong = false;
 
+	(void)ino;
 	if (!h) {
 		/* opened by the kernel (read-only mount): nothing to check,
 		 * and ENOSYS stops further FLUSH requests */
@@ -860,68 +865,75 @@ static void ptfs_op_flush(fuse_req_t req, fuse_ino_t ino,
 	if (h->write) {
 		pthread_mutex_lock(&fs->wlock);
 		HASH_FIND_PTR(fs->wfiles, &h->node, w);
-		if (w && w->writers == 1 && w->changed && w->size != w->nbytes) {
-			drop = true;
-			size = w->size;
-			nbytes = w->nbytes;
-			/* all or nothing: a revert that fails leaves the
-			 * change pending, and the size mismatch keeps every
-			 * commit from taking it */
-			rc = ov_revert(fs->ov, h->ov, h->lo, w->nbytes);
-			if (rc == 0) {
-				w->size = w->nbytes;
-				w->changed = false;
-			}
-		}
+		wrong = w && w->writers == 1 && w->changed && w->size != w->nbytes;
 		pthread_mutex_unlock(&fs->wlock);
-	}
-	if (!drop) {
-		if (h->write) { /* pictures and stats are made again */
+		if (!wrong) {
+			/* pictures and stats are made again, gone from the
+			 * kernel before close() returns */
 			ptfs_view_changed(fs->ck, drop_gen_cache, fs);
-			/* gone from the kernel before close() returns */
 			wait_drops(fs);
 		}
-		fuse_reply_err(req, 0);
-		return;
 	}
-	if (rc) {
-		fuse_log(FUSE_LOG_ERR,
-			 "ptfs: %s: '%s': closed at %llu bytes but the tensor has %llu, and dropping the change failed (%s): it stays pending and is not committed\n",
-			 fs->ckpath, pt_node_name(h->node), (unsigned long long)size,
-			 (unsigned long long)nbytes, strerror(-rc));
-		fuse_reply_err(req, -rc);
-		return;
-	}
-	fuse_log(FUSE_LOG_ERR,
-		 "ptfs: %s: '%s': closed at %llu bytes but the tensor has %llu; change dropped\n",
-		 fs->ckpath, pt_node_name(h->node), (unsigned long long)size,
-		 (unsigned long long)nbytes);
-	queue_drop(fs, ino);
-	invalidate_others(fs, ov, ino);
-	fuse_reply_err(req, EINVAL);
+	fuse_reply_err(req, wrong ? EINVAL : 0);
 }
 
+/*
+ * The last close of an open file.  When it was the last one writing the
+ * tensor and the file's size is not the tensor's, the change cannot be
+ * committed (a tensor cannot change size): the tensor gets its old bytes
+ * back and the log says so.  A revert that fails keeps the file's state,
+ * whose size keeps every commit from taking it.
+ */
 static void ptfs_op_release(fuse_req_t req, fuse_ino_t ino,
 			    struct fuse_file_info *fi)
 {
 	struct ptfs *fs = fs_of(req);
 	struct fh *h = (struct fh *)(uintptr_t)fi->fh;
+	struct ov_st *ov = h ? h->ov : NULL;
+	uint64_t size = 0, nbytes = 0;
 	struct wfile *w;
+	bool drop = false;
+	int rc = 0;
 
 	if (h && h->ov)
 		ov_note_close(h->ov, ino);
 	if (h && h->write) {
 		pthread_mutex_lock(&fs->wlock);
 		HASH_FIND_PTR(fs->wfiles, &h->node, w);
+		if (w && w->writers == 1 && w->changed && w->size != w->nbytes) {
+			drop = true;
+			size = w->size;
+			nbytes = w->nbytes;
+			rc = ov_revert(fs->ov, h->ov, h->lo, w->nbytes);
+			if (rc == 0) {
+				w->size = w->nbytes;
+				w->changed = false;
+			}
+		}
 		if (w) {
 			w->writers--;
-			if (w->writers == 0) {
+			if (w->writers == 0 && rc == 0) {
 				HASH_DEL(fs->wfiles, w);
 				free(w);
 			}
 		}
 		ov_writers(h->ov, -1);
 		pthread_mutex_unlock(&fs->wlock);
+	}
+	if (drop && rc)
+		fuse_log(FUSE_LOG_ERR,
+			 "ptfs: %s: '%s': closed at %llu bytes but the tensor has %llu, and dropping the change failed (%s): nothing is committed until the file is written whole\n",
+			 fs->ckpath, pt_node_name(h->node), (unsigned long long)size,
+			 (unsigned long long)nbytes, strerror(-rc));
+	else if (drop)
+		fuse_log(FUSE_LOG_ERR,
+			 "ptfs: %s: '%s': closed at %llu bytes but the tensor has %llu: the write is dropped, the tensor keeps its bytes\n",
+			 fs->ckpath, pt_node_name(h->node), (unsigned long long)size,
+			 (unsigned long long)nbytes);
+	if (drop) {
+		queue_drop(fs, ino);
+		invalidate_others(fs, ov, ino);
+		ptfs_view_changed(fs->ck, drop_gen_cache, fs);
 	}
 	if (h)
 		fh_untrack(fs, h);
@@ -973,8 +985,9 @@ static int commit_all(struct ptfs *fs, const char *why, bool live)
 	}
 	ptfs_push_resume(fs->push);
 	if (rc) {
-		fuse_log(FUSE_LOG_ERR, "ptfs: %s: commit on %s failed, checkpoint unchanged, changes kept: %s\n",
-			 fs->ckpath, why, err.msg);
+		fuse_log(FUSE_LOG_ERR, "ptfs: %s: commit on %s failed, checkpoint unchanged%s: %s\n",
+			 fs->ckpath, why, live ? ", the changes stay in the mount" : "",
+			 err.msg);
 		/* the reasons a user can act on reach fsync as they are */
 		return rc == -ENOSPC || rc == -EDQUOT || rc == -EACCES ||
 		       rc == -EPERM || rc == -EROFS || rc == -EBUSY ? rc : -EIO;
@@ -982,6 +995,49 @@ static int commit_all(struct ptfs *fs, const char *why, bool live)
 	fuse_log(FUSE_LOG_INFO, "ptfs: %s: committed on %s (%s)\n", fs->ckpath, why,
 		 pt_ckpt_last_commit(fs->ck));
 	return 0;
+}
+
+/*
+ * The loop ended (unmount, or a signal): nobody can be told of a failure
+ * now.  A file left at a size other than its tensor's (a signal while it
+ * was open) is dropped, one line each; what cannot be committed is saved
+ * as the checkpoint's pending file (ckpt/pending.h) for `ptfs recover`.
+ * 0 when every change is in the checkpoint, else -1.
+ */
+static int final_commit(struct ptfs *fs, const char *why)
+{
+	struct wfile *w, *tmp;
+	struct pt_error err;
+	char *where = NULL;
+	int rc;
+
+	pthread_mutex_lock(&fs->wlock);
+	HASH_ITER(hh, fs->wfiles, w, tmp) {
+		const struct pt_storage *st;
+		uint64_t lo = 0;
+
+		if (!w->changed || w->size == w->nbytes)
+			continue;
+		st = pt_node_writable_storage(w->node, &lo);
+		rc = st ? ov_revert(fs->ov, ov_get(fs->ov, st, false), lo, w->nbytes) : -EIO;
+		if (rc == 0)
+			w->size = w->nbytes;
+		log_err(fs, w->node, why, rc == 0 ?
+			"still open at a size other than the tensor's: the write is dropped, the tensor keeps its bytes" :
+			"still open at a size other than the tensor's, and dropping the write failed");
+	}
+	pthread_mutex_unlock(&fs->wlock);
+	if (commit_all(fs, why, false) == 0)
+		return 0;
+	pt_error_clear(&err);
+	if (ov_save_pending(fs->ov, ptfs_state_dir(true), &where, &err) == 0)
+		fuse_log(FUSE_LOG_ERR, "ptfs: %s: the changes are kept in %s: 'ptfs recover %s' applies them\n",
+			 fs->ckpath, where, fs->ckpath);
+	else
+		fuse_log(FUSE_LOG_ERR, "ptfs: %s: the changes could not be committed nor kept (%s): they are lost\n",
+			 fs->ckpath, err.msg);
+	free(where);
+	return -1;
 }
 
 static void ptfs_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
@@ -1010,6 +1066,22 @@ static void ptfs_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	 * and stop asking. */
 	if (strncmp(name, "user.", 5) != 0) {
 		fuse_reply_err(req, EOPNOTSUPP);
+		return;
+	}
+	/* `ptfs umount` asks the root which process to wait for and where
+	 * it leaves its verdict (log.h); not listed */
+	if (ino == FUSE_ROOT_ID && strcmp(name, "user.ptfs.daemon") == 0 &&
+	    ptfs_status_path()) {
+		char val[PATH_MAX + 32];
+		size_t vlen = (size_t)snprintf(val, sizeof(val), "%ld %s",
+					       (long)getpid(), ptfs_status_path());
+
+		if (size == 0)
+			fuse_reply_xattr(req, vlen);
+		else if (size < vlen)
+			fuse_reply_err(req, ERANGE);
+		else
+			fuse_reply_buf(req, val, vlen);
 		return;
 	}
 	pt_buf_init(&b);
@@ -1122,6 +1194,7 @@ struct cmdline {
 					 * (opts.c) */
 	char *remote_opt[5];    /* cache_dir= ... s3_endpoint= (fs/remote.c) */
 	int previews;                   /* -o previews */
+	char *logfile;                  /* -o log=FILE (log.h) */
 };
 
 enum { KEY_HELP, KEY_VERSION, KEY_RO, KEY_RW, KEY_IGNORE, KEY_FSNAME };
@@ -1134,6 +1207,7 @@ static const struct fuse_opt ptfs_opts[] = {
 	PTFS_OPT("cafile=%s", remote_opt[3]),
 	PTFS_OPT("s3_endpoint=%s", remote_opt[4]),
 	PTFS_OPT("previews", previews),
+	PTFS_OPT("log=%s", logfile),
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
 	FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -1358,13 +1432,6 @@ static int take_permissions(struct ptfs *fs, const char *ckpath,
 	return fuse_opt_add_arg(args, "-odefault_permissions");
 }
 
-/* Once detached, stderr is /dev/null: the log goes to syslog. */
-__attribute__((format(printf, 2, 0)))
-static void syslog_log(enum fuse_log_level level, const char *fmt, va_list ap)
-{
-	vsyslog((int)level, fmt, ap);
-}
-
 /* The command line into @c and @fopts: PTFS_EXIT_OK to go on (or, with
  * c->version, to stop: the version was printed), else the exit code. */
 static int parse_cmdline(struct fuse_args *args, struct cmdline *c,
@@ -1516,6 +1583,10 @@ static int mount_and_serve(struct ptfs *fs, const struct fuse_cmdline_opts *fopt
 
 	if (fuse_set_signal_handlers(se) != 0)
 		return PTFS_EXIT_ERROR;
+	if (ptfs_log_open(fs->logfile, !fopts->foreground) != 0) {
+		fuse_remove_signal_handlers(se);
+		return PTFS_EXIT_ERROR;
+	}
 	if (fuse_session_mount(se, fopts->mountpoint) != 0) {
 		fprintf(stderr, "ptfs: cannot mount on %s\n", fopts->mountpoint);
 		fuse_remove_signal_handlers(se);
@@ -1527,10 +1598,11 @@ static int mount_and_serve(struct ptfs *fs, const struct fuse_cmdline_opts *fopt
 		fuse_remove_signal_handlers(se);
 		return PTFS_EXIT_ERROR;
 	}
-	if (!fopts->foreground) {
-		openlog("ptfs", LOG_PID, LOG_DAEMON);
-		fuse_set_log_func(syslog_log);
-	}
+	if (!fopts->foreground || fs->logfile)
+		ptfs_log_detached();
+	if (ptfs_status_init() != 0)
+		fuse_log(FUSE_LOG_WARNING, "ptfs: %s: no state directory for the status file: 'ptfs umount' cannot wait for this mount\n",
+			 fs->ckpath);
 	/* its thread is made after fuse_daemonize(): a fork keeps none */
 	fs->notify = ptfs_notify_new(se);
 	if (!fs->notify) {
@@ -1538,15 +1610,17 @@ static int mount_and_serve(struct ptfs *fs, const struct fuse_cmdline_opts *fopt
 		rc = PTFS_EXIT_ERROR;
 	} else {
 		rc = serve(se, fopts);
+		ptfs_log_keep();        /* the lines from here on: the verdict's */
 		drain(fs);
 		/* the loop returns the signal number after SIGTERM/SIGINT/SIGHUP */
-		rc = rc >= 0 ? PTFS_EXIT_OK : PTFS_EXIT_ERROR;
-		/* unmount, or SIGTERM/SIGINT: commit what is pending */
-		if (commit_all(fs, "unmount", false) != 0)
+		if (final_commit(fs, rc > 0 ? "signal" : "unmount") != 0 || rc < 0)
 			rc = PTFS_EXIT_ERROR;
+		else
+			rc = PTFS_EXIT_OK;
 	}
 	fuse_session_unmount(se);
 	fuse_remove_signal_handlers(se);
+	ptfs_status_write(rc == PTFS_EXIT_OK);
 	return rc;
 }
 
@@ -1558,6 +1632,7 @@ int ptfs_mount_main(int argc, char **argv)
 	struct cmdline c;
 	struct pt_error err;
 	struct ptfs fs;
+	char found[PATH_MAX];
 	int rc = PTFS_EXIT_ERROR;
 
 	memset(&fs, 0, sizeof(fs));
@@ -1578,6 +1653,9 @@ int ptfs_mount_main(int argc, char **argv)
 	}
 	c.copts.previews = c.previews != 0;
 	c.copts.lean = true;    /* a daemon keeps what it reads for long */
+	/* a writable mount may roll an interrupted commit back; a read-only
+	 * one never writes (ckpt.h) */
+	c.copts.recover = !c.ro;
 	ptfs_heap_reserve();
 	pt_error_clear(&err);
 	if (ptfs_open_checkpoint(c.checkpoint, &c.copts, &fs.ck, &err) != 0) {
@@ -1601,6 +1679,17 @@ int ptfs_mount_main(int argc, char **argv)
 		if (fuse_opt_add_arg(&args, "-oro") != 0)
 			goto out;
 	}
+	if (!fs.ro && !ptfs_is_url(c.checkpoint) &&
+	    pt_pending_find(c.checkpoint, ptfs_state_dir(false), found, sizeof(found))) {
+		/* a new commit would make the saved writes older than the
+		 * file they are for */
+		fprintf(stderr, "ptfs: %s: mounted read-only until 'ptfs recover %s' applies or discards the writes kept in %s\n",
+			c.checkpoint, c.checkpoint, found);
+		fs.ro = true;
+		if (fuse_opt_add_arg(&args, "-oro") != 0)
+			goto out;
+	}
+	fs.logfile = c.logfile;
 	fs.singlethread = fopts.singlethread;
 	fs.may_wait = !fopts.singlethread && fopts.max_threads != 1;
 	pthread_mutex_init(&fs.wlock, NULL);
@@ -1644,6 +1733,7 @@ out:
 	pt_ckpt_close(fs.ck);
 	for (size_t k = 0; k < 5; k++)
 		free(c.remote_opt[k]);
+	free(c.logfile);
 	free(fopts.mountpoint);
 	fuse_opt_free_args(&args);
 	return rc;

@@ -2,6 +2,8 @@
 /* overlay.c -- uncommitted writes, per storage, in 64 KiB chunks. */
 #include "overlay.h"
 
+#include "ckpt/pending.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -408,22 +410,13 @@ static int commit_read(void *ctx, void *buf, size_t n, uint64_t off)
 	return ov_read_copy(c->o, c->s, buf, n, off);
 }
 
-int ov_commit(struct ov *o, struct pt_error *err)
+/* The dirty storages as commits, in @cs/@src (o->n slots each); the
+ * caller holds the gate.  How many, or -ENOMEM. */
+static int collect(struct ov *o, struct pt_commit *cs, struct commit_src *src)
 {
-	struct pt_commit *cs = NULL;
-	struct commit_src *src = NULL;
-	size_t i, n = 0;
-	int rc;
+	size_t i;
+	int n = 0;
 
-	pthread_mutex_lock(&o->commit_lock);
-	/* no write may land between reading the overlay and emptying it */
-	pthread_rwlock_wrlock(&o->gate);
-	cs = calloc(o->n ? o->n : 1, sizeof(*cs));
-	src = calloc(o->n ? o->n : 1, sizeof(*src));
-	if (!cs || !src) {
-		rc = pt_fail(err, -ENOMEM, "out of memory");
-		goto out;
-	}
 	for (i = 0; i < o->n; i++) {
 		struct ov_st *s = __atomic_load_n(&o->by_index[i], __ATOMIC_ACQUIRE);
 
@@ -434,13 +427,63 @@ int ov_commit(struct ov *o, struct pt_error *err)
 		cs[n].st = s->st;
 		cs[n].read = commit_read;
 		cs[n].ctx = &src[n];
-		if (dirty_ranges(&src[n], &cs[n]) != 0) {
-			rc = pt_fail(err, -ENOMEM, "out of memory");
-			n++;
-			goto out;
-		}
+		if (dirty_ranges(&src[n], &cs[n]) != 0)
+			return -ENOMEM;
 		n++;
 	}
+	return n;
+}
+
+int ov_save_pending(struct ov *o, const char *state_dir, char **where,
+		    struct pt_error *err)
+{
+	struct pt_commit *cs;
+	struct commit_src *src;
+	size_t i;
+	int n, rc;
+
+	*where = NULL;
+	pthread_mutex_lock(&o->commit_lock);
+	pthread_rwlock_wrlock(&o->gate);
+	cs = calloc(o->n ? o->n : 1, sizeof(*cs));
+	src = calloc(o->n ? o->n : 1, sizeof(*src));
+	n = cs && src ? collect(o, cs, src) : -ENOMEM;
+	if (n < 0)
+		rc = pt_fail(err, n, "out of memory");
+	else
+		rc = pt_pending_save(o->ck, cs, (size_t)n, state_dir, where, err);
+	for (i = 0; src && i < o->n; i++)
+		free(src[i].ranges);
+	free(cs);
+	free(src);
+	pthread_rwlock_unlock(&o->gate);
+	pthread_mutex_unlock(&o->commit_lock);
+	return rc;
+}
+
+int ov_commit(struct ov *o, struct pt_error *err)
+{
+	struct pt_commit *cs = NULL;
+	struct commit_src *src = NULL;
+	size_t i, n = 0;
+	int rc, got;
+
+	pthread_mutex_lock(&o->commit_lock);
+	/* no write may land between reading the overlay and emptying it */
+	pthread_rwlock_wrlock(&o->gate);
+	cs = calloc(o->n ? o->n : 1, sizeof(*cs));
+	src = calloc(o->n ? o->n : 1, sizeof(*src));
+	if (!cs || !src) {
+		rc = pt_fail(err, -ENOMEM, "out of memory");
+		goto out;
+	}
+	got = collect(o, cs, src);
+	if (got < 0) {
+		rc = pt_fail(err, -ENOMEM, "out of memory");
+		n = o->n;       /* free what was made */
+		goto out;
+	}
+	n = (size_t)got;
 	rc = pt_ckpt_commit(o->ck, cs, n, err);
 	if (rc)
 		goto out;

@@ -63,6 +63,12 @@ int ov_read_copy(struct ov *o, struct ov_st *s, void *buf, size_t n,
 /* Commit every dirty storage; on success the overlays are emptied. */
 int ov_commit(struct ov *o, struct pt_error *err);
 
+/* Save every dirty storage's written chunks as the checkpoint's pending
+ * file (ckpt/pending.h), when a commit failed where nobody can be told:
+ * 0 and its path in *@where (malloc()ed), or -errno with @err. */
+int ov_save_pending(struct ov *o, const char *state_dir, char **where,
+		    struct pt_error *err);
+
 /*
  * The inodes (tensor files over this storage) opened, so that writes
  * through one file can drop the others' page caches.  ov_note_open(): one

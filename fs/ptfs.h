@@ -10,6 +10,7 @@
 #define PTFS_FS_PTFS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 
 /* Exit codes, documented in README.md. */
@@ -53,6 +54,7 @@ void ptfs_view_changed(struct pt_ckpt *ck, void (*drop)(void *ctx, struct pt_nod
 /* `ptfs [options] CHECKPOINT MOUNTPOINT`: mounts and serves until
  * unmounted.  Returns one of the codes above. */
 int ptfs_mount_main(int argc, char **argv);
+int ptfs_cmd_umount(int argc, char **argv);     /* umount.c */
 
 /* Print the version, the formats this build reads and its libraries to @f
  * (fs/version.c). */
@@ -71,5 +73,9 @@ int ptfs_open_checkpoint(const char *arg, const struct pt_ckpt_opts *o,
 			 struct pt_ckpt **ck, struct pt_error *err);
 /* The one line for a checkpoint that cannot be opened. */
 void ptfs_report_open(const char *arg, const struct pt_error *err);
+/* Whether writes a mount could not commit are kept for the local
+ * checkpoint @path (ckpt/pending.h): said on stderr with what to do, the
+ * file's path in @found. */
+bool ptfs_pending_note(const char *path, char *found, size_t cap);
 
 #endif /* PTFS_FS_PTFS_H */

@@ -12,6 +12,8 @@
 #include <string.h>
 
 #include "ckpt/ckpt.h"
+#include "ckpt/pending.h"
+#include "log.h"
 #ifdef PTFS_HAVE_REMOTE
 #include "remote/remote_source.h"
 
@@ -88,12 +90,29 @@ bad:
 #endif
 }
 
+bool ptfs_pending_note(const char *path, char *found, size_t cap)
+{
+	if (ptfs_is_url(path) ||
+	    !pt_pending_find(path, ptfs_state_dir(false), found, cap))
+		return false;
+	fprintf(stderr, "ptfs: %s: has writes a mount could not commit, kept in %s: 'ptfs recover %s' applies them, 'ptfs recover --discard %s' drops them\n",
+		path, found, path, path);
+	return true;
+}
+
 int ptfs_open_checkpoint(const char *arg, const struct pt_ckpt_opts *o,
 			 struct pt_ckpt **ck, struct pt_error *err)
 {
+	char found[4096];
+
 	*ck = NULL;
-	if (!ptfs_is_url(arg))
+	if (!ptfs_is_url(arg)) {
+		/* a command that may write (o->recover: a writable mount,
+		 * set, recover) deals with kept writes itself */
+		if (!o->recover)
+			(void)ptfs_pending_note(arg, found, sizeof(found));
 		return pt_ckpt_open(ck, arg, o, err);
+	}
 #ifdef PTFS_HAVE_REMOTE
 	{
 		struct pt_source *src;

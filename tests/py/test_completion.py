@@ -35,13 +35,14 @@ def ck(tmp_path_factory):
 def test_commands_and_options(ck):
     # the first word: a subcommand, or the checkpoint of a mount
     assert sorted(complete(PTFS, "", cwd=ck)) == ["cat", "diff", "export", "info", "ls", "mnt",
-                                                   "model.pt", "preview", "set", "stat",
-                                                   "thumbnail", "tree"]
+                                                   "model.pt", "preview", "recover", "set", "stat",
+                                                   "thumbnail", "tree", "umount"]
     assert complete(PTFS, "c", cwd=ck) == ["cat"]
     assert sorted(complete(PTFS, "m", cwd=ck)) == ["mnt", "model.pt"]
     assert complete(PTFS, "--v") == ["--version"]
-    assert set(complete(PTFS, "-")) == {"-f", "-d", "-s", "-o", "-h", "--help",
+    assert set(complete(PTFS, "-")) == {"-f", "-d", "-s", "-o", "-u", "-h", "--help",
                                         "-V", "--version"}
+    assert set(complete(PTFS, "recover", "-")) == {"--discard", "--force", "-o"}
     assert set(complete(PTFS, "ls", "-")) == {"-a", "--max", "--nested", "-o"}
     assert set(complete(PTFS, "info", "-")) == {"--weights-only", "-o"}
     assert set(complete(PTFS, "tree", "-")) == {"--json", "--max", "--nested", "-o"}

@@ -1,0 +1,611 @@
+/* SPDX-License-Identifier: MIT */
+/* pending.c -- writes a mount could not commit (pending.h). */
+#include "ckpt/pending.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libdeflate.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/rd.h"
+#include "ckpt/ckpt_i.h"
+#include "container/replace.h"
+
+#define PEND_MAGIC "PTFSPEND"
+#define PEND_END "PTFSPEOF"
+#define PEND_HDR 64u
+#define PEND_KEY_MAX 4096u
+#define PEND_COPY (1u << 20)
+
+/* One record of a pending file, as read back. */
+struct pend_rec {
+	char *key;
+	uint64_t off, len;
+	uint64_t data;                  /* where its bytes are in the file */
+};
+
+struct pend {
+	int fd;
+	struct stat id;                 /* the checkpoint as the mount knew it */
+	struct pend_rec *recs;
+	size_t n;
+};
+
+static int write_all(int fd, const void *p, size_t n, uint64_t *at)
+{
+	const uint8_t *q = p;
+
+	while (n > 0) {
+		ssize_t w = pwrite(fd, q, n, (off_t)*at);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0)
+			return -errno;
+		q += w;
+		n -= (size_t)w;
+		*at += (uint64_t)w;
+	}
+	return 0;
+}
+
+static int read_all(int fd, void *p, size_t n, uint64_t at)
+{
+	uint8_t *q = p;
+
+	while (n > 0) {
+		ssize_t r = pread(fd, q, n, (off_t)at);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -errno;
+		if (r == 0)
+			return -EBADMSG;
+		q += r;
+		n -= (size_t)r;
+		at += (uint64_t)r;
+	}
+	return 0;
+}
+
+static void header(uint8_t h[PEND_HDR], const struct stat *id, uint32_t n)
+{
+	memset(h, 0, PEND_HDR);
+	memcpy(h, PEND_MAGIC, 8);
+	pt_put32(h + 8, 1);
+	pt_put32(h + 12, PEND_HDR);
+	pt_put64(h + 16, (uint64_t)id->st_dev);
+	pt_put64(h + 24, (uint64_t)id->st_ino);
+	pt_put64(h + 32, (uint64_t)id->st_size);
+	pt_put64(h + 40, (uint64_t)id->st_mtim.tv_sec);
+	pt_put32(h + 48, (uint32_t)id->st_mtim.tv_nsec);
+	pt_put32(h + 52, n);
+	pt_put32(h + 56, libdeflate_crc32(0, h, 56));
+}
+
+/* The (offset, length) runs of commit @c: its ranges, or all of it. */
+static size_t runs(const struct pt_commit *c, uint64_t whole[1][2],
+		   const uint64_t (**out)[2])
+{
+	if (c->ranges) {
+		*out = c->ranges;
+		return c->n_ranges;
+	}
+	whole[0][0] = 0;
+	whole[0][1] = pt_storage_size(c->st);
+	*out = (const uint64_t (*)[2])whole;
+	return 1;
+}
+
+/* Write one record: header, key, the new bytes, CRC. */
+static int put_record(int fd, const struct pt_commit *c, uint64_t off,
+		      uint64_t len, uint8_t *buf, uint64_t *at)
+{
+	const char *key = c->st->key;
+	size_t klen = strlen(key), kpad = (klen + 7) & ~(size_t)7;
+	uint8_t h[24], tail[8], zero[8] = { 0 };
+	uint32_t crc;
+	uint64_t done = 0;
+	int rc;
+
+	if (klen == 0 || klen > PEND_KEY_MAX)
+		return -ENAMETOOLONG;
+	pt_put32(h, (uint32_t)klen);
+	pt_put32(h + 4, 0);
+	pt_put64(h + 8, off);
+	pt_put64(h + 16, len);
+	crc = libdeflate_crc32(0, h, sizeof(h));
+	crc = libdeflate_crc32(crc, key, klen);
+	crc = libdeflate_crc32(crc, zero, kpad - klen);
+	rc = write_all(fd, h, sizeof(h), at);
+	if (!rc)
+		rc = write_all(fd, key, klen, at);
+	if (!rc)
+		rc = write_all(fd, zero, kpad - klen, at);
+	while (!rc && done < len) {
+		size_t k = len - done < PEND_COPY ? (size_t)(len - done) : PEND_COPY;
+
+		rc = c->read(c->ctx, buf, k, off + done);
+		if (!rc)
+			rc = write_all(fd, buf, k, at);
+		crc = libdeflate_crc32(crc, buf, k);
+		done += k;
+	}
+	pt_put32(tail, crc);
+	pt_put32(tail + 4, 0);
+	return rc ? rc : write_all(fd, tail, sizeof(tail), at);
+}
+
+static int put_all(int fd, const struct pt_commit *c, size_t n,
+		   const struct stat *id)
+{
+	uint8_t h[PEND_HDR], *buf = malloc(PEND_COPY);
+	uint64_t at = PEND_HDR, whole[1][2];
+	uint32_t count = 0;
+	size_t i, k;
+	int rc = buf ? 0 : -ENOMEM;
+
+	for (i = 0; !rc && i < n; i++) {
+		const uint64_t (*r)[2];
+		size_t nr = runs(&c[i], whole, &r);
+
+		for (k = 0; !rc && k < nr; k++, count++)
+			rc = put_record(fd, &c[i], r[k][0], r[k][1], buf, &at);
+	}
+	free(buf);
+	if (!rc)
+		rc = write_all(fd, PEND_END, 8, &at);
+	if (!rc) {
+		uint64_t zero = 0;
+
+		header(h, id, count);
+		rc = write_all(fd, h, sizeof(h), &zero);
+	}
+	if (!rc && fsync(fd) != 0)
+		rc = -errno;
+	return rc;
+}
+
+/* Write the records into a new file named @final (or @final-2 ... -9 when
+ * that exists): 0 and *@where, or -errno. */
+static int save_as(const char *final, const struct pt_commit *c, size_t n,
+		   const struct stat *id, const struct stat *owner,
+		   char **where)
+{
+	char *tmp = NULL, *name = NULL;
+	int fd, rc, k;
+
+	if (asprintf(&tmp, "%s.XXXXXX", final) < 0)
+		return -ENOMEM;
+	fd = mkostemp(tmp, O_CLOEXEC);     /* O_EXCL, mode 0600 */
+	if (fd < 0) {
+		rc = -errno;
+		free(tmp);
+		return rc;
+	}
+	rc = 0;
+	if (geteuid() == 0 && fchown(fd, owner->st_uid, owner->st_gid) != 0)
+		rc = -errno;
+	if (!rc)
+		rc = put_all(fd, c, n, id);
+	if (close(fd) != 0 && !rc)
+		rc = -errno;
+	for (k = 1; !rc && k <= 9; k++) {
+		free(name);
+		name = NULL;
+		if ((k == 1 ? asprintf(&name, "%s", final) :
+			      asprintf(&name, "%s-%d", final, k)) < 0) {
+			rc = -ENOMEM;
+			break;
+		}
+		/* never over another pending file */
+		if (renameat2(AT_FDCWD, tmp, AT_FDCWD, name, RENAME_NOREPLACE) == 0)
+			break;
+		if (errno == EINVAL || errno == ENOSYS) {
+			if (link(tmp, name) == 0) {
+				unlink(tmp);
+				break;
+			}
+		}
+		if (errno != EEXIST)
+			rc = -errno;
+		else if (k == 9)
+			rc = -EEXIST;
+	}
+	if (rc) {
+		unlink(tmp);
+		free(name);
+	} else {
+		(void)pt_fsync_parent(name);
+		*where = name;
+	}
+	free(tmp);
+	return rc;
+}
+
+/* "<real path>.ptfs-pending" and "<state dir>/DEV-INO.ptfs-pending". */
+static char *beside(const char *path)
+{
+	char *real = realpath(path, NULL), *p = NULL;
+
+	if (real && asprintf(&p, "%s.ptfs-pending", real) < 0)
+		p = NULL;
+	free(real);
+	return p;
+}
+
+static char *in_state_dir(const char *dir, const struct stat *id)
+{
+	char *p = NULL;
+
+	if (!dir || !*dir)
+		return NULL;
+	if (asprintf(&p, "%s/%llu-%llu.ptfs-pending", dir,
+		     (unsigned long long)id->st_dev,
+		     (unsigned long long)id->st_ino) < 0)
+		return NULL;
+	return p;
+}
+
+int pt_pending_save(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
+		    const char *state_dir, char **where, struct pt_error *err)
+{
+	struct stat id, owner;
+	char *first = NULL, *second = NULL;
+	int rc, rc2 = -ENOENT;
+
+	*where = NULL;
+	if (pt_source_identity(ck->src, &id) != 0 || stat(ck->path, &owner) != 0)
+		return pt_fail(err, -EINVAL, "not a local file");
+	first = beside(ck->path);
+	rc = first ? save_as(first, c, n, &id, &owner, where) : -ENOMEM;
+	if (rc) {
+		second = in_state_dir(state_dir, &id);
+		if (second)
+			rc2 = save_as(second, c, n, &id, &owner, where);
+	}
+	if (rc && rc2)
+		pt_fail(err, rc, "cannot save the writes beside it (%s)%s%s%s%s",
+			strerror(-rc), second ? " nor in " : "",
+			second ? second : "", second ? ": " : "",
+			second ? strerror(-rc2) : "");
+	free(first);
+	free(second);
+	return rc && rc2 ? rc : 0;
+}
+
+int pt_pending_find(const char *path, const char *state_dir, char *found,
+		    size_t cap)
+{
+	struct stat st, id;
+	char *p = beside(path);
+	int hit = 0, k;
+
+	for (k = 1; p && !hit && k <= 9; k++) {
+		char name[PATH_MAX + 32];
+
+		snprintf(name, sizeof(name), k == 1 ? "%s" : "%s-%d", p, k);
+		if (lstat(name, &st) == 0) {
+			snprintf(found, cap, "%s", name);
+			hit = 1;
+		}
+	}
+	free(p);
+	if (!hit && stat(path, &id) == 0 && (p = in_state_dir(state_dir, &id))) {
+		if (lstat(p, &st) == 0) {
+			snprintf(found, cap, "%s", p);
+			hit = 1;
+		}
+		free(p);
+	}
+	return hit;
+}
+
+/* Open @pending if this user may trust it for @ck's file: a regular file
+ * with one link, owned by the checkpoint's owner or by us, writable by
+ * nobody else. */
+static int open_trusted(const struct pt_ckpt *ck, const char *pending,
+			struct pt_error *err)
+{
+	struct stat st, cs;
+	int fd = open(pending, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+
+	if (fd < 0)
+		return pt_fail(err, errno == ELOOP ? -EPERM : -errno,
+			       "%s: %s", pending,
+			       errno == ELOOP ? "a symbolic link: not trusted"
+					      : strerror(errno));
+	if (fstat(fd, &st) != 0 || stat(ck->path, &cs) != 0) {
+		close(fd);
+		return pt_fail(err, -errno, "%s: %s", pending, strerror(errno));
+	}
+	if (!S_ISREG(st.st_mode) || st.st_nlink != 1 ||
+	    (st.st_uid != cs.st_uid && st.st_uid != geteuid()) ||
+	    (st.st_mode & 022)) {
+		close(fd);
+		return pt_fail(err, -EPERM,
+			       "%s: not trusted (it must be a regular file of the checkpoint's owner, writable by nobody else): left alone",
+			       pending);
+	}
+	return fd;
+}
+
+static void pend_free(struct pend *p)
+{
+	size_t i;
+
+	for (i = 0; i < p->n; i++)
+		free(p->recs[i].key);
+	free(p->recs);
+	if (p->fd >= 0)
+		close(p->fd);
+}
+
+/* Check one record at *@at and add it: 0 or -EBADMSG/-ENOMEM. */
+static int get_record(struct pend *p, uint64_t size, uint64_t *at,
+		      uint8_t *buf)
+{
+	uint8_t h[24], tail[8];
+	struct pend_rec *r = &p->recs[p->n];
+	uint64_t klen, kpad, done = 0;
+	uint32_t crc;
+
+	if (size - *at < sizeof(h) || read_all(p->fd, h, sizeof(h), *at))
+		return -EBADMSG;
+	klen = pt_le32(h);
+	kpad = (klen + 7) & ~(uint64_t)7;
+	r->off = pt_le64(h + 8);
+	r->len = pt_le64(h + 16);
+	*at += sizeof(h);
+	if (klen == 0 || klen > PEND_KEY_MAX || size - *at < kpad ||
+	    r->len > size - *at - kpad || size - *at - kpad - r->len < sizeof(tail) ||
+	    r->off > UINT64_MAX - r->len)
+		return -EBADMSG;
+	r->key = calloc(1, kpad + 1);
+	if (!r->key)
+		return -ENOMEM;
+	p->n++;
+	if (read_all(p->fd, r->key, (size_t)kpad, *at) ||
+	    strlen(r->key) != klen)
+		return -EBADMSG;
+	crc = libdeflate_crc32(libdeflate_crc32(0, h, sizeof(h)), r->key, (size_t)kpad);
+	*at += kpad;
+	r->data = *at;
+	while (done < r->len) {
+		size_t k = r->len - done < PEND_COPY ? (size_t)(r->len - done) : PEND_COPY;
+
+		if (read_all(p->fd, buf, k, *at + done))
+			return -EBADMSG;
+		crc = libdeflate_crc32(crc, buf, k);
+		done += k;
+	}
+	*at += r->len;
+	if (read_all(p->fd, tail, sizeof(tail), *at) || pt_le32(tail) != crc)
+		return -EBADMSG;
+	*at += sizeof(tail);
+	return 0;
+}
+
+/* Read and check every CRC of the pending file open on p->fd. */
+static int pend_read(struct pend *p, const char *pending, struct pt_error *err)
+{
+	uint8_t h[PEND_HDR], end[8], *buf;
+	struct stat st;
+	uint64_t at = PEND_HDR, size;
+	uint32_t count, i;
+	int rc = 0;
+
+	if (fstat(p->fd, &st) != 0)
+		return pt_fail(err, -errno, "%s: %s", pending, strerror(errno));
+	size = (uint64_t)st.st_size;
+	if (size < PEND_HDR + 8 || read_all(p->fd, h, PEND_HDR, 0) ||
+	    memcmp(h, PEND_MAGIC, 8) != 0 || pt_le32(h + 8) != 1 ||
+	    pt_le32(h + 12) != PEND_HDR ||
+	    pt_le32(h + 56) != libdeflate_crc32(0, h, 56))
+		return pt_fail(err, -EBADMSG, "%s: damaged (its header)", pending);
+	p->id.st_dev = (dev_t)pt_le64(h + 16);
+	p->id.st_ino = (ino_t)pt_le64(h + 24);
+	p->id.st_size = (off_t)pt_le64(h + 32);
+	p->id.st_mtim.tv_sec = (time_t)pt_le64(h + 40);
+	p->id.st_mtim.tv_nsec = (long)pt_le32(h + 48);
+	count = pt_le32(h + 52);
+	/* every record takes at least 40 bytes: a count the size cannot
+	 * hold is damage, not an allocation */
+	if (count > (size - PEND_HDR) / 40)
+		return pt_fail(err, -EBADMSG, "%s: damaged (record count)", pending);
+	p->recs = calloc(count ? count : 1, sizeof(*p->recs));
+	buf = malloc(PEND_COPY);
+	if (!p->recs || !buf) {
+		free(buf);
+		return pt_fail(err, -ENOMEM, "out of memory");
+	}
+	for (i = 0; !rc && i < count; i++)
+		rc = get_record(p, size, &at, buf);
+	free(buf);
+	if (rc == -ENOMEM)
+		return pt_fail(err, rc, "out of memory");
+	if (rc || size - at != 8 || read_all(p->fd, end, 8, at) ||
+	    memcmp(end, PEND_END, 8) != 0)
+		return pt_fail(err, -EBADMSG, "%s: damaged (record %u of %u, or its end)",
+			       pending, i, count);
+	return 0;
+}
+
+static bool same_file(const struct stat *a, const struct stat *b)
+{
+	return a->st_dev == b->st_dev && a->st_ino == b->st_ino &&
+	       a->st_size == b->st_size &&
+	       a->st_mtim.tv_sec == b->st_mtim.tv_sec &&
+	       a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
+}
+
+/* The records of one storage, for its commit. */
+struct pend_commit {
+	const struct pt_ckpt *ck;
+	const struct pend *p;
+	const struct pt_storage *st;
+	size_t first, n;                /* p->recs[first .. first + n) */
+	uint64_t (*ranges)[2];
+};
+
+static int pend_commit_read(void *ctx, void *buf, size_t n, uint64_t off)
+{
+	const struct pend_commit *c = ctx;
+	struct pt_error err;
+	uint8_t *q = buf;
+	size_t i;
+	int rc;
+
+	pt_error_clear(&err);
+	rc = pt_ckpt_read(c->ck, buf, n, pt_storage_file_offset(c->st) + off, &err);
+	for (i = 0; !rc && i < c->n; i++) {
+		const struct pend_rec *r = &c->p->recs[c->first + i];
+		uint64_t a = off > r->off ? off : r->off;
+		uint64_t b = off + n < r->off + r->len ? off + n : r->off + r->len;
+
+		if (a < b)
+			rc = read_all(c->p->fd, q + (a - off), (size_t)(b - a),
+				      r->data + (a - r->off));
+	}
+	return rc;
+}
+
+/* Group the records by storage into @cs/@pc (sorted, disjoint, inside
+ * writable storages): how many, or -errno with @err. */
+static int group(struct pt_ckpt *ck, const struct pend *p, const char *pending,
+		 struct pt_commit *cs, struct pend_commit *pc,
+		 struct pt_error *err)
+{
+	size_t i, n = 0;
+
+	for (i = 0; i < p->n; i++) {
+		const struct pend_rec *r = &p->recs[i];
+		struct pend_commit *g = n ? &pc[n - 1] : NULL;
+
+		if (!g || strcmp(p->recs[g->first].key, r->key) != 0) {
+			const struct pt_storage *st = pt__storage_find(ck, r->key);
+			size_t k;
+
+			for (k = 0; k < n; k++)
+				if (pc[k].st == st)
+					return pt_fail(err, -EBADMSG, "%s: damaged (storage '%s' twice)", pending, r->key);
+			if (!st || !st->writable || st->kind != PT_ST_FILE)
+				return pt_fail(err, -ESTALE, "%s: the checkpoint has no writable storage '%s'", pending, r->key);
+			g = &pc[n++];
+			g->ck = ck;
+			g->p = p;
+			g->st = st;
+			g->first = i;
+			cs[n - 1].st = st;
+			cs[n - 1].read = pend_commit_read;
+			cs[n - 1].ctx = g;
+		} else if (r->off < p->recs[i - 1].off + p->recs[i - 1].len) {
+			return pt_fail(err, -EBADMSG, "%s: damaged (ranges of '%s' out of order)", pending, r->key);
+		}
+		if (r->off + r->len > pt_storage_size(g->st))
+			return pt_fail(err, -ESTALE, "%s: storage '%s' is smaller than its pending bytes", pending, r->key);
+		g->n++;
+	}
+	return (int)n;
+}
+
+static int commit_groups(struct pt_ckpt *ck, struct pt_commit *cs,
+			 struct pend_commit *pc, size_t n, struct pt_error *err)
+{
+	size_t i, k;
+	int rc = 0;
+
+	for (i = 0; i < n && !rc; i++) {
+		pc[i].ranges = calloc(pc[i].n ? pc[i].n : 1, sizeof(*pc[i].ranges));
+		if (!pc[i].ranges) {
+			rc = pt_fail(err, -ENOMEM, "out of memory");
+			break;
+		}
+		for (k = 0; k < pc[i].n; k++) {
+			pc[i].ranges[k][0] = pc[i].p->recs[pc[i].first + k].off;
+			pc[i].ranges[k][1] = pc[i].p->recs[pc[i].first + k].len;
+		}
+		cs[i].ranges = (const uint64_t (*)[2])pc[i].ranges;
+		cs[i].n_ranges = pc[i].n;
+	}
+	if (!rc)
+		rc = pt_ckpt_commit(ck, cs, n, err);
+	for (i = 0; i < n; i++)
+		free(pc[i].ranges);
+	return rc;
+}
+
+int pt_pending_apply(struct pt_ckpt *ck, const char *pending, bool force,
+		     char *note, size_t cap, struct pt_error *err)
+{
+	struct pend p = { .fd = -1 };
+	struct pt_commit *cs = NULL;
+	struct pend_commit *pc = NULL;
+	struct stat now;
+	uint64_t bytes = 0;
+	size_t i;
+	int rc, n;
+
+	p.fd = open_trusted(ck, pending, err);
+	if (p.fd < 0)
+		return p.fd;
+	rc = pend_read(&p, pending, err);
+	if (rc)
+		goto out;
+	if (pt_source_identity(ck->src, &now) != 0) {
+		rc = pt_fail(err, -EINVAL, "not a local file");
+		goto out;
+	}
+	if (!force && !same_file(&p.id, &now)) {
+		rc = pt_fail(err, -ESTALE,
+			     "the checkpoint changed since the writes were saved in %s (another program wrote it): 'ptfs recover --force' applies them anyway, '--discard' drops them",
+			     pending);
+		goto out;
+	}
+	cs = calloc(p.n ? p.n : 1, sizeof(*cs));
+	pc = calloc(p.n ? p.n : 1, sizeof(*pc));
+	if (!cs || !pc) {
+		rc = pt_fail(err, -ENOMEM, "out of memory");
+		goto out;
+	}
+	n = group(ck, &p, pending, cs, pc, err);
+	rc = n < 0 ? n : commit_groups(ck, cs, pc, (size_t)n, err);
+	if (rc)
+		goto out;
+	for (i = 0; i < p.n; i++)
+		bytes += p.recs[i].len;
+	if (unlink(pending) != 0) {
+		rc = pt_fail(err, -errno, "applied, but removing %s: %s", pending,
+			     strerror(errno));
+		goto out;
+	}
+	(void)pt_fsync_parent(pending);
+	snprintf(note, cap, "applied %llu bytes in %d storage%s from %s (%s)",
+		 (unsigned long long)bytes, n, n == 1 ? "" : "s", pending,
+		 pt_ckpt_last_commit(ck));
+out:
+	free(cs);
+	free(pc);
+	pend_free(&p);
+	return rc;
+}
+
+int pt_pending_discard(const struct pt_ckpt *ck, const char *pending,
+		       struct pt_error *err)
+{
+	int fd = open_trusted(ck, pending, err);
+
+	if (fd < 0)
+		return fd;
+	close(fd);
+	if (unlink(pending) != 0)
+		return pt_fail(err, -errno, "%s: %s", pending, strerror(errno));
+	(void)pt_fsync_parent(pending);
+	return 0;
+}

@@ -1,0 +1,72 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pending.h -- writes a mount could not commit, kept for a person to apply
+ * or discard: FILE.ptfs-pending beside the checkpoint.
+ *
+ * A mount commits at unmount or on a signal, where no program can be told
+ * that the commit failed (no space, the file changed under the mount, an
+ * I/O error).  The bytes are then saved here instead of being dropped, and
+ * every ptfs command that opens the checkpoint says so until
+ * `ptfs recover FILE` applies them (pt_pending_apply(), through the same
+ * safe commit as every write) or `ptfs recover --discard FILE` removes them.
+ *
+ * The file is created O_EXCL with mode 0600, owned by the checkpoint's
+ * owner, written whole, fsynced, and given its name only then (a crash
+ * leaves ".FILE.ptfs-pending.XXXXXX", never a partial pending file).  It
+ * is read only when it is a regular file with one link, owned by the
+ * checkpoint's owner (or by the reader), writable by nobody else, and
+ * every CRC holds: one planted by another user is refused, never applied.
+ * When the directory cannot take it (the commit may have failed for want
+ * of space there) it goes to @state_dir as DEV-INO.ptfs-pending.
+ *
+ * It is bound to the checkpoint as the mount last knew it (device, inode,
+ * size, mtime): the bytes are applied by storage key and offset only while
+ * that still holds, or with @force (the file was changed by another
+ * program; the keys and sizes are still checked).
+ *
+ * Layout (little-endian): "PTFSPEND", u32 version 1, u32 header size 64,
+ * u64 device, u64 inode, u64 size, i64 mtime seconds, u32 nanoseconds,
+ * u32 record count, u32 CRC-32 of bytes 0..55, u32 0; per record u32 key
+ * length (1..4096), u32 0, u64 storage offset, u64 length, the key padded
+ * with zeros to 8 bytes, the bytes, u32 CRC-32 of the record so far, u32
+ * 0; then "PTFSPEOF".  A storage's records come together, sorted and
+ * disjoint.
+ */
+#ifndef PTFS_CORE_CKPT_PENDING_H
+#define PTFS_CORE_CKPT_PENDING_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "ckpt/ckpt.h"
+
+/*
+ * Save the new bytes of @c[0 .. @n) (their ranges, or whole storages) as
+ * the pending file of @ck.  *@where gets its path (malloc()ed).  0, or
+ * -errno with one line in @err when neither place could take them.
+ */
+int pt_pending_save(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
+		    const char *state_dir, char **where, struct pt_error *err);
+
+/*
+ * Whether the checkpoint at @path has a pending file (beside it, or in
+ * @state_dir): 0 none, 1 with its path in @found (@cap bytes).
+ */
+int pt_pending_find(const char *path, const char *state_dir, char *found,
+		    size_t cap);
+
+/*
+ * Apply the pending file @pending to @ck (opened for writing) and remove
+ * it.  0 with one line in @note (what was applied), or -errno with one
+ * line in @err and both files as they were: -ESTALE when the checkpoint
+ * changed since the mount saved it and !@force, -EBADMSG for a damaged
+ * file, -EPERM for one this user must not trust.
+ */
+int pt_pending_apply(struct pt_ckpt *ck, const char *pending, bool force,
+		     char *note, size_t cap, struct pt_error *err);
+
+/* Remove @pending after the same trust checks: 0 or -errno. */
+int pt_pending_discard(const struct pt_ckpt *ck, const char *pending,
+		       struct pt_error *err);
+
+#endif /* PTFS_CORE_CKPT_PENDING_H */
