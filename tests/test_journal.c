@@ -802,6 +802,12 @@ static void flip_old(uint8_t *j, size_t *n)
 	j[80 + 3 * 16 + 50] ^= 0x10;    /* in the first range's old bytes */
 }
 
+static void flip_header(uint8_t *j, size_t *n)
+{
+	(void)n;
+	j[66] ^= 0x01;                  /* a reserved byte: checksum fails */
+}
+
 static void cut_one(uint8_t *j, size_t *n)
 {
 	(void)j;
@@ -867,7 +873,8 @@ static void test_damaged_over_torn(void **state)
 		{ relabel_done, false, "rolled back" },
 		{ flip_old, false, "is TORN: bytes [10, 110)" },
 		{ cut_one, false, "is TORN: bytes [10, 110)" },
-		{ cut_half, false, "is TORN: bytes [10, 110) are not the old" },
+		{ flip_header, false, "is TORN: bytes [10, 110)" },
+		{ cut_half, false, "is TORN: bytes [10, 110) are not the journal's old" },
 	};
 	struct pt_error err;
 	char note[1024];
@@ -996,6 +1003,60 @@ static void test_temporaries(void **state)
 	assert_int_equal(pt_journal_recover(g_file, true, note, sizeof(note), &err), 0);
 }
 
+/* 200 random damages of the journal of a half-patched file: recovery
+ * never crashes, never writes the file (unless the damage left the
+ * journal valid: then it rolls back), and says TORN or that it cannot
+ * tell -- never that the file was not touched. */
+static void test_fuzzed_torn_journal(void **state)
+{
+	struct pt_error err;
+	char note[1024];
+	uint8_t *good;
+	size_t n;
+	int i;
+	uint64_t x = 0x9E3779B97F4A7C15ull;
+
+	(void)state;
+	crash_child("patch", 2);
+	good = read_file(g_jrnl, &n);
+	for (i = 0; i < 200; i++) {
+		uint8_t *j = malloc(n);
+		size_t len = n;
+
+		assert_non_null(j);
+		memcpy(j, good, n);
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		if (i % 3 == 0)
+			j[x % n] ^= (uint8_t)(1u << (x >> 40) % 8);
+		else if (i % 3 == 1)
+			len = (size_t)(x % n);
+		else
+			memset(j + x % n, (int)(x >> 32), (size_t)((x >> 20) % 64) < n - x % n ?
+			       (size_t)((x >> 20) % 64) : n - x % n);
+		write_file(g_jrnl, j, len);
+		chmod(g_jrnl, 0600);
+		free(j);
+		pt_error_clear(&err);
+		assert_int_equal(pt_journal_recover(g_file, true, note, sizeof(note), &err), 1);
+		if (strstr(note, "rolled back")) {
+			/* the damage changed nothing (same bytes written) */
+			assert_int_equal(which(), 0);
+			crash_child("patch", 2);
+			continue;
+		}
+		if (!strstr(note, "TORN") && !strstr(note, "cannot"))
+			fail_msg("%d: %s", i, note);
+		assert_null(strstr(note, "untouched"));
+		assert_null(strstr(note, "never"));
+		assert_true(is_half());
+		assert_false(exists(g_jrnl));
+		(void)unlink(g_aside);
+	}
+	free(good);
+}
+
 /* As root: a trusted journal another user cannot read (root's, 0600)
  * makes that user's read-only open refuse with the needs-recovery error,
  * and a writable one fail (-EACCES): never ignored as untrusted. */
@@ -1058,6 +1119,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_read_only, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_temporaries, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unreadable_journal, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fuzzed_torn_journal, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -514,6 +514,7 @@ struct jinfo {
 	uint64_t crc_off;       /* where the new bytes' sector CRCs start */
 	bool done;              /* marked finished */
 	bool zero;              /* its header was never written */
+	bool fields_ok;         /* the header's fields are sane */
 	bool ranges_ok;         /* header and range table read: the file's
 				 * sectors can be compared (even when the
 				 * rest is damaged) */
@@ -624,11 +625,9 @@ static int parse_header(const uint8_t *h, ssize_t got, struct jinfo *j,
 	memcpy(c, h, J_HDR);
 	memcpy(c, J_MAGIC, 8);
 	j->done = memcmp(h, J_DONE, 8) == 0;
-	if ((!j->done && memcmp(h, J_MAGIC, 8) != 0) ||
-	    pt_le32(h + 8) != J_VERSION || pt_le32(h + 12) != J_HDR ||
-	    pt_le64(h + 48) != J_SECTOR || pt_le64(h + 64) != 0 ||
-	    pt_le32(h + 72) != libdeflate_crc32(0, c, 72) || pt_le32(h + 76) != 0) {
-		snprintf(why, cap, "bad header");
+	if (pt_le32(h + 8) != J_VERSION || pt_le32(h + 12) != J_HDR ||
+	    pt_le64(h + 48) != J_SECTOR) {
+		snprintf(why, cap, "bad header (not a version %u journal)", J_VERSION);
 		return -EBADMSG;
 	}
 	j->size = pt_le64(h + 16);
@@ -642,6 +641,14 @@ static int parse_header(const uint8_t *h, ssize_t got, struct jinfo *j,
 			 (unsigned long long)j->n, (unsigned long long)j->old);
 		return -EBADMSG;
 	}
+	/* damaged, but its fields may still say where to look (the caller
+	 * reads the ranges to tell what the file holds, nothing more) */
+	j->fields_ok = true;
+	if ((!j->done && memcmp(h, J_MAGIC, 8) != 0) || pt_le64(h + 64) != 0 ||
+	    pt_le32(h + 72) != libdeflate_crc32(0, c, 72) || pt_le32(h + 76) != 0) {
+		snprintf(why, cap, "bad header checksum");
+		return -EBADMSG;
+	}
 	return 0;
 }
 
@@ -653,7 +660,9 @@ static int journal_read(int jfd, struct jinfo *j, char *why, size_t cap)
 	struct stat st;
 	uint8_t h[J_HDR];
 	uint64_t crc_bytes = 0;
+	char w2[128];
 	ssize_t got;
+	int hrc;
 	int rc;
 
 	memset(j, 0, sizeof(*j));
@@ -662,12 +671,13 @@ static int journal_read(int jfd, struct jinfo *j, char *why, size_t cap)
 		snprintf(why, cap, "%s", strerror((int)-got));
 		return -EBADMSG;
 	}
-	rc = parse_header(h, got, j, why, cap);
-	if (rc)
-		return rc;
+	hrc = parse_header(h, got, j, why, cap);
+	if (hrc && !j->fields_ok)
+		return hrc;
 	if (16 * j->n > (uint64_t)st.st_size) {
-		snprintf(why, cap, "truncated or bad size fields (%lld bytes, %llu ranges)",
-			 (long long)st.st_size, (unsigned long long)j->n);
+		if (!hrc)
+			snprintf(why, cap, "truncated or bad size fields (%lld bytes, %llu ranges)",
+				 (long long)st.st_size, (unsigned long long)j->n);
 		return -EBADMSG;
 	}
 	j->ranges = malloc((size_t)(16 * j->n + 1));
@@ -675,11 +685,11 @@ static int journal_read(int jfd, struct jinfo *j, char *why, size_t cap)
 		snprintf(why, cap, "out of memory");
 		return -ENOMEM;
 	}
-	rc = read_ranges(jfd, j, &crc_bytes, why, cap);
-	if (rc)
-		return rc;
-	j->ranges_ok = true;
+	rc = read_ranges(jfd, j, &crc_bytes, hrc ? w2 : why, hrc ? sizeof(w2) : cap);
 	j->crc_off = J_HDR + 16 * j->n + j->old;
+	j->ranges_ok = rc == 0;
+	if (rc || hrc)
+		return -EBADMSG;
 	if (j->crc_off + crc_bytes + J_TRAILER != (uint64_t)st.st_size) {
 		snprintf(why, cap, "truncated or damaged (%lld bytes, %llu expected)",
 			 (long long)st.st_size,
@@ -792,28 +802,37 @@ static int census_take(int jfd, int fd, const struct jinfo *j,
 	return rc;
 }
 
-/* One clause saying what the census found, for a journal not applied. */
-static void census_say(const struct census *c, char *out, size_t cap)
+/* One clause saying what the census found, for a journal not applied;
+ * @damaged: its checksums failed, so a sector that matches neither its
+ * old bytes nor its new CRC may be the journal's fault. */
+static void census_say(struct census c, bool damaged, char *out, size_t cap)
 {
-	const char *more = c->runs > 4 ? " ..." : "";
+	const char *more = c.runs > 4 ? " ..." : "";
+	char neither[96] = "";
 
-	if (c->other)
+	if (c.other && !damaged) {
 		snprintf(out, cap, "the checkpoint was written by another program after the interrupted commit (bytes at %llu are neither the old nor the new ones)",
-			 (unsigned long long)c->other_at);
-	else if (c->old == c->sectors)
+			 (unsigned long long)c.other_at);
+		return;
+	}
+	if (c.other)
+		snprintf(neither, sizeof(neither), " (at %llu neither the old nor the new ones)",
+			 (unsigned long long)c.other_at);
+	c.changed += c.other;
+	if (c.old == c.sectors)
 		snprintf(out, cap, "the checkpoint holds the old bytes in every range the journal covers");
-	else if (c->new_ == c->sectors)
+	else if (c.new_ == c.sectors)
 		snprintf(out, cap, "the checkpoint holds the new bytes in every range the journal covers");
-	else if (!c->changed && !c->blind)
+	else if (!c.changed && !c.blind)
 		snprintf(out, cap, "the checkpoint is TORN: bytes %s%s hold the new contents, the rest of the journal's ranges the old",
-			 c->list, more);
-	else if (!c->runs)
+			 c.list, more);
+	else if (!c.runs)
 		snprintf(out, cap, "the checkpoint holds the old bytes in the %llu sectors the journal can tell of; %llu more cannot be told",
-			 (unsigned long long)c->old, (unsigned long long)c->blind);
+			 (unsigned long long)c.old, (unsigned long long)c.blind);
 	else
-		snprintf(out, cap, "the checkpoint %s TORN: bytes %s%s are not the old ones (the new ones? the journal cannot tell); %llu of %llu sectors cannot be told",
-			 c->old ? "is" : "may be", c->list, more,
-			 (unsigned long long)c->blind, (unsigned long long)c->sectors);
+		snprintf(out, cap, "the checkpoint %s TORN: bytes %s%s are not the journal's old bytes%s, and whether they are the new ones the damaged journal cannot tell; %llu of %llu sectors cannot be told at all",
+			 c.old ? "is" : "may be", c.list, more, neither,
+			 (unsigned long long)c.blind, (unsigned long long)c.sectors);
 }
 
 /* Write the journal's old bytes back into @fd and fsync it. */
@@ -922,10 +941,11 @@ struct rec {
 	bool locked;            /* lfd holds the writers' lock */
 	bool journal;           /* one is there (lstat) */
 	bool parsed;            /* journal_read() ran */
+	bool valid;             /* and found every checksum right */
 	int lfd;                /* the checkpoint, read-only */
 	int jfd;                /* the journal, read-only, or -1 */
 	struct stat cst;        /* the checkpoint */
-	struct stat jst;        /* the journal (lstat) */
+	struct stat jst;        /* the journal (lstat, then fstat) */
 	struct jinfo j;
 	char *note;
 	size_t cap;
@@ -1042,14 +1062,14 @@ static int rec_reject(struct rec *r, const char *what, const char *why,
 		char w2[160];
 
 		r->parsed = true;
-		(void)journal_read(r->jfd, &r->j, w2, sizeof(w2));
+		r->valid = journal_read(r->jfd, &r->j, w2, sizeof(w2)) == 0;
 	}
 	/* written last: without it the commit never reached the file */
 	if (r->j.zero && trusted)
-		snprintf(said, sizeof(said), "the commit stopped before it wrote the checkpoint");
+		snprintf(said, sizeof(said), "its header, written last, is missing: the commit most likely stopped before writing the checkpoint, which cannot be checked without it");
 	else if (r->j.ranges_ok && r->j.size == (uint64_t)r->cst.st_size &&
 		 census_take(r->jfd, r->lfd, &r->j, &c) == 0)
-		census_say(&c, said, sizeof(said));
+		census_say(c, !r->valid, said, sizeof(said));
 	else
 		snprintf(said, sizeof(said), "whether it changed the checkpoint cannot be told");
 	if (!r->apply) {
@@ -1137,6 +1157,7 @@ static int rec_journal(struct rec *r, struct pt_error *err)
 		return rc < 0 ? rc : rec_reject(r, "untrusted journal", why, false);
 	r->parsed = true;
 	rc = journal_read(r->jfd, &r->j, why, sizeof(why));
+	r->valid = rc == 0;
 	if (rc == -ENOMEM)
 		return pt_fail(err, rc, "out of memory");
 	if (rc)
