@@ -968,6 +968,19 @@ static void test_read_only(void **state)
 	assert_int_equal(stat(g_jrnl, &j1), 0);
 	stat_eq(&j0, &j1);
 	assert_int_equal(which(), 1);
+	/* recover=true: the open rolls back; the file (not a checkpoint)
+	 * then fails to load, and the error still says what was done */
+	assert_int_equal(pt_journal_recover(g_file, true, note, sizeof(note), &err), 1);
+	assert_false(exists(g_jrnl));
+	write_file(g_file, g_old, FSIZE);
+	crash_child("patch", 2);
+	o.recover = true;
+	pt_error_clear(&err);
+	assert_true(pt_ckpt_open(&ck, g_file, &o, &err) < 0);
+	assert_null(ck);
+	assert_non_null(strstr(err.msg, "rolled back an interrupted commit"));
+	assert_int_equal(which(), 0);
+	assert_false(exists(g_jrnl));
 }
 
 /* Temporary files of a killed rewrite: removed at the next writable

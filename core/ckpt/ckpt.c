@@ -202,11 +202,14 @@ int pt_ckpt_open(struct pt_ckpt **out, const char *path,
 	if (rc < 0)
 		goto out;
 	rc = pt_source_open_file(ck->path, &ck->src, err);
-	if (rc)
-		goto out;
-	rc = ckpt_load(ck, err);
+	if (!rc)
+		rc = ckpt_load(ck, err);
 	if (rc == 0 && ck->recovery[0])
 		pt_buf_printf(&ck->notes, "journal: %s\n", ck->recovery);
+	if (rc && ck->recovery[0])
+		/* what recovery did (a torn file, a journal set aside) may be
+		 * why the file does not open: it must not be lost */
+		pt_error_prefix(err, "%s; then", ck->recovery);
 	if (rc)
 		goto out;
 	*out = ck;
