@@ -7,7 +7,8 @@
  * globals on the weights-only allowlist (torch/_weights_only_unpickler.py,
  * _get_allowed_globals(), read at pytorch commit 00f730b66e58 and present
  * since 2.5/2.6): collections.OrderedDict, torch.Size, torch.device,
- * torch.<Type>Storage, torch.UntypedStorage, torch.<dtype>,
+ * torch.<Type>Storage, torch.storage.UntypedStorage (what torch writes for
+ * dtypes without a typed storage class: uint16/32/64, float8...), torch.<dtype>,
  * torch._utils._rebuild_tensor_v2/_v3, torch._utils._rebuild_parameter,
  * _codecs.encode (bytes), builtins.bytearray, builtins.set.  Every other
  * value becomes something plain, and is named on stderr (the notes):
@@ -187,7 +188,7 @@ static void emit_storage(struct pk *k, const struct pt_tensor *t,
 	if (dt->storage)
 		pko_global(&k->b, "torch", dt->storage);
 	else
-		pko_global(&k->b, "torch", "UntypedStorage");
+		pko_global(&k->b, "torch.storage", "UntypedStorage");
 	pko_cstr(&k->b, key);
 	pko_cstr(&k->b, "cpu");
 	pko_int(&k->b, (int64_t)(t->st->nbytes / (dt->storage ? dt->size : 1)));

@@ -42,7 +42,9 @@ static bool allowed_global(const char *m, const char *n)
 		"torch.per_tensor_affine", "torch.per_tensor_symmetric",
 		"torch.per_channel_affine", "torch.per_channel_symmetric",
 		"torch.per_channel_affine_float_qparams",
-		"torch._tensor._rebuild_from_type_v2", "torch.UntypedStorage",
+		"torch._tensor._rebuild_from_type_v2",
+		/* the two storage classes by the module that defines them:
+		 * "torch.UntypedStorage" is not on the list */
 		"torch.storage.TypedStorage", "torch.storage.UntypedStorage",
 		NULL,
 	};
@@ -294,8 +296,12 @@ int pt_weights_only(struct pt_ckpt *ck, struct pt_buf *out)
 		pt_buf_puts(out, "weights_only: no: a TorchScript archive (torch.load refuses weights_only=True for it; torch.jit.load runs its code)\n");
 		return 0;
 	}
-	if (ck->fmt != &pt_fmt_zip && ck->fmt != &pt_fmt_legacy &&
-	    ck->fmt != &pt_fmt_tar) {
+	if (ck->fmt == &pt_fmt_tar) {
+		/* serialization.py's _legacy_load raises before unpickling */
+		pt_buf_puts(out, "weights_only: no: a tar archive of torch <= 0.1.9 (torch.load refuses weights_only=True for the legacy tar format)\n");
+		return 0;
+	}
+	if (ck->fmt != &pt_fmt_zip && ck->fmt != &pt_fmt_legacy) {
 		pt_buf_printf(out, "weights_only: not applicable: a %s is not read by torch.load\n",
 			      ck->kind_name ? ck->kind_name : fmt);
 		return 0;

@@ -520,7 +520,7 @@ ALLOWED_GLOBALS = {
     "collections.OrderedDict", "torch.Size", "torch.device", "_codecs.encode",
     "builtins.bytearray", "builtins.set", "torch._utils._rebuild_tensor_v2",
     "torch._utils._rebuild_tensor_v3", "torch._utils._rebuild_parameter",
-    "torch.UntypedStorage",
+    "torch.storage.UntypedStorage",
 } | {"torch." + s for s in (
     "FloatStorage", "DoubleStorage", "HalfStorage", "BFloat16Storage", "LongStorage",
     "IntStorage", "ShortStorage", "CharStorage", "ByteStorage", "BoolStorage",
@@ -900,3 +900,87 @@ def test_no_fsync_same_bytes(gen, tmp_path):
         with open(a, "rb") as f, open(b, "rb") as g:
             assert f.read() == g.read()
     assert export(p, "npy", str(tmp_path / "n"), "--no-fsync").returncode == 0
+
+
+def pickle_globals(path):
+    """The GLOBAL names of a torch.save ZIP's data.pkl, in order of first use."""
+    import pickletools
+    import zipfile
+    with zipfile.ZipFile(path) as z:
+        pkl = z.read([n for n in z.namelist() if n.endswith("/data.pkl")][0])
+    seen = []
+    for op, arg, _ in pickletools.genops(pkl):
+        if op.name == "GLOBAL" and arg.replace(" ", ".") not in seen:
+            seen.append(arg.replace(" ", "."))
+    return seen
+
+
+@pytest.mark.parametrize("dtype", list(ST_DTYPES) + [torch.complex128],
+                         ids=lambda d: str(d)[6:])
+def test_pt_globals_are_torchs_own(tmp_path, dtype):
+    """For every dtype torch 1.13 saves, `--to pt` names exactly the
+    globals torch.save itself writes for the same tensor, and nothing
+    outside the allowlist."""
+    t = torch.arange(6).to(dtype).reshape(2, 3)
+    p = str(tmp_path / "t.pt")
+    torch.save({"t": t}, p)
+    out = str(tmp_path / "out.pt")
+    r = export(p, "pt", out)
+    assert r.returncode == 0, r.stderr
+    assert pickle_globals(out) == pickle_globals(p)
+    check_pt_archive(out)
+
+
+@pytest.mark.parametrize("st", ["U16", "U32", "U64", "F8_E4M3", "F8_E5M2"])
+def test_pt_new_dtypes_name_the_allowlisted_storage(tmp_path, st):
+    """Dtypes without a typed storage class are written the way torch >= 2.3
+    writes them: _rebuild_tensor_v3 over torch.storage.UntypedStorage (the
+    allowlist's name, by the module that defines the class; not
+    torch.UntypedStorage), and `info --weights-only` agrees."""
+    header = json.dumps({"x": {"dtype": st, "shape": [4],
+                               "data_offsets": [0, 4 * ST_SIZES[st]]}}).encode()
+    header += b" " * (-len(header) % 8)
+    p = tmp_path / "x.safetensors"
+    p.write_bytes(struct.pack("<Q", len(header)) + header + bytes(range(4 * ST_SIZES[st])))
+    out = str(tmp_path / "out.pt")
+    r = export(str(p), "pt", out)
+    assert r.returncode == 0, r.stderr
+    g = check_pt_archive(out)
+    assert "torch.storage.UntypedStorage" in g and "torch._utils._rebuild_tensor_v3" in g, g
+    assert "torch.UntypedStorage" not in g
+    r = run("info", "--weights-only", out)
+    assert r.returncode == 0 and b"yes" in r.stdout, r.stdout + r.stderr
+
+
+def test_weights_only_tar_and_storage_names(tmp_path):
+    """torch.load refuses weights_only=True for the tar format of torch <=
+    0.1.9 before reading a byte of pickle; the allowlist names the
+    untyped storage as torch.storage.UntypedStorage, and a pickle naming
+    torch.UntypedStorage is refused."""
+    from test_legacy import save_tar, tar_obj
+    p = str(tmp_path / "old.tar.pt")
+    obj, views = tar_obj()
+    save_tar(obj, p, views)
+    rc, out, _ = weights_only_verdict(p)
+    assert rc == 1 and out.startswith("weights_only: no: a tar archive"), out
+    out_pt = str(tmp_path / "u16.pt")
+    header = json.dumps({"x": {"dtype": "U16", "shape": [2], "data_offsets": [0, 4]}}).encode()
+    header += b" " * (-len(header) % 8)
+    st = tmp_path / "u16.safetensors"
+    st.write_bytes(struct.pack("<Q", len(header)) + header + b"\1\0\2\0")
+    assert export(str(st), "pt", out_pt).returncode == 0
+    rc, out, _ = weights_only_verdict(out_pt)
+    assert rc == 0, out
+    # the same file naming the class by the name torch does not allow
+    import zipfile
+    bad = str(tmp_path / "bad.pt")
+    with zipfile.ZipFile(out_pt) as zi, zipfile.ZipFile(bad, "w") as zo:
+        for info in zi.infolist():
+            data = zi.read(info)
+            if info.filename.endswith("data.pkl"):
+                data = data.replace(b"ctorch.storage\nUntypedStorage\n",
+                                    b"ctorch\nUntypedStorage\n")
+                assert b"ctorch\nUntypedStorage\n" in data
+            zo.writestr(info, data)
+    rc, out, refused = weights_only_verdict(bad)
+    assert rc == 1 and "global torch.UntypedStorage" in refused, out
