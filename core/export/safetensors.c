@@ -250,14 +250,64 @@ static int write_file(struct pt_ckpt *ck, const struct pt_xlist *xl,
 	return rc;
 }
 
-/* Hub-style shards of at most @max tensor bytes each (a larger tensor
+/* The most header bytes tensor @it can take in a file: its entry with
+ * both data offsets at their widest (20 digits), and the 7 bytes of
+ * padding the header may need. */
+static uint64_t entry_bound(const struct pt_xitem *it)
+{
+	struct pt_buf k;
+	uint64_t n;
+	uint32_t d;
+
+	pt_buf_init(&k);
+	json_str(&k, it->key);
+	n = k.len + sizeof(",\"\":{\"dtype\":\"\",\"shape\":[],\"data_offsets\":[,]}") +
+	    strlen(pt_safetensors_dtype(it->ti.dtype)) + 2 * 20 + 7;
+	for (d = 0; d < it->ti.rank; d++)
+		n += 21;        /* a comma and up to 20 digits */
+	pt_buf_free(&k);
+	return n;
+}
+
+/* Where each shard starts (@first, @ns of them): files of at most
+ * opts->shard_size bytes each, header and length included (a tensor too
+ * large for that gets a file of its own); the total tensor bytes. */
+static uint64_t plan_shards(const struct pt_xlist *xl, const size_t *idx,
+			    size_t n, uint64_t max, size_t *first, size_t *ns)
+{
+	struct pt_buf base;
+	uint64_t fill = 0, total = 0, head;
+	size_t i;
+
+	pt_buf_init(&base);
+	pt__st_header(xl, idx, 0, &base);      /* the metadata part */
+	head = 8 + base.len;
+	pt_buf_free(&base);
+	*ns = 0;
+	for (i = 0; i < n; i++) {
+		uint64_t b = xl->v[idx[i]].ti.nbytes + entry_bound(&xl->v[idx[i]]);
+
+		if (i == 0 || fill + b > max) {
+			first[(*ns)++] = i;
+			fill = head;
+		}
+		fill += b;
+		total += xl->v[idx[i]].ti.nbytes;
+	}
+	if (n == 0)
+		first[(*ns)++] = 0;
+	first[*ns] = n;
+	return total;
+}
+
+/* Hub-style shards of at most opts->shard_size bytes each (a larger tensor
  * alone) and the index; model.safetensors alone when one shard does. */
 static int write_shards(struct pt_ckpt *ck, const struct pt_xlist *xl,
 			const size_t *idx, size_t n, const char *dir,
 			const struct pt_export_opts *opts, struct pt_error *err)
 {
 	size_t *first = malloc((n + 2) * sizeof(*first)), ns = 0, i, s;
-	uint64_t fill = 0, total = 0;
+	uint64_t total;
 	struct pt_buf name, ix;
 	struct pt_xout *o = calloc(n + 2, sizeof(*o));
 	bool made;
@@ -276,19 +326,7 @@ static int write_shards(struct pt_ckpt *ck, const struct pt_xlist *xl,
 		free(o);
 		return pt_fail(err, -errno, "%s: %s", dir, strerror(errno));
 	}
-	for (i = 0; i < n; i++) {
-		uint64_t b = xl->v[idx[i]].ti.nbytes;
-
-		if (i == 0 || (fill + b > opts->shard_size && fill > 0)) {
-			first[ns++] = i;
-			fill = 0;
-		}
-		fill += b;
-		total += b;
-	}
-	if (n == 0)
-		first[ns++] = 0;
-	first[ns] = n;
+	total = plan_shards(xl, idx, n, opts->shard_size, first, &ns);
 	pt_buf_init(&name);
 	pt_buf_init(&ix);
 	pt_buf_printf(&ix, "{\n  \"metadata\": {\n    \"total_size\": %" PRIu64 "\n  },\n  \"weight_map\": {",

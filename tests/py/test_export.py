@@ -240,8 +240,9 @@ def test_safetensors_shards(gen, tmp_path):
     seen = {}
     for fn in files:
         got, _ = read_safetensors(os.path.join(d, fn))
-        sizes = sum(len(v[2]) for v in got.values())
-        assert sizes <= 100000 or len(got) == 1
+        # the file, header included, is within the size (a tensor larger
+        # than that has a file of its own)
+        assert os.path.getsize(os.path.join(d, fn)) <= 100000 or len(got) == 1
         for k in got:
             assert index["weight_map"][k] == fn
         seen.update(got)
@@ -256,6 +257,18 @@ def test_safetensors_shards(gen, tmp_path):
     d1 = str(tmp_path / "one")
     assert export(p, "safetensors", d1, "--skip-unsupported", "--shard-size", "1GB").returncode == 0
     assert os.listdir(d1) == ["model.safetensors"]
+
+
+def test_shard_size_is_the_file_size(tmp_path):
+    """Tensors that fill a shard exactly by their bytes: the header must
+    fit too, so no file passes --shard-size."""
+    p = str(tmp_path / "a.pt")
+    torch.save({"t%02d" % i: torch.zeros(2500) for i in range(60)}, p)
+    d = str(tmp_path / "sh")
+    assert export(p, "safetensors", d, "--shard-size", "100KB").returncode == 0
+    files = [f for f in os.listdir(d) if f.endswith(".safetensors")]
+    assert len(files) == 7
+    assert max(os.path.getsize(os.path.join(d, f)) for f in files) <= 100000
 
 
 def test_safetensors_from_sharded_bin(tmp_path):
