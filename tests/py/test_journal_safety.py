@@ -201,3 +201,58 @@ def test_real_journal_read_only_refuses(tmp_path):
         assert "needs recovery" in line and "ptfs recover" in line, line
         assert snapshot(ck, j) == before, args
     assert sorted(os.listdir(str(tmp_path))) == ["model.pt", "model.pt.ptfs-journal"]
+
+
+def have_recover():
+    r = run("--help")
+    return b"ptfs recover" in r.stdout + r.stderr
+
+
+def test_recover_sets_forgery_aside(sticky_dir):
+    """`ptfs recover` (it may write) as root: the forgery is renamed aside,
+    never applied, never deleted; one line says so."""
+    need_root()
+    if not have_recover():
+        pytest.skip("this ptfs has no 'recover' command yet")
+    ck = root_checkpoint(sticky_dir)
+    j = ck + ".ptfs-journal"
+    r = as_nobody(PLANT, j, input=forge(ck, 1000, b"\x41" * 700))
+    assert r.returncode == 0, r.stderr
+    before = snapshot(ck)
+    forged = open(j, "rb").read()
+    r = run("recover", ck)
+    assert r.returncode == 0, r.stderr
+    line = one_line(r.stderr)
+    assert "untrusted journal" in line and "kept as" in line, line
+    assert snapshot(ck) == before
+    assert not os.path.exists(j)
+    assert open(j + ".invalid", "rb").read() == forged
+
+
+def test_recover_leaves_resaved_checkpoint(tmp_path):
+    """Killed half-way, then torch.save to the same path (same inode, same
+    size): `ptfs recover` does not roll the newer file back; it sets the
+    journal aside and says another program wrote the checkpoint."""
+    if not have_recover():
+        pytest.skip("this ptfs has no 'recover' command yet")
+    ck = str(tmp_path / "model.pt")
+    torch.save({"w": torch.arange(3072, dtype=torch.int32)}, ck)
+    new = torch.full((3072,), 7, dtype=torch.int32).numpy().tobytes()
+    r = subprocess.run([PTFS, "set", "-o", "commit=inplace", ck, "w"],
+                       input=new, capture_output=True, timeout=60,
+                       env=dict(os.environ, PTFS_FAULT="patch:2:KILL"))
+    assert r.returncode == -signal.SIGKILL, r.stderr
+    ino = os.stat(ck).st_ino
+    newer = {"w": torch.arange(3072, dtype=torch.int32) * 5}
+    torch.save(newer, ck)
+    assert os.stat(ck).st_ino == ino
+    before = snapshot(ck)
+    r = run("ls", ck)               # read-only: mentioned, not refused
+    assert r.returncode == 0, r.stderr
+    assert "neither the old nor the new" in one_line(r.stderr)
+    r = run("recover", ck)
+    assert r.returncode == 0, r.stderr
+    assert "written by another program" in one_line(r.stderr)
+    assert snapshot(ck) == before
+    assert os.path.exists(ck + ".ptfs-journal.invalid")
+    assert torch.equal(torch.load(ck, weights_only=True)["w"], newer["w"])
