@@ -471,10 +471,16 @@ int pt_patch_inplace(const char *path, const struct pt_patch *p, size_t n,
 	 * and recovery trusts no journal of another owner (journal.h): root
 	 * gives it away, anyone else owns it or cannot give it */
 	if (fchown(jfd, st.st_uid, st.st_gid) != 0 && geteuid() == 0) {
-		rc = pt_fail(err, -errno, "give journal %s to the checkpoint's owner: %s",
-			     jpath, strerror(errno));
-		unlink(jpath);
-		goto out;
+		struct stat js;
+		int e = errno;
+
+		/* a filesystem that cannot chown may have made it theirs */
+		if (fstat(jfd, &js) != 0 || js.st_uid != st.st_uid) {
+			rc = pt_fail(err, -e, "give journal %s to the checkpoint's owner: %s",
+				     jpath, strerror(e));
+			unlink(jpath);
+			goto out;
+		}
 	}
 	rc = journal_write(jfd, fd, &st, p, n, buf, jpath, err);
 	if (!rc) {
