@@ -998,6 +998,15 @@ static int rec_open(struct rec *r, struct pt_error *err)
 		r->locked = flock(r->lfd, LOCK_EX | LOCK_NB) == 0;
 		return 0;
 	}
+	if (!r->apply && (!S_ISREG(r->jst.st_mode) || (r->jst.st_mode & 022) ||
+			  (r->jst.st_uid != r->cst.st_uid && r->jst.st_uid != 0 &&
+			   r->jst.st_uid != geteuid()))) {
+		/* a journal read-only recovery will not trust: no reason to
+		 * wait for whoever holds the lock (any reader can take it) */
+		r->locked = flock(r->lfd, LOCK_EX | LOCK_NB) == 0;
+		r->journal = true;
+		return 0;
+	}
 	rc = pt_lock_file(r->lfd, r->real, err);
 	if (rc)
 		return rc;
