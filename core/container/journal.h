@@ -64,7 +64,9 @@
  * the journal until the journal is gone; recovery takes the same lock
  * before it reads a journal, so a journal whose writer is alive (a mount
  * committing while `ptfs ls` runs) is never mistaken for an interrupted
- * one.  The kernel releases the lock of a killed process.
+ * one (a read-only recovery does not wait for the lock when the journal
+ * is one it would not trust anyway: any reader can hold it).  The kernel
+ * releases the lock of a killed process.
  *
  * Layout (little-endian): "PTFSJRNL" (or "PTFSDONE" once finished), u32
  * version 2, u32 header size 80, u64 file size, u64 range count, u64 old
