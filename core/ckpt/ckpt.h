@@ -394,6 +394,11 @@ bool pt_node_str_key(const struct pt_node *n, const uint8_t **p, size_t *len);
 /* Is directory @n an object of a class (not a dict, list, tuple, set)? */
 bool pt_node_is_object(const struct pt_node *n);
 
+/* Is directory @n an object made by the global @module.@name (a class, or
+ * the function a REDUCE called: "torch._utils", "_rebuild_sparse_tensor")? */
+bool pt_node_class_is(const struct pt_node *n, const char *module,
+		      const char *name);
+
 /* Append the JSON text of a scalar file's value (null, true, 7, 0.1,
  * "text"; NaN and Infinity as Python's json writes them); false (nothing
  * appended) for other nodes. */

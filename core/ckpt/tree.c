@@ -1639,6 +1639,18 @@ static void key_json(const struct pt_value *k, struct pt_buf *out)
 	pt_buf_free(&t);
 }
 
+bool pt_node_class_is(const struct pt_node *n, const char *module,
+		      const char *name)
+{
+	const struct pt_value *v = n->val, *fn;
+
+	if (n->role != R_VALUE || !v || pt__vclass(v) != PT_C_OBJECT ||
+	    (v->kind != PT_V_CALL && v->kind != PT_V_OBJ))
+		return false;
+	fn = v->u.call.callable;
+	return pt__is_global(fn, module, name);
+}
+
 /* What kind of container a directory shows, for readers that rebuild the
  * object (contrib/python/ptfs_load.py): ", \"container\": \"dict\"" (dict,
  * list, tuple, set, or object with its "class"). */

@@ -5,6 +5,7 @@
  * depth first in listing order (the order of the checkpoint's pickle).
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,6 +55,33 @@ static int add_item(struct pt_xlist *xl, struct pt_node *n, const char *key,
 	return 0;
 }
 
+/* A value by its JSON text @json (malloc()ed; taken, also on failure). */
+static int add_meta_json(struct pt_xlist *xl, const char *key, char *json)
+{
+	struct pt_xmeta *m;
+
+	if (xl->nm == xl->capm) {
+		size_t nc = xl->capm ? xl->capm * 2 : 16;
+		m = realloc(xl->m, nc * sizeof(*m));
+		if (!m) {
+			free(json);
+			return -ENOMEM;
+		}
+		xl->m = m;
+		xl->capm = nc;
+	}
+	m = &xl->m[xl->nm];
+	m->key = strdup(key);
+	m->json = json;
+	if (!m->key || !m->json) {
+		free(m->key);
+		free(m->json);
+		return -ENOMEM;
+	}
+	xl->nm++;
+	return 0;
+}
+
 static int add_meta(struct pt_xlist *xl, struct pt_node *n, const char *key)
 {
 	struct pt_xmeta *m;
@@ -91,6 +119,125 @@ static bool module_level(const struct pt_node *dir, const char *name)
 		strcmp(name, "_buffers") == 0);
 }
 
+/*
+ * torch._utils._rebuild_sparse_tensor(layout, data): data holds the
+ * component tensors in this order, then the size (torch/_utils.py).  An
+ * exporter writes the components under KEY.PART and the size as the value
+ * KEY.size, and says so: no target form has sparse tensors.
+ */
+static const struct {
+	const char *layout;             /* JSON text of the layout value */
+	const char *part[3];
+} sparse_layouts[] = {
+	{ "\"torch.sparse_coo\"", { "indices", "values", NULL } },
+	{ "\"torch.sparse_csr\"", { "crow_indices", "col_indices", "values" } },
+	{ "\"torch.sparse_csc\"", { "ccol_indices", "row_indices", "values" } },
+	{ "\"torch.sparse_bsr\"", { "crow_indices", "col_indices", "values" } },
+	{ "\"torch.sparse_bsc\"", { "ccol_indices", "row_indices", "values" } },
+};
+
+/* The node at @path/@rel, or NULL. */
+static struct pt_node *below(struct pt_ckpt *ck, struct pt_buf *path,
+			     const char *rel)
+{
+	size_t len = path->len;
+	struct pt_node *n;
+	int rc = 0;
+
+	pt_buf_printf(path, "/%s", rel);
+	n = path->oom ? NULL : pt_tree_path(ck, path->p, &rc);
+	path->len = len;
+	path->p[len] = '\0';
+	return n;
+}
+
+/* The JSON list of the scalars in directory @d ("[2,3]"), or NULL. */
+static char *size_json(struct pt_ckpt *ck, struct pt_node *d)
+{
+	struct pt_buf j;
+	size_t cnt = 0, i;
+
+	if (!d || pt_node_kind(d) != PT_NK_DIR || pt_tree_count(ck, d, &cnt))
+		return NULL;
+	pt_buf_init(&j);
+	pt_buf_putc(&j, '[');
+	for (i = 0; i < cnt; i++) {
+		int rc = 0;
+		struct pt_node *c = pt_tree_child(ck, d, i, &rc);
+
+		if (i)
+			pt_buf_putc(&j, ',');
+		if (!c || !pt_node_scalar_json(c, &j)) {
+			pt_buf_free(&j);
+			return NULL;
+		}
+	}
+	pt_buf_putc(&j, ']');
+	return pt_buf_take(&j, NULL);
+}
+
+/* A sparse tensor at directory @c: its components and size added, one
+ * note; 1 when @c is no sparse tensor (walk into it), 0 or -errno. */
+static int add_sparse(struct pt_ckpt *ck, struct pt_xlist *xl,
+		      struct pt_node *c, struct pt_buf *key, struct pt_buf *path,
+		      struct pt_buf *notes)
+{
+	struct pt_node *parts[3] = { NULL }, *lay;
+	struct pt_buf j;
+	size_t L, k, klen = key->len;
+	char *size;
+	int rc = 0;
+
+	if (!pt_node_is_object(c) || !pt_node_class_is(c, "torch._utils", "_rebuild_sparse_tensor"))
+		return 1;
+	lay = below(ck, path, "args/0/args/0");
+	pt_buf_init(&j);
+	if (lay)
+		pt_node_scalar_json(lay, &j);
+	for (L = 0; L < sizeof(sparse_layouts) / sizeof(sparse_layouts[0]); L++)
+		if (j.p && strcmp(j.p, sparse_layouts[L].layout) == 0)
+			break;
+	pt_buf_free(&j);
+	if (L == sizeof(sparse_layouts) / sizeof(sparse_layouts[0]))
+		return 1;       /* a layout we do not know: shown as it is */
+	for (k = 0; k < 3 && sparse_layouts[L].part[k]; k++) {
+		char rel[32];
+
+		snprintf(rel, sizeof(rel), "args/1/%zu", k);
+		parts[k] = below(ck, path, rel);
+		if (!parts[k] || pt_node_kind(parts[k]) != PT_NK_TENSOR)
+			return 1;
+	}
+	{
+		char rel[32];
+
+		snprintf(rel, sizeof(rel), "args/1/%zu", k);
+		size = size_json(ck, below(ck, path, rel));
+	}
+	for (k = 0; !rc && k < 3 && parts[k]; k++) {
+		pt_buf_printf(key, ".%s", sparse_layouts[L].part[k]);
+		rc = key->oom ? -ENOMEM : add_item(xl, parts[k], key->p, path->p);
+		key->len = klen;
+		key->p[klen] = '\0';
+	}
+	if (!rc && size) {
+		pt_buf_puts(key, ".size");
+		rc = key->oom ? -ENOMEM : add_meta_json(xl, key->p, size);
+		key->len = klen;
+		key->p[klen] = '\0';
+		size = NULL;
+	}
+	free(size);
+	pt_buf_printf(notes, "%s: a sparse tensor (layout %.*s): written as its components",
+		      path->p, (int)strlen(sparse_layouts[L].layout) - 2,
+		      sparse_layouts[L].layout + 1);
+	for (k = 0; k < 3 && sparse_layouts[L].part[k]; k++)
+		pt_buf_printf(notes, "%s %s.%s", k ? "," : "", key->p,
+			      sparse_layouts[L].part[k]);
+	pt_buf_printf(notes, " and its size %s.size\n", key->p);
+	return rc;
+}
+
 struct frame {
 	struct pt_node *dir;
 	size_t next;
@@ -99,8 +246,8 @@ struct frame {
 
 /* One entry @c of the walk: a tensor, a value, a directory to enter
  * (1), or something noted and left out. */
-static int visit(struct pt_xlist *xl, struct pt_node *c, struct pt_buf *key,
-		 struct pt_buf *path, struct pt_buf *notes)
+static int visit(struct pt_ckpt *ck, struct pt_xlist *xl, struct pt_node *c,
+		 struct pt_buf *key, struct pt_buf *path, struct pt_buf *notes)
 {
 	switch (pt_node_kind(c)) {
 	case PT_NK_TENSOR:
@@ -108,7 +255,7 @@ static int visit(struct pt_xlist *xl, struct pt_node *c, struct pt_buf *key,
 	case PT_NK_SCALAR:
 		return add_meta(xl, c, key->p);
 	case PT_NK_DIR:
-		return 1;
+		return add_sparse(ck, xl, c, key, path, notes);
 	case PT_NK_BYTES:
 		pt_buf_printf(notes, "%s: bytes value left out (no tensor or JSON form)\n",
 			      path->p);
@@ -239,7 +386,7 @@ int pt_export_collect(struct pt_ckpt *ck, struct pt_xlist *xl,
 			rc = -ENOMEM;
 			break;
 		}
-		rc = visit(xl, c, &key, &path, notes);
+		rc = visit(ck, xl, c, &key, &path, notes);
 		if (rc != 1)
 			continue;
 		rc = 0;

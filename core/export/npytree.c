@@ -125,6 +125,10 @@ int pt_export_npy(struct pt_ckpt *ck, const char *outdir,
 	rc = pt_export_collect(ck, &xl, notes, err);
 	if (rc)
 		return rc;
+	if (xl.n == 0) {
+		pt_export_list_free(&xl);
+		return pt_fail(err, -ENODATA, "the tree holds no tensor: nothing to export");
+	}
 	for (i = 0; i < xl.n && !opts->skip_unsupported; i++)
 		if (!pt_npy_plan(&xl.v[i].ti, &np, err)) {
 			pt_export_list_free(&xl);

@@ -10,6 +10,8 @@
  * torch.<Type>Storage, torch.storage.UntypedStorage (what torch writes for
  * dtypes without a typed storage class: uint16/32/64, float8...), torch.<dtype>,
  * torch._utils._rebuild_tensor_v2/_v3, torch._utils._rebuild_parameter,
+ * torch._utils._rebuild_sparse_tensor and torch.serialization._get_layout
+ * (sparse tensors, written as they were),
  * _codecs.encode (bytes), builtins.bytearray, builtins.set.  Every other
  * value becomes something plain, and is named on stderr (the notes):
  * objects of other classes -> a dict of their state, numpy arrays ->
@@ -492,6 +494,25 @@ static void emit_object(struct pk *k, const struct pt_value *v)
 	}
 }
 
+/* A call of a function on the allowlist that needs nothing but its
+ * arguments, written as it was (a sparse tensor: its layout and its
+ * components); false for anything else. */
+static bool emit_allowed_call(struct pk *k, const struct pt_value *v)
+{
+	const struct pt_value *fn = v->u.call.callable;
+
+	if (!fn || v->kind != PT_V_CALL || !v->u.call.args ||
+	    pt_call_state(v) || pt_call_kv(v)->n || pt_call_items(v)->n ||
+	    !(pt__is_global(fn, "torch._utils", "_rebuild_sparse_tensor") ||
+	      pt__is_global(fn, "torch.serialization", "_get_layout")))
+		return false;
+	pko_global(&k->b, fn->u.global.module, fn->u.global.name);
+	emit(k, v->u.call.args);
+	pko_op(&k->b, PKO_REDUCE);
+	put(k, v);
+	return true;
+}
+
 /* Values shown as text: a device, a dtype, a complex number, a global. */
 static void emit_text(struct pk *k, const struct pt_value *v)
 {
@@ -593,7 +614,8 @@ static void emit(struct pk *k, const struct pt_value *v)
 		emit_seq(k, v);
 		break;
 	case PT_C_OBJECT:
-		emit_object(k, v);
+		if (!emit_allowed_call(k, v))
+			emit_object(k, v);
 		break;
 	default:
 		note(k, "%s", "value of unknown kind written as None");
@@ -825,6 +847,8 @@ int pt_export_pt(struct pt_ckpt *ck, const char *out,
 	pko_proto(&k.b);
 	emit(&k, ck->root);
 	pko_stop(&k.b);
+	if (k.nst == 0)
+		note(&k, "%s", "no tensor: the file holds the other values only");
 	rc = k.rc == -EFBIG ? pt_fail(err, -EFBIG, "nesting deeper than max_depth") :
 	     k.rc || k.b.oom ? pt_fail(err, -ENOMEM, "out of memory") : 0;
 	if (!rc)

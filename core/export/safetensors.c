@@ -385,6 +385,10 @@ int pt_export_safetensors(struct pt_ckpt *ck, const char *out,
 	if (rc)
 		return rc;
 	rc = pt__st_plan(&xl, opts, &idx, &n, notes, err);
+	if (!rc && n == 0)
+		rc = pt_fail(err, -ENODATA, "%s", xl.n ?
+			     "every tensor was left out: nothing to export" :
+			     "the tree holds no tensor: nothing to export");
 	if (!rc && opts->shard_size) {
 		rc = write_shards(ck, &xl, idx, n, out, opts, err);
 	} else if (!rc) {

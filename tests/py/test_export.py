@@ -424,9 +424,15 @@ def test_fixture_exports(row, tmp_path):
     want = expected_tensors(obj, stem)
     out = str(tmp_path / "f.safetensors")
     r = export(path, "safetensors", out, "--skip-unsupported")
-    assert r.returncode == 0, r.stderr
+    tensors = [k for k, t in want.items() if torch.is_tensor(t)]
     skipped = [k for k, t in want.items()
                if torch.is_tensor(t) and (t.dtype not in ST_DTYPES or t.is_quantized)]
+    if len(skipped) == len(tensors):
+        # nothing to write: one line, no file
+        assert r.returncode == 1 and b"nothing to export" in r.stderr, r.stderr
+        assert not os.path.exists(out)
+        return
+    assert r.returncode == 0, r.stderr
     check_st(out, want, skipped)
     r = export(path, "npy", str(tmp_path / "npy"), "--skip-unsupported")
     assert r.returncode == 0, r.stderr
@@ -438,9 +444,15 @@ def test_fixture_torchscript_exports(row, tmp_path):
     path = os.path.join(FIXTURES, row["local_name"])
     out = str(tmp_path / "f.safetensors")
     r = export(path, "safetensors", out, "--skip-unsupported")
+    module = torch.jit.load(path, map_location="cpu")
+    if not module.state_dict() and r.returncode == 1:
+        # a module without state (its tensors, if any, are constants of
+        # its code): said in one line, nothing written
+        assert b"the tree holds no tensor: nothing to export" in r.stderr, r.stderr
+        assert not os.path.exists(out)
+        return
     assert r.returncode == 0, r.stderr
     got, _ = read_safetensors(out)
-    module = torch.jit.load(path, map_location="cpu")
     for k, t in module.state_dict().items():
         hits = [v for key, v in got.items() if key.endswith(k)]
         assert any(v[2] == oracle.tensor_bytes(t) for v in hits), k
@@ -533,7 +545,8 @@ ALLOWED_GLOBALS = {
     "collections.OrderedDict", "torch.Size", "torch.device", "_codecs.encode",
     "builtins.bytearray", "builtins.set", "torch._utils._rebuild_tensor_v2",
     "torch._utils._rebuild_tensor_v3", "torch._utils._rebuild_parameter",
-    "torch.storage.UntypedStorage",
+    "torch.storage.UntypedStorage", "torch._utils._rebuild_sparse_tensor",
+    "torch.serialization._get_layout",
 } | {"torch." + s for s in (
     "FloatStorage", "DoubleStorage", "HalfStorage", "BFloat16Storage", "LongStorage",
     "IntStorage", "ShortStorage", "CharStorage", "ByteStorage", "BoolStorage",
@@ -997,3 +1010,48 @@ def test_weights_only_tar_and_storage_names(tmp_path):
             zo.writestr(info, data)
     rc, out, refused = weights_only_verdict(bad)
     assert rc == 1 and "global torch.UntypedStorage" in refused, out
+
+
+def test_sparse_tensors(tmp_path):
+    """A sparse COO tensor: --to pt writes it as torch does (the rebuild
+    function and the layout are on the allowlist); safetensors and npy,
+    which have no sparse form, get its components and its size, with a
+    note naming them."""
+    i = torch.tensor([[0, 1, 1], [2, 0, 2]])
+    v = torch.tensor([3.0, 4.0, 5.0])
+    s = torch.sparse_coo_tensor(i, v, (2, 3))
+    p = str(tmp_path / "sp.pt")
+    torch.save({"s": s, "w": torch.ones(2)}, p)
+    out = str(tmp_path / "out.pt")
+    r = export(p, "pt", out)
+    assert r.returncode == 0 and b"sparse" not in r.stderr, r.stderr
+    check_pt_archive(out)
+    got = torch.load(out)
+    assert got["s"].is_sparse and torch.equal(got["s"].to_dense(), s.to_dense())
+    st = str(tmp_path / "out.safetensors")
+    r = export(p, "safetensors", st)
+    assert r.returncode == 0, r.stderr
+    assert b"s: a sparse tensor (layout torch.sparse_coo): written as its components " \
+        b"s.indices, s.values and its size s.size" in r.stderr, r.stderr
+    got, meta = read_safetensors(st)
+    assert sorted(got) == ["s.indices", "s.values", "w"]
+    assert got["s.indices"][2] == i.numpy().tobytes() and got["s.values"][2] == v.numpy().tobytes()
+    assert meta["s.size"] == "[2,3]"
+
+
+def test_empty_results_say_so(tmp_path):
+    """A checkpoint whose tree holds no tensor: safetensors and npy fail
+    with one line and write nothing; pt writes the values and says it
+    holds no tensor."""
+    p = str(tmp_path / "e.pt")
+    torch.save({"epoch": 3, "name": "run"}, p)
+    for form in ("safetensors", "npy"):
+        out = str(tmp_path / ("out." + form))
+        r = export(p, form, out)
+        assert r.returncode == 1 and b"no tensor: nothing to export" in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1
+        assert not os.path.exists(out)
+    out = str(tmp_path / "out.pt")
+    r = export(p, "pt", out)
+    assert r.returncode == 0 and b"no tensor" in r.stderr
+    assert torch.load(out, weights_only=True) == {"epoch": 3, "name": "run"}
