@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -89,6 +90,9 @@ int pt_xout_open(struct pt_xout *o, const char *path, struct pt_error *err)
 		o->tmp = NULL;
 		return pt_fail(err, -e, "%s: %s", path, strerror(e));
 	}
+	/* the name is the one a killed commit leaves (replace.h): the lock
+	 * tells a sweep of the target's directory that a writer is alive */
+	(void)flock(o->fd, LOCK_EX | LOCK_NB);
 	{
 		mode_t um = umask(0);
 		umask(um);
