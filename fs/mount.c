@@ -1391,6 +1391,7 @@ static int take_permissions(struct ptfs *fs, const char *ckpath,
 			    struct fuse_args *args)
 {
 	struct stat st;
+	bool was_ro;
 
 	if (ptfs_is_url(ckpath)) {
 		/* a remote object has no owner here: the mounting user's,
@@ -1408,9 +1409,11 @@ static int take_permissions(struct ptfs *fs, const char *ckpath,
 	fs->uid = st.st_uid;
 	fs->gid = st.st_gid;
 	fs->mode = st.st_mode & 0777;
+	was_ro = fs->ro;
 	if (!fs->ro && faccessat(AT_FDCWD, ckpath, W_OK, AT_EACCESS) != 0) {
-		fprintf(stderr, "ptfs: %s: not writable by this user: mounted read-only\n",
-			ckpath);
+		fprintf(stderr, "ptfs: %s: %s: mounted read-only\n", ckpath,
+			errno == EROFS ? "on a read-only filesystem" :
+					 "not writable by this user");
 		fs->ro = true;
 	}
 	if (!fs->ro && S_ISREG(st.st_mode)) {
@@ -1423,12 +1426,17 @@ static int take_permissions(struct ptfs *fs, const char *ckpath,
 		if (slash)
 			*(slash == real ? slash + 1 : slash) = '\0';
 		if (real && faccessat(AT_FDCWD, real, W_OK, AT_EACCESS) != 0) {
-			fprintf(stderr, "ptfs: %s: its directory %s is not writable by this user (commits write beside the file): mounted read-only\n",
-				ckpath, real);
+			fprintf(stderr, "ptfs: %s: its directory %s is %s (commits write beside the file): mounted read-only\n",
+				ckpath, real, errno == EROFS ? "on a read-only filesystem" :
+				"not writable by this user");
 			fs->ro = true;
 		}
 		free(real);
 	}
+	/* what the kernel's mount table shows (findmnt, /proc/mounts) is
+	 * what the mount does */
+	if (fs->ro && !was_ro && fuse_opt_add_arg(args, "-oro") != 0)
+		return -1;
 	return fuse_opt_add_arg(args, "-odefault_permissions");
 }
 

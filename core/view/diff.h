@@ -21,6 +21,13 @@ enum pt_dstatus {
 	PT_D_REMOVED,   /* only in A */
 };
 
+/* One element of a changed tensor: its index in C order (a complex
+ * value counts once) and the real parts of both sides' values. */
+struct pt_dat {
+	uint64_t index;
+	double a, b;
+};
+
 struct pt_tdiff {
 	enum pt_dstatus status;
 	bool compared;          /* values compared: the numbers below hold */
@@ -31,6 +38,8 @@ struct pt_tdiff {
 				 * (Inf when ||a|| is 0 and they differ) */
 	uint64_t nonfinite;     /* values where exactly one side is NaN or
 				 * Inf, or both infinite with other signs */
+	struct pt_dat first;    /* the first value that differs (changed > 0) */
+	struct pt_dat largest;  /* where |a - b| is max_abs (max_abs > 0) */
 };
 
 /* Compare tensor file @na of @a with @nb of @b into @d.  0, or a negative

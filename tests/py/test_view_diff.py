@@ -167,3 +167,30 @@ def test_dcp_against_consolidated(tmp_path):
     assert rc == 1 and t["model.layers.0.attn.weight"]["status"] == "changed"
     assert t["model.layers.0.attn.weight"]["changed_values"] == 1
     assert doc["summary"]["same"] == len(names) - 1
+
+
+@pytest.mark.parametrize("how", ["one", "two chunks", "all"])
+def test_rel_l2_over_the_whole_tensor(tmp_path, how):
+    """A tensor of four 1 MiB chunks: ||a - b|| / ||a|| is over every
+    element, the chunks that did not change included (they were once left
+    out of ||a||, which made rel_l2 about sqrt(chunks) too large)."""
+    import numpy as np
+    torch.manual_seed(3)
+    a = torch.randn(1024, 1024)
+    b = a.clone()
+    if how == "one":
+        b[700, 5] += 1.0
+    elif how == "two chunks":
+        b[0, 0] -= 2.0
+        b[1000, 1000] += 3.0
+    else:
+        b += 0.25
+    pa, pb = str(tmp_path / "a.pt"), str(tmp_path / "b.pt")
+    torch.save({"w": a}, pa)
+    torch.save({"w": b}, pb)
+    rc, doc, _ = diff(pa, pb)
+    e = by_key(doc)["w"]
+    x, y = a.double().numpy(), b.double().numpy()
+    want = np.linalg.norm(x - y) / np.linalg.norm(x)
+    assert rc == 1 and e["rel_l2"] == pytest.approx(want, rel=1e-9)
+    assert e["changed_values"] == int((x != y).sum())

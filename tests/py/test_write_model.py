@@ -320,3 +320,24 @@ def test_planted_pending_file_is_not_applied(tmp_path):
         assert r.returncode == 1 and (b"not trusted" in r.stderr), (how, r.stderr)
         assert r.stderr.count(b"\n") == 1
         assert open(ck, "rb").read() == raw
+
+
+@needs_fuse
+def test_read_only_filesystem_mounts_read_only(tmp_path, mounts):
+    """A checkpoint on a read-only filesystem: the message says so (not
+    "this user"), and the kernel's mount table shows ro."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a read-only tmpfs")
+    d = tmp_path / "rofs"
+    d.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(d)], check=True)
+    try:
+        save(str(d / "ck.pt"))
+        subprocess.run(["mount", "-o", "remount,ro", str(d)], check=True)
+        m = mounts(tmp_path, str(d / "ck.pt"))
+        assert "on a read-only filesystem: mounted read-only" in m.stderr, m.stderr
+        opts = [l.split()[3] for l in open("/proc/self/mounts") if l.split()[1] == m.mnt]
+        assert opts and "ro" in opts[-1].split(","), opts
+        assert m.umount()[0] == 0
+    finally:
+        subprocess.run(["umount", "-l", str(d)], capture_output=True)
