@@ -18,6 +18,8 @@
 #include "ckpt/pending.h"
 #include "log.h"
 #include "opts.h"
+#include "progress.h"
+#include "usage.h"
 
 /* Options every subcommand takes: --nested and -o OPT[,OPT...] with the
  * mount's limit options (max_depth=N, ...), so that a file the mount
@@ -41,7 +43,7 @@ static int parse_o(char *list)
 		if (rc < 0)
 			return -1;
 		if (rc == 0) {
-			fprintf(stderr, "ptfs: unknown option '%s'\n", o);
+			fprintf(stderr, "ptfs: unknown option '-o %s'\n", o);
 			return -1;
 		}
 	}
@@ -172,28 +174,32 @@ static int cmd_ls(int argc, char **argv)
 	struct pt_node *top;
 	struct pt_buf path;
 	const char *ckpath = NULL, *sub = "";
-	int i, rc = PTFS_EXIT_OK, wrc;
+	static const char *const names[] = { "-a", "--max=", NULL };
+	struct ptfs_args args;
+	const char *v;
+	int k, npos = 0, rc = PTFS_EXIT_OK, wrc;
 
-	for (i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "-a") == 0) {
-			l.all = true;
-		} else if (strcmp(argv[i], "--max") == 0 && i + 1 < argc) {
-			char *end;
-			l.max = strtoull(argv[++i], &end, 10);
-			if (*end || l.max == 0) {
-				fprintf(stderr, "ptfs ls: --max takes a positive number\n");
-				return PTFS_EXIT_USAGE;
-			}
-		} else if (!ckpath) {
-			ckpath = argv[i];
-		} else if (!*sub) {
-			sub = argv[i];
-		} else {
+	ptfs_args_init(&args, argc, argv);
+	while ((k = ptfs_args_next(&args, names, &v)) != PTFS_ARG_END) {
+		if (k == PTFS_ARG_BAD)
 			return PTFS_EXIT_USAGE;
+		if (k == 0) {
+			l.all = true;
+		} else if (k == 1) {
+			char *end;
+			l.max = strtoull(v, &end, 10);
+			if (!*v || *end || l.max == 0)
+				return ptfs_usage_error("ls", "--max takes a positive number, not '%s'", v);
+		} else if (npos++ == 0) {
+			ckpath = v;
+		} else if (npos == 2) {
+			sub = v;
+		} else {
+			return ptfs_usage_error("ls", "extra argument '%s'", v);
 		}
 	}
 	if (!ckpath)
-		return PTFS_EXIT_USAGE;
+		return ptfs_usage_error("ls", "missing CHECKPOINT");
 	if (open_or_report(ckpath, &ck))
 		return PTFS_EXIT_ERROR;
 	top = resolve(ck, ckpath, sub);
@@ -224,6 +230,9 @@ static int cmd_ls(int argc, char **argv)
 	return rc;
 }
 
+/* The operands' names in "missing ..." lines. */
+static const char *const ck_path[] = { "CHECKPOINT", "PATH" };
+
 static int cmd_cat(int argc, char **argv)
 {
 	struct pt_ckpt *ck = NULL;
@@ -234,10 +243,12 @@ static int cmd_cat(int argc, char **argv)
 	uint64_t off = 0;
 	char *buf;
 	int rc = PTFS_EXIT_OK;
+	char *pos[2];
 
-	if (argc != 3) {
+	if (ptfs_operands(argc, argv, NULL, NULL, pos, 2, 2, ck_path))
 		return PTFS_EXIT_USAGE;
-	}
+	argv[1] = pos[0];
+	argv[2] = pos[1];
 	if (open_or_report(argv[1], &ck))
 		return PTFS_EXIT_ERROR;
 	node = resolve(ck, argv[1], argv[2]);
@@ -291,13 +302,16 @@ static int cmd_info(int argc, char **argv)
 {
 	struct pt_ckpt *ck = NULL;
 	struct pt_buf b;
+	static const char *const flags[] = { "--weights-only", NULL };
+	char *pos[1];
+	unsigned seen;
 	int rc;
 
-	if (argc == 3 && strcmp(argv[1], "--weights-only") == 0)
-		return ptfs_cmd_weights_only(argv[2], &cli_opts);
-	if (argc != 2) {
+	if (ptfs_operands(argc, argv, flags, &seen, pos, 1, 1, ck_path))
 		return PTFS_EXIT_USAGE;
-	}
+	if (seen)
+		return ptfs_cmd_weights_only(pos[0], &cli_opts);
+	argv[1] = pos[0];
 	if (open_or_report(argv[1], &ck))
 		return PTFS_EXIT_ERROR;
 	pt_buf_init(&b);
@@ -399,10 +413,12 @@ static int cmd_set(int argc, char **argv)
 	int rc = PTFS_EXIT_ERROR, e;
 
 	char found[4096];
+	char *pos[2];
 
-	if (argc != 3) {
+	if (ptfs_operands(argc, argv, NULL, NULL, pos, 2, 2, ck_path))
 		return PTFS_EXIT_USAGE;
-	}
+	argv[1] = pos[0];
+	argv[2] = pos[1];
 	/* a commit now would make the kept writes older than their file */
 	if (ptfs_pending_note(argv[1], found, sizeof(found)))
 		return PTFS_EXIT_ERROR;
@@ -461,30 +477,20 @@ out:
 static int cmd_recover(int argc, char **argv)
 {
 	bool discard = false, force = false;
-	const char *path = NULL;
+	char *path = NULL;
 	char found[4096], note[1024] = "";
 	struct pt_ckpt *ck = NULL;
 	struct pt_error err;
-	int i, rc;
+	static const char *const flags[] = { "--discard", "--force", NULL };
+	unsigned seen;
+	int rc;
 
-	for (i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "--discard") == 0) {
-			discard = true;
-		} else if (strcmp(argv[i], "--force") == 0) {
-			force = true;
-		} else if (argv[i][0] == '-' || path) {
-			fprintf(stderr, "ptfs: recover: %s '%s'\nTry 'ptfs --help'\n",
-				argv[i][0] == '-' ? "unknown option" : "extra argument", argv[i]);
-			return PTFS_EXIT_USAGE;
-		} else {
-			path = argv[i];
-		}
-	}
-	if (!path || (discard && force)) {
-		fprintf(stderr, "ptfs: recover: %s\nTry 'ptfs --help'\n",
-			path ? "--discard and --force exclude each other" : "missing CHECKPOINT");
+	if (ptfs_operands(argc, argv, flags, &seen, &path, 1, 1, ck_path))
 		return PTFS_EXIT_USAGE;
-	}
+	discard = seen & 1;
+	force = seen & 2;
+	if (discard && force)
+		return ptfs_usage_error("recover", "--discard and --force exclude each other");
 	cli_opts.recover = true;
 	if (open_or_report(path, &ck))
 		return PTFS_EXIT_ERROR;
@@ -509,31 +515,71 @@ static int cmd_recover(int argc, char **argv)
 	return rc ? PTFS_EXIT_ERROR : PTFS_EXIT_OK;
 }
 
-int ptfs_cli(int argc, char **argv)
+/* Whether subcommand @cmd is one of @list (space separated). */
+static bool one_of(const char *cmd, const char *list)
 {
+	size_t n = strlen(cmd);
+	const char *p = list;
+
+	while ((p = strstr(p, cmd)) != NULL) {
+		if ((p == list || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0'))
+			return true;
+		p += n;
+	}
+	return false;
+}
+
+/* The options several subcommands share, taken out of argv wherever they
+ * stand before a "--": --nested and -o for those that open a checkpoint,
+ * -v for set, --progress and --no-progress for the long ones.  The new
+ * argc, or -1 after a usage error. */
+static int common_options(int argc, char **argv)
+{
+	bool ck = !one_of(argv[0], "thumbnail");
+	bool slow = one_of(argv[0], "stat diff export set recover");
 	int i, j;
 
-	ptfs_heap_reserve();    /* heap.c */
-
-	/* --nested and -o may stand anywhere after the subcommand */
-	pt_ckpt_opts_default(&cli_opts);
 	for (i = j = 1; i < argc; i++) {
-		if (strcmp(argv[i], "--nested") == 0) {
+		const char *a = argv[i];
+
+		if (strcmp(a, "--") == 0) {
+			while (i < argc)
+				argv[j++] = argv[i++];
+			break;
+		}
+		if (ck && strcmp(a, "--nested") == 0) {
 			cli_opts.nested = true;
-		} else if ((strcmp(argv[i], "-v") == 0 ||
-			    strcmp(argv[i], "--verbose") == 0) &&
-			   strcmp(argv[0], "preview") != 0) {   /* its own -v */
+		} else if (strcmp(argv[0], "set") == 0 &&
+			   (strcmp(a, "-v") == 0 || strcmp(a, "--verbose") == 0)) {
 			cli_verbose = true;
-		} else if (strcmp(argv[i], "-o") == 0) {
-			if (i + 1 >= argc || parse_o(argv[++i]) != 0) {
-				return PTFS_EXIT_USAGE;
+		} else if (slow && strcmp(a, "--progress") == 0) {
+			ptfs_progress_mode(PTFS_PROGRESS_ON);
+		} else if (slow && strcmp(a, "--no-progress") == 0) {
+			ptfs_progress_mode(PTFS_PROGRESS_OFF);
+		} else if (ck && strcmp(a, "-o") == 0) {
+			if (i + 1 >= argc) {
+				ptfs_usage_error(argv[0], "-o needs a value");
+				return -1;
+			}
+			if (parse_o(argv[++i]) != 0) {
+				ptfs_usage_try(argv[0]);
+				return -1;
 			}
 		} else {
 			argv[j++] = argv[i];
 		}
 	}
-	argc = j;
-	argv[argc] = NULL;
+	argv[j] = NULL;
+	return j;
+}
+
+int ptfs_cli(int argc, char **argv)
+{
+	ptfs_heap_reserve();    /* heap.c */
+	pt_ckpt_opts_default(&cli_opts);
+	argc = common_options(argc, argv);
+	if (argc < 0)
+		return PTFS_EXIT_USAGE;
 	if (strcmp(argv[0], "ls") == 0)
 		return cmd_ls(argc, argv);
 	if (strcmp(argv[0], "cat") == 0)

@@ -12,7 +12,9 @@
 
 #include "ckpt/ckpt.h"
 #include "export/export.h"
+#include "progress.h"
 #include "ptfs.h"
+#include "usage.h"
 
 static int open_ck(const char *path, const struct pt_ckpt_opts *o,
 		   struct pt_ckpt **ck)
@@ -34,30 +36,33 @@ int ptfs_cmd_tree(int argc, char **argv, const struct pt_ckpt_opts *o)
 	const char *path = NULL;
 	struct pt_ckpt *ck;
 	struct pt_buf b;
+	static const char *const names[] = { "--json", "--max=", NULL };
+	struct ptfs_args a;
+	const char *v;
 	bool json = false;
-	int i, rc = PTFS_EXIT_OK;
+	int k, rc = PTFS_EXIT_OK;
 
-	for (i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "--json") == 0) {
+	ptfs_args_init(&a, argc, argv);
+	while ((k = ptfs_args_next(&a, names, &v)) != PTFS_ARG_END) {
+		if (k == PTFS_ARG_BAD)
+			return PTFS_EXIT_USAGE;
+		if (k == 0) {
 			json = true;
-		} else if (strcmp(argv[i], "--max") == 0 && i + 1 < argc) {
+		} else if (k == 1) {
 			char *end;
-			max = strtoull(argv[++i], &end, 10);
-			if (*end || max == 0) {
-				fprintf(stderr, "ptfs tree: --max takes a positive number\n");
-				return PTFS_EXIT_USAGE;
-			}
-		} else if (!path && argv[i][0] != '-') {
-			path = argv[i];
+			max = strtoull(v, &end, 10);
+			if (!*v || *end || max == 0)
+				return ptfs_usage_error("tree", "--max takes a positive number, not '%s'", v);
+		} else if (!path) {
+			path = v;
 		} else {
-			path = NULL;
-			break;
+			return ptfs_usage_error("tree", "extra argument '%s'", v);
 		}
 	}
-	if (!path || !json) {
-		fprintf(stderr, "usage: ptfs tree --json [--max N] CHECKPOINT\n");
-		return PTFS_EXIT_USAGE;
-	}
+	if (!json)
+		return ptfs_usage_error("tree", "--json is required (the only output form)");
+	if (!path)
+		return ptfs_usage_error("tree", "missing CHECKPOINT");
 	if (open_ck(path, o, &ck))
 		return PTFS_EXIT_ERROR;
 	pt_buf_init(&b);
@@ -110,6 +115,54 @@ static void print_notes(const struct pt_buf *notes)
 	}
 }
 
+/* The arguments of `ptfs export`: 0, or PTFS_EXIT_USAGE once said. */
+static int export_args(int argc, char **argv, struct pt_export_opts *xo,
+		       const char **path, const char **out, const char **to)
+{
+	static const char *const names[] = { "--to=", "--shard-size=",
+		"--skip-unsupported", "--no-fsync", NULL };
+	struct ptfs_args a;
+	const char *v;
+	int k;
+
+	ptfs_args_init(&a, argc, argv);
+	while ((k = ptfs_args_next(&a, names, &v)) != PTFS_ARG_END) {
+		switch (k) {
+		case PTFS_ARG_BAD:
+			return PTFS_EXIT_USAGE;
+		case 0:
+			*to = v;
+			if (strcmp(v, "safetensors") && strcmp(v, "npy") && strcmp(v, "pt"))
+				return ptfs_usage_error("export", "--to takes safetensors, pt or npy, not '%s'", v);
+			break;
+		case 1:
+			xo->shard_size = parse_size(v);
+			if (!xo->shard_size)
+				return ptfs_usage_error("export", "--shard-size takes a size (5GB, 500MiB, bytes), not '%s'", v);
+			break;
+		case 2:
+			xo->skip_unsupported = true;
+			break;
+		case 3:
+			xo->no_fsync = true;
+			break;
+		default:
+			if (*path && *out)
+				return ptfs_usage_error("export", "extra argument '%s'", v);
+			*(*path ? out : path) = v;
+		}
+	}
+	if (!*path)
+		return ptfs_usage_error("export", "missing CHECKPOINT");
+	if (!*to)
+		return ptfs_usage_error("export", "missing --to safetensors|pt|npy");
+	if (!*out)
+		return ptfs_usage_error("export", "missing OUT");
+	if (xo->shard_size && strcmp(*to, "safetensors") != 0)
+		return ptfs_usage_error("export", "--shard-size is for --to safetensors");
+	return 0;
+}
+
 /* `ptfs export CHECKPOINT --to safetensors|pt|npy [options] OUT` */
 int ptfs_cmd_export(int argc, char **argv, const struct pt_ckpt_opts *o)
 {
@@ -118,44 +171,16 @@ int ptfs_cmd_export(int argc, char **argv, const struct pt_ckpt_opts *o)
 	struct pt_ckpt *ck;
 	struct pt_error err;
 	struct pt_buf notes;
-	int i, rc;
+	struct ptfs_progress *pg;
+	int rc;
 
-	for (i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "--to") == 0 && i + 1 < argc) {
-			to = argv[++i];
-		} else if (strcmp(argv[i], "--shard-size") == 0 && i + 1 < argc) {
-			xo.shard_size = parse_size(argv[++i]);
-			if (!xo.shard_size) {
-				fprintf(stderr, "ptfs export: --shard-size takes a size (5GB, 500MiB, bytes)\n");
-				return PTFS_EXIT_USAGE;
-			}
-		} else if (strcmp(argv[i], "--skip-unsupported") == 0) {
-			xo.skip_unsupported = true;
-		} else if (strcmp(argv[i], "--no-fsync") == 0) {
-			xo.no_fsync = true;
-		} else if (argv[i][0] == '-' && argv[i][1]) {
-			to = NULL;      /* unknown option: usage */
-			break;
-		} else if (!path) {
-			path = argv[i];
-		} else if (!out) {
-			out = argv[i];
-		} else {
-			to = NULL;
-			break;
-		}
-	}
-	if (!path || !out || !to ||
-	    (strcmp(to, "safetensors") && strcmp(to, "npy") && strcmp(to, "pt"))) {
-		fprintf(stderr, "usage: ptfs export CHECKPOINT --to safetensors|pt|npy [--shard-size SIZE] [--skip-unsupported] [--no-fsync] OUT\n");
-		return PTFS_EXIT_USAGE;
-	}
-	if (xo.shard_size && strcmp(to, "safetensors") != 0) {
-		fprintf(stderr, "ptfs export: --shard-size is for --to safetensors\n");
-		return PTFS_EXIT_USAGE;
-	}
+	rc = export_args(argc, argv, &xo, &path, &out, &to);
+	if (rc)
+		return rc;
 	if (open_ck(path, o, &ck))
 		return PTFS_EXIT_ERROR;
+	pg = ptfs_progress_start("export");
+	pt_ckpt_set_progress(ck, ptfs_progress_hook, pg);
 	pt_error_clear(&err);
 	pt_buf_init(&notes);
 	if (strcmp(to, "safetensors") == 0)
@@ -164,6 +189,7 @@ int ptfs_cmd_export(int argc, char **argv, const struct pt_ckpt_opts *o)
 		rc = pt_export_pt(ck, out, &xo, &notes, &err);
 	else
 		rc = pt_export_npy(ck, out, &xo, &notes, &err);
+	ptfs_progress_end(pg);
 	print_notes(&notes);
 	if (rc)
 		fprintf(stderr, "ptfs: %s: export to %s failed: %s\n", path, out,
@@ -177,14 +203,23 @@ int ptfs_cmd_weights_only(const char *path, const struct pt_ckpt_opts *o)
 {
 	struct pt_ckpt *ck;
 	struct pt_buf b;
-	int ok;
+	int ok, rc;
 
+	/* 2, not 1: "refused" is a verdict about a file that was read */
 	if (open_ck(path, o, &ck))
-		return PTFS_EXIT_ERROR;
+		return PTFS_EXIT_TROUBLE;
 	pt_buf_init(&b);
 	ok = pt_weights_only(ck, &b);
-	fwrite(b.p, 1, b.len, stdout);
+	if (b.oom) {
+		fprintf(stderr, "ptfs: %s: out of memory\n", path);
+		rc = PTFS_EXIT_TROUBLE;
+	} else if (fwrite(b.p, 1, b.len, stdout) != b.len || fflush(stdout) != 0) {
+		fprintf(stderr, "ptfs info: writing the output: %s\n", strerror(errno));
+		rc = PTFS_EXIT_TROUBLE;
+	} else {
+		rc = ok ? PTFS_EXIT_OK : PTFS_EXIT_ERROR;
+	}
 	pt_buf_free(&b);
 	pt_ckpt_close(ck);
-	return ok ? PTFS_EXIT_OK : PTFS_EXIT_ERROR;
+	return rc;
 }

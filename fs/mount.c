@@ -1194,6 +1194,7 @@ struct cmdline {
 					 * (opts.c) */
 	char *remote_opt[5];    /* cache_dir= ... s3_endpoint= (fs/remote.c) */
 	int previews;                   /* -o previews */
+	int nonempty;                   /* -o nonempty (mountpoint.c) */
 	char *logfile;                  /* -o log=FILE (log.h) */
 };
 
@@ -1207,6 +1208,7 @@ static const struct fuse_opt ptfs_opts[] = {
 	PTFS_OPT("cafile=%s", remote_opt[3]),
 	PTFS_OPT("s3_endpoint=%s", remote_opt[4]),
 	PTFS_OPT("previews", previews),
+	PTFS_OPT("nonempty", nonempty),
 	PTFS_OPT("log=%s", logfile),
 	FUSE_OPT_KEY("-h", KEY_HELP),
 	FUSE_OPT_KEY("--help", KEY_HELP),
@@ -1279,8 +1281,10 @@ static int opt_proc(void *data, const char *arg, int key,
 			c->checkpoint = arg;
 		else if (c->nonopts == 1)
 			c->mountpoint = arg;
-		else
+		else if (!c->bad) {
+			fprintf(stderr, "ptfs: extra argument '%s'\n", arg);
 			c->bad = true;
+		}
 		c->nonopts++;
 		return 0;
 	case FUSE_OPT_KEY_OPT:
@@ -1459,6 +1463,9 @@ static int parse_cmdline(struct fuse_args *args, struct cmdline *c,
 		fprintf(stderr, "ptfs: %s\n", !c->checkpoint ? "missing CHECKPOINT" : "missing MOUNTPOINT");
 		return PTFS_EXIT_USAGE;
 	}
+	/* not a usage error: the command line was right */
+	if (ptfs_mountpoint_check(c->mountpoint, c->nonempty != 0) != 0)
+		return PTFS_EXIT_ERROR;
 	if (fuse_opt_add_arg(args, c->mountpoint) != 0 ||
 	    fuse_parse_cmdline(args, fopts) != 0)
 		return PTFS_EXIT_USAGE;

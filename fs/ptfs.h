@@ -2,9 +2,9 @@
 /*
  * ptfs.h -- the front end's internal interfaces: the FUSE-less
  * subcommands (cli.c) and the mount (mount.c), both called by main.c.
- * Neither prints the usage text: they print one line naming the problem
- * and return PTFS_EXIT_USAGE (main.c adds the usage on stderr), or
- * PTFS_EXIT_HELP (main.c prints it on stdout and exits 0).
+ * A usage error is one line naming the problem and a "Try" hint
+ * (usage.h), then PTFS_EXIT_USAGE; PTFS_EXIT_HELP asks main.c to print
+ * the usage on stdout and exit 0.
  */
 #ifndef PTFS_FS_PTFS_H
 #define PTFS_FS_PTFS_H
@@ -16,7 +16,9 @@
 /* Exit codes, documented in README.md. */
 #define PTFS_EXIT_OK 0
 #define PTFS_EXIT_ERROR 1   /* the checkpoint cannot be opened or served */
-#define PTFS_EXIT_USAGE 2   /* bad command line */
+#define PTFS_EXIT_USAGE 2   /* bad command line (usage.h) */
+#define PTFS_EXIT_TROUBLE 2 /* diff, info --weights-only: no verdict (a file
+			     * that cannot be opened or read) */
 /* Not an exit code: "print the usage on stdout, exit 0" (-h, --help). */
 #define PTFS_EXIT_HELP (-1)
 
@@ -35,7 +37,8 @@ struct pt_ckpt_opts;
 int ptfs_cmd_tree(int argc, char **argv, const struct pt_ckpt_opts *o);
 int ptfs_cmd_export(int argc, char **argv, const struct pt_ckpt_opts *o);
 /* `ptfs info --weights-only CHECKPOINT`: exit 0 when torch >= 2.6 would
- * load it with weights_only=True, 1 when not (or it cannot be opened). */
+ * load it with weights_only=True, 1 when not, 2 when it cannot be opened
+ * or read (no verdict). */
 int ptfs_cmd_weights_only(const char *path, const struct pt_ckpt_opts *o);
 /* `ptfs stat|diff|preview ...` (view.c): argv[0] is the subcommand,
  * @opts the checkpoint options parsed by ptfs_cli(). */
@@ -55,6 +58,9 @@ void ptfs_view_changed(struct pt_ckpt *ck, void (*drop)(void *ctx, struct pt_nod
  * unmounted.  Returns one of the codes above. */
 int ptfs_mount_main(int argc, char **argv);
 int ptfs_cmd_umount(int argc, char **argv);     /* umount.c */
+/* mountpoint.c: @mp must be a directory, empty unless @nonempty, and not
+ * a ptfs mount already: 0, or -1 with one line on stderr. */
+int ptfs_mountpoint_check(const char *mp, bool nonempty);
 
 /* Print the version, the formats this build reads and its libraries to @f
  * (fs/version.c). */

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,23 +19,15 @@
 #include "base/json.h"
 #include "ckpt/ckpt.h"
 #include "decode/dtype.h"
+#include "progress.h"
 #include "ptfs.h"
+#include "usage.h"
 #include "view/diff.h"
 #include "view/preview.h"
 #include "view/stats.h"
 #include "view/walk.h"
 
 static const struct pt_ckpt_opts *vopts;
-
-/* This file's part of the usage text (main.c has all of it; not called
- * from here, so that view.c depends on nothing else in fs/). */
-static void view_usage(void)
-{
-	fputs("usage: ptfs stat [--json] [-j N] CHECKPOINT [PATH]\n"
-	      "       ptfs diff [--json] [-j N] [-q] CHECKPOINT_A CHECKPOINT_B\n"
-	      "       ptfs preview [-v] [-s SIDE] CHECKPOINT PATH [--output FILE.png]\n"
-	      "       ptfs thumbnail [-s SIZE] TENSOR_FILE_IN_A_MOUNT OUTPUT.png\n", stderr);
-}
 
 /* Write what @b holds to stdout and empty it. */
 static void out_buf(struct pt_buf *b)
@@ -87,32 +80,82 @@ static int parse_jobs(const char *s, unsigned *jobs)
 	char *end;
 	unsigned long v = strtoul(s, &end, 10);
 
-	if (*end || v == 0 || v > 1024) {
-		fprintf(stderr, "ptfs: -j takes a number from 1 to 1024\n");
+	if (!*s || *end || v == 0 || v > 1024)
 		return -1;
-	}
 	*jobs = (unsigned)v;
 	return 0;
 }
 
 /* ---- ptfs stat ---- */
 
+static uint64_t node_bytes(struct pt_node *n)
+{
+	struct pt_nattr a;
+
+	pt_node_attr(n, &a);
+	return a.size;
+}
+
+/* Lines of stat and diff go out as items finish, in item order: the item
+ * that completes the run from @next prints it (under @lock). */
+struct stream {
+	pthread_mutex_t lock;
+	size_t next, n;
+	bool *done;
+	struct ptfs_progress *pg;
+	void (*line)(void *ctx, size_t i, struct pt_buf *b);
+	void *ctx;
+};
+
+static int stream_init(struct stream *s, size_t n, void (*line)(void *, size_t, struct pt_buf *),
+		       void *ctx, const char *what)
+{
+	memset(s, 0, sizeof(*s));
+	s->done = calloc(n + 1, sizeof(*s->done));
+	if (!s->done)
+		return -1;
+	pthread_mutex_init(&s->lock, NULL);
+	s->n = n;
+	s->line = line;
+	s->ctx = ctx;
+	s->pg = ptfs_progress_start(what);
+	return 0;
+}
+
+/* Item @i is finished: print every finished item from the next one on. */
+static void stream_done(struct stream *s, size_t i)
+{
+	struct pt_buf b;
+
+	pt_buf_init(&b);
+	pthread_mutex_lock(&s->lock);
+	s->done[i] = true;
+	while (s->next < s->n && s->done[s->next])
+		s->line(s->ctx, s->next++, &b);
+	if (b.len)
+		ptfs_progress_print(s->pg, b.p, b.len);
+	pthread_mutex_unlock(&s->lock);
+	pt_buf_free(&b);
+}
+
+static void stream_end(struct stream *s)
+{
+	ptfs_progress_end(s->pg);
+	pthread_mutex_destroy(&s->lock);
+	free(s->done);
+}
+
 struct stat_job {
 	struct pt_ckpt *ck;
+	const char *ckpath;
+	bool json;
 	struct pt_view_item *items;
 	struct pt_tstats *st;
 	int *rc;
 	struct pt_error *err;
 	struct pt_error err0;            /* before the first tensor */
+	struct stream out;
 };
-
-static void stat_one(void *ctx, size_t i)
-{
-	struct stat_job *j = ctx;
-
-	pt_error_clear(&j->err[i]);
-	j->rc[i] = pt_tensor_stats(j->ck, j->items[i].node, &j->st[i], &j->err[i]);
-}
 
 static void shape_str(struct pt_buf *b, const struct pt_tinfo *ti)
 {
@@ -122,6 +165,45 @@ static void shape_str(struct pt_buf *b, const struct pt_tinfo *ti)
 	for (i = 0; i < ti->rank; i++)
 		pt_buf_printf(b, "%s%lld", i ? ", " : "", (long long)ti->shape[i]);
 	pt_buf_putc(b, ']');
+}
+
+/* The line of tensor @i (an unreadable one: to stderr, unless JSON). */
+static void stat_line(void *ctx, size_t i, struct pt_buf *b)
+{
+	struct stat_job *j = ctx;
+	const struct pt_view_item *it = &j->items[i];
+
+	if (j->json) {
+		pt_buf_puts(b, i ? ",\n  " : "\n  ");
+		if (j->rc[i]) {
+			pt_buf_puts(b, "{\"path\": \"");
+			pt_json_str(b, (const uint8_t *)it->path, strlen(it->path));
+			pt_buf_puts(b, "\", \"error\": \"");
+			pt_json_str(b, (const uint8_t *)j->err[i].msg, strlen(j->err[i].msg));
+			pt_buf_puts(b, "\"}");
+		} else {
+			pt_tstats_json(&j->st[i], it->path, false, b);
+		}
+	} else if (j->rc[i]) {
+		ptfs_progress_print(j->out.pg, b->p, b->len);   /* order kept */
+		b->len = 0;
+		fprintf(stderr, "ptfs: %s: %s: %s\n", j->ckpath, it->path, j->err[i].msg);
+	} else {
+		pt_buf_printf(b, "%s  %s ", it->path, j->st[i].ti.dtype);
+		shape_str(b, &j->st[i].ti);
+		pt_buf_puts(b, "  ");
+		pt_tstats_text(&j->st[i], b);
+		pt_buf_putc(b, '\n');
+	}
+}
+
+static void stat_one(void *ctx, size_t i)
+{
+	struct stat_job *j = ctx;
+
+	pt_error_clear(&j->err[i]);
+	j->rc[i] = pt_tensor_stats(j->ck, j->items[i].node, &j->st[i], &j->err[i]);
+	stream_done(&j->out, i);
 }
 
 /* "3 tensors contain NaN, 1 contains +Inf" or "no NaN or Inf". */
@@ -158,54 +240,73 @@ static void summary(struct pt_buf *b, const struct pt_tstats *st, const int *rc,
 		pt_buf_printf(b, "; %zu could not be read", bad);
 }
 
-static void stat_print(const char *ckpath, struct pt_view_item *items,
-		       const struct pt_tstats *st, const int *rc,
-		       const struct pt_error *err, size_t n, bool json)
+/* Every tensor's line as it finishes, then the summary. */
+static void stat_run(struct stat_job *j, size_t n, unsigned jobs)
 {
 	struct pt_buf b;
 	size_t i;
 
 	pt_buf_init(&b);
-	if (json) {
+	if (j->json) {
 		pt_buf_puts(&b, "{\"checkpoint\": \"");
-		pt_json_str(&b, (const uint8_t *)ckpath, strlen(ckpath));
+		pt_json_str(&b, (const uint8_t *)j->ckpath, strlen(j->ckpath));
 		pt_buf_puts(&b, "\", \"tensors\": [");
+		ptfs_progress_print(j->out.pg, b.p, b.len);
+		b.len = 0;
 	}
-	for (i = 0; i < n; i++) {
-		if (json) {
-			pt_buf_puts(&b, i ? ",\n  " : "\n  ");
-			if (rc[i]) {
-				pt_buf_puts(&b, "{\"path\": \"");
-				pt_json_str(&b, (const uint8_t *)items[i].path, strlen(items[i].path));
-				pt_buf_puts(&b, "\", \"error\": \"");
-				pt_json_str(&b, (const uint8_t *)err[i].msg, strlen(err[i].msg));
-				pt_buf_puts(&b, "\"}");
-			} else {
-				pt_tstats_json(&st[i], items[i].path, false, &b);
-			}
-		} else if (rc[i]) {
-			fprintf(stderr, "ptfs: %s: %s: %s\n", ckpath, items[i].path, err[i].msg);
-			continue;
-		} else {
-			pt_buf_printf(&b, "%s  %s ", items[i].path, st[i].ti.dtype);
-			shape_str(&b, &st[i].ti);
-			pt_buf_puts(&b, "  ");
-			pt_tstats_text(&st[i], &b);
-			pt_buf_putc(&b, '\n');
-		}
-		out_buf(&b);
-	}
-	if (json) {
+	for (i = 0; i < n; i++)
+		ptfs_progress_total(j->out.pg, node_bytes(j->items[i].node));
+	pt_view_parallel(n, jobs, stat_one, j);
+	if (j->json) {
 		pt_buf_puts(&b, "\n], \"summary\": \"");
-		summary(&b, st, rc, n);
+		summary(&b, j->st, j->rc, n);
 		pt_buf_puts(&b, "\"}\n");
 	} else {
-		pt_buf_printf(&b, "%s: ", ckpath);
-		summary(&b, st, rc, n);
+		pt_buf_printf(&b, "%s: ", j->ckpath);
+		summary(&b, j->st, j->rc, n);
 		pt_buf_putc(&b, '\n');
 	}
+	ptfs_progress_end(j->out.pg);
+	j->out.pg = NULL;
 	out_buf(&b);
 	pt_buf_free(&b);
+}
+
+/* The arguments of stat (@sub) or diff (@sub NULL, the two checkpoints in
+ * @ckpath[0..1]): 0, or PTFS_EXIT_USAGE once said. */
+static int view_args(int argc, char **argv, const char **ckpath, const char **sub,
+		     unsigned *jobs, bool *json, bool *quiet)
+{
+	static const char *const stat_names[] = { "--json", "-j=", NULL };
+	static const char *const diff_names[] = { "--json", "-j=", "-q", NULL };
+	static const char *const stat_what[] = { "CHECKPOINT" };
+	static const char *const diff_what[] = { "CHECKPOINT_A", "CHECKPOINT_B" };
+	struct ptfs_args a;
+	const char *v;
+	int k, npos = 0, need = sub ? 1 : 2;
+
+	ptfs_args_init(&a, argc, argv);
+	while ((k = ptfs_args_next(&a, sub ? stat_names : diff_names, &v)) != PTFS_ARG_END) {
+		if (k == PTFS_ARG_BAD)
+			return PTFS_EXIT_USAGE;
+		if (k == 0)
+			*json = true;
+		else if (k == 1 && parse_jobs(v, jobs))
+			return ptfs_usage_error(argv[0], "-j takes a number from 1 to 1024, not '%s'", v);
+		else if (k == 2)
+			*quiet = true;
+		else if (k >= 0)
+			continue;
+		else if (npos < need)
+			ckpath[npos++] = v;
+		else if (sub && npos++ == 1)
+			*sub = v;
+		else
+			return ptfs_usage_error(argv[0], "extra argument '%s'", v);
+	}
+	if (npos < need)
+		return ptfs_usage_error(argv[0], "missing %s", (sub ? stat_what : diff_what)[npos]);
+	return 0;
 }
 
 static int cmd_stat(int argc, char **argv)
@@ -214,28 +315,13 @@ static int cmd_stat(int argc, char **argv)
 	struct pt_view_item *items = NULL;
 	struct pt_ckpt *ck = NULL;
 	unsigned jobs = default_jobs();
-	bool json = false;
+	bool json = false, quiet = false;
 	size_t n = 0, i;
 	int status = PTFS_EXIT_ERROR;
 	struct stat_job j = { 0 };
 
-	for (i = 1; i < (size_t)argc; i++) {
-		if (strcmp(argv[i], "--json") == 0)
-			json = true;
-		else if (strcmp(argv[i], "-j") == 0 && i + 1 < (size_t)argc) {
-			if (parse_jobs(argv[++i], &jobs))
-				return PTFS_EXIT_USAGE;
-		} else if (!ckpath)
-			ckpath = argv[i];
-		else if (!*sub)
-			sub = argv[i];
-		else
-			ckpath = NULL, i = (size_t)argc;
-	}
-	if (!ckpath) {
-		view_usage();
+	if (view_args(argc, argv, &ckpath, &sub, &jobs, &json, &quiet))
 		return PTFS_EXIT_USAGE;
-	}
 	if (open_ck(ckpath, &ck))
 		return PTFS_EXIT_ERROR;
 	pt_error_clear(&j.err0);
@@ -246,16 +332,19 @@ static int cmd_stat(int argc, char **argv)
 	if (list_tensors(ck, ckpath, sub, &items, &n))
 		goto out;
 	j.ck = ck;
+	j.ckpath = ckpath;
+	j.json = json;
 	j.items = items;
 	j.st = calloc(n + 1, sizeof(*j.st));
 	j.rc = calloc(n + 1, sizeof(*j.rc));
 	j.err = calloc(n + 1, sizeof(*j.err));
-	if (!j.st || !j.rc || !j.err) {
+	if (!j.st || !j.rc || !j.err || stream_init(&j.out, n, stat_line, &j, "stat")) {
 		fprintf(stderr, "ptfs: %s: out of memory\n", ckpath);
 		goto out;
 	}
-	pt_view_parallel(n, jobs, stat_one, &j);
-	stat_print(ckpath, items, j.st, j.rc, j.err, n, json);
+	pt_ckpt_set_progress(ck, ptfs_progress_hook, j.out.pg);
+	stat_run(&j, n, jobs);
+	stream_end(&j.out);
 	status = PTFS_EXIT_OK;
 	for (i = 0; i < n; i++)
 		if (j.rc[i])
@@ -281,7 +370,11 @@ struct pair {
 struct diff_job {
 	struct pt_ckpt *ca, *cb;
 	struct pair *p;
+	bool json, quiet;
+	struct stream out;
 };
+
+static void diff_line(void *ctx, size_t i, struct pt_buf *b);
 
 static void diff_one(void *ctx, size_t i)
 {
@@ -292,9 +385,14 @@ static void diff_one(void *ctx, size_t i)
 	if (!p->a || !p->b) {
 		memset(&p->d, 0, sizeof(p->d));
 		p->d.status = p->a ? PT_D_REMOVED : PT_D_ADDED;
-		return;
+	} else {
+		p->rc = pt_tensor_diff(j->ca, p->a->node, j->cb, p->b->node, &p->d, &p->err);
+		/* a change of shape is seen without reading a byte */
+		if (!p->rc && p->d.status == PT_D_SHAPE)
+			ptfs_progress_done(j->out.pg, node_bytes(p->a->node) +
+					   node_bytes(p->b->node));
 	}
-	p->rc = pt_tensor_diff(j->ca, p->a->node, j->cb, p->b->node, &p->d, &p->err);
+	stream_done(&j->out, i);
 }
 
 static int by_key(const void *x, const void *y)
@@ -440,41 +538,57 @@ static int diff_summary(struct pt_buf *o, const struct pair *p, size_t n, bool j
 	return c[PT_D_SAME] == n ? 0 : 1;
 }
 
-static int diff_print(const char *pa, const char *pb, const struct pair *p,
-		      size_t n, bool json, bool quiet)
+/* The line of pair @i (an unreadable one: to stderr, unless JSON). */
+static void diff_line(void *ctx, size_t i, struct pt_buf *b)
+{
+	struct diff_job *j = ctx;
+	const struct pair *p = &j->p[i];
+
+	if (j->json) {
+		pt_buf_puts(b, i ? ",\n  " : "\n  ");
+		pair_out(b, p, true);
+	} else if (p->rc) {
+		ptfs_progress_print(j->out.pg, b->p, b->len);   /* order kept */
+		b->len = 0;
+		fprintf(stderr, "ptfs: %s: %s\n", (p->a ? p->a : p->b)->key, p->err.msg);
+	} else if (!j->quiet) {
+		pair_out(b, p, false);
+	}
+}
+
+/* Every pair's line as it finishes, then the summary; the exit status. */
+static int diff_run(struct diff_job *j, const char *pa, const char *pb, size_t n,
+		    unsigned jobs)
 {
 	struct pt_buf o;
 	size_t i;
 	int status;
 
 	pt_buf_init(&o);
-	if (json) {
+	if (j->json) {
 		pt_buf_puts(&o, "{\"a\": \"");
 		pt_json_str(&o, (const uint8_t *)pa, strlen(pa));
 		pt_buf_puts(&o, "\", \"b\": \"");
 		pt_json_str(&o, (const uint8_t *)pb, strlen(pb));
 		pt_buf_puts(&o, "\", \"tensors\": [");
+		ptfs_progress_print(j->out.pg, o.p, o.len);
+		o.len = 0;
 	}
-	for (i = 0; i < n; i++) {
-		if (json) {
-			pt_buf_puts(&o, i ? ",\n  " : "\n  ");
-			pair_out(&o, &p[i], true);
-		} else if (p[i].rc) {
-			fprintf(stderr, "ptfs: %s: %s\n", (p[i].a ? p[i].a : p[i].b)->key,
-				p[i].err.msg);
-		} else if (!quiet) {
-			pair_out(&o, &p[i], false);
-		}
-		out_buf(&o);
-	}
-	if (json)
+	for (i = 0; i < n; i++)
+		if (j->p[i].a && j->p[i].b)
+			ptfs_progress_total(j->out.pg, node_bytes(j->p[i].a->node) +
+					    node_bytes(j->p[i].b->node));
+	pt_view_parallel(n, jobs, diff_one, j);
+	if (j->json)
 		pt_buf_puts(&o, "\n], \"summary\": ");
 	else
 		pt_buf_printf(&o, "%s vs %s: ", pa, pb);
-	status = diff_summary(&o, p, n, json);
-	if (json)
+	status = diff_summary(&o, j->p, n, j->json);
+	if (j->json)
 		pt_buf_printf(&o, ", \"equal\": %s}", status == 0 ? "true" : "false");
 	pt_buf_putc(&o, '\n');
+	ptfs_progress_end(j->out.pg);
+	j->out.pg = NULL;
 	out_buf(&o);
 	pt_buf_free(&o);
 	return status;
@@ -494,26 +608,10 @@ static int cmd_diff(int argc, char **argv)
 	size_t cnt[2] = { 0, 0 }, np = 0, k = 0;
 	unsigned jobs = default_jobs();
 	struct diff_job j = { 0 };
-	bool json = false, quiet = false;
-	int i, status = 2;
+	int status = PTFS_EXIT_TROUBLE;
 
-	for (i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "--json") == 0)
-			json = true;
-		else if (strcmp(argv[i], "-q") == 0)
-			quiet = true;
-		else if (strcmp(argv[i], "-j") == 0 && i + 1 < argc) {
-			if (parse_jobs(argv[++i], &jobs))
-				return 2;
-		} else if (k < 2)
-			path[k++] = argv[i];
-		else
-			k = 3;
-	}
-	if (k != 2) {
-		view_usage();
-		return 2;
-	}
+	if (view_args(argc, argv, path, NULL, &jobs, &j.json, &j.quiet))
+		return PTFS_EXIT_USAGE;
 	for (k = 0; k < 2; k++)
 		if (open_ck(path[k], &ck[k]) ||
 		    list_tensors(ck[k], path[k], "", &items[k], &cnt[k]))
@@ -525,8 +623,14 @@ static int cmd_diff(int argc, char **argv)
 		fprintf(stderr, "ptfs: out of memory\n");
 		goto out;
 	}
-	pt_view_parallel(np, jobs, diff_one, &j);
-	status = diff_print(path[0], path[1], j.p, np, json, quiet);
+	if (stream_init(&j.out, np, diff_line, &j, "diff")) {
+		fprintf(stderr, "ptfs: out of memory\n");
+		goto out;
+	}
+	pt_ckpt_set_progress(ck[0], ptfs_progress_hook, j.out.pg);
+	pt_ckpt_set_progress(ck[1], ptfs_progress_hook, j.out.pg);
+	status = diff_run(&j, path[0], path[1], np, jobs);
+	stream_end(&j.out);
 out:
 	free(j.p);
 	for (k = 0; k < 2; k++) {
@@ -575,11 +679,43 @@ static int parse_side(const char *s, unsigned *side)
 	char *end;
 	unsigned long v = strtoul(s, &end, 10);
 
-	if (*end || v < 16 || v > 4096) {
-		fprintf(stderr, "ptfs: -s takes a size from 16 to 4096\n");
+	if (!*s || *end || v < 16 || v > 4096)
 		return -1;
-	}
 	*side = (unsigned)v;
+	return 0;
+}
+
+/* The arguments of preview (-v, -s, --output) or thumbnail (@outp NULL:
+ * -s only): 0, or PTFS_EXIT_USAGE once said. */
+static int picture_args(int argc, char **argv, const char **arg, unsigned *side,
+			const char **outp, bool *verbose)
+{
+	static const char *const pv_names[] = { "-s=", "-v", "--output=", NULL };
+	static const char *const th_names[] = { "-s=", NULL };
+	static const char *const pv_what[] = { "CHECKPOINT", "PATH" };
+	static const char *const th_what[] = { "TENSOR_FILE", "OUTPUT.png" };
+	struct ptfs_args a;
+	const char *v;
+	int k, n = 0;
+
+	ptfs_args_init(&a, argc, argv);
+	while ((k = ptfs_args_next(&a, outp ? pv_names : th_names, &v)) != PTFS_ARG_END) {
+		if (k == PTFS_ARG_BAD)
+			return PTFS_EXIT_USAGE;
+		if (k == 0 && parse_side(v, side))
+			return ptfs_usage_error(argv[0], "-s takes a size from 16 to 4096, not '%s'", v);
+		if (k == 1)
+			*verbose = true;
+		if (k == 2)
+			*outp = v;
+		if (k >= 0)
+			continue;
+		if (n == 2)
+			return ptfs_usage_error(argv[0], "extra argument '%s'", v);
+		arg[n++] = v;
+	}
+	if (n < 2)
+		return ptfs_usage_error(argv[0], "missing %s", (outp ? pv_what : th_what)[n]);
 	return 0;
 }
 
@@ -602,25 +738,10 @@ static int cmd_preview(int argc, char **argv)
 	unsigned side = PT_PREVIEW_SIDE;
 	struct pt_error err;
 	bool verbose = false;
-	int i, k = 0, status = PTFS_EXIT_ERROR;
+	int i, status = PTFS_EXIT_ERROR;
 
-	for (i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "-v") == 0)
-			verbose = true;
-		else if (strcmp(argv[i], "--output") == 0 && i + 1 < argc)
-			outp = argv[++i];
-		else if (strcmp(argv[i], "-s") == 0 && i + 1 < argc) {
-			if (parse_side(argv[++i], &side))
-				return PTFS_EXIT_USAGE;
-		} else if (k < 2)
-			arg[k++] = argv[i];
-		else
-			k = 3;
-	}
-	if (k != 2) {
-		view_usage();
+	if (picture_args(argc, argv, arg, &side, &outp, &verbose))
 		return PTFS_EXIT_USAGE;
-	}
 	if (open_ck(arg[0], &ck))
 		return PTFS_EXIT_ERROR;
 	node = pt_tree_path(ck, arg[1], &i);
@@ -746,21 +867,10 @@ static int cmd_thumbnail(int argc, char **argv)
 	int64_t shape[64];
 	char dtype[64];
 	struct pt_error err;
-	int i, k = 0, rc, status = PTFS_EXIT_ERROR;
+	int rc, status = PTFS_EXIT_ERROR;
 
-	for (i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "-s") == 0 && i + 1 < argc) {
-			if (parse_side(argv[++i], &side))
-				return PTFS_EXIT_USAGE;
-		} else if (k < 2)
-			arg[k++] = argv[i];
-		else
-			k = 3;
-	}
-	if (k != 2) {
-		view_usage();
+	if (picture_args(argc, argv, arg, &side, NULL, NULL))
 		return PTFS_EXIT_USAGE;
-	}
 	memset(&src, 0, sizeof(src));
 	rc = thumb_info(arg[0], &src.ti, shape, dtype, sizeof(dtype));
 	if (rc) {
@@ -794,8 +904,5 @@ int ptfs_view_cmd(int argc, char **argv, const struct pt_ckpt_opts *opts)
 		return cmd_diff(argc, argv);
 	if (strcmp(argv[0], "preview") == 0)
 		return cmd_preview(argc, argv);
-	if (strcmp(argv[0], "thumbnail") == 0)
-		return cmd_thumbnail(argc, argv);
-	view_usage();
-	return PTFS_EXIT_USAGE;
+	return cmd_thumbnail(argc, argv);
 }

@@ -329,6 +329,19 @@ void pt_ckpt_set_storage_hook(struct pt_ckpt *ck, pt_storage_hook fn,
 	ck->hook = fn;
 }
 
+void pt_ckpt_set_progress(struct pt_ckpt *ck, pt_progress_fn fn, void *ctx)
+{
+	ck->progress_ctx = ctx;
+	ck->progress = fn;
+}
+
+void pt_ckpt_progress(const struct pt_ckpt *ck, enum pt_progress_kind kind,
+		      uint64_t n)
+{
+	if (ck->progress && n)
+		ck->progress(ck->progress_ctx, kind, n);
+}
+
 bool pt_ckpt_writable(const struct pt_ckpt *ck)
 {
 	return pt_source_local_path(ck->src) && ck->fmt && ck->fmt->commit;

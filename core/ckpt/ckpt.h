@@ -310,6 +310,21 @@ typedef int (*pt_storage_hook)(void *ctx, const struct pt_storage *st,
 void pt_ckpt_set_storage_hook(struct pt_ckpt *ck, pt_storage_hook fn,
 			      void *ctx);
 
+/*
+ * Progress of long work on @ck (statistics, diffs, exports, applying kept
+ * writes), for a front end that shows it: core never prints.  @fn(@ctx,
+ * PT_PROGRESS_TOTAL, n) announces n more bytes of work, @fn(@ctx,
+ * PT_PROGRESS_DONE, n) says n more bytes are done.  Called from whichever
+ * thread does the work, several at once: @fn must be thread-safe.  NULL
+ * (the default) reports nothing.
+ */
+enum pt_progress_kind { PT_PROGRESS_TOTAL, PT_PROGRESS_DONE };
+typedef void (*pt_progress_fn)(void *ctx, enum pt_progress_kind kind, uint64_t n);
+void pt_ckpt_set_progress(struct pt_ckpt *ck, pt_progress_fn fn, void *ctx);
+/* Report to the hook of @ck, if any (for core's long loops). */
+void pt_ckpt_progress(const struct pt_ckpt *ck, enum pt_progress_kind kind,
+		      uint64_t n);
+
 /* The bytes of storage @st (NULL: of any) may read differently from now
  * on (a write to the mount's overlay, a revert of one; commits call it
  * themselves): what was gathered from them for non-contiguous tensors is

@@ -242,6 +242,8 @@ struct pt_ckpt {
 	int n_meta_dirs;
 
 	pt_storage_hook hook;           /* see pt_ckpt_set_storage_hook() */
+	pt_progress_fn progress;        /* see pt_ckpt_set_progress() */
+	void *progress_ctx;
 	void *hook_ctx;
 
 	struct pt_tree *tree;

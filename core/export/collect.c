@@ -415,6 +415,14 @@ int pt_export_collect(struct pt_ckpt *ck, struct pt_xlist *xl,
 		pt_export_list_free(xl);
 		return pt_fail(err, rc, "listing the tree: %s", strerror(-rc));
 	}
+	{
+		uint64_t total = 0;
+		size_t i;
+
+		for (i = 0; i < xl->n; i++)
+			total += xl->v[i].ti.nbytes;
+		pt_ckpt_progress(ck, PT_PROGRESS_TOTAL, total);
+	}
 	return 0;
 }
 

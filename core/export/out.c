@@ -196,8 +196,10 @@ int pt_xout_tensor(struct pt_xout *o, struct pt_ckpt *ck, struct pt_node *node,
 		uint64_t at = o->off;
 
 		rc = copy_range(o, fd, file_off, ti->nbytes, err);
-		if (rc == 0)
+		if (rc == 0) {
 			start_writeback(o, at);
+			pt_ckpt_progress(ck, PT_PROGRESS_DONE, ti->nbytes);
+		}
 		if (rc <= 0)
 			return rc;
 	}
@@ -409,6 +411,7 @@ int pt_view_read(struct pt_ckpt *ck, struct pt_node *node,
 	ssize_t got;
 	int rc;
 
+	pt_ckpt_progress(ck, PT_PROGRESS_DONE, n);
 	if (ti->contiguous || ti->packed) {
 		got = pt_node_read(ck, node, dst, n, rel, err);
 		return got == (ssize_t)n ? 0 : got < 0 ? (int)got :

@@ -823,6 +823,7 @@ static int zw_storage(struct zw *z, struct pt_ckpt *ck, const struct pst *s,
 			pt_swap_elems(buf, want / unit, unit);
 		crc = pt_crc32(crc, buf, want);
 		rc = pt_xout_write(z->o, buf, want, err);
+		pt_ckpt_progress(ck, PT_PROGRESS_DONE, want);
 		done += want;
 	}
 	return rc ? rc : zw_crc(z, crc, err);

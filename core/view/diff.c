@@ -138,6 +138,7 @@ static int read_side(struct side *s, uint64_t off, size_t n, struct pt_error *er
 		return (int)got;
 	if ((size_t)got != n)
 		return pt_fail(err, -EIO, "short read at byte %llu", (unsigned long long)off);
+	pt_ckpt_progress(s->ck, PT_PROGRESS_DONE, n);
 	return 0;
 }
 

@@ -196,6 +196,7 @@ int pt_tensor_stats(struct pt_ckpt *ck, struct pt_node *node,
 			goto out;
 		}
 		s->bytes_read += want;
+		pt_ckpt_progress(ck, PT_PROGRESS_DONE, want);
 		EVP_DigestUpdate(md, buf, want);
 		if (s->decoded)
 			chunk_stats(s, buf, want, dbl);
