@@ -330,6 +330,7 @@ static int cmd_info(int argc, char **argv)
 
 struct set_ctx {
 	struct pt_ckpt *ck;
+	struct ptfs_progress *pg;
 	const struct pt_storage *st;
 	const uint8_t *data;            /* the new tensor bytes */
 	uint64_t lo;                    /* where they go in the storage */
@@ -355,11 +356,12 @@ static int set_read(void *ctx, void *buf, size_t n, uint64_t off)
 		uint64_t b = end < c->lo + c->len ? end : c->lo + c->len;
 		memcpy(p + (a - off), c->data + (a - c->lo), (size_t)(b - a));
 	}
+	ptfs_progress_done(c->pg, n);
 	return 0;
 }
 
 /* Read all of stdin, up to @max + 1 bytes (so a longer input shows). */
-static int slurp(uint8_t **out, uint64_t *len, uint64_t max)
+static int slurp(uint8_t **out, uint64_t *len, uint64_t max, struct ptfs_progress *pg)
 {
 	size_t cap = (size_t)(max + 1 < (1u << 20) ? max + 1 : (1u << 20));
 	uint8_t *buf = malloc(cap ? cap : 1);
@@ -392,6 +394,7 @@ static int slurp(uint8_t **out, uint64_t *len, uint64_t max)
 		if (got == 0)
 			break;
 		n += (uint64_t)got;
+		ptfs_progress_done(pg, (uint64_t)got);
 	}
 	*out = buf;
 	*len = n;
@@ -415,6 +418,7 @@ static int cmd_set(int argc, char **argv)
 	char found[4096];
 	char *pos[2];
 
+	memset(&c, 0, sizeof(c));
 	if (ptfs_operands(argc, argv, NULL, NULL, pos, 2, 2, ck_path))
 		return PTFS_EXIT_USAGE;
 	argv[1] = pos[0];
@@ -437,7 +441,14 @@ static int cmd_set(int argc, char **argv)
 				   "only tensor files can be set");
 		goto out;
 	}
-	e = slurp(&data, &len, a.size);
+	/* stdin, then the storage as the commit reads it */
+	c.pg = ptfs_progress_start("set");
+	ptfs_progress_total(c.pg, a.size + pt_storage_size(c.st));
+	e = slurp(&data, &len, a.size, c.pg);
+	if (e || len != a.size) {
+		ptfs_progress_end(c.pg);        /* off the line first */
+		c.pg = NULL;
+	}
 	if (e) {
 		fprintf(stderr, "ptfs: reading stdin: %s\n", strerror(-e));
 		goto out;
@@ -457,7 +468,11 @@ static int cmd_set(int argc, char **argv)
 	cm.read = set_read;
 	cm.ctx = &c;
 	pt_error_clear(&err);
-	if (pt_ckpt_commit(ck, &cm, 1, &err) != 0) {
+	rc = pt_ckpt_commit(ck, &cm, 1, &err);
+	ptfs_progress_end(c.pg);
+	c.pg = NULL;
+	if (rc != 0) {
+		rc = PTFS_EXIT_ERROR;
 		fprintf(stderr, "ptfs: %s: %s\n", argv[1], err.msg);
 		goto out;
 	}
@@ -466,6 +481,7 @@ static int cmd_set(int argc, char **argv)
 			pt_ckpt_last_commit(ck));
 	rc = PTFS_EXIT_OK;
 out:
+	ptfs_progress_end(c.pg);
 	free(data);
 	pt_ckpt_close(ck);
 	return rc;
@@ -501,10 +517,16 @@ static int cmd_recover(int argc, char **argv)
 		return PTFS_EXIT_OK;
 	}
 	pt_error_clear(&err);
-	if (discard)
+	if (discard) {
 		rc = pt_pending_discard(ck, found, &err);
-	else
+	} else {
+		struct ptfs_progress *pg = ptfs_progress_start("recover");
+
+		pt_ckpt_set_progress(ck, ptfs_progress_hook, pg);
 		rc = pt_pending_apply(ck, found, force, note, sizeof(note), &err);
+		pt_ckpt_set_progress(ck, NULL, NULL);
+		ptfs_progress_end(pg);
+	}
 	if (rc)
 		fprintf(stderr, "ptfs: %s: %s\n", path, err.msg);
 	else if (discard)

@@ -59,10 +59,10 @@ int ptfs_cmd_tree(int argc, char **argv, const struct pt_ckpt_opts *o)
 			return ptfs_usage_error("tree", "extra argument '%s'", v);
 		}
 	}
-	if (!json)
-		return ptfs_usage_error("tree", "--json is required (the only output form)");
 	if (!path)
 		return ptfs_usage_error("tree", "missing CHECKPOINT");
+	if (!json)
+		return ptfs_usage_error("tree", "--json is required (the only output form)");
 	if (open_ck(path, o, &ck))
 		return PTFS_EXIT_ERROR;
 	pt_buf_init(&b);

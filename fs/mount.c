@@ -1303,7 +1303,8 @@ static int opt_proc(void *data, const char *arg, int key,
 		if (arg[0] == '-' && strcmp(arg, "-f") != 0 &&
 		    strcmp(arg, "-d") != 0 && strcmp(arg, "-s") != 0 &&
 		    strcmp(arg, "-o") != 0 && strncmp(arg, "-o", 2) != 0) {
-			fprintf(stderr, "ptfs: unknown option '%s'\n", arg);
+			if (!c->bad)    /* the first problem only: one line */
+				fprintf(stderr, "ptfs: unknown option '%s'\n", arg);
 			c->bad = true;
 		}
 		return 1;

@@ -51,7 +51,8 @@ struct ptfs_progress *ptfs_progress_start(const char *what)
 		return NULL;    /* no bar: the work goes on */
 	p->what = what;
 	p->tty = tty;
-	p->t0 = p->last = now_ns();
+	p->t0 = now_ns();
+	p->last = p->t0 - REDRAW_NS;    /* the first progress draws at once */
 	pthread_mutex_init(&p->lock, NULL);
 	return p;
 }

@@ -13,6 +13,7 @@
  * exits 0 only when every change is in the checkpoint.
  */
 #include "ptfs.h"
+#include "usage.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -119,16 +120,13 @@ int ptfs_cmd_umount(int argc, char **argv)
 	ssize_t n;
 	int pidfd, rc;
 
-	if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
-		fputs("usage: ptfs umount MOUNTPOINT\n"
-		      "Unmount a ptfs mount and wait until its changes are in the checkpoint:\n"
-		      "exit 0 when they all are, 1 with the reason otherwise.\n", stdout);
-		return PTFS_EXIT_OK;
-	}
-	if (argc != 2 || argv[1][0] == '-') {
-		fprintf(stderr, "ptfs: umount takes one MOUNTPOINT\nTry 'ptfs umount --help'\n");
+	static const char *const what[] = { "MOUNTPOINT" };
+	char *mp;
+
+	/* --help is main.c's (usage.c) */
+	if (ptfs_operands(argc, argv, NULL, NULL, &mp, 1, 1, what))
 		return PTFS_EXIT_USAGE;
-	}
+	argv[1] = mp;
 	if (!realpath(argv[1], real)) {
 		fprintf(stderr, "ptfs: %s: %s\n", argv[1], strerror(errno));
 		return PTFS_EXIT_ERROR;

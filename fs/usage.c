@@ -103,8 +103,9 @@ static const struct cmd_help helps[] = {
 	  "\nExit status: 0 written, 1 not a ptfs tensor file or not written,\n"
 	  "2 usage error.\n" },
 	{ "umount", "ptfs umount MOUNTPOINT       (also: ptfs -u MOUNTPOINT)\n"
-	  "Unmount a ptfs mount and wait until its changes are in the checkpoint:\n"
-	  "exit 0 when they all are, 1 with the reason otherwise, 2 usage error.\n" },
+	  "Unmount a ptfs mount and wait until its changes are in the checkpoint.\n"
+	  "\nExit status: 0 every change is in the checkpoint, 1 not (the reason is\n"
+	  "printed: a failed commit, a busy mount, not a ptfs mount), 2 usage error.\n" },
 	{ "recover", "ptfs recover [--discard | --force] CHECKPOINT\n"
 	  "Apply (or drop) the writes a mount could not commit, kept beside the\n"
 	  "checkpoint as NAME.ptfs-pending; roll back an interrupted commit.\n\n"

@@ -473,6 +473,8 @@ static int pend_commit_read(void *ctx, void *buf, size_t n, uint64_t off)
 			rc = read_all(c->p->fd, q + (a - off), (size_t)(b - a),
 				      r->data + (a - r->off));
 	}
+	if (!rc)
+		pt_ckpt_progress(c->ck, PT_PROGRESS_DONE, n);
 	return rc;
 }
 
@@ -534,6 +536,8 @@ static int commit_groups(struct pt_ckpt *ck, struct pt_commit *cs,
 		cs[i].ranges = (const uint64_t (*)[2])pc[i].ranges;
 		cs[i].n_ranges = pc[i].n;
 	}
+	for (i = 0; i < n && !rc; i++)
+		pt_ckpt_progress(ck, PT_PROGRESS_TOTAL, pt_storage_size(cs[i].st));
 	if (!rc)
 		rc = pt_ckpt_commit(ck, cs, n, err);
 	for (i = 0; i < n; i++)
