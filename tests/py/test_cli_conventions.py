@@ -116,6 +116,10 @@ def test_typos_and_files(ck, tmp_path):
     usage_error(ptfs("ifno", "model.pt", cwd=ck), None, "did you mean 'info'?")
     line = usage_error(ptfs("sat", "model.pt", cwd=ck), None, "did you mean")
     assert "'set'" in line and "'stat'" in line and "'cat'" in line
+    # two edits in a long name, not in a short one
+    usage_error(ptfs("thubmnal", "model.pt", cwd=ck), None, "did you mean 'thumbnail'?")
+    usage_error(ptfs("lz", "model.pt", cwd=ck), None, "did you mean 'ls'?")
+    usage_error(ptfs("zz", cwd=ck), None, "missing MOUNTPOINT")
     # a word far from every subcommand is a checkpoint to mount
     r = ptfs("nothing-like-it.pt", cwd=ck)
     usage_error(r, None, "missing MOUNTPOINT")
