@@ -9,11 +9,14 @@
 # .deb); PTFS_DEMO_DIR changes /tmp/ptfs-demo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# only what the demo needs (contrib/setup.sh --demo --list says what)
 if [ -z "${PTFS:-}" ]; then
-	contrib/setup.sh
+	contrib/setup.sh --demo
 	cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 	cmake --build build -j "$(nproc)" >/dev/null
 	PTFS=build/ptfs
+else
+	contrib/setup.sh --demo-run
 fi
 demo=${PTFS_DEMO_DIR:-/tmp/ptfs-demo}
 mkdir -p "$demo/mnt"
@@ -29,8 +32,12 @@ torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
             "epoch": 3, "lr": 1e-3, "name": "demo"}, sys.argv[1])
 PY
 "$PTFS" "$demo/model.pt" "$demo/mnt"
-echo "\$ ptfs $demo/model.pt $demo/mnt && find $demo/mnt"
-(cd "$demo/mnt" && find . | sort)
+# the model first; ptfs's own files in /.ptfs after it, as a summary
+echo "\$ ptfs $demo/model.pt $demo/mnt && cd $demo/mnt && find . -path ./.ptfs -prune -o -print"
+(cd "$demo/mnt" && find . -path ./.ptfs -prune -o -print | sort)
+echo "\$ ls -A .ptfs    # ptfs's own files: raw records, the pickle, tree.json, info.txt, ..."
+ls -A "$demo/mnt/.ptfs" | tr '\n' ' '
+echo
 echo "\$ cat model/0.weight.json"
 cat "$demo/mnt/model/0.weight.json"
 echo "\$ python3 -c 'numpy.fromfile(\"model/0.weight\", numpy.float32)'"

@@ -42,21 +42,23 @@ def test_commands_and_options(ck):
     assert complete(PTFS, "--v") == ["--version"]
     assert set(complete(PTFS, "-")) == {"-f", "-d", "-s", "-o", "-u", "-h", "--help",
                                         "-V", "--version"}
-    assert set(complete(PTFS, "recover", "-")) == {"--discard", "--force", "-o"}
+    assert set(complete(PTFS, "recover", "-")) == {"--discard", "--force", "-o", "--progress", "--no-progress"}
     assert set(complete(PTFS, "ls", "-")) == {"-a", "--max", "--nested", "-o"}
     assert set(complete(PTFS, "info", "-")) == {"--weights-only", "-o"}
     assert set(complete(PTFS, "tree", "-")) == {"--json", "--max", "--nested", "-o"}
     assert complete(PTFS, "export", "--s") == ["--shard-size", "--skip-unsupported"]
     assert complete(PTFS, "export", "--to", "s") == ["safetensors"]
-    assert set(complete(PTFS, "set", "-")) == {"-v", "-o"}
-    assert set(complete(PTFS, "diff", "-")) == {"--json", "-q", "-j", "--nested", "-o"}
+    assert set(complete(PTFS, "set", "-")) == {"-v", "-o", "--progress", "--no-progress"}
+    assert set(complete(PTFS, "diff", "-")) == {"--json", "-q", "-j", "--nested", "-o",
+                                                "--progress", "--no-progress"}
+    assert complete(PTFS, "stat", "--p") == ["--progress"]
     assert complete(PTFS, "export", "model.pt", "--to", "s") == ["safetensors"]
     assert complete(PTFS, "tree", "--j") == ["--json"]
 
 
 def test_o_names():
     assert complete(PTFS, "-o", "allow") == ["allow_other"]
-    assert complete(PTFS, "-o", "ro,max_d") == ["ro,max_depth="]
+    assert complete(PTFS, "-o", "ro,max_de") == ["ro,max_depth="]
     assert set(complete(PTFS, "-o", "commit=")) == {
         "commit=auto", "commit=rewrite", "commit=clone", "commit=inplace"}
     assert complete(PTFS, "set", "-o", "com") == ["commit="]
@@ -64,8 +66,20 @@ def test_o_names():
     # the subcommands take no mount options
     assert complete(PTFS, "ls", "-o", "r") == []
     assert complete(PTFS, "ls", "-o", "com") == []
-    assert set(complete(PTFS, "cat", "-o", "max_")) == {
-        "max_depth=", "max_values=", "max_memory=", "max_records="}
+    assert complete(PTFS, "-o", "none") == ["nonempty"]
+
+
+def test_every_limit_of_help():
+    """Every -o max_*= of `ptfs --help` is completed, for the mount and for
+    the subcommands (five were missing)."""
+    import re
+    help_text = subprocess.run([PTFS, "--help"], capture_output=True, text=True).stdout
+    limits = set(re.findall(r"-o (max_[a-z_]+=)", help_text))
+    assert len(limits) == 9, limits
+    assert set(complete(PTFS, "cat", "-o", "max_")) == limits
+    # the mount also gets libfuse's max_threads= and max_idle_threads=
+    assert set(complete(PTFS, "-o", "ro,max_")) == {"ro," + x for x in limits} | {
+        "ro,max_threads=", "ro,max_idle_threads="}
 
 
 def test_files_and_mountpoints(ck):

@@ -752,11 +752,12 @@ ALL_ROWS = [r for r in fixture_rows()]
 def test_weights_only_fixtures(row):
     """Files torch 1.13 loads with weights_only=True are accepted; a class
     1.13 refuses is among the globals we list (1.13 names one at a time).
-    Files ptfs cannot open fail with one line (test_fixtures checks it)."""
+    Files ptfs cannot open fail with one line and exit 2: no verdict
+    (test_fixtures checks the line)."""
     path = os.path.join(FIXTURES, row["local_name"])
     if run("ls", path).returncode != 0:
         r = run("info", "--weights-only", path)
-        assert r.returncode == 1 and len(r.stderr.decode().strip().splitlines()) == 1
+        assert r.returncode == 2 and len(r.stderr.decode().strip().splitlines()) == 1
         return
     rc, out, refused = weights_only_verdict(path)
     if "TorchScript" in out or "not applicable" in out:
