@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# Build the Debian package (cpack -G DEB), check its dependencies and
-# files, install it with apt-get, use the installed ptfs (--version, the
-# man page, the completion, the demo, mount -t fuse.ptfs), then remove it.
+# Build the Debian package (cpack -G DEB), check it with lintian (an error
+# fails; warnings are printed), its dependencies and files (every document
+# the README links), install it with apt-get, use the installed ptfs
+# (--version, the man page, the completion, the demo, mount -t
+# fuse.ptfs), then remove it.
 # Usage: contrib/deb-check.sh [BUILD_DIR]   (as root; CI runs it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +24,16 @@ debs=("$dir"/ptfs_*.deb)
 [ ${#debs[@]} -eq 1 ] && [ -f "${debs[0]}" ] || fail "cpack made no single ptfs_*.deb"
 deb=$(realpath "${debs[0]}")
 echo "$(basename "$deb"): $(stat -c %s "$deb") bytes"
+command -v lintian >/dev/null || fail "lintian is not installed (contrib/setup.sh installs it)"
+# root is fine here: the package is only read
+lint=$(lintian --allow-root --info "$deb" 2>&1) || true
+echo "$lint" | grep -E '^[EW]:' || true
+if grep -q '^E:' <<<"$lint"; then
+	fail "lintian reports errors (above)"
+fi
+echo "lintian: no errors ($(grep -c '^W:' <<<"$lint" || true) warnings)"
+maint=$(dpkg-deb -f "$deb" Maintainer)
+grep -qE '^[^<]+ <[^@ ]+@[^@ ]+\.[a-z]+>$' <<<"$maint" || fail "Maintainer '$maint' is not 'Name <address>'"
 depends=$(dpkg-deb -f "$deb" Depends)
 echo "Depends: $depends"
 # libarchive13, libssl3 and libpng16-16 are loaded with dlopen: declared by
@@ -35,8 +47,12 @@ grep -qE "(^|, )libcurl4( |,|$)" <<<"$depends, $recommends" || fail "neither Dep
 files=$(dpkg-deb -c "$deb" | awk '{print $NF}')
 for f in ./usr/bin/ptfs ./usr/share/man/man1/ptfs.1.gz \
 	./usr/share/bash-completion/completions/ptfs ./usr/share/doc/ptfs/README.md \
-	./usr/share/doc/ptfs/LAYOUT.md ./usr/share/doc/ptfs/FORMATS.md; do
+	./usr/share/doc/ptfs/copyright ./usr/share/doc/ptfs/changelog.Debian.gz; do
 	grep -qx -- "$f" <<<"$files" || fail "package lacks $f"
+done
+# what the README links or names, where its relative links lead
+for f in $(grep -oE 'docs/[A-Za-z_]+\.md' README.md | sort -u); do
+	grep -qx -- "./usr/share/doc/ptfs/$f" <<<"$files" || fail "package lacks $f (README.md links it)"
 done
 
 echo "== install"

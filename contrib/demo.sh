@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Quick start: install, build, save a demo checkpoint with torch, mount it
 # and show its tree.  The mount is left up at /tmp/ptfs-demo/mnt for you to
-# explore (unmount with: fusermount3 -u /tmp/ptfs-demo/mnt); pass --umount
+# explore (unmount with: ptfs umount /tmp/ptfs-demo/mnt); pass --umount
 # to unmount at the end.
 #
 # PTFS=/usr/bin/ptfs contrib/demo.sh runs the demo with an installed ptfs
@@ -43,7 +43,7 @@ cat "$demo/mnt/model/0.weight.json"
 echo "\$ python3 -c 'numpy.fromfile(\"model/0.weight\", numpy.float32)'"
 /usr/bin/python3 -c "import numpy; print(numpy.fromfile('$demo/mnt/model/0.weight', numpy.float32).reshape(3, 4))"
 if [ "${1:-}" = "--umount" ]; then
-	fusermount3 -u "$demo/mnt"
+	"$PTFS" umount "$demo/mnt"
 else
-	echo "mounted at $demo/mnt; unmount with: fusermount3 -u $demo/mnt"
+	echo "mounted at $demo/mnt; unmount with: ptfs umount $demo/mnt"
 fi
