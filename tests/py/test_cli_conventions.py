@@ -15,6 +15,8 @@ import pty
 import re
 import subprocess
 
+import time
+
 import pytest
 import torch
 
@@ -270,10 +272,15 @@ def big(tmp_path_factory):
 @pytest.mark.parametrize("args", [["stat", "big.pt"], ["diff", "big.pt", "big2.pt"],
                                   ["export", "big.pt", "--to", "safetensors", "o.st"]])
 def test_progress_bar_on_a_terminal_only(big, args):
+    t0 = time.monotonic()
     rc, out, term = run_on_pty(args, cwd=big)
+    elapsed = time.monotonic() - t0
     assert rc in (0, 1), term
     bars = BAR.findall(term)
     assert bars and set(bars) == {args[0].encode()}, term[:400]
+    # at most ten frames a second (the first at once): an upper bound that
+    # a slow machine only makes looser, never a deadline
+    assert len(bars) <= 10 * elapsed + 2, (len(bars), elapsed)
     # cleared at the end: the last thing on the terminal erases the line
     assert term.endswith(b"\r\x1b[K"), term[-100:]
     # in a pipe: nothing at all on stderr, the same output
