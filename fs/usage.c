@@ -279,6 +279,10 @@ int ptfs_args_next(struct ptfs_args *a, const char *const *names, const char **v
 			continue;
 		if (s[len] == '\0' && !arg)
 			return (int)k;
+		if (arg && len == 2 && s[len] != '\0' && s[len] != '=') {
+			*val = s + len;         /* -j4, as getopt takes it */
+			return (int)k;
+		}
 		if (!arg || (s[len] != '\0' && s[len] != '='))
 			continue;
 		if (s[len] == '=') {

@@ -47,7 +47,8 @@ struct ptfs_args {
 enum { PTFS_ARG_END = -1, PTFS_ARG_POS = -2, PTFS_ARG_BAD = -3 };
 void ptfs_args_init(struct ptfs_args *a, int argc, char **argv);
 /* The next item: the index in @names (NULL-terminated; a name ending in
- * '=' takes a value, "--max N" or "--max=N", in *@val) of an option,
+ * '=' takes a value, "--max N" or "--max=N", and for a one-letter
+ * option "-j N" or "-jN", in *@val) of an option,
  * PTFS_ARG_POS for an operand (in *@val), PTFS_ARG_END, or PTFS_ARG_BAD
  * once a usage error (an unknown option, a missing value) is printed. */
 int ptfs_args_next(struct ptfs_args *a, const char *const *names, const char **val);

@@ -323,7 +323,7 @@ def test_progress_of_set(big, tmp_path):
 def test_stat_streams_in_a_stable_order(big):
     # the lines come in tree order whatever the number of threads
     one = ptfs("stat", "-j", "1", "big.pt", cwd=big).stdout
-    four = ptfs("stat", "-j", "4", "big.pt", cwd=big).stdout
+    four = ptfs("stat", "-j4", "big.pt", cwd=big).stdout
     assert one == four
     names = [line.split()[0] for line in one.decode().splitlines()[:-1]]
     assert names == ["t%d" % i for i in range(8)]
