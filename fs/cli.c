@@ -170,6 +170,7 @@ static int flush_stdout(const char *what)
 static int cmd_ls(int argc, char **argv)
 {
 	struct ls_walk l = { .max = 10000 };
+	struct pt_error err;
 	struct pt_ckpt *ck = NULL;
 	struct pt_node *top;
 	struct pt_buf path;
@@ -213,12 +214,13 @@ static int cmd_ls(int argc, char **argv)
 	pt_buf_puts(&path, sub);
 	while (path.len && path.p[path.len - 1] == '/')
 		path.p[--path.len] = '\0';
+	pt_error_clear(&err);
 	wrc = pt_tree_walk(ck, top, path.p ? path.p : "",
-			   l.all ? PT_WALK_ALL : 0, ls_entry, &l);
+			   l.all ? PT_WALK_ALL : 0, ls_entry, &l, &err);
 	ls_flush(&l);           /* before an error line, as it came first */
 	if (wrc) {
-		fprintf(stderr, "ptfs: %s: /%s: not everything could be listed: %s%s\n",
-			ckpath, sub[0] == '/' ? sub + 1 : sub, strerror(-wrc),
+		fprintf(stderr, "ptfs: %s: not everything could be listed: %s%s\n",
+			ckpath, err.msg[0] ? err.msg : strerror(-wrc),
 			wrc == -EFBIG ? " (a directory over -o max_dir_entries, or nesting over max_depth)" : "");
 		rc = PTFS_EXIT_ERROR;
 	}

@@ -35,6 +35,7 @@ int ptfs_cmd_tree(int argc, char **argv, const struct pt_ckpt_opts *o)
 	unsigned long long max = 1000000;
 	const char *path = NULL;
 	struct pt_ckpt *ck;
+	struct pt_error err;
 	struct pt_buf b;
 	static const char *const names[] = { "--json", "--max=", NULL };
 	struct ptfs_args a;
@@ -66,13 +67,19 @@ int ptfs_cmd_tree(int argc, char **argv, const struct pt_ckpt_opts *o)
 	if (open_ck(path, o, &ck))
 		return PTFS_EXIT_ERROR;
 	pt_buf_init(&b);
-	pt_tree_json(ck, &b, max);
-	if (b.oom) {
+	pt_error_clear(&err);
+	if (pt_tree_json(ck, &b, max, &err) != 0) {
+		fprintf(stderr, "ptfs: %s: %s\n", path, err.msg);
+		rc = PTFS_EXIT_ERROR;
+	} else if (b.oom) {
 		fprintf(stderr, "ptfs: %s: out of memory\n", path);
 		rc = PTFS_EXIT_ERROR;
 	} else if (fwrite(b.p, 1, b.len, stdout) != b.len || fflush(stdout) != 0) {
 		fprintf(stderr, "ptfs: writing the tree: %s\n", strerror(errno));
 		rc = PTFS_EXIT_ERROR;
+	} else if (b.len > 20 && strstr(b.p + b.len - 20, "\"truncated\": true")) {
+		fprintf(stderr, "ptfs: %s: the tree was cut (\"truncated\": true) at --max %llu entries or the walk's budget (-o max_walk_entries, max_walk_bytes)\n",
+			path, max);
 	}
 	pt_buf_free(&b);
 	pt_ckpt_close(ck);

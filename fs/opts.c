@@ -32,6 +32,8 @@ static const struct limit_opt {
 	LIMIT(max_depth, UINT32_MAX),
 	LIMIT(max_rank, UINT32_MAX),
 	LIMIT(max_dir_entries, UINT64_MAX),
+	LIMIT(max_walk_entries, UINT64_MAX),
+	LIMIT(max_walk_bytes, UINT64_MAX),
 };
 
 /* A positive decimal number <= @max, or false. */

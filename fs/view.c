@@ -53,6 +53,7 @@ static int open_ck(const char *path, struct pt_ckpt **ck)
 static int list_tensors(struct pt_ckpt *ck, const char *ckpath, const char *sub,
 			struct pt_view_item **items, size_t *n)
 {
+	struct pt_error err;
 	struct pt_node *top;
 	int rc = 0;
 
@@ -61,8 +62,9 @@ static int list_tensors(struct pt_ckpt *ck, const char *ckpath, const char *sub,
 		fprintf(stderr, "ptfs: %s: %s: %s\n", ckpath, sub, strerror(-rc));
 		return -1;
 	}
-	if (pt_view_tensors(ck, top, sub, items, n) != 0) {
-		fprintf(stderr, "ptfs: %s: out of memory\n", ckpath);
+	pt_error_clear(&err);
+	if (pt_view_tensors(ck, top, sub, items, n, &err) != 0) {
+		fprintf(stderr, "ptfs: %s: %s\n", ckpath, err.msg);
 		return -1;
 	}
 	return 0;

@@ -122,9 +122,9 @@ static int stats_fill(void *ctx, struct pt_ckpt *ck, struct pt_vdir *d, struct p
 	int rc;
 
 	(void)ctx;
-	rc = pt_view_tensors(ck, pt_tree_root(ck), "", &items, &n);
+	rc = pt_view_tensors(ck, pt_tree_root(ck), "", &items, &n, err);
 	if (rc)
-		return pt_fail(err, rc, "/.ptfs/stats: %s", strerror(-rc));
+		return rc;
 	for (i = 0; i < n && rc == 0; i++) {
 		struct stat_file *f = calloc(1, sizeof(*f));
 		struct pt_tinfo ti;

@@ -20,7 +20,10 @@
 #include <cmocka.h>
 
 #include "ckpt/ckpt.h"
+#include "base/cancel.h"
 #include "base/rd.h"
+#include "export/export.h"
+#include "view/walk.h"
 
 /* Under ASan and a loaded CI machine every case still takes well under a
  * second; a hang or a quadratic walk would take minutes. */
@@ -401,7 +404,7 @@ static void deep_lists(void **state)
 
 	/* every entry repeats its path: keep the listing short */
 	pt_buf_init(&json);
-	pt_tree_json(ck, &json, 2000);
+	pt_tree_json(ck, &json, 2000, NULL);
 	assert_false(json.oom);
 	assert_non_null(strstr(json.p, "\"truncated\": true"));
 	pt_buf_free(&json);
@@ -470,6 +473,33 @@ static void huge_lengths(void **state)
 	bb_free(&p);
 }
 
+/* {"x": L} where L is a list of two references to a list of two
+ * references ... @levels deep, ending in []. */
+static void laughs_pickle(struct bb *p, int levels)
+{
+	int i;
+
+	pk_proto(p, 2);
+	bb_u8(p, '}');
+	pk_str(p, "x");
+	bb_u8(p, ']'); /* the leaf: [] */
+	bb_u8(p, 'q');
+	bb_u8(p, 0);
+	for (i = 1; i <= levels; i++) {
+		bb_u8(p, '0'); /* POP the previous level from the stack */
+		bb_u8(p, '(');
+		bb_u8(p, 'h'); /* BINGET i-1 */
+		bb_u8(p, (unsigned)(i - 1));
+		bb_u8(p, 'h');
+		bb_u8(p, (unsigned)(i - 1));
+		bb_u8(p, 'l'); /* LIST */
+		bb_u8(p, 'q'); /* BINPUT i */
+		bb_u8(p, (unsigned)i);
+	}
+	bb_u8(p, 's');
+	bb_u8(p, '.');
+}
+
 /*
  * A list of two references to a list of two references ... 60 levels:
  * 2^60 leaves if expanded.  It must open at once, and any path down to the
@@ -489,25 +519,7 @@ static void multiplying_refs(void **state)
 	int i;
 
 	(void)state;
-	pk_proto(&p, 2);
-	bb_u8(&p, '}');
-	pk_str(&p, "x");
-	bb_u8(&p, ']'); /* the leaf: [] */
-	bb_u8(&p, 'q');
-	bb_u8(&p, 0);
-	for (i = 1; i <= 60; i++) {
-		bb_u8(&p, '0'); /* POP the previous level from the stack */
-		bb_u8(&p, '(');
-		bb_u8(&p, 'h'); /* BINGET i-1 */
-		bb_u8(&p, i - 1);
-		bb_u8(&p, 'h');
-		bb_u8(&p, i - 1);
-		bb_u8(&p, 'l'); /* LIST */
-		bb_u8(&p, 'q'); /* BINPUT i */
-		bb_u8(&p, i);
-	}
-	bb_u8(&p, 's');
-	bb_u8(&p, '.');
+	laughs_pickle(&p, 60);
 	ckpt_build(&z, &p, 16);
 	ck = open_ok(&z);
 	assert_true(now() - t0 < 1.0);
@@ -530,7 +542,7 @@ static void multiplying_refs(void **state)
 
 	/* tree.json stops at its entry cap */
 	pt_buf_init(&json);
-	pt_tree_json(ck, &json, 10000);
+	pt_tree_json(ck, &json, 10000, NULL);
 	assert_false(json.oom);
 	assert_non_null(strstr(json.p, "\"truncated\": true"));
 	pt_buf_free(&json);
@@ -539,6 +551,128 @@ static void multiplying_refs(void **state)
 	bb_free(&z);
 	bb_free(&p);
 	assert_true(now() - t0 < MAX_SECONDS);
+}
+
+
+/* ---- the one walk and its budget -------------------------------------- */
+
+static int count_entry(void *ctx, const struct pt_walk *w)
+{
+	(void)w;
+	(*(uint64_t *)ctx)++;
+	return 0;
+}
+
+static struct pt_ckpt *open_limits(const struct bb *z, uint64_t entries,
+				   uint64_t bytes)
+{
+	struct pt_ckpt_opts o;
+	struct pt_ckpt *ck = NULL;
+	struct pt_error err = { 0 };
+
+	pt_ckpt_opts_default(&o);
+	o.limits.max_walk_entries = entries;
+	o.limits.max_walk_bytes = bytes;
+	assert_int_equal(pt_ckpt_open_mem(&ck, z->p, z->len, "laughs.pt", &o, &err), 0);
+	return ck;
+}
+
+/* 2^30 paths in a few hundred bytes: every consumer of the tree stops at
+ * the same budget with -E2BIG and one line, after exactly the entries the
+ * budget allows, instead of growing. */
+static void walk_budget(void **state)
+{
+	struct pt_xlist xl;
+	struct pt_view_item *items = NULL;
+	struct pt_error err = { 0 };
+	struct pt_buf json, notes;
+	struct pt_ckpt *ck;
+	struct bb p = { 0 }, z;
+	uint64_t seen = 0;
+	size_t n = 7;
+
+	(void)state;
+	laughs_pickle(&p, 30);
+	ckpt_build(&z, &p, 16);
+	ck = open_limits(&z, 1000, 1u << 30);
+	assert_int_equal(pt_tree_walk(ck, pt_tree_root(ck), "", 0, count_entry,
+				      &seen, &err), -E2BIG);
+	assert_int_equal(seen, 1000);
+	assert_string_equal(err.msg, "over 1000 entries in one walk of the tree (references that multiply? -o max_walk_entries)");
+	pt_error_clear(&err);
+	assert_int_equal(pt_view_tensors(ck, pt_tree_root(ck), "", &items, &n, &err), -E2BIG);
+	assert_null(items);
+	assert_int_equal(n, 0);
+	assert_non_null(strstr(err.msg, "over 1000 entries"));
+	pt_error_clear(&err);
+	pt_buf_init(&notes);
+	assert_int_equal(pt_export_collect(ck, &xl, &notes, &err), -E2BIG);
+	assert_non_null(strstr(err.msg, "over 1000 entries"));
+	assert_non_null(strstr(err.msg, "not exported"));
+	pt_buf_free(&notes);
+	/* tree.json is cut there instead, and says so */
+	pt_buf_init(&json);
+	assert_int_equal(pt_tree_json(ck, &json, 1000000, NULL), 0);
+	assert_non_null(strstr(json.p, "\"truncated\": true"));
+	pt_buf_free(&json);
+	/* once per node: 30 levels of 2 entries, and the leaf's */
+	seen = 0;
+	assert_int_equal(pt_tree_walk(ck, pt_tree_root(ck), "", PT_WALK_ONCE,
+				      count_entry, &seen, NULL), 0);
+	assert_int_equal(seen, 1 + 2 * 30);
+	pt_ckpt_close(ck);
+
+	/* the bytes of the paths: "x" (2), "x/0" (4), "x/0/0" (6), ... */
+	ck = open_limits(&z, 1u << 30, 2 + 4 + 6);
+	seen = 0;
+	pt_error_clear(&err);
+	assert_int_equal(pt_tree_walk(ck, pt_tree_root(ck), "", 0, count_entry,
+				      &seen, &err), -E2BIG);
+	assert_int_equal(seen, 3);
+	assert_string_equal(err.msg, "over 12 bytes of paths in one walk of the tree (-o max_walk_bytes)");
+	pt_ckpt_close(ck);
+	bb_free(&z);
+	bb_free(&p);
+}
+
+static bool after_calls(void *ctx)
+{
+	unsigned *left = ctx;
+
+	return *left == 0 || --*left == 0;
+}
+
+/* A walk asks its caller's check every 256 entries and ends with -EINTR
+ * when told to: counted, not timed. */
+static void walk_interrupted(void **state)
+{
+	struct pt_cancel c;
+	struct pt_error err = { 0 };
+	struct pt_ckpt *ck;
+	struct bb p = { 0 }, z;
+	struct pt_buf json;
+	uint64_t seen = 0;
+	unsigned left = 3;
+	unsigned long before = pt_cancel_count();
+
+	(void)state;
+	laughs_pickle(&p, 30);
+	ckpt_build(&z, &p, 16);
+	ck = open_limits(&z, 1u << 20, 1u << 30);
+	pt_cancel_push(&c, after_calls, &left);
+	assert_int_equal(pt_tree_walk(ck, pt_tree_root(ck), "", 0, count_entry,
+				      &seen, &err), -EINTR);
+	assert_int_equal(seen, 3 * 256 - 1);
+	assert_string_equal(err.msg, "interrupted");
+	assert_int_equal(pt_cancel_count(), before + 1);
+	pt_buf_init(&json);
+	assert_int_equal(pt_tree_json(ck, &json, 1000000, NULL), -EINTR);
+	pt_buf_free(&json);
+	pt_cancel_pop(&c);
+	assert_false(pt_cancelled());
+	pt_ckpt_close(ck);
+	bb_free(&z);
+	bb_free(&p);
 }
 
 /* ---- the ZIP container ------------------------------------------------- */
@@ -825,6 +959,8 @@ int main(void)
 		cmocka_unit_test(huge_memo_index),
 		cmocka_unit_test(huge_lengths),
 		cmocka_unit_test(multiplying_refs),
+		cmocka_unit_test(walk_budget),
+		cmocka_unit_test(walk_interrupted),
 		cmocka_unit_test(zip_too_many_entries),
 		cmocka_unit_test(zip_cd_past_end),
 		cmocka_unit_test(zip_cd_loop),

@@ -146,7 +146,7 @@ static void test_walk(void **state)
 
 	(void)state;
 	memset(&s, 0, sizeof(s));
-	assert_int_equal(pt_tree_walk(ck, pt_tree_root(ck), "", 0, record, &s), 0);
+	assert_int_equal(pt_tree_walk(ck, pt_tree_root(ck), "", 0, record, &s, NULL), 0);
 	assert_int_equal(s.n, 6);
 	assert_string_equal(s.paths[0], "1:b");
 	assert_string_equal(s.paths[1], "2:b/0");
@@ -154,26 +154,26 @@ static void test_walk(void **state)
 	assert_string_equal(s.paths[5], "1:c");
 	memset(&s, 0, sizeof(s));
 	s.skip_dirs = 1;
-	assert_int_equal(pt_tree_walk(ck, pt_tree_root(ck), "top", 0, record, &s), 0);
+	assert_int_equal(pt_tree_walk(ck, pt_tree_root(ck), "top", 0, record, &s, NULL), 0);
 	assert_int_equal(s.n, 2);
 	assert_string_equal(s.paths[0], "1:top/b");
 	memset(&s, 0, sizeof(s));
 	s.stop_after = 2;
-	assert_int_equal(pt_tree_walk(ck, pt_tree_root(ck), "", 0, record, &s), 0);
+	assert_int_equal(pt_tree_walk(ck, pt_tree_root(ck), "", 0, record, &s, NULL), 0);
 	assert_int_equal(s.n, 2);
 	/* PT_WALK_ALL: /.ptfs too */
 	memset(&s, 0, sizeof(s));
-	assert_int_equal(pt_tree_walk(ck, pt_tree_root(ck), "", PT_WALK_ALL, record, &s), 0);
+	assert_int_equal(pt_tree_walk(ck, pt_tree_root(ck), "", PT_WALK_ALL, record, &s, NULL), 0);
 	assert_true(s.n > 6);
 	assert_string_equal(s.paths[0], "1:.ptfs");
 	/* a file is not a place to start */
 	assert_int_equal(pt_tree_walk(ck, pt_tree_path(ck, "c", NULL), "", 0,
-				      record, &s), -ENOTDIR);
+				      record, &s, NULL), -ENOTDIR);
 	pt_ckpt_close(ck);
 	/* a directory over the limit: left out, the walk goes on, EFBIG */
 	ck = open_mem(nested_pickle, sizeof(nested_pickle) - 1, 3);
 	memset(&s, 0, sizeof(s));
-	assert_int_equal(pt_tree_walk(ck, pt_tree_root(ck), "", 0, record, &s), -EFBIG);
+	assert_int_equal(pt_tree_walk(ck, pt_tree_root(ck), "", 0, record, &s, NULL), -EFBIG);
 	assert_int_equal(s.n, 2);
 	assert_string_equal(s.paths[1], "1:c");
 	pt_ckpt_close(ck);

@@ -22,6 +22,14 @@ struct pt_limits {
 	uint32_t max_depth;         /* pickle stack, mark stack, tree depth */
 	uint32_t max_rank;          /* dimensions of one tensor */
 	uint64_t max_dir_entries;   /* entries listed under one directory */
+	/* The budget of every walk of the tree (ptfs ls, stat, diff, export,
+	 * tree.json, /.ptfs/stats and /.ptfs/export in a mount): entries it
+	 * visits, and bytes of the paths it makes plus the output made from
+	 * them.  A tree whose references multiply (a list of two references
+	 * to a list of two references to ...) has 2^30 paths in a few hundred
+	 * bytes: a walk stops there with -EFBIG and one line. */
+	uint64_t max_walk_entries;
+	uint64_t max_walk_bytes;
 };
 
 /* Fill @l with the defaults (documented in README.md, "Limits"). */

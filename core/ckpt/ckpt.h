@@ -182,23 +182,44 @@ struct pt_walk {
 #define PT_WALK_SKIP 1                  /* do not enter this directory */
 #define PT_WALK_STOP 2                  /* stop; pt_tree_walk() returns 0 */
 
-/* pt_tree_walk() flags: also sidecars (NAME.json) and /.ptfs, which are
- * otherwise skipped without making their nodes. */
+/* pt_tree_walk() flags.  PT_WALK_ALL: also sidecars (NAME.json) and
+ * /.ptfs, which are otherwise skipped without making their nodes.
+ * PT_WALK_ONCE: a value shown at several places (references that
+ * multiply, tied modules) is entered at the first only; the visitor still
+ * sees every place, but not what lies below the later ones.  For
+ * consumers that need each node once, not each path. */
 #define PT_WALK_ALL 1u
+#define PT_WALK_ONCE 2u
+/* PT_WALK_CUT: when the budget is spent the walk just ends, returning
+ * PT_WALK_STOP (a positive 2) instead of -E2BIG (tree.json says
+ * "truncated": true then). */
+#define PT_WALK_CUT 4u
 
 typedef int (*pt_walk_fn)(void *ctx, const struct pt_walk *w);
 
 /*
- * The one walk of the tree (ptfs ls, /.ptfs/tree.json, the fuzzers):
- * depth first, in listing order, below directory @top, with an explicit
- * stack (no recursion over untrusted nesting; the tree is cut at
- * max_depth).  A directory that cannot be listed (-EFBIG, ...) is left
- * out and the walk goes on; the first such error is returned at the end.
- * Returns 0, the visitor's negative errno, or that first error;
- * -ENOTDIR when @top is not a directory.
+ * The one walk of the tree: every consumer that visits more than one
+ * directory (ptfs ls, stat, diff, export, /.ptfs/tree.json, /.ptfs/stats
+ * and /.ptfs/export in a mount, the fuzzers) goes through it.  Depth
+ * first, in listing order, below directory @top, with an explicit stack
+ * (no recursion over untrusted nesting; the tree is cut at max_depth).
+ *
+ * One budget, from the checkpoint's limits: at most max_walk_entries
+ * entries and max_walk_bytes bytes of their paths; past either the walk
+ * stops with -E2BIG and one line in @err, before the node of the entry
+ * over the cap is made (-E2BIG, not -EFBIG: a consumer can tell a spent
+ * budget, which ends everything, from a directory over max_dir_entries,
+ * which is only left out; front ends show both as "too large").  Every 256 entries it asks pt_cancelled()
+ * (base/cancel.h) and stops with -EINTR ("interrupted") when told to.
+ *
+ * A directory that cannot be listed (-EFBIG past max_dir_entries or
+ * max_depth, ...) is left out and the walk goes on; the first such error
+ * is returned at the end, its line in @err ("/PATH: cannot be listed:
+ * ...").  Returns 0, the visitor's negative errno, or those; -ENOTDIR
+ * when @top is not a directory.  @err may be NULL.
  */
 int pt_tree_walk(struct pt_ckpt *ck, struct pt_node *top, const char *top_path,
-		 unsigned flags, pt_walk_fn fn, void *ctx);
+		 unsigned flags, pt_walk_fn fn, void *ctx, struct pt_error *err);
 
 /* Resolve a '/'-separated path from the root (no symlinks followed). */
 struct pt_node *pt_tree_path(struct pt_ckpt *ck, const char *path, int *rc);
@@ -247,8 +268,11 @@ void pt_node_describe(struct pt_ckpt *ck, struct pt_node *node,
 		      struct pt_buf *out);
 
 /* Write the whole tree with metadata as JSON (what /.ptfs/tree.json holds),
- * bounded by @max_entries entries (a multiplying tree is cut there). */
-void pt_tree_json(struct pt_ckpt *ck, struct pt_buf *out, uint64_t max_entries);
+ * bounded by @max_entries entries and by the walk's budget (a multiplying
+ * tree is cut there and says "truncated": true).  0, or -EINTR (@err) when
+ * pt_cancelled() ended it: @out then holds no valid document. */
+int pt_tree_json(struct pt_ckpt *ck, struct pt_buf *out, uint64_t max_entries,
+		 struct pt_error *err);
 
 /* ---- writing ---- */
 
@@ -462,6 +486,12 @@ int pt_tree_set_vdir(struct pt_ckpt *ck, const char *name, pt_vdir_fill fill,
 /* Add the file @rel ("a/b/c.npy": folders made as needed) holding @vf
  * (copied) to the directory being filled.  -EEXIST if taken. */
 int pt_vdir_add(struct pt_vdir *d, const char *rel, const struct pt_vfile *vf);
+
+/* A generated directory whose fill failed (its walk over budget, or
+ * interrupted): copy the line saying why into @buf and return true, once
+ * per failure (the front end logs it once); false otherwise. */
+bool pt_tree_take_error(struct pt_ckpt *ck, const struct pt_node *dir,
+			char *buf, size_t n);
 
 /* Is @n a generated file? */
 bool pt_node_generated(const struct pt_node *n);

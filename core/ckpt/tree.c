@@ -23,7 +23,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "base/cancel.h"
 #include "base/hash.h"
 #include "ckpt/names.h"
 
@@ -179,6 +181,8 @@ struct pt_tree {
 	void *vfill_ctx[PT_VDIRS];
 	size_t n_vdirs;
 	pthread_mutex_t vlock;          /* one fill at a time */
+	char vmsg[PT_VDIRS][sizeof(((struct pt_error *)0)->msg)]; /* why a fill failed (under vlock) */
+	bool vmsg_new[PT_VDIRS];        /* not taken yet */
 	pthread_mutex_t glock;          /* R_GEN contents and sizes, which
 					 * pt_tree_committed() swaps */
 	pt_picture_fn pic_fn;           /* makes NAME.png (issue 15) */
@@ -910,7 +914,8 @@ static const char *scalar_text(struct pt_ckpt *ck, const struct pt_value *v,
 	return s;
 }
 
-static void gen_text(struct pt_ckpt *ck, enum gen g, struct pt_buf *b)
+/* 0, or -EINTR when pt_cancelled() ended it (tree.json). */
+static int gen_text(struct pt_ckpt *ck, enum gen g, struct pt_buf *b)
 {
 	int i;
 
@@ -921,8 +926,7 @@ static void gen_text(struct pt_ckpt *ck, enum gen g, struct pt_buf *b)
 	case GEN_TREE:
 		/* ~400 bytes a tensor: one allocation, not 15 copies */
 		pt_buf_expect(b, 448 * (size_t)ck->n_tensors + 4096);
-		pt_tree_json(ck, b, 1000000);
-		break;
+		return pt_tree_json(ck, b, 1000000, NULL);
 	case GEN_PICKLE:
 		for (i = 0; i < ck->n_pickles; i++) {
 			const uint8_t *p;
@@ -941,6 +945,7 @@ static void gen_text(struct pt_ckpt *ck, enum gen g, struct pt_buf *b)
 		}
 		break;
 	}
+	return 0;
 }
 
 static bool pic_node_init(struct pt_ckpt *ck, struct pt_node *n);
@@ -1110,6 +1115,10 @@ static struct dtab *node_tab(struct pt_ckpt *ck, struct pt_node *dir, int *rc)
 	struct pt_tree *t = ck->tree;
 	struct dtab *d = __atomic_load_n(&dir->u.dir.tab, __ATOMIC_ACQUIRE);
 
+	if (d && d->err) {
+		*rc = d->err;   /* a generated directory that failed for good */
+		return NULL;
+	}
 	if (d)
 		return d;
 	if (dir->role == R_VDIR)
@@ -1165,10 +1174,11 @@ again:
 
 		layout = pt_ckpt_layout_gen(ck);
 		pt_buf_init(&b);
-		gen_text(ck, d->ents[i]->gen, &b);
-		if (b.oom) {
+		*rc = gen_text(ck, d->ents[i]->gen, &b);
+		if (*rc || b.oom) {
 			pt_buf_free(&b);
-			*rc = -ENOMEM;
+			if (!*rc)
+				*rc = -ENOMEM;
 			return NULL;
 		}
 		gen = pt_buf_take(&b, &gen_len);
@@ -1511,8 +1521,88 @@ void pt_node_describe(struct pt_ckpt *ck, struct pt_node *node,
 
 /* ---- walks ---- */
 
+/* The tables a PT_WALK_ONCE walk entered: a set of pointers (open
+ * addressing, at most half full). */
+struct seen {
+	const void **p;
+	size_t cap, n;
+};
+
+/* Add @x: 1 if new, 0 if there already, -ENOMEM. */
+static int seen_add(struct seen *s, const void *x)
+{
+	size_t i, mask;
+
+	if (2 * (s->n + 1) > s->cap) {
+		struct seen g = { NULL, s->cap ? 2 * s->cap : 64, 0 };
+
+		g.p = calloc(g.cap, sizeof(*g.p));
+		if (!g.p)
+			return -ENOMEM;
+		for (i = 0; i < s->cap; i++)
+			if (s->p[i])
+				(void)seen_add(&g, s->p[i]);
+		free(s->p);
+		*s = g;
+	}
+	mask = s->cap - 1;
+	for (i = ((uintptr_t)x >> 4) * 0x9e3779b97f4a7c15ull & mask; s->p[i];
+	     i = (i + 1) & mask)
+		if (s->p[i] == x)
+			return 0;
+	s->p[i] = x;
+	s->n++;
+	return 1;
+}
+
+/* The budget every walk draws on (pt_limits: max_walk_entries,
+ * max_walk_bytes), and the caller's interruption: checked per entry. */
+static int walk_charge(struct pt_ckpt *ck, uint64_t *entries, uint64_t *bytes,
+		       size_t path_len, struct pt_error *err)
+{
+	const struct pt_limits *l = &ck->opts.limits;
+
+	*bytes += path_len + 1;
+	if (++*entries > l->max_walk_entries)
+		return pt_fail(err, -E2BIG, "over %llu entries in one walk of the tree (references that multiply? -o max_walk_entries)",
+			       (unsigned long long)l->max_walk_entries);
+	if (*bytes > l->max_walk_bytes)
+		return pt_fail(err, -E2BIG, "over %llu bytes of paths in one walk of the tree (-o max_walk_bytes)",
+			       (unsigned long long)l->max_walk_bytes);
+	if ((*entries & 255) == 0 && pt_cancelled())
+		return pt_fail(err, -EINTR, "interrupted");
+	return 0;
+}
+
+/* Whether a walk enters directory @c: not when PT_WALK_ONCE and its table
+ * was entered before (0), 1 yes, or a negative errno. */
+static int walk_enters(struct pt_ckpt *ck, struct pt_node *c, unsigned flags,
+		       struct seen *seen)
+{
+	struct dtab *d;
+	int rc = 0;
+
+	if (!(flags & PT_WALK_ONCE))
+		return 1;
+	d = node_tab(ck, c, &rc);
+	if (!d)
+		return 1;       /* the walk meets the error itself */
+	return seen_add(seen, d);
+}
+
+/* A directory of the walk that cannot be listed: noted, the walk goes on. */
+static void walk_unlisted(int *first_err, int crc, const char *path,
+			  struct pt_error *err)
+{
+	if (*first_err)
+		return;
+	*first_err = crc ? crc : -ENOMEM;
+	pt_fail(err, *first_err, "/%s: cannot be listed: %s", path,
+		strerror(-*first_err));
+}
+
 int pt_tree_walk(struct pt_ckpt *ck, struct pt_node *top, const char *top_path,
-		 unsigned flags, pt_walk_fn fn, void *ctx)
+		 unsigned flags, pt_walk_fn fn, void *ctx, struct pt_error *err)
 {
 	struct frame {
 		struct pt_node *dir;
@@ -1521,14 +1611,17 @@ int pt_tree_walk(struct pt_ckpt *ck, struct pt_node *top, const char *top_path,
 		size_t path_len;
 	} *st = NULL;
 	size_t n = 0, cap = 0;
+	struct seen seen = { NULL, 0, 0 };
 	struct pt_buf path;
+	uint64_t entries = 0, bytes = 0;
 	int first_err = 0, rc = 0;
 
 	if (top->type != PT_NT_DIR)
 		return -ENOTDIR;
 	pt_buf_init(&path);
 	pt_buf_puts(&path, top_path ? top_path : "");
-	if (!grow((void **)&st, &cap, n, sizeof(*st))) {
+	if (!grow((void **)&st, &cap, n, sizeof(*st)) ||
+	    walk_enters(ck, top, flags, &seen) < 0) {
 		rc = -ENOMEM;
 		goto out;
 	}
@@ -1542,10 +1635,9 @@ int pt_tree_walk(struct pt_ckpt *ck, struct pt_node *top, const char *top_path,
 		if (!f->tab) {
 			f->tab = node_tab(ck, f->dir, &crc);
 			if (!f->tab) {
-				/* a directory that cannot be listed: the walk
-				 * goes on, the first error is returned */
-				if (!first_err)
-					first_err = crc ? crc : -ENOMEM;
+				path.len = f->path_len;
+				pt_buf_putc(&path, '\0');
+				walk_unlisted(&first_err, crc, path.p ? path.p : "", err);
 				n--;
 				continue;
 			}
@@ -1564,19 +1656,20 @@ int pt_tree_walk(struct pt_ckpt *ck, struct pt_node *top, const char *top_path,
 			f->next++;
 			continue;
 		}
-		c = child_at(ck, f->dir, f->tab, f->next++, &crc);
-		if (!c) {
-			if (!first_err)
-				first_err = crc ? crc : -ENOMEM;
-			continue;
-		}
 		path.len = f->path_len;
 		if (path.len)
 			pt_buf_putc(&path, '/');
-		pt_buf_puts(&path, c->name);
-		if (path.oom) {
-			rc = -ENOMEM;
+		pt_buf_puts(&path, f->tab->ents[f->next]->name);
+		rc = path.oom ? -ENOMEM : walk_charge(ck, &entries, &bytes, path.len,
+						      (flags & PT_WALK_CUT) ? NULL : err);
+		if (rc == -E2BIG && (flags & PT_WALK_CUT))
+			rc = PT_WALK_STOP;      /* cut, as the caller asked */
+		if (rc)
 			break;
+		c = child_at(ck, f->dir, f->tab, f->next++, &crc);
+		if (!c) {
+			walk_unlisted(&first_err, crc, path.p, err);
+			continue;
 		}
 		w.node = c;
 		w.path = path.p;
@@ -1589,7 +1682,10 @@ int pt_tree_walk(struct pt_ckpt *ck, struct pt_node *top, const char *top_path,
 		}
 		if (c->type != PT_NT_DIR || r == PT_WALK_SKIP)
 			continue;
-		if (!grow((void **)&st, &cap, n, sizeof(*st))) {
+		r = walk_enters(ck, c, flags, &seen);
+		if (r == 0)
+			continue;
+		if (r < 0 || !grow((void **)&st, &cap, n, sizeof(*st))) {
 			rc = -ENOMEM;
 			break;
 		}
@@ -1597,8 +1693,11 @@ int pt_tree_walk(struct pt_ckpt *ck, struct pt_node *top, const char *top_path,
 	}
 out:
 	free(st);
+	free(seen.p);
 	pt_buf_free(&path);
-	return rc ? rc : first_err;
+	if (rc == -ENOMEM)
+		pt_fail(err, rc, "out of memory");
+	return rc == PT_WALK_STOP ? rc : rc ? rc : first_err;
 }
 
 /* ---- tree.json ---- */
@@ -1694,16 +1793,14 @@ static void container_json(const struct pt_node *n, struct pt_buf *out)
  * Every entry is one JSON object with its path, type and size, tensors
  * with their metadata, small scalar files with their text.  Sidecars and
  * /.ptfs are left out (their content is inline).  Stops after
- * @max_entries entries, or once the text passes PT_TREE_JSON_MAX bytes,
- * with "truncated": true.  The byte cap matters for deep trees: every
- * entry repeats its whole path, so a chain max_depth long ending in
- * references that multiply would otherwise make max_entries entries of
- * ~2 * max_depth bytes each (20 GB), and it bounds the cost of the
- * ancestor walks too.  Directories that cannot be listed show their
- * "entries" as 0 and are left out.
+ * @max_entries entries, when the walk's budget is spent, or once the
+ * text passes max_walk_bytes, with "truncated": true.  The byte cap
+ * matters for deep trees: every entry repeats its whole path, so a chain
+ * max_depth long ending in references that multiply would otherwise make
+ * max_entries entries of ~2 * max_depth bytes each (20 GB), and it bounds
+ * the cost of the ancestor walks too.  Directories that cannot be listed
+ * show their "entries" as 0 and are left out.
  */
-#define PT_TREE_JSON_MAX (256u << 20)
-
 struct json_walk {
 	struct pt_ckpt *ck;
 	struct pt_buf *out;
@@ -1717,7 +1814,7 @@ static int json_entry(void *ctx, const struct pt_walk *w)
 	struct pt_buf *out = j->out;
 	struct pt_node *c = w->node;
 
-	if (j->count++ >= j->max || out->len >= PT_TREE_JSON_MAX) {
+	if (j->count++ >= j->max || out->len >= j->ck->opts.limits.max_walk_bytes) {
 		j->truncated = true;
 		return PT_WALK_STOP;
 	}
@@ -1759,9 +1856,11 @@ static int json_entry(void *ctx, const struct pt_walk *w)
 	return 0;
 }
 
-void pt_tree_json(struct pt_ckpt *ck, struct pt_buf *out, uint64_t max_entries)
+int pt_tree_json(struct pt_ckpt *ck, struct pt_buf *out, uint64_t max_entries,
+		 struct pt_error *err)
 {
 	struct json_walk j = { ck, out, 0, max_entries, true, false };
+	int rc;
 
 	pt_buf_printf(out, "{\"format\": \"%s\", \"tensors\": %llu",
 		      pt_ckpt_format(ck), (unsigned long long)ck->n_tensors);
@@ -1772,8 +1871,13 @@ void pt_tree_json(struct pt_ckpt *ck, struct pt_buf *out, uint64_t max_entries)
 	else
 		container_json(ck->tree->root, out);
 	pt_buf_puts(out, ", \"entries\": [");
-	(void)pt_tree_walk(ck, ck->tree->root, "", 0, json_entry, &j);
+	rc = pt_tree_walk(ck, ck->tree->root, "", PT_WALK_CUT, json_entry, &j, err);
+	if (rc == -EINTR)
+		return rc;
+	if (rc == PT_WALK_STOP)
+		j.truncated = true;     /* the walk's budget is spent */
 	pt_buf_printf(out, "\n], \"truncated\": %s}\n", j.truncated ? "true" : "false");
+	return 0;
 }
 
 /* ---- /.ptfs and the root ---- */
@@ -2350,6 +2454,47 @@ static int vdir_add(struct pt_vdir *b, const char *rel,
 	return 0;
 }
 
+/* Take @mu, or give up with -EINTR when pt_cancelled() says so while
+ * another thread holds it (a fill of a big tree in progress). */
+static int lock_or_cancel(pthread_mutex_t *mu)
+{
+	struct timespec ts;
+
+	while (pthread_mutex_trylock(mu) != 0) {
+		if (pt_cancelled())
+			return -EINTR;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 20 * 1000 * 1000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		if (pthread_mutex_timedlock(mu, &ts) == 0)
+			break;
+	}
+	return 0;
+}
+
+/* A fill that failed for good (-EFBIG: the walk's budget is spent) is
+ * kept as an empty table with its error, so every later use fails at once
+ * instead of walking again; -EINTR and -ENOMEM may pass and are tried
+ * again.  Its line waits in vmsg for pt_tree_take_error(). */
+static struct dtab *vdir_failed(struct pt_tree *t, struct pt_node *dir,
+				struct dtab *d, size_t k, int rc,
+				const struct pt_error *err)
+{
+	snprintf(t->vmsg[k], sizeof(t->vmsg[k]), "%s", err->msg[0] ? err->msg : strerror(-rc));
+	t->vmsg_new[k] = true;
+	if (rc == -EINTR || rc == -ENOMEM)
+		return NULL;    /* freed with the tree; tried again */
+	pthread_mutex_lock(&t->lock);
+	tab_clear(d);
+	d->err = rc;
+	pthread_mutex_unlock(&t->lock);
+	__atomic_store_n(&dir->u.dir.tab, d, __ATOMIC_RELEASE);
+	return d;
+}
+
 /* The generated directory's table: filled once, outside the tree lock
  * (the filler walks the tree), one filler at a time. */
 static struct dtab *vdir_tab(struct pt_ckpt *ck, struct pt_node *dir, int *rc)
@@ -2362,7 +2507,9 @@ static struct dtab *vdir_tab(struct pt_ckpt *ck, struct pt_node *dir, int *rc)
 
 	while (k + 1 < t->n_vdirs && strcmp(t->vname[k], dir->name) != 0)
 		k++;
-	pthread_mutex_lock(&t->vlock);
+	*rc = lock_or_cancel(&t->vlock);
+	if (*rc)
+		return NULL;
 	d = __atomic_load_n(&dir->u.dir.tab, __ATOMIC_ACQUIRE);
 	if (!d) {
 		pthread_mutex_lock(&t->lock);
@@ -2374,11 +2521,35 @@ static struct dtab *vdir_tab(struct pt_ckpt *ck, struct pt_node *dir, int *rc)
 		*rc = d ? t->vfill[k](t->vfill_ctx[k], ck, &b, &err) : -ENOMEM;
 		if (*rc == 0)
 			__atomic_store_n(&dir->u.dir.tab, d, __ATOMIC_RELEASE);
-		else
-			d = NULL;       /* freed with the tree; tried again */
+		else if (d)
+			d = vdir_failed(t, dir, d, k, *rc, &err);
 	}
 	pthread_mutex_unlock(&t->vlock);
+	if (d && d->err) {
+		*rc = d->err;
+		return NULL;
+	}
 	return d;
+}
+
+bool pt_tree_take_error(struct pt_ckpt *ck, const struct pt_node *dir,
+			char *buf, size_t n)
+{
+	struct pt_tree *t = ck->tree;
+	size_t k;
+	bool got = false;
+
+	if (dir->role != R_VDIR)
+		return false;
+	pthread_mutex_lock(&t->vlock);
+	for (k = 0; k < t->n_vdirs; k++)
+		if (strcmp(t->vname[k], dir->name) == 0 && t->vmsg_new[k]) {
+			t->vmsg_new[k] = false;
+			snprintf(buf, n, "%s", t->vmsg[k]);
+			got = true;
+		}
+	pthread_mutex_unlock(&t->vlock);
+	return got;
 }
 
 bool pt_node_generated(const struct pt_node *n)
@@ -2661,8 +2832,7 @@ static void regen(struct pt_ckpt *ck, struct pt_node *n)
 	char *s;
 
 	pt_buf_init(&b);
-	gen_text(ck, gen_of(t, n), &b);
-	if (b.oom) {
+	if (gen_text(ck, gen_of(t, n), &b) != 0 || b.oom) {
 		pt_buf_free(&b);
 		return;                 /* the old text stays */
 	}

@@ -238,10 +238,15 @@ static int add_sparse(struct pt_ckpt *ck, struct pt_xlist *xl,
 	return rc;
 }
 
-struct frame {
-	struct pt_node *dir;
-	size_t next;
-	size_t klen, plen;      /* lengths of key and path at this level */
+/* The walk's state: the key (dotted, names decoded) of every directory
+ * on the way down, by depth. */
+struct cwalk {
+	struct pt_ckpt *ck;
+	struct pt_xlist *xl;
+	struct pt_buf *notes;
+	struct pt_buf key, path;
+	size_t *klen;           /* key length below the directory at depth d */
+	size_t cap;
 };
 
 /* One entry @c of the walk: a tensor, a value, a directory to enter
@@ -267,6 +272,63 @@ static int visit(struct pt_ckpt *ck, struct pt_xlist *xl, struct pt_node *c,
 	default:
 		return 0;
 	}
+}
+
+/* Room for the key length of depth @depth. */
+static int klen_room(struct cwalk *cw, size_t depth)
+{
+	size_t nc, *q;
+
+	if (depth < cw->cap)
+		return 0;
+	nc = cw->cap ? cw->cap * 2 : 64;
+	while (nc <= depth)
+		nc *= 2;
+	q = realloc(cw->klen, nc * sizeof(*q));
+	if (!q)
+		return -ENOMEM;
+	cw->klen = q;
+	cw->cap = nc;
+	return 0;
+}
+
+static int collect_entry(void *ctx, const struct pt_walk *w)
+{
+	struct cwalk *cw = ctx;
+	struct pt_node *c = w->node, *dir = pt_node_parent(c);
+	struct pt_buf *key = &cw->key;
+	int rc;
+
+	if (pt_node_kind(c) == PT_NK_OTHER)
+		return PT_WALK_SKIP;
+	if (klen_room(cw, w->depth))
+		return -ENOMEM;
+	key->len = w->depth > 1 ? cw->klen[w->depth - 1] : 0;
+	if (!module_level(dir, pt_node_name(c))) {
+		const uint8_t *kp;
+		size_t kn;
+
+		if (key->len)
+			pt_buf_putc(key, '.');
+		if (pt_node_str_key(c, &kp, &kn))
+			pt_buf_add(key, kp, kn);        /* cut or renamed */
+		else
+			decode_name(key, pt_node_name(c));
+	}
+	pt_buf_putc(key, '\0');
+	key->len--;
+	cw->path.len = 0;
+	pt_buf_add(&cw->path, w->path, w->path_len);
+	pt_buf_putc(&cw->path, '\0');
+	cw->path.len--;
+	if (key->oom || cw->path.oom)
+		return -ENOMEM;
+	rc = visit(cw->ck, cw->xl, c, key, &cw->path, cw->notes);
+	if (rc == 1) {
+		cw->klen[w->depth] = key->len;
+		return 0;
+	}
+	return rc < 0 ? rc : PT_WALK_SKIP;
 }
 
 static const struct pt_xmeta *meta_base;
@@ -321,98 +383,29 @@ static int dedupe_meta(struct pt_xlist *xl, struct pt_buf *notes)
 int pt_export_collect(struct pt_ckpt *ck, struct pt_xlist *xl,
 		      struct pt_buf *notes, struct pt_error *err)
 {
-	struct frame *st = NULL, *q;
-	size_t n = 0, cap = 0;
-	struct pt_buf key, path;
-	uint64_t visits = 0;
-	int rc = 0;
+	struct cwalk cw = { ck, xl, notes, { 0 }, { 0 }, NULL, 0 };
+	struct pt_error werr;
+	int rc;
 
 	memset(xl, 0, sizeof(*xl));
-	pt_buf_init(&key);
-	pt_buf_init(&path);
-	st = malloc(16 * sizeof(*st));
-	if (!st)
-		return pt_fail(err, -ENOMEM, "out of memory");
-	cap = 16;
-	st[n++] = (struct frame){ pt_tree_root(ck), 0, 0, 0 };
-	while (n > 0 && rc >= 0) {
-		struct frame *f = &st[n - 1];
-		struct pt_node *c;
-		size_t cnt = 0;
-		int trc = pt_tree_count(ck, f->dir, &cnt);
-
-		if (trc) {
-			/* a directory over max_dir_entries: no export that
-			 * silently leaves tensors out (the first message
-			 * recorded is the one kept) */
-			rc = pt_fail(err, trc, "a directory of the tree cannot be listed (%s): not exported",
-				     strerror(-trc));
-			break;
-		}
-		if (f->next >= cnt) {
-			n--;
-			continue;
-		}
-		if (++visits > PT_EXPORT_MAX_ENTRIES) {
-			rc = -EFBIG;
-			break;
-		}
-		c = pt_tree_child(ck, f->dir, f->next++, &trc);
-		if (!c) {
-			rc = trc ? trc : -ENOMEM;
-			break;
-		}
-		if (pt_node_kind(c) == PT_NK_OTHER)
-			continue;
-		key.len = f->klen;
-		path.len = f->plen;
-		if (path.len)
-			pt_buf_putc(&path, '/');
-		if (!module_level(f->dir, pt_node_name(c))) {
-			const uint8_t *kp;
-			size_t kn;
-
-			if (key.len)
-				pt_buf_putc(&key, '.');
-			if (pt_node_str_key(c, &kp, &kn))
-				pt_buf_add(&key, kp, kn);       /* cut or renamed */
-			else
-				decode_name(&key, pt_node_name(c));
-		}
-		pt_buf_puts(&path, pt_node_name(c));
-		pt_buf_putc(&key, '\0');
-		key.len--;
-		if (key.oom || path.oom) {
-			rc = -ENOMEM;
-			break;
-		}
-		rc = visit(ck, xl, c, &key, &path, notes);
-		if (rc != 1)
-			continue;
-		rc = 0;
-		if (n == cap) {
-			q = realloc(st, cap * 2 * sizeof(*st));
-			if (!q) {
-				rc = -ENOMEM;
-				break;
-			}
-			st = q;
-			cap *= 2;
-		}
-		st[n++] = (struct frame){ c, 0, key.len, path.len };
-	}
-	free(st);
-	pt_buf_free(&key);
-	pt_buf_free(&path);
-	if (rc == -EFBIG) {
-		pt_export_list_free(xl);
-		return pt_fail(err, rc, "over %u entries in the tree (references that multiply?): not exported",
-			       PT_EXPORT_MAX_ENTRIES);
-	}
+	pt_buf_init(&cw.key);
+	pt_buf_init(&cw.path);
+	pt_error_clear(&werr);
+	/* the one bounded walk: a tree whose references multiply has no flat
+	 * form, and its budget says so (-E2BIG); a directory that cannot be
+	 * listed fails the export too (no export that silently leaves
+	 * tensors out) */
+	rc = pt_tree_walk(ck, pt_tree_root(ck), "", PT_WALK_WHOLE, collect_entry,
+			  &cw, &werr);
+	free(cw.klen);
+	pt_buf_free(&cw.key);
+	pt_buf_free(&cw.path);
 	if (rc >= 0)
 		rc = dedupe_meta(xl, notes);
 	if (rc < 0) {
 		pt_export_list_free(xl);
+		if (werr.msg[0] && rc != -ENOMEM)
+			return pt_fail(err, rc, "%s: not exported", werr.msg);
 		return pt_fail(err, rc, "listing the tree: %s", strerror(-rc));
 	}
 	{

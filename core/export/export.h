@@ -121,10 +121,6 @@ void pt_npy_convert(const struct pt_npy *np, const uint8_t *in, uint8_t *out,
 
 /* ---- shared by the CLI writers and the mount's generated files ---- */
 
-/* The walk stops (-EFBIG) after this many entries: a tree whose
- * references multiply has no flat form. */
-#define PT_EXPORT_MAX_ENTRIES (4u << 20)
-
 /* safetensors.c: the tensors a file holds, sorted by key (see
  * pt_export_safetensors), and its header (JSON, padded; without the
  * 8-byte length). */

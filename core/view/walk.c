@@ -64,7 +64,7 @@ static int visit(void *ctx, const struct pt_walk *w)
 }
 
 int pt_view_tensors(struct pt_ckpt *ck, struct pt_node *top, const char *prefix,
-		    struct pt_view_item **out, size_t *nout)
+		    struct pt_view_item **out, size_t *nout, struct pt_error *err)
 {
 	struct collect c = { NULL, 0, 0 };
 	struct pt_buf path;
@@ -79,12 +79,21 @@ int pt_view_tensors(struct pt_ckpt *ck, struct pt_node *top, const char *prefix,
 	if (a.type != PT_NT_DIR) {
 		if (a.tensor)
 			rc = push_item(&c.items, &c.n, &c.cap, path.p ? path.p : "", top);
+		if (rc)
+			pt_fail(err, rc, "out of memory");
 	} else {
 		/* the walk leaves out sidecars, pictures and /.ptfs; a folder
 		 * that cannot be listed is left out too (its error is not
 		 * fatal here: the other tensors still count) */
-		rc = pt_tree_walk(ck, top, path.p ? path.p : "", 0, visit, &c);
-		if (rc != -ENOMEM)
+		struct pt_error werr;
+
+		pt_error_clear(&werr);
+		rc = pt_tree_walk(ck, top, path.p ? path.p : "", 0, visit, &c, &werr);
+		if (rc == -E2BIG || rc == -EINTR)
+			pt_fail(err, rc, "%s", werr.msg);
+		else if (rc == -ENOMEM)
+			pt_fail(err, rc, "out of memory");
+		else
 			rc = 0;
 	}
 	pt_buf_free(&path);

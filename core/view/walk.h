@@ -19,12 +19,15 @@ struct pt_view_item {
 
 /*
  * Every tensor file at or below @top (sidecars and /.ptfs left out), in
- * listing order, with paths starting with @prefix ("" for the root).
- * Returns 0 and a malloc'ed array (free with pt_view_items_free()), or
- * -ENOMEM.
+ * listing order, with paths starting with @prefix ("" for the root),
+ * through the one bounded walk (pt_tree_walk).  A folder that cannot be
+ * listed is left out (the other tensors still count); a spent walk budget
+ * (-E2BIG), an interruption (-EINTR) or -ENOMEM fail the whole list with
+ * one line in @err.  Returns 0 and a malloc'ed array (free with
+ * pt_view_items_free()), or that error.
  */
 int pt_view_tensors(struct pt_ckpt *ck, struct pt_node *top, const char *prefix,
-		    struct pt_view_item **out, size_t *n);
+		    struct pt_view_item **out, size_t *n, struct pt_error *err);
 void pt_view_items_free(struct pt_view_item *v, size_t n);
 
 /* Call @fn(@ctx, i) for i in [0, @n) on @jobs threads (at least 1; the

@@ -132,7 +132,7 @@ static void walk(struct pt_ckpt *ck)
 	int rc;
 
 	visit(ck, pt_tree_root(ck), &f.budget);
-	rc = pt_tree_walk(ck, pt_tree_root(ck), "", PT_WALK_ALL, walk_entry, &f);
+	rc = pt_tree_walk(ck, pt_tree_root(ck), "", PT_WALK_ALL, walk_entry, &f, NULL);
 	FUZZ_CHECK(rc <= 0);
 }
 
@@ -165,7 +165,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	walk(ck);
 
 	pt_buf_init(&b);
-	pt_tree_json(ck, &b, 5000);
+	pt_tree_json(ck, &b, 5000, NULL);
 	FUZZ_CHECK(!b.oom);
 	FUZZ_CHECK(b.len > 0 && strlen(b.p) == b.len);
 	b.len = 0;
