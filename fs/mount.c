@@ -42,6 +42,7 @@
 #include <uthash.h>
 #include <utlist.h>
 
+#include "base/cancel.h"
 #include "ckpt/ckpt.h"
 #include "ckpt/pending.h"
 #include "export/export.h"
@@ -269,40 +270,106 @@ static void ptfs_op_init(void *userdata, struct fuse_conn_info *conn)
 	conn->time_gran = 1;
 }
 
-static void reply_entry(fuse_req_t req, struct ptfs *fs, struct pt_node *n)
-{
-	struct fuse_entry_param e;
+/*
+ * Interruption.  A program killed while it waits for a request (SIGKILL
+ * of `cat`, `find`) stays in D state until the request is answered: the
+ * kernel sends INTERRUPT and waits.  Work that can take long (a generated
+ * directory filled by a walk of the tree, tree.json, statistics, a
+ * picture, remote bytes) runs under a check installed per request
+ * (base/cancel.h): it asks libfuse whether the request was interrupted,
+ * or the loop is ending (SIGTERM), and the core ends its work with -EINTR,
+ * answered at once.  The INTERRUPT callback only counts.
+ */
+static unsigned long interrupts;
 
-	memset(&e, 0, sizeof(e));
-	e.ino = ino_of(fs, n);
-	e.attr_timeout = PTFS_TIMEOUT;
-	e.entry_timeout = PTFS_TIMEOUT;
-	fill_stat(fs, n, &e.attr);
-	fuse_reply_entry(req, &e);
+static void on_interrupt(fuse_req_t req, void *data)
+{
+	(void)req;
+	(void)data;
+	__atomic_add_fetch(&interrupts, 1, __ATOMIC_RELAXED);
+}
+
+struct req_guard {
+	struct pt_cancel c;
+	fuse_req_t req;
+	struct fuse_session *se;
+};
+
+static bool req_cancelled(void *ctx)
+{
+	struct req_guard *g = ctx;
+
+	return fuse_req_interrupted(g->req) || (g->se && fuse_session_exited(g->se));
+}
+
+/* Before the work of @req; req_end() before its reply frees it. */
+static void req_begin(struct req_guard *g, struct ptfs *fs, fuse_req_t req)
+{
+	g->req = req;
+	g->se = fs->se;
+	fuse_req_interrupt_func(req, on_interrupt, NULL);
+	pt_cancel_push(&g->c, req_cancelled, g);
+}
+
+static void req_end(struct req_guard *g)
+{
+	pt_cancel_pop(&g->c);
+}
+
+/* The errno a request answers for the core's -@rc: a spent walk budget
+ * (-E2BIG) is "too large" to programs, as a directory over its cap is. */
+static int reply_errno(int rc)
+{
+	return rc == -E2BIG ? EFBIG : -rc;
+}
+
+/* A generated directory (/.ptfs/stats, /.ptfs/export) that could not be
+ * filled: its line, logged once per failure. */
+static void log_fill_error(struct ptfs *fs, const struct pt_node *dir)
+{
+	char msg[512];
+
+	if (pt_tree_take_error(fs->ck, dir, msg, sizeof(msg)))
+		fuse_log(FUSE_LOG_ERR, "ptfs: %s: '/.ptfs/%s': %s\n", fs->ckpath,
+			 pt_node_name(dir), msg);
 }
 
 static void ptfs_op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct ptfs *fs = fs_of(req);
+	struct fuse_entry_param e;
+	struct req_guard g;
 	struct pt_node *n;
 	int rc = 0;
 
+	req_begin(&g, fs, req);
 	n = pt_tree_lookup(fs->ck, node_of(fs, parent), name, &rc);
 	if (!n) {
-		fuse_reply_err(req, rc ? -rc : ENOENT);
+		log_fill_error(fs, node_of(fs, parent));
+		req_end(&g);
+		fuse_reply_err(req, rc ? reply_errno(rc) : ENOENT);
 		return;
 	}
-	reply_entry(req, fs, n);
+	memset(&e, 0, sizeof(e));
+	e.ino = ino_of(fs, n);
+	e.attr_timeout = PTFS_TIMEOUT;
+	e.entry_timeout = PTFS_TIMEOUT;
+	fill_stat(fs, n, &e.attr);      /* may draw a picture */
+	req_end(&g);
+	fuse_reply_entry(req, &e);
 }
 
 static void ptfs_op_getattr(fuse_req_t req, fuse_ino_t ino,
 			    struct fuse_file_info *fi)
 {
 	struct ptfs *fs = fs_of(req);
+	struct req_guard g;
 	struct stat st;
 
 	(void)fi;
+	req_begin(&g, fs, req);
 	fill_stat(fs, node_of(fs, ino), &st);
+	req_end(&g);
 	fuse_reply_attr(req, &st, PTFS_TIMEOUT);
 }
 
@@ -349,8 +416,8 @@ static void ptfs_op_opendir(fuse_req_t req, fuse_ino_t ino,
  * i + 3.  With readdirplus every entry carries its attributes, so `ls -l`
  * needs no lookup per file.
  */
-static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
-		       off_t off, bool plus)
+static void do_readdir(fuse_req_t req, struct req_guard *g, fuse_ino_t ino,
+		       size_t size, off_t off, bool plus)
 {
 	struct ptfs *fs = fs_of(req);
 	struct pt_node *dir = node_of(fs, ino);
@@ -360,12 +427,16 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 	off_t i;
 
 	if (rc) {
-		/* -EFBIG: more entries than max_dir_entries */
-		fuse_reply_err(req, -rc);
+		/* -EFBIG: more entries than max_dir_entries; -E2BIG: a
+		 * generated directory whose walk is over budget; -EINTR */
+		log_fill_error(fs, dir);
+		req_end(g);
+		fuse_reply_err(req, reply_errno(rc));
 		return;
 	}
 	buf = malloc(size);
 	if (!buf) {
+		req_end(g);
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
@@ -413,8 +484,9 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 	}
 	/* an entry that cannot be made (past max_depth, out of memory)
 	 * fails the call when it is the first one, else ends the batch */
+	req_end(g);
 	if (rc && used == 0)
-		fuse_reply_err(req, -rc);
+		fuse_reply_err(req, reply_errno(rc));
 	else
 		fuse_reply_buf(req, buf, used);
 	free(buf);
@@ -423,15 +495,21 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 static void ptfs_op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
 			    off_t off, struct fuse_file_info *fi)
 {
+	struct req_guard g;
+
 	(void)fi;
-	do_readdir(req, ino, size, off, false);
+	req_begin(&g, fs_of(req), req);
+	do_readdir(req, &g, ino, size, off, false);
 }
 
 static void ptfs_op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
 				off_t off, struct fuse_file_info *fi)
 {
+	struct req_guard g;
+
 	(void)fi;
-	do_readdir(req, ino, size, off, true);
+	req_begin(&g, fs_of(req), req);
+	do_readdir(req, &g, ino, size, off, true);
 }
 
 static void log_err(struct ptfs *fs, struct pt_node *n, const char *what,
@@ -677,8 +755,23 @@ static int reply_bytes(void *req, const void *p, size_t n)
 	return 0;
 }
 
+static void do_read(fuse_req_t req, fuse_ino_t ino, size_t size,
+		    off_t off, struct fuse_file_info *fi);
+
+/* Reads of generated files may make them (statistics, pictures, export
+ * headers): interruptible.  The check is only asked before the reply. */
 static void ptfs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 			 off_t off, struct fuse_file_info *fi)
+{
+	struct req_guard g;
+
+	req_begin(&g, fs_of(req), req);
+	do_read(req, ino, size, off, fi);
+	req_end(&g);
+}
+
+static void do_read(fuse_req_t req, fuse_ino_t ino, size_t size,
+		    off_t off, struct fuse_file_info *fi)
 {
 	struct ptfs *fs = fs_of(req);
 	/* no handle: a file the kernel opened itself (read-only mount) */
@@ -733,7 +826,9 @@ static void ptfs_op_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 	}
 	pt_error_clear(&err);
 	got = pt_node_read(fs->ck, n, buf, size, (uint64_t)off, &err);
-	if (got < 0) {
+	if (got == -EINTR) {
+		fuse_reply_err(req, EINTR);     /* the reader went away */
+	} else if (got < 0) {
 		fuse_log(FUSE_LOG_ERR, "ptfs: %s: read of '%s' at %lld: %s\n",
 			 fs->ckpath, pt_node_name(n), (long long)off,
 			 err.msg[0] ? err.msg : strerror((int)-got));

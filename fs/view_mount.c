@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/cancel.h"
 #include "ckpt/ckpt.h"
 #include "ptfs.h"
 #include "view/preview.h"
@@ -84,9 +85,10 @@ static void stat_make(struct stat_file *f)
 static int stat_read(void *ctx, void *buf, size_t n, uint64_t off, struct pt_error *err)
 {
 	struct stat_file *f = ctx;
-	int rc;
+	int rc = pt_lock_or_cancel(&f->mu);
 
-	pthread_mutex_lock(&f->mu);
+	if (rc)
+		return pt_fail(err, rc, "interrupted");
 	if (!f->done)
 		stat_make(f);
 	rc = f->rc;
@@ -94,6 +96,11 @@ static int stat_read(void *ctx, void *buf, size_t n, uint64_t off, struct pt_err
 		memcpy(buf, f->data + off, n);
 	else
 		pt_fail(err, rc, "%s", f->msg);
+	if (rc == -EINTR) {
+		/* the reader went away: made again on the next read */
+		f->done = false;
+		f->rc = 0;
+	}
 	pthread_mutex_unlock(&f->mu);
 	return rc;
 }

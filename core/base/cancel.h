@@ -14,6 +14,7 @@
 #ifndef PTFS_CORE_CANCEL_H
 #define PTFS_CORE_CANCEL_H
 
+#include <pthread.h>
 #include <stdbool.h>
 
 typedef bool (*pt_cancel_fn)(void *ctx);
@@ -34,6 +35,11 @@ void pt_cancel_pop(struct pt_cancel *c);
 /* True when the calling thread's current work should end now (with
  * -EINTR); false without an installed check.  Cheap: one call. */
 bool pt_cancelled(void);
+
+/* Take @mu, or give up with -EINTR (0 when taken) when pt_cancelled()
+ * says so while another thread holds it (a long fill in progress): looks
+ * again every 20 ms. */
+int pt_lock_or_cancel(pthread_mutex_t *mu);
 
 /* How many times pt_cancelled() said true in this process (tests count
  * it instead of timing anything). */

@@ -2454,27 +2454,6 @@ static int vdir_add(struct pt_vdir *b, const char *rel,
 	return 0;
 }
 
-/* Take @mu, or give up with -EINTR when pt_cancelled() says so while
- * another thread holds it (a fill of a big tree in progress). */
-static int lock_or_cancel(pthread_mutex_t *mu)
-{
-	struct timespec ts;
-
-	while (pthread_mutex_trylock(mu) != 0) {
-		if (pt_cancelled())
-			return -EINTR;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 20 * 1000 * 1000;
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000;
-		}
-		if (pthread_mutex_timedlock(mu, &ts) == 0)
-			break;
-	}
-	return 0;
-}
-
 /* A fill that failed for good (-EFBIG: the walk's budget is spent) is
  * kept as an empty table with its error, so every later use fails at once
  * instead of walking again; -EINTR and -ENOMEM may pass and are tried
@@ -2507,7 +2486,7 @@ static struct dtab *vdir_tab(struct pt_ckpt *ck, struct pt_node *dir, int *rc)
 
 	while (k + 1 < t->n_vdirs && strcmp(t->vname[k], dir->name) != 0)
 		k++;
-	*rc = lock_or_cancel(&t->vlock);
+	*rc = pt_lock_or_cancel(&t->vlock);
 	if (*rc)
 		return NULL;
 	d = __atomic_load_n(&dir->u.dir.tab, __ATOMIC_ACQUIRE);
@@ -2634,6 +2613,10 @@ static void pic_make_locked(const struct pt_node *n, struct pt_error *err)
 
 	if (g->done)
 		return;
+	if (pt_cancelled()) {
+		g->rc = pt_fail(err, -EINTR, "interrupted");
+		return;         /* not done: made on the next use */
+	}
 	if (len > 4 && len - 4 < sizeof(name)) {
 		memcpy(name, n->name, len - 4);         /* NAME of NAME.png */
 		name[len - 4] = '\0';
@@ -2643,7 +2626,8 @@ static void pic_make_locked(const struct pt_node *n, struct pt_error *err)
 		g->rc = pt_fail(err, -EIO, "%s: nothing draws it", n->name);
 	else
 		g->rc = t->pic_fn(t->pic_ctx, g->ck, tn, &g->data, &g->len, err);
-	g->done = true;
+	/* an interrupted drawing is made again on the next use */
+	g->done = g->rc != -EINTR;
 }
 
 /* 0 when the picture cannot be made (a read then says why). */
@@ -2665,12 +2649,15 @@ static ssize_t pic_read(const struct pt_node *n, void *buf, size_t len,
 			uint64_t off, struct pt_error *err)
 {
 	struct pt_pic *g = node_pic(n);
-	ssize_t got;
+	ssize_t got = pt_lock_or_cancel(&g->mu);
 
-	pthread_mutex_lock(&g->mu);
+	if (got)
+		return pt_fail(err, (int)got, "interrupted");
 	pic_make_locked(n, err);
 	if (g->rc) {
 		got = pt_fail(err, g->rc, "%s: could not be drawn", n->name);
+		if (!g->done)
+			g->rc = 0;
 	} else if (off >= g->len) {
 		got = 0;
 	} else {

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/cancel.h"
 #include "view/elem.h"
 #include "view/preview.h"
 
@@ -227,6 +228,8 @@ static int sample_all(struct sampler *s, struct pt_error *err)
 			memcpy(dst, dst - s->g.w, s->g.w * sizeof(*dst));
 			continue;
 		}
+		if (pt_cancelled())
+			return pt_fail(err, -EINTR, "interrupted");
 		if ((rc = sample_row(s, r, dst, err)))
 			return rc;
 		prev = r;

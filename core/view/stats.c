@@ -22,6 +22,8 @@
 #include "base/json.h"
 #include "view/stats.h"
 
+#include "base/cancel.h"
+
 /* the libcrypto functions used here */
 #define EVP_FNS(X) \
 	X(EVP_MD_CTX_new) X(EVP_MD_CTX_free) X(EVP_sha256) \
@@ -188,8 +190,14 @@ int pt_tensor_stats(struct pt_ckpt *ck, struct pt_node *node,
 	}
 	while (off < s->ti.nbytes) {
 		size_t want = s->ti.nbytes - off < CHUNK ? (size_t)(s->ti.nbytes - off) : CHUNK;
-		ssize_t got = pt_node_read(ck, node, buf, want, off, err);
+		ssize_t got;
 
+		/* a mount's reader that went away, a daemon that ends */
+		if (pt_cancelled()) {
+			rc = pt_fail(err, -EINTR, "interrupted");
+			goto out;
+		}
+		got = pt_node_read(ck, node, buf, want, off, err);
 		if (got < 0 || (size_t)got != want) {
 			rc = got < 0 ? (int)got : pt_fail(err, -EIO, "short read at byte %llu",
 							 (unsigned long long)off);
