@@ -21,6 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/cancel.h"
 #include "remote/remote_i.h"
 
 void pt_remote_opts_default(struct pt_remote_opts *o)
@@ -314,11 +315,13 @@ static int rm_read_fail(struct pt_remote *r, struct pt_error *err)
 		       r->fail_msg);
 }
 
-/* Under r->lock: until [b0, b1) is held; 0, or -1 when it cannot be. */
+/* Under r->lock: until [b0, b1) is held; 0, or -1 when it cannot be, -2
+ * when pt_cancelled() says the reader is gone. */
 static int rm_wait(struct pt_remote *r, uint64_t off, uint64_t end,
 		   uint64_t seq0)
 {
 	uint64_t b0 = off / RM_BLOCK, b1 = (end - 1) / RM_BLOCK + 1;
+	struct timespec ts;
 	bool lost;
 
 	while (!rm_all_held(r, b0, b1, &lost)) {
@@ -334,7 +337,17 @@ static int rm_wait(struct pt_remote *r, uint64_t off, uint64_t end,
 			pthread_mutex_lock(&r->lock);
 			continue;
 		}
-		pthread_cond_wait(&r->cond, &r->lock);
+		/* the reader may go away meanwhile (a killed program, a
+		 * daemon that ends): looked at every 100 ms */
+		if (pt_cancelled())
+			return -2;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 100 * 1000 * 1000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&r->cond, &r->lock, &ts);
 	}
 	return 0;
 }
@@ -381,7 +394,9 @@ int pt_remote_read(struct pt_remote *r, void *buf, size_t n, uint64_t off,
 	rm_submit(list);
 	pthread_mutex_lock(&r->lock);
 	rc = r->stale ? -1 : rm_wait(r, off, off + n, seq0);
-	if (rc)
+	if (rc == -2)
+		rc = pt_fail(err, -EINTR, "interrupted");
+	else if (rc)
 		rc = rm_read_fail(r, err);
 	evict = r->c.written > r->o.cache_size / 8;
 	if (evict)
