@@ -54,4 +54,7 @@ void ptfs_version(FILE *f)
 	fprintf(f, ",\n           libcurl %s (loaded on the first URL)", LIBCURL_VERSION);
 #endif
 	fputc('\n', f);
+#ifdef PTFS_SANITIZED
+	fputs("build: AddressSanitizer + UndefinedBehaviorSanitizer\n", f);
+#endif
 }

@@ -20,10 +20,11 @@ void pt_limits_default(struct pt_limits *l)
 	l->max_depth = 10000;
 	l->max_rank = 64;
 	l->max_dir_entries = 1ull << 24;
-	/* A 20,000-tensor state dict is 40,000 entries and ~3 MB of paths; an
-	 * optimizer state with its moments a few times that.  2^20 entries
-	 * cost a mount ~100 MB of nodes, kept until unmount, and a second of
-	 * work; 256 MiB of paths and output is what tree.json always had. */
+	/* A 20,000-tensor state dict is 40,000 entries, ~3 MB of paths and
+	 * a 9 MB tree.json; an optimizer state with its moments a few times
+	 * that.  2^20 entries cost a mount ~100 MB of nodes, kept until
+	 * unmount, and about a second of work; 64 MiB of paths or generated
+	 * text (tree.json of ~150,000 tensors) about as much. */
 	l->max_walk_entries = 1ull << 20;
-	l->max_walk_bytes = 256ull << 20;
+	l->max_walk_bytes = 64ull << 20;
 }

@@ -194,6 +194,10 @@ struct pt_walk {
  * PT_WALK_STOP (a positive 2) instead of -E2BIG (tree.json says
  * "truncated": true then). */
 #define PT_WALK_CUT 4u
+/* PT_WALK_WHOLE: the consumer needs every entry or none (stat, diff,
+ * export, /.ptfs/stats): a directory whose entries alone pass what is
+ * left of the budget fails the walk (-E2BIG) as it is entered. */
+#define PT_WALK_WHOLE 8u
 
 typedef int (*pt_walk_fn)(void *ctx, const struct pt_walk *w);
 

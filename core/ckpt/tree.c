@@ -1564,13 +1564,13 @@ static int walk_charge(struct pt_ckpt *ck, uint64_t *entries, uint64_t *bytes,
 
 	*bytes += path_len + 1;
 	if (++*entries > l->max_walk_entries)
-		return pt_fail(err, -E2BIG, "over %llu entries in one walk of the tree (references that multiply? -o max_walk_entries)",
+		return pt_fail_over(err, -E2BIG, "over %llu entries in one walk of the tree (references that multiply? -o max_walk_entries)",
 			       (unsigned long long)l->max_walk_entries);
 	if (*bytes > l->max_walk_bytes)
-		return pt_fail(err, -E2BIG, "over %llu bytes of paths in one walk of the tree (-o max_walk_bytes)",
+		return pt_fail_over(err, -E2BIG, "over %llu bytes of paths in one walk of the tree (-o max_walk_bytes)",
 			       (unsigned long long)l->max_walk_bytes);
 	if ((*entries & 255) == 0 && pt_cancelled())
-		return pt_fail(err, -EINTR, "interrupted");
+		return pt_fail_over(err, -EINTR, "interrupted");
 	return 0;
 }
 
@@ -1641,6 +1641,14 @@ int pt_tree_walk(struct pt_ckpt *ck, struct pt_node *top, const char *top_path,
 				n--;
 				continue;
 			}
+		}
+		if (f->next == 0 && (flags & PT_WALK_WHOLE) &&
+		    f->tab->n > ck->opts.limits.max_walk_entries - entries) {
+			/* this directory alone passes what is left: say so
+			 * now, not after making a million nodes */
+			entries = ck->opts.limits.max_walk_entries;
+			rc = walk_charge(ck, &entries, &bytes, 0, err);
+			break;
 		}
 		if (f->next >= f->tab->n) {
 			n--;

@@ -88,7 +88,8 @@ int pt_view_tensors(struct pt_ckpt *ck, struct pt_node *top, const char *prefix,
 		struct pt_error werr;
 
 		pt_error_clear(&werr);
-		rc = pt_tree_walk(ck, top, path.p ? path.p : "", 0, visit, &c, &werr);
+		rc = pt_tree_walk(ck, top, path.p ? path.p : "", PT_WALK_WHOLE, visit,
+				  &c, &werr);
 		if (rc == -E2BIG || rc == -EINTR)
 			pt_fail(err, rc, "%s", werr.msg);
 		else if (rc == -ENOMEM)
