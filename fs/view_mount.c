@@ -45,6 +45,9 @@ struct stat_file {
 	int rc;
 	char msg[sizeof(((struct pt_error *)0)->msg)];
 	char *data;
+	struct stat_file *rep;          /* the same tensor at an earlier
+					 * place: its numbers are these */
+	bool served;                    /* read since the last change */
 	struct stat_file *next;
 };
 
@@ -84,24 +87,25 @@ static void stat_make(struct stat_file *f)
 
 static int stat_read(void *ctx, void *buf, size_t n, uint64_t off, struct pt_error *err)
 {
-	struct stat_file *f = ctx;
-	int rc = pt_lock_or_cancel(&f->mu);
+	struct stat_file *f = ctx, *src = f->rep ? f->rep : f;
+	int rc = pt_lock_or_cancel(&src->mu);
 
 	if (rc)
 		return pt_fail(err, rc, "interrupted");
-	if (!f->done)
-		stat_make(f);
-	rc = f->rc;
+	if (!src->done)
+		stat_make(src);
+	rc = src->rc;
 	if (rc == 0)
-		memcpy(buf, f->data + off, n);
+		memcpy(buf, src->data + off, n);
 	else
-		pt_fail(err, rc, "%s", f->msg);
+		pt_fail(err, rc, "%s", src->msg);
 	if (rc == -EINTR) {
 		/* the reader went away: made again on the next read */
-		f->done = false;
-		f->rc = 0;
+		src->done = false;
+		src->rc = 0;
 	}
-	pthread_mutex_unlock(&f->mu);
+	pthread_mutex_unlock(&src->mu);
+	__atomic_store_n(&f->served, true, __ATOMIC_RELAXED);
 	return rc;
 }
 
@@ -125,13 +129,19 @@ static void stat_free(void *ctx)
 static int stats_fill(void *ctx, struct pt_ckpt *ck, struct pt_vdir *d, struct pt_error *err)
 {
 	struct pt_view_item *items = NULL;
-	size_t n = 0, i;
+	struct stat_file **made = NULL;
+	size_t n = 0, i, *same = NULL;
 	int rc;
 
 	(void)ctx;
 	rc = pt_view_tensors(ck, pt_tree_root(ck), "", &items, &n, err);
 	if (rc)
 		return rc;
+	/* a tensor shown at many places is read once, by its first file */
+	same = pt_view_same(items, n);
+	made = calloc(n ? n : 1, sizeof(*made));
+	if (!same || !made)
+		rc = -ENOMEM;
 	for (i = 0; i < n && rc == 0; i++) {
 		struct stat_file *f = calloc(1, sizeof(*f));
 		struct pt_tinfo ti;
@@ -158,11 +168,16 @@ static int stats_fill(void *ctx, struct pt_ckpt *ck, struct pt_vdir *d, struct p
 				rc = 0;
 			continue;
 		}
+		if (same[i] != i)
+			f->rep = made[same[i]];
+		made[i] = f;
 		pthread_mutex_lock(&files_mu);
 		f->next = files;
 		files = f;
 		pthread_mutex_unlock(&files_mu);
 	}
+	free(same);
+	free(made);
 	pt_view_items_free(items, n);
 	return rc ? pt_fail(err, rc, "/.ptfs/stats: %s", strerror(-rc)) : 0;
 }
@@ -187,7 +202,7 @@ void ptfs_view_changed(struct pt_ckpt *ck, void (*drop)(void *ctx, struct pt_nod
 		bool made;
 
 		pthread_mutex_lock(&f->mu);
-		made = f->done;
+		made = f->done || __atomic_exchange_n(&f->served, false, __ATOMIC_RELAXED);
 		free(f->data);
 		f->data = NULL;
 		f->done = false;

@@ -621,6 +621,20 @@ static void walk_budget(void **state)
 				      count_entry, &seen, NULL), 0);
 	assert_int_equal(seen, 1 + 2 * 30);
 	pt_ckpt_close(ck);
+	/* a consumer that needs everything: a directory whose entries alone
+	 * pass what is left is refused as it is entered, with the same line */
+	ck = open_limits(&z, 2, 1u << 30);
+	seen = 0;
+	assert_int_equal(pt_tree_walk(ck, pt_tree_root(ck), "", 0,
+				      count_entry, &seen, NULL), -E2BIG);
+	assert_int_equal(seen, 2);      /* "x", "x/0" */
+	seen = 0;
+	pt_error_clear(&err);
+	assert_int_equal(pt_tree_walk(ck, pt_tree_root(ck), "", PT_WALK_WHOLE,
+				      count_entry, &seen, &err), -E2BIG);
+	assert_int_equal(seen, 1);      /* "x": its 2 entries pass 2 - 1 */
+	assert_string_equal(err.msg, "over 2 entries in one walk of the tree (references that multiply? -o max_walk_entries)");
+	pt_ckpt_close(ck);
 
 	/* the bytes of the paths: "x" (2), "x/0" (4), "x/0/0" (6), ... */
 	ck = open_limits(&z, 1u << 30, 2 + 4 + 6);
@@ -670,6 +684,49 @@ static void walk_interrupted(void **state)
 	pt_buf_free(&json);
 	pt_cancel_pop(&c);
 	assert_false(pt_cancelled());
+	pt_ckpt_close(ck);
+	bb_free(&z);
+	bb_free(&p);
+}
+
+/* A tensor shown at many places is one tensor to the consumers that can
+ * tell (pt_view_same): {"a": T, "b": T, "c": T's first half} */
+static void same_tensor_once(void **state)
+{
+	static const int64_t shape[1] = { 4 }, half[1] = { 2 }, one[1] = { 1 };
+	struct pt_view_item *items = NULL;
+	struct pt_error err = { 0 };
+	struct pt_ckpt *ck;
+	struct bb p = { 0 }, z;
+	size_t n = 0, *same;
+
+	(void)state;
+	pk_proto(&p, 2);
+	bb_u8(&p, '}');
+	pk_str(&p, "a");
+	pk_tensor(&p, "FloatStorage", 4, 0, shape, one, 1);
+	bb_u8(&p, 'q');
+	bb_u8(&p, 9);
+	bb_u8(&p, 's');
+	pk_str(&p, "b");
+	bb_u8(&p, 'h');
+	bb_u8(&p, 9);
+	bb_u8(&p, 's');
+	pk_str(&p, "c");
+	pk_tensor(&p, "FloatStorage", 4, 0, half, one, 1);
+	bb_u8(&p, 's');
+	bb_u8(&p, '.');
+	ckpt_build(&z, &p, 16);
+	ck = open_ok(&z);
+	assert_int_equal(pt_view_tensors(ck, pt_tree_root(ck), "", &items, &n, &err), 0);
+	assert_int_equal(n, 3);
+	same = pt_view_same(items, n);
+	assert_non_null(same);
+	assert_int_equal(same[0], 0);
+	assert_int_equal(same[1], 0);
+	assert_int_equal(same[2], 2);
+	free(same);
+	pt_view_items_free(items, n);
 	pt_ckpt_close(ck);
 	bb_free(&z);
 	bb_free(&p);
@@ -961,6 +1018,7 @@ int main(void)
 		cmocka_unit_test(multiplying_refs),
 		cmocka_unit_test(walk_budget),
 		cmocka_unit_test(walk_interrupted),
+		cmocka_unit_test(same_tensor_once),
 		cmocka_unit_test(zip_too_many_entries),
 		cmocka_unit_test(zip_cd_past_end),
 		cmocka_unit_test(zip_cd_loop),

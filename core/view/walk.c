@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "view/walk.h"
@@ -106,6 +107,64 @@ int pt_view_tensors(struct pt_ckpt *ck, struct pt_node *top, const char *prefix,
 	*out = c.items;
 	*nout = c.n;
 	return rc;
+}
+
+/* 0 when items @a and @b show the same bytes in the same layout. */
+static int tensor_cmp(const struct pt_view_item *v, size_t a, size_t b)
+{
+	struct pt_tinfo s, t;
+	int c;
+
+	if (!pt_node_tinfo(v[a].node, &s) || !pt_node_tinfo(v[b].node, &t) ||
+	    !s.storage || !t.storage)
+		return (v[a].node > v[b].node) - (v[a].node < v[b].node);
+	if (s.storage != t.storage)
+		return ((uintptr_t)s.storage > (uintptr_t)t.storage) -
+		       ((uintptr_t)s.storage < (uintptr_t)t.storage);
+	if (s.offset != t.offset)
+		return s.offset < t.offset ? -1 : 1;
+	if (s.rank != t.rank)
+		return s.rank < t.rank ? -1 : 1;
+	if (s.byteorder != t.byteorder)
+		return s.byteorder - t.byteorder;
+	if (s.ndarray != t.ndarray)
+		return s.ndarray - t.ndarray;
+	if ((c = strcmp(s.dtype, t.dtype)) != 0 ||
+	    (c = memcmp(s.shape, t.shape, s.rank * sizeof(*s.shape))) != 0)
+		return c;
+	return memcmp(s.stride, t.stride, s.rank * sizeof(*s.stride));
+}
+
+/* Same tensors next to each other, in item order among themselves. */
+static int same_cmp(const void *x, const void *y, void *ctx)
+{
+	size_t a = *(const size_t *)x, b = *(const size_t *)y;
+	int c = tensor_cmp(ctx, a, b);
+
+	return c ? c : (a > b) - (a < b);
+}
+
+size_t *pt_view_same(const struct pt_view_item *v, size_t n)
+{
+	size_t *idx = malloc((n ? n : 1) * sizeof(*idx));
+	size_t *rep = malloc((n ? n : 1) * sizeof(*rep));
+	size_t i, first = 0;
+
+	if (!idx || !rep) {
+		free(idx);
+		free(rep);
+		return NULL;
+	}
+	for (i = 0; i < n; i++)
+		idx[i] = i;
+	qsort_r(idx, n, sizeof(*idx), same_cmp, (void *)(uintptr_t)v);
+	for (i = 0; i < n; i++) {
+		if (i == 0 || tensor_cmp(v, idx[first], idx[i]) != 0)
+			first = i;      /* the smallest index of its run */
+		rep[idx[i]] = idx[first];
+	}
+	free(idx);
+	return rep;
 }
 
 struct pool {

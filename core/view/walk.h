@@ -30,6 +30,14 @@ int pt_view_tensors(struct pt_ckpt *ck, struct pt_node *top, const char *prefix,
 		    struct pt_view_item **out, size_t *n, struct pt_error *err);
 void pt_view_items_free(struct pt_view_item *v, size_t n);
 
+/* One tensor shown at several places (references that multiply, tied
+ * weights listed twice): for each item the index of the first item with
+ * the same bytes in the same layout (same storage, offset, dtype, shape,
+ * strides), itself when none comes before; malloc'ed, NULL when out of
+ * memory.  Consumers compute once per distinct index (stats of a tensor
+ * once). */
+size_t *pt_view_same(const struct pt_view_item *v, size_t n);
+
 /* Call @fn(@ctx, i) for i in [0, @n) on @jobs threads (at least 1; the
  * calling thread is one of them).  Each i is done exactly once. */
 void pt_view_parallel(size_t n, unsigned jobs, void (*fn)(void *ctx, size_t i),
