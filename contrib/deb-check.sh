@@ -78,6 +78,14 @@ bash -c 'source /usr/share/bash-completion/bash_completion
 echo "== demo with the installed ptfs"
 PTFS=/usr/bin/ptfs PTFS_DEMO_DIR="$mnt/demo" contrib/demo.sh --umount
 
+echo "== the package ignores PTFS_FAULT (fault injection is for test builds)"
+/usr/bin/ptfs --version | grep -q "fault injection" && fail "the package's ptfs reads PTFS_FAULT"
+/usr/bin/ptfs cat "$mnt/demo/model.pt" model/0.weight >"$mnt/w.bin" || fail "ptfs cat"
+for f in create:1:ENOSPC write:1:EIO rename:1:KILL patch:1:KILL; do
+	PTFS_FAULT=$f /usr/bin/ptfs set "$mnt/demo/model.pt" model/0.weight <"$mnt/w.bin" ||
+		fail "PTFS_FAULT=$f changed what the package's ptfs set does"
+done
+
 echo "== mount -t fuse.ptfs with the installed ptfs"
 # mount.fuse3 runs ptfs through /bin/sh with its default PATH, where
 # /usr/local comes first: an earlier `cmake --install` would shadow us

@@ -57,4 +57,7 @@ void ptfs_version(FILE *f)
 #ifdef PTFS_SANITIZED
 	fputs("build: AddressSanitizer + UndefinedBehaviorSanitizer\n", f);
 #endif
+#ifdef PTFS_FAULT_INJECTION
+	fputs("build: test build, fault injection (PTFS_FAULT)\n", f);
+#endif
 }

@@ -31,12 +31,12 @@ static pthread_mutex_t fault_mu = PTHREAD_MUTEX_INITIALIZER;
 static char fault_step[16];     /* "" = none */
 static unsigned fault_nth;
 static int fault_errno;         /* -1: SIGKILL, -2: SIGSTOP */
-static bool fault_env_read;
 static struct {
 	char step[16];
 	unsigned n;
 } fault_counts[24];
 
+#ifdef PTFS_FAULT_INJECTION
 static int errno_by_name(const char *s)
 {
 	static const struct {
@@ -56,7 +56,21 @@ static int errno_by_name(const char *s)
 	return atoi(s);
 }
 
-/* PTFS_FAULT=STEP:N:ERR, read once (caller holds fault_mu). */
+#endif
+
+/*
+ * Nothing is armed until a test sets a fault (pt_fault_set()) or, in a
+ * build with PTFS_FAULT_INJECTION (test builds only, see CMakeLists.txt),
+ * PTFS_FAULT names one: until then pt_fault() is one relaxed load, no
+ * lock.  Builds without it (Release, the Debian package) never read
+ * PTFS_FAULT.
+ */
+static int fault_on;
+
+#ifdef PTFS_FAULT_INJECTION
+static pthread_once_t fault_once = PTHREAD_ONCE_INIT;
+
+/* PTFS_FAULT=STEP:N:ERR, read once, before any pt_fault_set(). */
 static void fault_read_env(void)
 {
 	const char *v = getenv("PTFS_FAULT");
@@ -64,12 +78,22 @@ static void fault_read_env(void)
 	char name[16];
 	unsigned n;
 
-	fault_env_read = true;
-	if (!v || sscanf(v, "%15[a-z]:%u:%15[A-Za-z0-9]", step, &n, name) != 3)
-		return;
-	snprintf(fault_step, sizeof(fault_step), "%s", step);
-	fault_nth = n;
-	fault_errno = errno_by_name(name);
+	pthread_mutex_lock(&fault_mu);
+	if (v && sscanf(v, "%15[a-z]:%u:%15[A-Za-z0-9]", step, &n, name) == 3) {
+		snprintf(fault_step, sizeof(fault_step), "%s", step);
+		fault_nth = n;
+		fault_errno = errno_by_name(name);
+		__atomic_store_n(&fault_on, 1, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&fault_mu);
+}
+#endif
+
+static void fault_env(void)
+{
+#ifdef PTFS_FAULT_INJECTION
+	pthread_once(&fault_once, fault_read_env);
+#endif
 }
 
 static unsigned *fault_counter(const char *step)
@@ -91,9 +115,10 @@ int pt_fault(const char *step)
 	unsigned *c;
 	int rc = 0;
 
+	fault_env();
+	if (!__atomic_load_n(&fault_on, __ATOMIC_ACQUIRE))
+		return 0;
 	pthread_mutex_lock(&fault_mu);
-	if (!fault_env_read)
-		fault_read_env();
 	c = fault_counter(step);
 	if (c) {
 		++*c;
@@ -115,10 +140,21 @@ int pt_fault(const char *step)
 	return rc;
 }
 
+bool pt_fault_injection(void)
+{
+#ifdef PTFS_FAULT_INJECTION
+	return true;
+#else
+	return false;
+#endif
+}
+
 void pt_fault_set(const char *step, unsigned nth, int errnum)
 {
+	fault_env();            /* read first: this setting wins */
 	pthread_mutex_lock(&fault_mu);
-	fault_env_read = true;
+	/* counting from now on (pt_fault_count()), faults or not */
+	__atomic_store_n(&fault_on, 1, __ATOMIC_RELEASE);
 	memset(fault_counts, 0, sizeof(fault_counts));
 	snprintf(fault_step, sizeof(fault_step), "%s", step ? step : "");
 	fault_nth = step ? nth : 0;

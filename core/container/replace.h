@@ -30,8 +30,11 @@
  * failing call (-ENOSPC stays -ENOSPC) with one line in the struct
  * pt_error.
  *
- * Fault injection (tests): every step below counts its calls, process-wide;
- * pt_fault_set() or the environment variable PTFS_FAULT=STEP:N:ERR makes
+ * Fault injection (tests): every step below counts its calls, process-wide,
+ * once a test arms it; pt_fault_set() or, only in builds with
+ * PTFS_FAULT_INJECTION (the test builds; never Release builds or the
+ * Debian package, which ignore it and take no lock), the environment
+ * variable PTFS_FAULT=STEP:N:ERR makes
  * the Nth call of STEP fail with errno ERR (a number or a name: ENOSPC,
  * EIO, EDQUOT, EROFS, EACCES, EPERM, EXDEV, EOPNOTSUPP), or, with ERR =
  * KILL, kills the process with SIGKILL right there (crash tests), or with
@@ -155,6 +158,9 @@ void pt_fault_set(const char *step, unsigned nth, int errnum);
 
 /* How many times @step ran since the last pt_fault_set(). */
 unsigned pt_fault_count(const char *step);
+
+/* Whether this build reads PTFS_FAULT (PTFS_FAULT_INJECTION). */
+bool pt_fault_injection(void);
 
 /* write(2)/pwrite(2) every byte, retrying short writes and EINTR; a write
  * that makes no progress is -EIO.  Step @step counted per call. */

@@ -33,13 +33,37 @@ HAVE_CORPUS = os.path.exists(os.path.join(FIXTURES, "PROVENANCE.tsv"))
 # corpus" (tests/py/test_corpus.py).
 fixture_corpus = pytest.mark.fixture_corpus
 
+# Fault injection (PTFS_FAULT) is compiled into test builds only
+# (PTFS_FAULT_INJECTION, CMakeLists.txt), and `ptfs --version` says so.
+# A test whose code sets PTFS_FAULT needs such a build: against any other
+# binary it is skipped, and PTFS_REQUIRE_FAULT=1 (CI) makes that a failure.
+try:
+    HAVE_FAULT = b"fault injection" in subprocess.run(
+        [PTFS, "--version"], capture_output=True, timeout=60).stdout
+except OSError:
+    HAVE_FAULT = False
+
 # A skip whose reason holds one of these phrases becomes a failure when the
 # variable is 1 (CI sets them all: a green run means everything ran).
 REQUIRE = {
     "needs FUSE": "PTFS_REQUIRE_FUSE",
     "needs root": "PTFS_REQUIRE_ROOT",
     "no fixture corpus": "PTFS_REQUIRE_FIXTURES",
+    "needs a fault-injection build": "PTFS_REQUIRE_FAULT",
 }
+
+
+def pytest_runtest_setup(item):
+    if HAVE_FAULT or not hasattr(item, "function"):
+        return
+    import inspect
+    try:
+        src = inspect.getsource(item.function)
+    except (OSError, TypeError):
+        return
+    if "PTFS_FAULT" in src:
+        pytest.skip("needs a fault-injection build: %s reads no PTFS_FAULT "
+                    "(configure with -DPTFS_FAULT_INJECTION=ON)" % PTFS)
 
 
 def required(var):
