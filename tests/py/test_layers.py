@@ -11,7 +11,7 @@ from conftest import mounted, needs_fuse, run
 
 LIMITS = ["max_records", "max_pickle_bytes", "max_inflate_bytes",
           "max_values", "max_memo", "max_memory", "max_depth", "max_rank",
-          "max_dir_entries"]
+          "max_dir_entries", "max_walk_entries", "max_walk_bytes"]
 
 
 @pytest.fixture(scope="module")
