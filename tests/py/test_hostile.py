@@ -215,10 +215,22 @@ def test_every_command_on_the_malicious_corpus(ck, tmp_path):
 
 # ---- mounts -------------------------------------------------------------
 
+LOGS = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def remove_logs():
+    yield
+    for log in LOGS:
+        if os.path.exists(log):
+            os.unlink(log)
+
+
 class Daemon:
     def __init__(self, ck, *opts):
         self.mnt = tempfile.mkdtemp(prefix="ptfs-hostile-")
         self.log = self.mnt + ".log"
+        LOGS.append(self.log)
         self.proc = subprocess.Popen(
             [PTFS, "-f", "-o", "log=" + self.log, *opts, ck, self.mnt],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=_limit)
@@ -299,8 +311,6 @@ def walk_mount(ck, *opts):
     assert "Sanitizer" not in err and "runtime error" not in err, err
     for line in m.lines():
         assert len(line) < 2000
-    if os.path.exists(m.log):
-        os.unlink(m.log)
 
 
 @needs_fuse
@@ -359,13 +369,22 @@ def start_waiting_reader(m):
     """A reader of /.ptfs/stats, once it waits on the daemon."""
     reader = subprocess.Popen(["ls", os.path.join(m.mnt, ".ptfs", "stats")],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    wchan = ""
+    # until it sleeps in the kernel waiting for the daemon's answer (its
+    # wchan names FUSE's wait where the kernel shows it), then a few more
+    # looks so that the daemon is inside the fill
     for _ in range(200):
-        if state(reader.pid) in ("S", "D"):
+        try:
+            with open("/proc/%d/wchan" % reader.pid) as f:
+                wchan = f.read()
+        except OSError:
+            break
+        if state(reader.pid) in ("S", "D") and ("fuse" in wchan or "request" in wchan
+                                                or wchan in ("", "0")):
             break
         time.sleep(POLL)
-    # it sleeps in the kernel waiting for the daemon's answer
-    with open("/proc/%d/wchan" % reader.pid) as f:
-        wchan = f.read()
+    for _ in range(10):
+        time.sleep(POLL)
     return reader, wchan
 
 
