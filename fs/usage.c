@@ -81,11 +81,13 @@ static const struct cmd_help helps[] = {
 	  CK_OPTS PROGRESS_OPTS
 	  "\nExit status: 0 all read, 1 a tensor or the checkpoint could not be read,\n"
 	  "2 usage error.\n" },
-	{ "diff", "ptfs diff [--json] [-j N] [-q] CHECKPOINT_A CHECKPOINT_B\n"
-	  "What changed between two checkpoints of any formats, tensors matched by\n"
-	  "dotted key; one line per difference as each finishes, then a summary.\n\n"
+	{ "diff", "ptfs diff [--json] [-j N] [-q] [--tensors-only] CHECKPOINT_A CHECKPOINT_B\n"
+	  "What changed between two checkpoints of any formats, tensors and the\n"
+	  "other values (epoch, lr, strings...) matched by dotted key; one line per\n"
+	  "difference as each tensor finishes, then the values, then a summary.\n\n"
 	  "    --json               one JSON document\n"
 	  "    -q                   the summary only\n"
+	  "    --tensors-only       compare tensors only, not the other values\n"
 	  "    -j N                 N tensors at a time (default: the CPUs)\n"
 	  CK_OPTS PROGRESS_OPTS
 	  "\nExit status (like diff(1)): 0 equal, 1 different, 2 trouble (a file\n"
@@ -131,7 +133,7 @@ void ptfs_usage_full(FILE *f)
 	      "       ptfs export CHECKPOINT --to safetensors|pt|npy [--shard-size SIZE]\n"
 	      "                   [--skip-unsupported] [--no-fsync] OUT\n"
 	      "       ptfs stat [--json] [-j N] CHECKPOINT [PATH]\n"
-	      "       ptfs diff [--json] [-j N] [-q] CHECKPOINT_A CHECKPOINT_B\n"
+	      "       ptfs diff [--json] [-j N] [-q] [--tensors-only] CHECKPOINT_A CHECKPOINT_B\n"
 	      "       ptfs preview [-v] [-s SIDE] CHECKPOINT PATH [--output FILE.png]\n"
 	      "       ptfs thumbnail [-s SIZE] TENSOR_FILE_IN_A_MOUNT OUTPUT.png\n"
 	      "       (stat, diff, export, set and recover take --progress, --no-progress)\n", f);

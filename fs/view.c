@@ -18,6 +18,7 @@
 
 #include "base/json.h"
 #include "ckpt/ckpt.h"
+#include "diff_values.h"
 #include "decode/dtype.h"
 #include "progress.h"
 #include "ptfs.h"
@@ -277,10 +278,11 @@ static void stat_run(struct stat_job *j, size_t n, unsigned jobs)
 /* The arguments of stat (@sub) or diff (@sub NULL, the two checkpoints in
  * @ckpath[0..1]): 0, or PTFS_EXIT_USAGE once said. */
 static int view_args(int argc, char **argv, const char **ckpath, const char **sub,
-		     unsigned *jobs, bool *json, bool *quiet)
+		     unsigned *jobs, bool *json, bool *quiet, bool *tonly)
 {
 	static const char *const stat_names[] = { "--json", "-j=", NULL };
-	static const char *const diff_names[] = { "--json", "-j=", "-q", NULL };
+	static const char *const diff_names[] = { "--json", "-j=", "-q",
+						  "--tensors-only", NULL };
 	static const char *const stat_what[] = { "CHECKPOINT" };
 	static const char *const diff_what[] = { "CHECKPOINT_A", "CHECKPOINT_B" };
 	struct ptfs_args a;
@@ -297,6 +299,8 @@ static int view_args(int argc, char **argv, const char **ckpath, const char **su
 			return ptfs_usage_error(argv[0], "-j takes a number from 1 to 1024, not '%s'", v);
 		else if (k == 2)
 			*quiet = true;
+		else if (k == 3)
+			*tonly = true;
 		else if (k >= 0)
 			continue;
 		else if (npos < need)
@@ -322,7 +326,7 @@ static int cmd_stat(int argc, char **argv)
 	int status = PTFS_EXIT_ERROR;
 	struct stat_job j = { 0 };
 
-	if (view_args(argc, argv, &ckpath, &sub, &jobs, &json, &quiet))
+	if (view_args(argc, argv, &ckpath, &sub, &jobs, &json, &quiet, NULL))
 		return PTFS_EXIT_USAGE;
 	if (open_ck(ckpath, &ck))
 		return PTFS_EXIT_ERROR;
@@ -373,6 +377,8 @@ struct diff_job {
 	struct pt_ckpt *ca, *cb;
 	struct pair *p;
 	bool json, quiet;
+	bool tensors_only;              /* --tensors-only: values not compared */
+	struct ptfs_vdiff vals;         /* the values that are not tensors */
 	struct stream out;
 };
 
@@ -447,7 +453,45 @@ static void side_text(struct pt_buf *o, const struct pt_view_item *it)
 	shape_str(o, &ti);
 }
 
-static void values_text(struct pt_buf *o, const struct pt_tdiff *d, bool json)
+/* A flat C-order index as "[i, j, k]" over the tensor's shape. */
+static void index_str(struct pt_buf *o, uint64_t flat, const struct pt_tinfo *ti)
+{
+	uint32_t d, e;
+
+	pt_buf_putc(o, '[');
+	for (d = 0; d < ti->rank; d++) {
+		uint64_t inner = 1, n = ti->shape[d] > 0 ? (uint64_t)ti->shape[d] : 1;
+
+		for (e = d + 1; e < ti->rank; e++)
+			inner *= ti->shape[e] > 0 ? (uint64_t)ti->shape[e] : 1;
+		pt_buf_printf(o, "%s%" PRIu64, d ? ", " : "", flat / inner % n);
+	}
+	pt_buf_putc(o, ']');
+}
+
+/* JSON: a double, null when not finite (JSON has no NaN). */
+static void json_num(struct pt_buf *o, double x)
+{
+	if (isfinite(x))
+		pt_buf_printf(o, "%.17g", x);
+	else
+		pt_buf_puts(o, "null");
+}
+
+static void where_json(struct pt_buf *o, const char *name, const struct pt_dat *at,
+		       const struct pt_tinfo *ti)
+{
+	pt_buf_printf(o, ", \"%s\": {\"index\": ", name);
+	index_str(o, at->index, ti);
+	pt_buf_puts(o, ", \"a\": ");
+	json_num(o, at->a);
+	pt_buf_puts(o, ", \"b\": ");
+	json_num(o, at->b);
+	pt_buf_putc(o, '}');
+}
+
+static void values_text(struct pt_buf *o, const struct pt_tdiff *d, bool json,
+			const struct pt_tinfo *ti)
 {
 	if (!d->compared)
 		return;
@@ -456,17 +500,28 @@ static void values_text(struct pt_buf *o, const struct pt_tdiff *d, bool json)
 			      "\"max_abs_diff\": %.17g, \"rel_l2\": ",
 			      (unsigned long long)d->values, (unsigned long long)d->changed,
 			      (unsigned long long)d->nonfinite, d->max_abs);
-		if (isfinite(d->rel_l2))
-			pt_buf_printf(o, "%.17g", d->rel_l2);
-		else
-			pt_buf_puts(o, "null");
+		json_num(o, d->rel_l2);
+		if (d->changed)
+			where_json(o, "first_change", &d->first, ti);
+		if (d->max_abs > 0)
+			where_json(o, "largest_change", &d->largest, ti);
 		return;
 	}
-	pt_buf_printf(o, "  %llu of %llu values differ, max|a-b|=%.6g, rel_l2=%.6g",
+	pt_buf_printf(o, "  %llu of %llu values differ, max|a-b|=%.9g, rel_l2=%.9g",
 		      (unsigned long long)d->changed, (unsigned long long)d->values,
 		      d->max_abs, d->rel_l2);
 	if (d->nonfinite)
 		pt_buf_printf(o, " (%llu NaN/Inf changes)", (unsigned long long)d->nonfinite);
+	if (d->changed) {
+		pt_buf_puts(o, "; first at ");
+		index_str(o, d->first.index, ti);
+		pt_buf_printf(o, " (%.9g -> %.9g)", d->first.a, d->first.b);
+	}
+	if (d->max_abs > 0 && d->largest.index != d->first.index) {
+		pt_buf_puts(o, ", largest at ");
+		index_str(o, d->largest.index, ti);
+		pt_buf_printf(o, " (%.9g -> %.9g)", d->largest.a, d->largest.b);
+	}
 }
 
 static void pair_out(struct pt_buf *o, const struct pair *p, bool json)
@@ -484,7 +539,12 @@ static void pair_out(struct pt_buf *o, const struct pair *p, bool json)
 			pt_json_str(o, (const uint8_t *)p->err.msg, strlen(p->err.msg));
 			pt_buf_putc(o, '"');
 		}
-		values_text(o, &p->d, true);
+		if (p->a) {
+			struct pt_tinfo ti;
+
+			pt_node_tinfo(p->a->node, &ti);
+			values_text(o, &p->d, true, &ti);
+		}
 		pt_buf_putc(o, '}');
 		return;
 	}
@@ -503,7 +563,12 @@ static void pair_out(struct pt_buf *o, const struct pair *p, bool json)
 			pt_buf_puts(o, " -> ");
 			side_text(o, p->b);
 		}
-		values_text(o, &p->d, false);
+		{
+			struct pt_tinfo ti;
+
+			pt_node_tinfo(p->a->node, &ti);
+			values_text(o, &p->d, false, &ti);
+		}
 	}
 	pt_buf_putc(o, '\n');
 }
@@ -582,10 +647,29 @@ static int diff_run(struct diff_job *j, const char *pa, const char *pb, size_t n
 					    node_bytes(j->p[i].b->node));
 	pt_view_parallel(n, jobs, diff_one, j);
 	if (j->json)
-		pt_buf_puts(&o, "\n], \"summary\": ");
+		pt_buf_puts(&o, "\n], ");
+	if (!j->tensors_only) {
+		struct pt_buf lines;
+
+		/* the values' lines after the tensors' (none with -q) */
+		pt_buf_init(&lines);
+		ptfs_values_print(&j->vals, j->json || !j->quiet ? &o : &lines, j->json);
+		pt_buf_free(&lines);
+		if (j->json)
+			pt_buf_puts(&o, ", ");
+	}
+	if (j->json)
+		pt_buf_puts(&o, "\"summary\": ");
 	else
 		pt_buf_printf(&o, "%s vs %s: ", pa, pb);
 	status = diff_summary(&o, j->p, n, j->json);
+	if (!j->tensors_only) {
+		if (j->json)
+			pt_buf_puts(&o, ", \"values_summary\": ");
+		ptfs_values_summary(&j->vals, &o, j->json);
+		if (status == 0 && ptfs_values_differ(&j->vals))
+			status = 1;
+	}
 	if (j->json)
 		pt_buf_printf(&o, ", \"equal\": %s}", status == 0 ? "true" : "false");
 	pt_buf_putc(&o, '\n');
@@ -612,12 +696,22 @@ static int cmd_diff(int argc, char **argv)
 	struct diff_job j = { 0 };
 	int status = PTFS_EXIT_TROUBLE;
 
-	if (view_args(argc, argv, path, NULL, &jobs, &j.json, &j.quiet))
+	if (view_args(argc, argv, path, NULL, &jobs, &j.json, &j.quiet, &j.tensors_only))
 		return PTFS_EXIT_USAGE;
 	for (k = 0; k < 2; k++)
 		if (open_ck(path[k], &ck[k]) ||
 		    list_tensors(ck[k], path[k], "", &items[k], &cnt[k]))
 			goto out;
+	if (!j.tensors_only) {
+		struct pt_error err;
+
+		pt_error_clear(&err);
+		if (ptfs_values_diff(ck[0], ck[1], &j.vals, &err)) {
+			fprintf(stderr, "ptfs: %s: %s\n", j.vals.have_b ? path[1] : path[0],
+				err.msg);
+			goto out;
+		}
+	}
 	j.ca = ck[0];
 	j.cb = ck[1];
 	j.p = match(items[0], cnt[0], items[1], cnt[1], &np);
@@ -635,6 +729,7 @@ static int cmd_diff(int argc, char **argv)
 	stream_end(&j.out);
 out:
 	free(j.p);
+	ptfs_values_free(&j.vals);
 	for (k = 0; k < 2; k++) {
 		pt_view_items_free(items[k], cnt[k]);
 		pt_ckpt_close(ck[k]);

@@ -49,7 +49,7 @@ def test_commands_and_options(ck):
     assert complete(PTFS, "export", "--s") == ["--shard-size", "--skip-unsupported"]
     assert complete(PTFS, "export", "--to", "s") == ["safetensors"]
     assert set(complete(PTFS, "set", "-")) == {"-v", "-o", "--progress", "--no-progress"}
-    assert set(complete(PTFS, "diff", "-")) == {"--json", "-q", "-j", "--nested", "-o",
+    assert set(complete(PTFS, "diff", "-")) == {"--json", "-q", "-j", "--tensors-only", "--nested", "-o",
                                                 "--progress", "--no-progress"}
     assert complete(PTFS, "stat", "--p") == ["--progress"]
     assert complete(PTFS, "export", "model.pt", "--to", "s") == ["safetensors"]
@@ -75,7 +75,7 @@ def test_every_limit_of_help():
     import re
     help_text = subprocess.run([PTFS, "--help"], capture_output=True, text=True).stdout
     limits = set(re.findall(r"-o (max_[a-z_]+=)", help_text))
-    assert len(limits) == 9, limits
+    assert len(limits) >= 11, limits
     assert set(complete(PTFS, "cat", "-o", "max_")) == limits
     # the mount also gets libfuse's max_threads= and max_idle_threads=
     assert set(complete(PTFS, "-o", "ro,max_")) == {"ro," + x for x in limits} | {

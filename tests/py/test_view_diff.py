@@ -194,3 +194,55 @@ def test_rel_l2_over_the_whole_tensor(tmp_path, how):
     want = np.linalg.norm(x - y) / np.linalg.norm(x)
     assert rc == 1 and e["rel_l2"] == pytest.approx(want, rel=1e-9)
     assert e["changed_values"] == int((x != y).sum())
+
+
+def test_values_that_are_not_tensors(tmp_path):
+    """epoch, lr and a run name differ, the model does not: that is a
+    difference (exit 1), each value on its own line; --tensors-only keeps
+    the tensors-only comparison."""
+    m = {"w": torch.arange(12.0).reshape(3, 4)}
+    a, b = str(tmp_path / "a.pt"), str(tmp_path / "b.pt")
+    torch.save({"epoch": 3, "lr": 0.1, "name": "run-1", "model": m}, a)
+    torch.save({"epoch": 4, "lr": 0.01, "name": "run-2", "model": m, "extra": True}, b)
+    r = run("diff", a, b)
+    out = r.stdout.decode()
+    assert r.returncode == 1, out
+    for line in ("~ epoch  3 -> 4", "~ lr  0.1 -> 0.01", '~ name  "run-1" -> "run-2"',
+                 "+ extra  true"):
+        assert line in out.splitlines(), out
+    assert out.strip().endswith("1 tensor, 1 same; 4 other values, 0 same, 3 changed, 1 added")
+    rc, doc, _ = diff(a, b)
+    vals = {v["key"]: v for v in doc["values"]}
+    assert rc == 1 and not doc["equal"]
+    assert vals["epoch"] == {"key": "epoch", "status": "changed", "a": 3, "b": 4}
+    assert vals["extra"]["status"] == "added" and doc["values_summary"]["changed"] == 3
+    r = run("diff", "--tensors-only", a, b)
+    assert r.returncode == 0 and r.stdout.decode().strip().endswith("1 tensor, 1 same")
+    r = run("diff", a, a)
+    assert r.returncode == 0 and "1 same; 3 other values, 3 same" in r.stdout.decode()
+
+
+def test_where_the_changes_are(tmp_path):
+    """The first change in C order and the largest one, with both values,
+    as numpy finds them."""
+    import numpy as np
+    torch.manual_seed(5)
+    a = torch.randn(64, 1024)
+    b = a.clone()
+    b[3, 1000] += 0.5
+    b[40, 7] -= 9.0
+    b[63, 1023] += 2.0
+    pa, pb = str(tmp_path / "a.pt"), str(tmp_path / "b.pt")
+    torch.save({"w": a}, pa)
+    torch.save({"w": b}, pb)
+    e = by_key(diff(pa, pb)[1])["w"]
+    x, y = a.numpy(), b.numpy()
+    changed = np.argwhere(x != y)
+    first = [int(i) for i in changed[0]]
+    big = [int(i) for i in np.unravel_index(np.argmax(np.abs(x - y)), x.shape)]
+    assert e["first_change"]["index"] == first == [3, 1000]
+    assert e["first_change"]["a"] == pytest.approx(float(x[3, 1000]))
+    assert e["first_change"]["b"] == pytest.approx(float(y[3, 1000]))
+    assert e["largest_change"]["index"] == big == [40, 7]
+    text = run("diff", pa, pb).stdout.decode()
+    assert "first at [3, 1000]" in text and "largest at [40, 7]" in text
