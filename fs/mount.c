@@ -93,6 +93,7 @@ struct wfile {
 	uint64_t nbytes;                /* the tensor's size */
 	int writers;                    /* handles open for writing */
 	bool changed;                   /* written or truncated */
+	struct ov_snap *was;            /* the bytes when it was last whole */
 	UT_hash_handle hh;
 };
 
@@ -561,6 +562,16 @@ static int do_truncate(struct ptfs *fs, struct fh *h, struct wfile *w,
 
 	if (size > w->nbytes)
 		return -EFBIG;
+	if (size < w->size && w->size == w->nbytes) {
+		/* what a write of another size gives back: these bytes,
+		 * uncommitted writes to the storage included */
+		struct ov_snap *was = ov_snapshot(fs->ov, h->ov, h->lo, w->nbytes, &rc);
+
+		if (!was)
+			return rc;
+		ov_snap_free(w->was);
+		w->was = was;
+	}
 	if (size < w->size) {
 		rc = ov_zero(fs->ov, h->ov, h->lo + size, w->size - size);
 		invalidate_others(fs, h->ov, ino);
@@ -999,7 +1010,8 @@ static void ptfs_op_release(fuse_req_t req, fuse_ino_t ino,
 			drop = true;
 			size = w->size;
 			nbytes = w->nbytes;
-			rc = ov_revert(fs->ov, h->ov, h->lo, w->nbytes);
+			rc = w->was ? ov_restore(fs->ov, h->ov, w->was) :
+				ov_revert(fs->ov, h->ov, h->lo, w->nbytes);
 			if (rc == 0) {
 				w->size = w->nbytes;
 				w->changed = false;
@@ -1009,6 +1021,7 @@ static void ptfs_op_release(fuse_req_t req, fuse_ino_t ino,
 			w->writers--;
 			if (w->writers == 0 && rc == 0) {
 				HASH_DEL(fs->wfiles, w);
+				ov_snap_free(w->was);
 				free(w);
 			}
 		}
@@ -1114,7 +1127,12 @@ static int final_commit(struct ptfs *fs, const char *why)
 		if (!w->changed || w->size == w->nbytes)
 			continue;
 		st = pt_node_writable_storage(w->node, &lo);
-		rc = st ? ov_revert(fs->ov, ov_get(fs->ov, st, false), lo, w->nbytes) : -EIO;
+		if (!st)
+			rc = -EIO;
+		else if (w->was)
+			rc = ov_restore(fs->ov, ov_get(fs->ov, st, false), w->was);
+		else
+			rc = ov_revert(fs->ov, ov_get(fs->ov, st, false), lo, w->nbytes);
 		if (rc == 0)
 			w->size = w->nbytes;
 		log_err(fs, w->node, why, rc == 0 ?
@@ -1832,6 +1850,7 @@ out:
 		struct wfile *w, *tmp;
 		HASH_ITER(hh, fs.wfiles, w, tmp) {
 			HASH_DEL(fs.wfiles, w);
+			ov_snap_free(w->was);
 			free(w);
 		}
 	}

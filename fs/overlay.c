@@ -234,18 +234,90 @@ int ov_zero(struct ov *o, struct ov_st *s, uint64_t off, uint64_t n)
 	return each_chunk(o, s, off, n, NULL, true);
 }
 
+struct ov_snap {
+	uint64_t off, n;                /* the range, in the storage */
+	size_t c0, nc;                  /* its first chunk, how many */
+	uint8_t **chunks;               /* nc copies; NULL: not written then */
+};
+
+void ov_snap_free(struct ov_snap *sn)
+{
+	size_t i;
+
+	if (!sn)
+		return;
+	for (i = 0; sn->chunks && i < sn->nc; i++)
+		free(sn->chunks[i]);
+	free(sn->chunks);
+	free(sn);
+}
+
+struct ov_snap *ov_snapshot(struct ov *o, struct ov_st *s, uint64_t off,
+			    uint64_t n, int *rc)
+{
+	struct ov_snap *sn;
+	size_t i;
+
+	*rc = 0;
+	if (off > s->size || n > s->size - off) {
+		*rc = -EINVAL;
+		return NULL;
+	}
+	sn = calloc(1, sizeof(*sn));
+	if (!sn) {
+		*rc = -ENOMEM;
+		return NULL;
+	}
+	sn->off = off;
+	sn->n = n;
+	sn->c0 = (size_t)(off / OV_CHUNK);
+	sn->nc = n ? (size_t)((off + n - 1) / OV_CHUNK) - sn->c0 + 1 : 0;
+	sn->chunks = calloc(sn->nc ? sn->nc : 1, sizeof(*sn->chunks));
+	if (!sn->chunks) {
+		free(sn);
+		*rc = -ENOMEM;
+		return NULL;
+	}
+	pthread_rwlock_rdlock(&o->gate);
+	pthread_rwlock_rdlock(&s->lock);
+	for (i = 0; s->chunks && i < sn->nc && !*rc; i++) {
+		const uint8_t *c = s->chunks[sn->c0 + i];
+
+		if (!c)
+			continue;
+		sn->chunks[i] = malloc(OV_CHUNK);
+		if (!sn->chunks[i])
+			*rc = -ENOMEM;
+		else
+			memcpy(sn->chunks[i], c, OV_CHUNK);
+	}
+	pthread_rwlock_unlock(&s->lock);
+	pthread_rwlock_unlock(&o->gate);
+	if (*rc) {
+		ov_snap_free(sn);
+		return NULL;
+	}
+	return sn;
+}
+
 /*
- * Only the first and the last chunk of a range can be partly covered:
- * their file bytes are read before anything changes, so that a read that
- * fails leaves every change in place (never half reverted).
+ * Bytes [@off, @off + @n) back to the file's, or to @sn's where it holds a
+ * written chunk.  Everything that can fail (reading file bytes, memory) is
+ * done before anything changes, so that a failure leaves every change in
+ * place (never half reverted).  Only the first and the last chunk of a
+ * range can be partly covered: where they go back to the file, their
+ * file bytes are read first; a chunk that goes back to @sn's bytes but is
+ * gone now is made again from the file's.
  */
-int ov_revert(struct ov *o, struct ov_st *s, uint64_t off, uint64_t n)
+static int restore(struct ov *o, struct ov_st *s, uint64_t off, uint64_t n,
+		   const struct ov_snap *sn)
 {
 	struct {
 		size_t ci, in, k;
 		uint8_t *bytes;
 	} part[2];
-	size_t np = 0, i;
+	uint8_t **fresh = NULL;         /* chunks made again, by ci - c0 */
+	size_t np = 0, i, c0 = (size_t)(off / OV_CHUNK);
 	uint64_t at, left;
 	bool any = false;
 	int rc = 0;
@@ -254,14 +326,29 @@ int ov_revert(struct ov *o, struct ov_st *s, uint64_t off, uint64_t n)
 		return -EINVAL;
 	pthread_rwlock_rdlock(&o->gate);
 	pthread_rwlock_wrlock(&s->lock);
-	/* pass 1: the file bytes of partly covered chunks that are set */
+	if (sn && !s->chunks) {
+		s->chunks = calloc(s->nchunks ? s->nchunks : 1, sizeof(*s->chunks));
+		if (!s->chunks)
+			rc = -ENOMEM;
+	}
+	/* pass 1: read what the change needs */
 	for (at = off, left = n; s->chunks && left > 0 && !rc;) {
 		size_t ci = (size_t)(at / OV_CHUNK), in = (size_t)(at % OV_CHUNK);
 		size_t k = OV_CHUNK - in < left ? OV_CHUNK - in : (size_t)left;
 		uint64_t start = (uint64_t)ci * OV_CHUNK;
 		size_t len = (size_t)(s->size - start < OV_CHUNK ? s->size - start : OV_CHUNK);
+		const uint8_t *was = sn ? sn->chunks[ci - c0] : NULL;
 
-		if (s->chunks[ci] && !(in == 0 && k == len)) {
+		if (was && !s->chunks[ci]) {
+			if (!fresh)
+				fresh = calloc(sn->nc, sizeof(*fresh));
+			if (fresh)
+				fresh[ci - c0] = malloc(OV_CHUNK);
+			if (!fresh || !fresh[ci - c0])
+				rc = -ENOMEM;
+			else
+				rc = pread_full(o->ck, fresh[ci - c0], len, s->file_off + start);
+		} else if (!was && s->chunks[ci] && !(in == 0 && k == len)) {
 			part[np].bytes = malloc(k);
 			if (!part[np].bytes)
 				rc = -ENOMEM;
@@ -280,8 +367,15 @@ int ov_revert(struct ov *o, struct ov_st *s, uint64_t off, uint64_t n)
 		size_t k = OV_CHUNK - in < left ? OV_CHUNK - in : (size_t)left;
 		uint64_t start = (uint64_t)ci * OV_CHUNK;
 		size_t len = (size_t)(s->size - start < OV_CHUNK ? s->size - start : OV_CHUNK);
+		const uint8_t *was = sn ? sn->chunks[ci - c0] : NULL;
 
-		if (s->chunks[ci] && in == 0 && k == len) {
+		if (was) {
+			if (!s->chunks[ci]) {
+				s->chunks[ci] = fresh[ci - c0];
+				fresh[ci - c0] = NULL;
+			}
+			memcpy(s->chunks[ci] + in, was + in, k);
+		} else if (s->chunks[ci] && in == 0 && k == len) {
 			free(s->chunks[ci]);
 			s->chunks[ci] = NULL;
 		}
@@ -294,6 +388,9 @@ int ov_revert(struct ov *o, struct ov_st *s, uint64_t off, uint64_t n)
 			       part[i].k);
 		free(part[i].bytes);
 	}
+	for (i = 0; fresh && i < sn->nc; i++)
+		free(fresh[i]);
+	free(fresh);
 	for (i = 0; s->chunks && i < s->nchunks; i++)
 		if (s->chunks[i])
 			any = true;
@@ -303,6 +400,16 @@ int ov_revert(struct ov *o, struct ov_st *s, uint64_t off, uint64_t n)
 	__atomic_add_fetch(&s->writes, 1, __ATOMIC_ACQ_REL);
 	pt_ckpt_bytes_changed(o->ck, s->st);
 	return rc;
+}
+
+int ov_revert(struct ov *o, struct ov_st *s, uint64_t off, uint64_t n)
+{
+	return restore(o, s, off, n, NULL);
+}
+
+int ov_restore(struct ov *o, struct ov_st *s, const struct ov_snap *sn)
+{
+	return restore(o, s, sn->off, sn->n, sn);
 }
 
 size_t ov_read_begin(struct ov_st *s, uint64_t off, size_t n,

@@ -48,6 +48,19 @@ int ov_zero(struct ov *o, struct ov_st *s, uint64_t off, uint64_t n);
 int ov_revert(struct ov *o, struct ov_st *s, uint64_t off, uint64_t n);
 
 /*
+ * Bytes [@off, @off + @n) of a storage as they are now (its written
+ * chunks copied), so that ov_restore() can give them back: a tensor
+ * written at a size other than its own goes back to the bytes it had when
+ * it was last whole, uncommitted writes included, not to the file's.
+ * NULL with -errno in *@rc.  ov_restore(): 0 or -errno (nothing changed).
+ */
+struct ov_snap;
+struct ov_snap *ov_snapshot(struct ov *o, struct ov_st *s, uint64_t off,
+			    uint64_t n, int *rc);
+int ov_restore(struct ov *o, struct ov_st *s, const struct ov_snap *sn);
+void ov_snap_free(struct ov_snap *sn);
+
+/*
  * Describe bytes [@off, @off + @n) of the storage as up to @max segments
  * and hold the storage's read lock until ov_read_done(): the memory
  * segments stay valid meanwhile.  Returns the segment count.
