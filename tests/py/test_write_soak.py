@@ -290,7 +290,12 @@ class Soak:
 
     # -- bookkeeping
     def note(self, what):
-        self.counts[what.split()[0]] += 1
+        words = what.split()
+        self.counts[words[0]] += 1
+        if words[0] == "write":
+            self.counts["write:" + words[1]] += 1
+        elif words[0] == "mount" and "fault=None" not in what:
+            self.counts["mount:" + ("kill" if "KILL" in what else "fault")] += 1
         self.history.append(what)
 
     def fail(self, msg):
@@ -350,9 +355,9 @@ class Soak:
         for fname, (key, off, n) in t.files.items():
             self.check(sd[fname].numpy().tobytes() == t.disk[key][off:off + n],
                        "torch.load: %s differs" % fname)
-        self.check(sd["emb"].untyped_storage().data_ptr() ==
-                   sd["head"].untyped_storage().data_ptr(),
-                   "torch.load: emb and head no longer share a storage")
+        self.check(sd["emb"].data_ptr() == sd["head"].data_ptr() and
+                   sd["tail"].data_ptr() == sd["emb"].data_ptr() + 400,
+                   "torch.load: emb, head and tail no longer share a storage")
 
     # -- model updates
     def put(self, t, fname, off, data):
@@ -448,10 +453,9 @@ class Soak:
                 f.write(data)
             self.put(t, fname, off, data)
         elif how in ("dd_notrunc", "dd_trunc"):
-            # seek in bytes: dd counts no seek records and opens with
-            # O_TRUNC unless conv=notrunc (the bytes before OFF read as
-            # zeros); seek in 512-byte records: dd ftruncate()s to OFF and
-            # keeps the bytes before it
+            # without conv=notrunc GNU dd opens with O_TRUNC when it
+            # seeks no whole output block (OFF < bs: the bytes before OFF
+            # read as zeros), else it ftruncate()s to OFF and keeps them
             aligned = how == "dd_trunc" and n > 512 and self.rng.random() < 0.5
             off = self.rng.randrange(n)
             if aligned:
@@ -472,7 +476,7 @@ class Soak:
             right = how == "dd_notrunc" or off + ln == n
             self.check((r.returncode == 0) == right, "dd: %r" % r.stderr)
             if right:
-                if how == "dd_trunc" and not aligned:
+                if how == "dd_trunc" and not aligned and off < 65536:
                     self.put(t, fname, 0, bytes(off))
                 self.put(t, fname, off, data)
         elif how == "dup":
@@ -577,11 +581,16 @@ class Soak:
             # read-only commands refuse and write nothing
             before = open(t.path, "rb").read()
             r = ptfs(self.env, "cat", t.path, next(iter(t.files)))
-            self.check(r.returncode != 0 and b"needs recovery" in r.stderr
-                       and b"ptfs recover" in r.stderr, r.stderr)
+            if r.returncode == 0:
+                # killed before the first patched byte: provably untouched
+                self.check(b"had not written the checkpoint yet" in r.stderr, r.stderr)
+                self.counts["journal-untouched"] += 1
+            else:
+                self.check(b"needs recovery" in r.stderr and b"ptfs recover" in r.stderr,
+                           r.stderr)
+                self.counts["journal-refused"] += 1
             self.check(open(t.path, "rb").read() == before and os.path.exists(journal),
                        "a read-only command touched the checkpoint or its journal")
-            self.counts["journal-refused"] += 1
         r = ptfs(self.env, "recover", t.path)
         self.check(r.returncode == 0, "recover after a kill: %r" % r.stderr)
         ptfs(self.env, "ls", t.path)    # sweeps a dead commit's temporary
