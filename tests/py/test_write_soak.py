@@ -807,3 +807,220 @@ def test_wrong_size_write_keeps_earlier_uncommitted_writes(tmp_path, second):
     got = torch.load(ck, weights_only=True)
     assert got["emb"].numpy().tobytes() == first
     assert got["head"].numpy().tobytes() == first
+
+
+# ------------------------------- the user reports, as root and as nobody
+
+def _as(user, cmd, env=None):
+    """Run shell @cmd as @user ("root": this process's user)."""
+    if user == "root":
+        argv = ["sh", "-c", cmd]
+    elif os.path.basename(RUNUSER) == "runuser":
+        argv = [RUNUSER, "-u", "nobody", "--", "sh", "-c", cmd]
+    else:
+        argv = [RUNUSER, "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+                "sh", "-c", cmd]
+    return subprocess.run(argv, capture_output=True, env=env, timeout=120)
+
+
+def _need_nobody():
+    if os.geteuid() != 0 or not RUNUSER:
+        if REQUIRE_ROOT:
+            pytest.fail("PTFS_REQUIRE_ROOT=1 but not root or no runuser")
+        pytest.skip("needs root and runuser to act as user nobody")
+
+
+def _shared_dir():
+    """A directory under /tmp every user may enter (the test's tmp_path is
+    root's alone)."""
+    d = tempfile.mkdtemp(prefix="ptfs-soak-users-")
+    os.chmod(d, 0o755)
+    return d
+
+
+def _user_ckpt(path, uid):
+    w = torch.zeros(4096, dtype=torch.float32)
+    torch.save({"emb": w, "head": w, "b": torch.arange(10, dtype=torch.int64)}, path)
+    os.chown(path, uid, uid)
+    os.chmod(path, 0o644)
+    return path
+
+
+def _reports(who, mnt, src, env=None):
+    """The reports, run by @who against tensor files of 16384 bytes: each
+    must be refused (the tensor keeps its bytes) or committed as for
+    root.  Returns the bytes 'emb' must hold now."""
+    emb, head = os.path.join(mnt, "emb"), os.path.join(mnt, "head")
+    half, full, patch = (os.path.join(src, n) for n in ("half", "full", "patch"))
+    old = open(emb, "rb").read()
+    # report: `cat half > FILE` said nothing and left half a tensor
+    r = _as(who, 'cat "%s" > "%s"' % (half, emb), env)
+    assert r.returncode != 0 and b"Invalid argument" in r.stderr, (who, r)
+    assert open(emb, "rb").read() == old
+    # report: dd without conv=notrunc cut the tensor short
+    r = _as(who, 'dd if=/dev/zero of="%s" bs=100 count=1 status=none' % emb, env)
+    assert r.returncode != 0 and b"Invalid argument" in r.stderr, (who, r)
+    assert open(emb, "rb").read() == old
+    # report: a right-size `cat` through the shell was refused or lost
+    r = _as(who, 'cat "%s" > "%s"' % (full, emb), env)
+    assert r.returncode == 0, (who, r)
+    new = open(full, "rb").read()
+    assert open(emb, "rb").read() == new
+    # dd conv=notrunc patches in place
+    r = _as(who, 'dd if="%s" of="%s" bs=512 seek=3 conv=notrunc status=none'
+            % (patch, emb), env)
+    assert r.returncode == 0, (who, r)
+    new = new[:1536] + open(patch, "rb").read() + new[2048:]
+    # found by the soak: a later wrong-size write to the tied tensor
+    # drops itself, never the writes before it
+    r = _as(who, 'cat "%s" > "%s"' % (half, head), env)
+    assert r.returncode != 0 and b"Invalid argument" in r.stderr, (who, r)
+    assert open(emb, "rb").read() == new
+    assert open(head, "rb").read() == new
+    return new
+
+
+def _sources(d):
+    with open(os.path.join(d, "half"), "wb") as f:
+        f.write(os.urandom(8192))
+    with open(os.path.join(d, "full"), "wb") as f:
+        f.write(os.urandom(16384))
+    with open(os.path.join(d, "patch"), "wb") as f:
+        f.write(os.urandom(512))
+    for n in ("half", "full", "patch"):
+        os.chmod(os.path.join(d, n), 0o644)
+
+
+@needs_fuse
+@pytest.mark.parametrize("who", ["root", "nobody"])
+def test_user_reports_through_allow_other(tmp_path, who):
+    """Root mounts a checkpoint nobody owns with -o allow_other; @who
+    writes through the mount with the shell: nobody's writes are
+    committed or refused exactly as root's, and `ptfs umount` commits."""
+    _need_nobody()
+    nobody = pwd.getpwnam("nobody").pw_uid
+    d = _shared_dir()
+    mnt = os.path.join(d, "mnt")
+    os.mkdir(mnt)
+    env = dict(os.environ, XDG_STATE_HOME=str(tmp_path / "state"))
+    try:
+        ck = _user_ckpt(os.path.join(d, "ck.pt"), nobody)
+        _sources(d)
+        r = subprocess.run([PTFS, "-o", "allow_other", ck, mnt], capture_output=True,
+                           env=env, timeout=60)
+        assert r.returncode == 0, r.stderr
+        new = _reports(who, mnt, d)
+        r = subprocess.run([PTFS, "umount", mnt], capture_output=True, env=env, timeout=120)
+        assert r.returncode == 0 and b"committed on unmount" in r.stderr, r.stderr
+        got = torch.load(ck, weights_only=True)
+        assert got["emb"].numpy().tobytes() == new
+        assert got["head"].numpy().tobytes() == new
+        assert got["b"].tolist() == list(range(10))
+        st = os.stat(ck)
+        assert (st.st_uid, st.st_gid) == (nobody, nobody)
+        assert not glob.glob(ck + ".ptfs-*")
+    finally:
+        if is_mounted(mnt):
+            subprocess.run(["fusermount3", "-u", "-z", mnt], capture_output=True)
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@needs_fuse
+def test_nobody_mounts_writes_and_unmounts_its_own(tmp_path):
+    """User nobody (HOME /nonexistent, no XDG_STATE_HOME) mounts its own
+    checkpoint in a directory it owns, runs the reports through it and
+    `ptfs umount` itself: exit 0, the writes committed, the daemon's lines
+    in /tmp/ptfs-UID/ptfs.log when the machine has no syslog."""
+    _need_nobody()
+    if _as("nobody", "exec /usr/bin/python3 -c \"import os; "
+           "os.close(os.open('/dev/fuse', os.O_RDWR))\"").returncode != 0:
+        pytest.skip("machine policy: user nobody may not open /dev/fuse (mode %o), "
+                    "so only root mounts here"
+                    % (os.stat("/dev/fuse").st_mode & 0o777))
+    nobody = pwd.getpwnam("nobody").pw_uid
+    d = _shared_dir()
+    own = os.path.join(d, "own")        # nobody's: the checkpoint and the mount
+    os.mkdir(own)
+    os.chown(own, nobody, nobody)
+    mnt = os.path.join(own, "mnt")
+    exe = os.path.join(d, "ptfs")       # the build tree may be root's alone
+    shutil.copy2(PTFS, exe)
+    os.chmod(exe, 0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("XDG_")}
+    env.update(HOME="/nonexistent", PATH="/usr/sbin:/usr/bin:/sbin:/bin")
+    try:
+        ck = _user_ckpt(os.path.join(own, "ck.pt"), nobody)
+        _sources(d)
+        r = _as("nobody", 'mkdir "%s" && "%s" "%s" "%s"' % (mnt, exe, ck, mnt), env)
+        assert r.returncode == 0, r.stderr
+        new = _reports("nobody", mnt, d, env)
+        r = _as("nobody", '"%s" umount "%s"' % (exe, mnt), env)
+        assert r.returncode == 0 and b"committed on unmount" in r.stderr, r.stderr
+        assert not is_mounted(mnt)
+        got = torch.load(ck, weights_only=True)
+        assert got["emb"].numpy().tobytes() == new
+        assert os.stat(ck).st_uid == nobody
+        if not os.path.exists("/dev/log"):
+            log = "/tmp/ptfs-%d/ptfs.log" % nobody
+            text = open(log, errors="replace").read()
+            assert "%s: committed on unmount" % ck in text, text[-2000:]
+    finally:
+        if is_mounted(mnt):
+            subprocess.run(["fusermount3", "-u", "-z", mnt], capture_output=True)
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@needs_fuse
+def test_real_enospc_keeps_the_writes_until_recover(tmp_path):
+    """A 64 MiB ext4 image, loop-mounted, filled until a rewrite has no
+    room: fsync fails with ENOSPC and the mount keeps the writes; the
+    unmount's commit fails, the writes are kept (beside the checkpoint or
+    in the state directory), the checkpoint is untouched; with room again
+    `ptfs recover` applies them."""
+    need_root_for("a loop-mounted ext4 image to run out of space")
+    env = dict(os.environ, XDG_STATE_HOME=str(tmp_path / "state"))
+    loop = LoopFs(str(tmp_path))
+    mnt = None
+    try:
+        ck = os.path.join(loop.dir, "ck.pt")
+        torch.save({"big": torch.zeros(6 << 20, dtype=torch.uint8),
+                    "w": torch.arange(1000, dtype=torch.int64)}, ck)
+        raw = open(ck, "rb").read()
+        new = os.urandom(8000)
+        loop.fill(1 << 20)      # room for a journal, not for a second copy
+        m = Mount(ck, "rewrite", env)
+        mnt = m.mnt
+        assert m.ok, m.stderr
+        with open(m.path("w"), "r+b") as f:
+            f.write(new)
+            f.flush()
+            with pytest.raises(OSError) as e:
+                os.fsync(f.fileno())
+            assert e.value.errno == errno.ENOSPC
+        assert open(m.path("w"), "rb").read() == new     # still in the mount
+        r = subprocess.run([PTFS, "umount", m.mnt], capture_output=True, env=env,
+                           timeout=120)
+        err = r.stderr.decode()
+        assert r.returncode == 1 and ".ptfs-pending" in err and "No space" in err, err
+        assert open(ck, "rb").read() == raw
+        st = os.stat(ck)
+        kept = glob.glob(ck + ".ptfs-pending*") + glob.glob(
+            str(tmp_path / "state" / "ptfs" / ("%d-%d.ptfs-pending*" % (st.st_dev, st.st_ino))))
+        assert len(kept) == 1 and kept[0] in err, (kept, err)
+        r = ptfs(env, "recover", ck)
+        assert r.returncode == 1 and b"No space" in r.stderr, r.stderr
+        assert os.path.exists(kept[0]) and open(ck, "rb").read() == raw
+        loop.unfill()
+        r = ptfs(env, "recover", ck)
+        assert r.returncode == 0 and b"applied 8000 bytes" in r.stderr, r.stderr
+        assert not os.path.exists(kept[0])
+        got = torch.load(ck, weights_only=True)
+        assert got["w"].numpy().tobytes() == new
+        assert not any(got["big"].tolist()[:4096])
+    finally:
+        if mnt and is_mounted(mnt):
+            subprocess.run(["fusermount3", "-u", "-z", mnt], capture_output=True)
+        if mnt:
+            with contextlib.suppress(OSError):
+                os.rmdir(mnt)
+        loop.close()
