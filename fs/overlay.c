@@ -282,6 +282,7 @@ struct ov_snap *ov_snapshot(struct ov *o, struct ov_st *s, uint64_t off,
 	pthread_rwlock_rdlock(&s->lock);
 	for (i = 0; s->chunks && i < sn->nc && !*rc; i++) {
 		const uint8_t *c = s->chunks[sn->c0 + i];
+		uint64_t start = (uint64_t)(sn->c0 + i) * OV_CHUNK;
 
 		if (!c)
 			continue;
@@ -289,7 +290,8 @@ struct ov_snap *ov_snapshot(struct ov *o, struct ov_st *s, uint64_t off,
 		if (!sn->chunks[i])
 			*rc = -ENOMEM;
 		else
-			memcpy(sn->chunks[i], c, OV_CHUNK);
+			memcpy(sn->chunks[i], c, (size_t)(s->size - start < OV_CHUNK ?
+							 s->size - start : OV_CHUNK));
 	}
 	pthread_rwlock_unlock(&s->lock);
 	pthread_rwlock_unlock(&o->gate);
