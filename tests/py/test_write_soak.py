@@ -164,7 +164,7 @@ class Mount:
     """A background mount, unmounted by `ptfs umount` or, whatever happens,
     by fusermount3 -u -z at the end."""
 
-    def __init__(self, ck, way, env, fault=None):
+    def __init__(self, ck, way, env, fault=None, ro=False):
         self.mnt = tempfile.mkdtemp(prefix="ptfs-soak-")
         self.env = dict(env)
         if fault:
@@ -175,7 +175,7 @@ class Mount:
         self.stale = False          # another program committed meanwhile
         self.dead = False
         self.touched = set()        # storage keys opened for writing
-        r = subprocess.run([PTFS, "-o", "commit=" + way, ck, self.mnt],
+        r = subprocess.run([PTFS, "-o", "ro" if ro else "commit=" + way, ck, self.mnt],
                            capture_output=True, env=self.env, timeout=60)
         self.stderr = r.stderr.decode()
         self.ok = r.returncode == 0 and is_mounted(self.mnt)
@@ -535,8 +535,10 @@ class Soak:
             self.killed(t)
             return True
         self.check(self.fail_possible(m), "fsync failed unexpectedly: %r" % e)
-        if m.fault and not m.fired and not m.stale:
-            m.fired = True
+        if m.fault and not m.fired and not m.stale and \
+                not (m.way == "clone" and not self.clone_ok) and \
+                not (self.loop is not None and self.loop.filled):
+            m.fired = True      # the fault is the only reason it can have
         return False
 
     def op_fsync(self, t, fname=None):
@@ -589,6 +591,13 @@ class Soak:
                 self.check(b"needs recovery" in r.stderr and b"ptfs recover" in r.stderr,
                            r.stderr)
                 self.counts["journal-refused"] += 1
+            if r.returncode != 0:
+                # and so does a read-only mount
+                ro = Mount(t.path, "auto", self.env, ro=True)
+                self.mounts.append(ro)
+                ro.close()
+                self.check(not ro.ok and b"needs recovery" in ro.stderr.encode(),
+                           "-o ro over an interrupted journal: %s" % ro.stderr)
             self.check(open(t.path, "rb").read() == before and os.path.exists(journal),
                        "a read-only command touched the checkpoint or its journal")
         new = {k: bytes(v) for k, v in t.view.items()}
