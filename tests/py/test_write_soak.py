@@ -416,6 +416,7 @@ class Soak:
         fname = self.rng.choice(list(t.files))
         key, lo, n = t.files[fname]
         m.touched.add(key)
+        self.last_key = key
         p = m.path(fname)
         how = self.rng.choice(["copyfile", "cp", "rplus", "cat", "dd_notrunc",
                                "dd_trunc", "dup", "memmap", "append"])
@@ -441,6 +442,7 @@ class Soak:
                 ok, err = r.returncode == 0, r.stderr
             self.check(ok == (size == n), "%s at %d of %d bytes: %r" % (
                 how, size, n, None if ok else err))
+            self.dropped = not ok
             if ok:
                 self.put(t, fname, 0, data)
         elif how == "rplus":
@@ -475,6 +477,7 @@ class Soak:
             r = sh('dd if="%s" of="%s" %s status=none' % (self.src, p, args), self.env)
             right = how == "dd_notrunc" or off + ln == n
             self.check((r.returncode == 0) == right, "dd: %r" % r.stderr)
+            self.dropped = not right
             if right:
                 if how == "dd_trunc" and not aligned and off < 65536:
                     self.put(t, fname, 0, bytes(off))
@@ -505,6 +508,7 @@ class Soak:
                     self.check(e.errno == errno.EINVAL, repr(e))
             whole = finish or cut == n
             self.check(last_ok == whole, "last close: %s, file whole: %s" % (last_ok, whole))
+            self.dropped = not whole
             if whole:
                 self.put(t, fname, 0, data)
         elif how == "memmap":
@@ -540,6 +544,20 @@ class Soak:
                 not (self.loop is not None and self.loop.filled):
             m.fired = True      # the fault is the only reason it can have
         return False
+
+    def settle(self, t, key):
+        """close(2) returns at FLUSH, before the kernel sends RELEASE, where
+        a write of the wrong size is dropped and the kernel told to drop
+        what it cached of the file (its size too): until then a reader
+        sees the dropped write.  Wait for that event (the files of the
+        storage show the model's bytes), counting the reads it took; a
+        file that never does fails in verify()."""
+        for _ in range(500):
+            if all(open(t.mount.path(f), "rb").read() == t.file_bytes(t.view, f)
+                   for f, (k, _o, _n) in t.files.items() if k == key):
+                return
+            self.counts["reads-before-release"] += 1
+            time.sleep(0.01)
 
     def op_fsync(self, t, fname=None):
         m = t.mount
@@ -730,7 +748,10 @@ class Soak:
             else:
                 self.op_umount(t)
         elif r < 0.65:
+            self.dropped = False
             self.op_write(t)
+            if self.dropped and t.mount:
+                self.settle(t, self.last_key)
         elif r < 0.8:
             self.op_fsync(t)
         elif r < 0.84:
