@@ -725,6 +725,11 @@ class Soak:
         if self.loop.filled:
             self.note("unfill")
             self.loop.unfill()
+        elif any(t.mount and t.mount.stale for t in self.targets):
+            # a stale mount's writes would go to the state directory under
+            # the old inode, where nothing finds them: the known bug of
+            # test_state_dir_pending_found_after_outside_replace
+            return
         else:
             self.note("fill")
             self.loop.fill(self.rng.choice([64 << 10, 512 << 10]))
@@ -1068,4 +1073,44 @@ def test_real_enospc_keeps_the_writes_until_recover(tmp_path):
         if mnt:
             with contextlib.suppress(OSError):
                 os.rmdir(mnt)
+        loop.close()
+
+
+@needs_fuse
+@pytest.mark.xfail(strict=True, reason="core/ckpt/pending.c names a pending file in the state "
+                   "directory after the checkpoint's dev/ino as the mount knew it; after an "
+                   "outside commit replaced the file (new inode) neither recover nor any "
+                   "command finds it (soak seed 3228375487)")
+def test_state_dir_pending_found_after_outside_replace(tmp_path):
+    """A mount whose checkpoint another program replaced (ptfs set: a new
+    inode) cannot commit at unmount, and a full disk sends its writes to
+    the state directory: `ptfs recover --force` must still find them."""
+    need_root_for("a loop-mounted ext4 image to run out of space")
+    env = dict(os.environ, XDG_STATE_HOME=str(tmp_path / "state"))
+    loop = LoopFs(str(tmp_path))
+    m = None
+    try:
+        ck = os.path.join(loop.dir, "ck.pt")
+        torch.save({"big": torch.zeros(6 << 20, dtype=torch.uint8),
+                    "w": torch.arange(1000, dtype=torch.int64),
+                    "b": torch.zeros(10, dtype=torch.uint8)}, ck)
+        new = os.urandom(8000)
+        m = Mount(ck, "rewrite", env)
+        assert m.ok, m.stderr
+        with open(m.path("w"), "r+b") as f:
+            f.write(new)
+        r = ptfs(env, "set", ck, "b", input=b"\7" * 10)
+        assert r.returncode == 0, r.stderr
+        loop.fill(64 << 10)
+        r = subprocess.run([PTFS, "umount", m.mnt], capture_output=True, env=env, timeout=120)
+        err = r.stderr.decode()
+        assert r.returncode == 1 and str(tmp_path / "state") in err, err
+        loop.unfill()
+        r = ptfs(env, "recover", "--force", ck)
+        assert r.returncode == 0 and b"applied" in r.stderr, r.stderr
+        got = torch.load(ck, weights_only=True)
+        assert got["w"].numpy().tobytes() == new
+    finally:
+        if m:
+            m.close()
         loop.close()
