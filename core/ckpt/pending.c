@@ -229,7 +229,7 @@ static int save_as(const char *final, const struct pt_commit *c, size_t n,
 	return rc;
 }
 
-/* "<real path>.ptfs-pending" and "<state dir>/DEV-INO.ptfs-pending". */
+/* "<real path>.ptfs-pending". */
 static char *beside(const char *path)
 {
 	char *real = realpath(path, NULL), *p = NULL;
@@ -240,16 +240,31 @@ static char *beside(const char *path)
 	return p;
 }
 
-static char *in_state_dir(const char *dir, const struct stat *id)
+/*
+ * "<state dir>/NAME-HASH.ptfs-pending": named by the checkpoint's real path
+ * (its file name, cut to 100 bytes, and the 64-bit FNV-1a hash of the whole
+ * path), not by its inode: a checkpoint another program replaced (the very
+ * reason a commit may fail) has another inode but the same path, and
+ * `ptfs recover PATH` must find what was kept for it.
+ */
+static char *in_state_dir(const char *dir, const char *path)
 {
-	char *p = NULL;
+	char *real = realpath(path, NULL), *p = NULL;
+	const char *base;
+	uint64_t h = 0xcbf29ce484222325ull;
+	const unsigned char *c;
 
-	if (!dir || !*dir)
+	if (!dir || !*dir || !real) {
+		free(real);
 		return NULL;
-	if (asprintf(&p, "%s/%llu-%llu.ptfs-pending", dir,
-		     (unsigned long long)id->st_dev,
-		     (unsigned long long)id->st_ino) < 0)
-		return NULL;
+	}
+	for (c = (const unsigned char *)real; *c; c++)
+		h = (h ^ *c) * 0x100000001b3ull;
+	base = strrchr(real, '/') ? strrchr(real, '/') + 1 : real;
+	if (asprintf(&p, "%s/%.100s-%016llx.ptfs-pending", dir, base,
+		     (unsigned long long)h) < 0)
+		p = NULL;
+	free(real);
 	return p;
 }
 
@@ -266,7 +281,7 @@ int pt_pending_save(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
 	first = beside(ck->path);
 	rc = first ? save_as(first, c, n, &id, &owner, where) : -ENOMEM;
 	if (rc) {
-		second = in_state_dir(state_dir, &id);
+		second = in_state_dir(state_dir, ck->path);
 		if (second)
 			rc2 = save_as(second, c, n, &id, &owner, where);
 	}
@@ -283,7 +298,7 @@ int pt_pending_save(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
 int pt_pending_find(const char *path, const char *state_dir, char *found,
 		    size_t cap)
 {
-	struct stat st, id;
+	struct stat st;
 	char *p = beside(path);
 	int hit = 0, k;
 
@@ -297,7 +312,7 @@ int pt_pending_find(const char *path, const char *state_dir, char *found,
 		}
 	}
 	free(p);
-	if (!hit && stat(path, &id) == 0 && (p = in_state_dir(state_dir, &id))) {
+	if (!hit && (p = in_state_dir(state_dir, path))) {
 		if (lstat(p, &st) == 0) {
 			snprintf(found, cap, "%s", p);
 			hit = 1;

@@ -17,7 +17,8 @@
  * checkpoint's owner (or by the reader), writable by nobody else, and
  * every CRC holds: one planted by another user is refused, never applied.
  * When the directory cannot take it (the commit may have failed for want
- * of space there) it goes to @state_dir as DEV-INO.ptfs-pending.
+ * of space there) it goes to @state_dir as NAME-HASH.ptfs-pending, named
+ * by the checkpoint's real path (a replaced checkpoint keeps its path).
  *
  * It is bound to the checkpoint as the mount last knew it (device, inode,
  * size, mtime): the bytes are applied by storage key and offset only while
