@@ -604,6 +604,8 @@ int ptfs_cli(int argc, char **argv)
 	argc = common_options(argc, argv);
 	if (argc < 0)
 		return PTFS_EXIT_USAGE;
+	for (int i = 1; i < argc; i++)  /* from here on, never a secret */
+		argv[i] = ptfs_url_hide_arg(argv[i]);
 	if (strcmp(argv[0], "ls") == 0)
 		return cmd_ls(argc, argv);
 	if (strcmp(argv[0], "cat") == 0)

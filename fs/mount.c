@@ -744,6 +744,23 @@ static bool stat_differs(struct ptfs *fs)
 	return pt_ckpt_check(fs->ck, &err) != 0;
 }
 
+/* The one line for a checkpoint that changed under the mount. */
+static void log_changed(struct ptfs *fs)
+{
+	struct pt_error err;
+
+	pt_error_clear(&err);
+	if (ptfs_is_url(fs->ckpath) && pt_ckpt_check(fs->ck, &err) != 0)
+		/* read-only, nothing to commit: what the server showed */
+		fuse_log(FUSE_LOG_ERR,
+			 "ptfs: %s; reads of bytes not read before fail with EIO; remount it\n",
+			 err.msg);
+	else
+		fuse_log(FUSE_LOG_ERR,
+			 "ptfs: %s: the checkpoint changed on disk while mounted (another program truncated or rewrote it); reads fail with EIO, commits are refused; remount it\n",
+			 fs->ckpath);
+}
+
 static bool checkpoint_changed(struct ptfs *fs)
 {
 	bool changed = stat_differs(fs);
@@ -754,9 +771,7 @@ static bool checkpoint_changed(struct ptfs *fs)
 		changed = stat_differs(fs);
 	}
 	if (changed && !__atomic_exchange_n(&fs->warned_changed, true, __ATOMIC_ACQ_REL))
-		fuse_log(FUSE_LOG_ERR,
-			 "ptfs: %s: the checkpoint changed on disk while mounted (another program truncated or rewrote it); reads fail with EIO, commits are refused; remount it\n",
-			 fs->ckpath);
+		log_changed(fs);
 	return changed;
 }
 
@@ -839,6 +854,8 @@ static void do_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 	got = pt_node_read(fs->ck, n, buf, size, (uint64_t)off, &err);
 	if (got == -EINTR) {
 		fuse_reply_err(req, EINTR);     /* the reader went away */
+	} else if (got < 0 && checkpoint_changed(fs)) {
+		fuse_reply_err(req, EIO);       /* said once, by the above */
 	} else if (got < 0) {
 		fuse_log(FUSE_LOG_ERR, "ptfs: %s: read of '%s' at %lld: %s\n",
 			 fs->ckpath, pt_node_name(n), (long long)off,
@@ -1772,6 +1789,7 @@ int ptfs_mount_main(int argc, char **argv)
 		return rc;
 	}
 	rc = PTFS_EXIT_ERROR;
+	c.checkpoint = ptfs_url_hide(c.checkpoint);   /* never a secret */
 	if (!c.fsname && add_fsname(&args, c.checkpoint) != 0) {
 		fuse_opt_free_args(&args);
 		return PTFS_EXIT_ERROR;

@@ -71,6 +71,12 @@ struct pt_ckpt;
 struct pt_ckpt_opts;
 struct pt_error;
 bool ptfs_is_url(const char *arg);
+/* @arg, when it is a URL with a secret (userinfo, query), as it may be
+ * shown (base/url.h); ptfs_open_checkpoint() of the returned pointer
+ * opens the real URL.  Every front end puts it in argv in place of
+ * @arg before anything prints it. */
+const char *ptfs_url_hide(const char *arg);
+char *ptfs_url_hide_arg(char *arg);    /* the same, for argv */
 /* 1: @opt ("key=value") is a remote option and was taken, 0: not one,
  * -1: bad value (a line printed). */
 int ptfs_remote_option(const char *opt);

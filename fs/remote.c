@@ -11,6 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <fuse_lowlevel.h>
+
+#include "base/url.h"
 #include "ckpt/ckpt.h"
 #include "ckpt/pending.h"
 #include "log.h"
@@ -19,6 +22,68 @@
 
 static struct pt_remote_opts ropts;
 static bool ropts_set;
+#endif
+
+/* The URLs given on the command line, by the shown (redacted) string that
+ * stands for each in argv from then on: every message prints what it has
+ * in hand and so never a secret; opening takes the real one back. */
+static struct {
+	const char *shown;
+	const char *real;
+} hidden[16];
+static unsigned n_hidden;
+
+/* The shown string for @arg, or NULL when it has nothing to hide. */
+static char *url_hide(const char *arg)
+{
+	char buf[2048];
+	char *s;
+
+	if (!ptfs_is_url(arg) || n_hidden == sizeof(hidden) / sizeof(hidden[0]))
+		return NULL;
+	pt_url_redact(arg, buf, sizeof(buf));
+	if (!strcmp(buf, arg) || !(s = strdup(buf)))
+		return NULL;
+	hidden[n_hidden].shown = s;
+	hidden[n_hidden].real = arg;
+	n_hidden++;
+	return s;
+}
+
+const char *ptfs_url_hide(const char *arg)
+{
+	char *s = url_hide(arg);
+
+	return s ? s : arg;
+}
+
+char *ptfs_url_hide_arg(char *arg)
+{
+	char *s = url_hide(arg);
+
+	return s ? s : arg;
+}
+
+static const char *url_real(const char *arg)
+{
+	unsigned i;
+
+	for (i = 0; i < n_hidden; i++)
+		if (hidden[i].shown == arg)
+			return hidden[i].real;
+	return arg;
+}
+
+#ifdef PTFS_HAVE_REMOTE
+/* core/remote's warnings (and PTFS_REMOTE_TRACE lines): logged here */
+static void remote_log(int level, const char *line)
+{
+	if (level >= 7)
+		fuse_log(FUSE_LOG_DEBUG, "%s\n", line);
+	else
+		fuse_log(level <= 3 ? FUSE_LOG_ERR : FUSE_LOG_WARNING,
+			 "ptfs: %s\n", line);
+}
 #endif
 
 bool ptfs_is_url(const char *arg)
@@ -68,6 +133,7 @@ int ptfs_remote_option(const char *opt)
 #ifdef PTFS_HAVE_REMOTE
 	if (!ropts_set) {
 		pt_remote_opts_default(&ropts);
+		ropts.log = remote_log;
 		ropts_set = true;
 	}
 	if (!*v)
@@ -120,9 +186,10 @@ int ptfs_open_checkpoint(const char *arg, const struct pt_ckpt_opts *o,
 
 		if (!ropts_set) {
 			pt_remote_opts_default(&ropts);
+			ropts.log = remote_log;
 			ropts_set = true;
 		}
-		rc = pt_source_open_remote(arg, &ropts, &src, err);
+		rc = pt_source_open_remote(url_real(arg), &ropts, &src, err);
 		return rc ? rc : pt_ckpt_open_source(ck, src, o, err);
 	}
 #else
@@ -133,6 +200,9 @@ int ptfs_open_checkpoint(const char *arg, const struct pt_ckpt_opts *o,
 
 void ptfs_report_open(const char *arg, const struct pt_error *err)
 {
+	char shown[2048];
+
+	arg = pt_url_redact(arg, shown, sizeof(shown));
 	if (!strncmp(err->msg, arg, strlen(arg)))
 		fprintf(stderr, "ptfs: %s\n", err->msg);   /* names it already */
 	else

@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/url.h"
 #include "remote/remote_i.h"
 
 static struct {
@@ -124,8 +125,9 @@ void rm_sigv4(CURL *h, const char *region, const char *service,
 	}
 }
 
-/* The hub: HF_TOKEN as a Bearer token, to the hub's own host only (libcurl
- * does not resend an Authorization header to a redirect's other host). */
+/* The hub: HF_TOKEN as a Bearer token, to the hub's own origin only
+ * (scheme, host and port as parsed: never to its CDN, nor to a look-alike
+ * such as http://HUB@other-host/ or hub.example.com.cdn.net). */
 static void rm_setup_hf(const struct pt_remote *r, const char *url,
 			struct curl_slist **hdrs)
 {
@@ -134,7 +136,7 @@ static void rm_setup_hf(const struct pt_remote *r, const char *url,
 
 	if (!tok)
 		tok = rm_env("HUGGING_FACE_HUB_TOKEN");
-	if (!tok || strncmp(url, r->u.hf_base, strcspn(r->u.hf_base + 8, "/") + 8))
+	if (!tok || !pt_url_same_origin(url, r->u.hf_base))
 		return;
 	snprintf(buf, sizeof(buf), "Authorization: Bearer %s", tok);
 	*hdrs = curl_slist_append(*hdrs, buf);
@@ -152,8 +154,9 @@ int rm_http_setup(CURL *h, const struct pt_remote *r, const char *url,
 	curl_easy_setopt(h, CURLOPT_URL, url);
 	curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
 	curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
-	curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
-	curl_easy_setopt(h, CURLOPT_MAXREDIRS, 10L);
+	/* redirects are followed by the engine (rm_job_finished), which
+	 * decides the credentials of every hop by its origin */
+	curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
 	curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
 	/* over TLS, wait for the connection's ALPN answer and multiplex on
 	 * it when it is HTTP/2; plain http:// is HTTP/1.1: open in parallel */
@@ -168,7 +171,7 @@ int rm_http_setup(CURL *h, const struct pt_remote *r, const char *url,
 	curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 512L * 1024);
 	if (ca)
 		curl_easy_setopt(h, CURLOPT_CAINFO, ca);
-	if (r->u.kind == RM_S3)
+	if (r->u.kind == RM_S3 && pt_url_same_origin(url, r->u.prefix))
 		rm_sigv4(h, r->u.region, "s3", hdrs);
 	else if (r->u.kind == RM_HF)
 		rm_setup_hf(r, url, hdrs);
@@ -199,6 +202,7 @@ static size_t rm_on_header(char *p, size_t size, size_t nitems, void *ud)
 	if (n >= 5 && !strncmp(p, "HTTP/", 5)) {
 		/* a new response (after a redirect): its own fields */
 		j->etag[0] = '\0';
+		j->mtime = 0;
 		j->total = 0;
 		j->range_first = 0;
 		j->retry_after = 0;
@@ -245,11 +249,43 @@ static size_t rm_on_body(char *p, size_t size, size_t nmemb, void *ud)
 	return j->on_body(j, p, size * nmemb);
 }
 
+/* The validator's headers (remote.h): the open's If-None-Match, else the
+ * pinned version on every range request. */
+static void rm_job_conditions(struct rm_job *j)
+{
+	const struct pt_remote *r = j->r;
+	char cond[200];
+	struct tm tm;
+	time_t t = (time_t)r->mtime;
+
+	j->if_range = false;
+	if (j->conditional && r->etag[0]) {
+		snprintf(cond, sizeof(cond), "If-None-Match: %s", r->etag);
+		j->hdrs = curl_slist_append(j->hdrs, cond);
+		return;
+	}
+	if (j->probe)
+		return;
+	if (r->vkind == RM_V_ETAG) {
+		snprintf(cond, sizeof(cond), "If-Match: %s", r->etag);
+		j->hdrs = curl_slist_append(j->hdrs, cond);
+		/* a server that ignores If-Match on a range request but
+		 * honours If-Range answers a new version with 200 */
+		snprintf(cond, sizeof(cond), "If-Range: %s", r->etag);
+		j->hdrs = curl_slist_append(j->hdrs, cond);
+		j->if_range = true;
+	} else if (r->vkind == RM_V_MTIME && gmtime_r(&t, &tm)) {
+		strftime(cond, sizeof(cond),
+			 "If-Unmodified-Since: %a, %d %b %Y %H:%M:%S GMT", &tm);
+		j->hdrs = curl_slist_append(j->hdrs, cond);
+	}
+}
+
 static int rm_job_start(struct rm_job *j)
 {
 	char range[80];
-	char cond[200];
-	char *url = j->via_origin && j->r->origin ? j->r->origin : j->r->url;
+	const char *url = j->redirect ? j->redirect :
+			  j->via_origin && j->r->origin ? j->r->origin : j->r->url;
 
 	j->h = curl_easy_init();
 	if (!j->h)
@@ -258,7 +294,9 @@ static int rm_job_start(struct rm_job *j)
 		j->deadline = rm_now() + j->r->o.timeout_s;
 	j->cerr[0] = '\0';
 	j->status = 0;
-	j->linked[0] = j->commit[0] = '\0';
+	j->got0 = j->got + j->mem_len;
+	if (!j->redirect)   /* a redirect's X-Repo-Commit stays */
+		j->linked[0] = j->commit[0] = '\0';
 	curl_slist_free_all(j->hdrs);
 	j->hdrs = NULL;
 	/* a header rather than CURLOPT_RANGE: SigV4 then signs it */
@@ -269,14 +307,13 @@ static int rm_job_start(struct rm_job *j)
 			 j->off + j->got, j->off + j->len - 1);
 	j->hdrs = curl_slist_append(j->hdrs, range);
 	rm_http_setup(j->h, j->r, url, &j->hdrs);
-	if (j->r->etag[0]) {
-		snprintf(cond, sizeof(cond), "%s: %s",
-			 j->conditional ? "If-None-Match" : "If-Match",
-			 j->r->etag);
-		j->hdrs = curl_slist_append(j->hdrs, cond);
-	}
+	rm_job_conditions(j);
 	if (j->hdrs)
 		curl_easy_setopt(j->h, CURLOPT_HTTPHEADER, j->hdrs);
+	/* the deadline holds for a transfer that stalls, too */
+	curl_easy_setopt(j->h, CURLOPT_TIMEOUT_MS,
+			 (long)((j->deadline - rm_now()) * 1000) > 1 ?
+			 (long)((j->deadline - rm_now()) * 1000) : 1L);
 	curl_easy_setopt(j->h, CURLOPT_ERRORBUFFER, j->cerr);
 	curl_easy_setopt(j->h, CURLOPT_HEADERFUNCTION, rm_on_header);
 	curl_easy_setopt(j->h, CURLOPT_HEADERDATA, j);
@@ -285,8 +322,9 @@ static int rm_job_start(struct rm_job *j)
 	curl_easy_setopt(j->h, CURLOPT_PRIVATE, j);
 	if (curl_multi_add_handle(E.m, j->h) != CURLM_OK)
 		return -EIO;
-	if (getenv("PTFS_REMOTE_TRACE"))
-		fprintf(stderr, "remote: %.3f start %s\n", rm_now(), range);
+	if (rm_tracing())
+		rm_log(j->r, 7, "remote: %.3f start %s%s", rm_now(), range,
+		       j->redirect ? " (redirected)" : "");
 	pthread_mutex_lock(&j->r->lock);
 	j->r->st.requests++;
 	if (j->attempt)
@@ -339,6 +377,44 @@ static double rm_backoff(const struct rm_job *j, unsigned a)
 	return d;
 }
 
+/* A 3xx answer: follow its Location (true), or fail the job. */
+static bool rm_job_redirect(struct rm_job *j, long code)
+{
+	char *loc = NULL;
+
+	curl_easy_getinfo(j->h, CURLINFO_REDIRECT_URL, &loc);
+	if (loc && j->hops < 10 && (!strncasecmp(loc, "http://", 7) ||
+				    !strncasecmp(loc, "https://", 8))) {
+		char *nl = strdup(loc);
+
+		if (nl) {
+			free(j->redirect);
+			j->redirect = nl;
+			j->hops++;
+			j->not_before = 0;
+			j->rc = 0;
+			if (j->probe) {
+				free(j->mem);
+				j->mem = NULL;
+				j->mem_len = 0;
+			}
+			return true;
+		}
+	}
+	snprintf(j->msg, sizeof(j->msg), "HTTP %ld %s", code,
+		 j->hops >= 10 ? "(more than 10 redirects)" :
+		 "without an http(s) Location");
+	j->rc = -EIO;
+	return false;
+}
+
+/* Connection refused, host unknown: at open, the answer (no retry). */
+static bool rm_unreachable(CURLcode c)
+{
+	return c == CURLE_COULDNT_CONNECT || c == CURLE_COULDNT_RESOLVE_HOST ||
+	       c == CURLE_COULDNT_RESOLVE_PROXY;
+}
+
 /* Decide what a finished transfer means; true when it is sent again. */
 static bool rm_job_finished(struct rm_job *j, CURLcode cc)
 {
@@ -349,8 +425,12 @@ static bool rm_job_finished(struct rm_job *j, CURLcode cc)
 	curl_easy_getinfo(j->h, CURLINFO_RESPONSE_CODE, &code);
 	curl_easy_getinfo(j->h, CURLINFO_EFFECTIVE_URL, &eff);
 	j->status = code;
-	if (eff && !j->eff_url)
+	if (eff && (!j->eff_url || strcmp(eff, j->eff_url))) {
+		free(j->eff_url);
 		j->eff_url = strdup(eff);
+	}
+	if (cc == CURLE_OK && code >= 300 && code < 400 && code != 304)
+		return rm_job_redirect(j, code);
 	if (cc == CURLE_OK && (code == 200 || code == 206 || code == 304)) {
 		j->rc = 0;
 		return false;
@@ -360,6 +440,9 @@ static bool rm_job_finished(struct rm_job *j, CURLcode cc)
 		/* the CDN's signed URL expired: ask the origin again, which
 		 * redirects to a fresh one (the version is still If-Match'ed) */
 		j->via_origin = true;
+		free(j->redirect);
+		j->redirect = NULL;
+		j->hops = 0;
 		j->not_before = 0;
 		j->rc = 0;
 		return true;
@@ -372,7 +455,7 @@ static bool rm_job_finished(struct rm_job *j, CURLcode cc)
 			code == 412 ? -ESTALE : code == 416 ? -ENXIO : -EIO;
 	} else {
 		transient = rm_transient_curl(cc) && j->rc != -ESTALE &&
-			    j->rc != -ECANCELED;
+			    j->rc != -ECANCELED && !(j->probe && rm_unreachable(cc));
 		if (j->rc == 0 || transient) {
 			snprintf(j->msg, sizeof(j->msg), "%s",
 				 j->cerr[0] ? j->cerr : curl_easy_strerror(cc));
@@ -383,6 +466,9 @@ static bool rm_job_finished(struct rm_job *j, CURLcode cc)
 	}
 	if (!transient)
 		return false;
+	if (j->got + j->mem_len > j->got0 && !j->probe)
+		/* it made progress: the deadline counts from its last byte */
+		j->deadline = rm_now() + j->r->o.timeout_s;
 	j->attempt++;
 	j->not_before = rm_now() + rm_backoff(j, j->attempt);
 	if (j->not_before >= j->deadline) {
@@ -429,9 +515,9 @@ static void rm_reap(void)
 			continue;
 		curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&j);
 		again = rm_job_finished(j, msg->data.result);
-		if (getenv("PTFS_REMOTE_TRACE"))
-			fprintf(stderr, "remote: %.3f done %ld\n", rm_now(),
-				j->status);
+		if (rm_tracing())
+			rm_log(j->r, 7, "remote: %.3f done %ld", rm_now(),
+			       j->status);
 		rm_job_release(j);
 		pthread_mutex_lock(&E.lock);
 		rm_unlink_running(j);

@@ -16,6 +16,7 @@
  * Every request after open carries If-Match with the version seen at open.
  */
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +53,26 @@ struct timespec pt_remote_mtime(const struct pt_remote *r)
 const char *pt_remote_name(const struct pt_remote *r)
 {
 	return r->u.display;
+}
+
+void rm_log(const struct pt_remote *r, int level, const char *fmt, ...)
+{
+	char line[1024];
+	va_list ap;
+
+	if (!r->o.log)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	r->o.log(level, line);
+}
+
+bool rm_tracing(void)
+{
+	const char *t = getenv("PTFS_REMOTE_TRACE");
+
+	return t && *t && strcmp(t, "0");
 }
 
 void pt_remote_stats(struct pt_remote *r, struct pt_remote_stats *st)
@@ -99,6 +120,39 @@ static size_t rm_probe_body(struct rm_job *j, const char *p, size_t n)
 	return n;
 }
 
+/*
+ * The first bytes of a block fetch's response: still the version pinned at
+ * open?  By its ETag, else its Last-Modified, and always the total size of
+ * Content-Range.  0, else -ESTALE (a new version) or -EIO, with j->msg.
+ */
+static int rm_job_version(struct rm_job *j)
+{
+	const struct pt_remote *r = j->r;
+
+	if (r->etag[0] && j->etag[0] && strcmp(r->etag, j->etag))
+		snprintf(j->msg, sizeof(j->msg), "ETag %.100s, was %.100s",
+			 j->etag, r->etag);
+	else if (r->vkind == RM_V_MTIME && j->mtime && j->mtime != r->mtime)
+		snprintf(j->msg, sizeof(j->msg),
+			 "Last-Modified %lld, was %lld (seconds)",
+			 (long long)j->mtime, (long long)r->mtime);
+	else if (j->status == 206 && j->total != r->size && j->total)
+		snprintf(j->msg, sizeof(j->msg), "%llu bytes, was %llu",
+			 (unsigned long long)j->total,
+			 (unsigned long long)r->size);
+	else if (j->status == 206 && !j->total) {
+		snprintf(j->msg, sizeof(j->msg),
+			 "HTTP 206 without a Content-Range total");
+		return -EIO;
+	}
+	else if (j->status == 200 && j->if_range)
+		snprintf(j->msg, sizeof(j->msg),
+			 "the whole object answered a range request with If-Range");
+	else
+		return 0;
+	return -ESTALE;
+}
+
 static size_t rm_job_body(struct rm_job *j, const char *p, size_t n)
 {
 	struct pt_remote *r = j->r;
@@ -110,12 +164,8 @@ static size_t rm_job_body(struct rm_job *j, const char *p, size_t n)
 	}
 	if (j->probe)
 		return rm_probe_body(j, p, n);
-	if (r->etag[0] && j->etag[0] && strcmp(r->etag, j->etag)) {
-		snprintf(j->msg, sizeof(j->msg), "ETag %.100s, was %.100s", j->etag,
-			 r->etag);
-		j->rc = -ESTALE;
+	if (j->got == j->got0 && (j->rc = rm_job_version(j)) != 0)
 		return 0;
-	}
 	if (j->status != 206 || j->range_first != j->off + j->got) {
 		snprintf(j->msg, sizeof(j->msg),
 			 "HTTP %ld from byte %llu for a range from byte %llu",
@@ -146,6 +196,7 @@ static size_t rm_job_body(struct rm_job *j, const char *p, size_t n)
 static void rm_job_free(struct rm_job *j)
 {
 	free(j->eff_url);
+	free(j->redirect);
 	free(j->mem);
 	free(j);
 }
@@ -169,11 +220,11 @@ static void rm_job_done(struct rm_job *j)
 	for (b = j->marked; b < end && b < r->nblocks; b++)
 		rm_clr(r->busy, b);
 	if (j->rc == -ESTALE && !r->stale) {
+		/* told once, by whoever reads next (pt_remote_check) */
 		r->stale = true;
-		if (!r->o.quiet)
-			fprintf(stderr,
-				"ptfs: %s: changed on the server since it was opened (%s); reads now fail with EIO\n",
-				r->u.display, j->msg[0] ? j->msg : "HTTP 412");
+		snprintf(r->stale_why, sizeof(r->stale_why), "%s",
+			 j->msg[0] && strcmp(j->msg, "HTTP 412") ? j->msg :
+			 "HTTP 412 to If-Match/If-Unmodified-Since");
 	}
 	if (j->rc && j->rc != -ECANCELED) {
 		r->fail_rc = j->rc;
@@ -309,8 +360,8 @@ static int rm_read_fail(struct pt_remote *r, struct pt_error *err)
 {
 	if (r->stale)
 		return pt_fail(err, -EIO,
-			       "%s: changed on the server since it was opened",
-			       r->u.display);
+			       "%s: changed on the server since it was opened (%s)",
+			       r->u.display, r->stale_why);
 	return pt_fail(err, r->fail_rc == -ENOMEM ? -ENOMEM : -EIO, "%s",
 		       r->fail_msg);
 }
@@ -369,9 +420,9 @@ int pt_remote_read(struct pt_remote *r, void *buf, size_t n, uint64_t off,
 			       r->u.display, n, (unsigned long long)off,
 			       (unsigned long long)r->size);
 	b1 = (off + n - 1) / RM_BLOCK + 1;
-	if (getenv("PTFS_REMOTE_TRACE"))
-		fprintf(stderr, "remote: %.3f read %zu at %llu\n", rm_now(), n,
-			(unsigned long long)off);
+	if (rm_tracing())
+		rm_log(r, 7, "remote: %.3f read %zu at %llu", rm_now(), n,
+		       (unsigned long long)off);
 	pthread_mutex_lock(&r->lock);
 	seq0 = r->fail_seq;
 	if (!r->stale && !rm_all_held(r, b0, b1, &lost)) {
@@ -452,9 +503,9 @@ void pt_remote_prefetch(struct pt_remote *r, uint64_t off, uint64_t n)
 		n = r->size - off;
 	if (n > RM_PREFETCH_CAP)
 		n = RM_PREFETCH_CAP;
-	if (getenv("PTFS_REMOTE_TRACE"))
-		fprintf(stderr, "remote: prefetch %llu at %llu\n",
-			(unsigned long long)n, (unsigned long long)off);
+	if (rm_tracing())
+		rm_log(r, 7, "remote: prefetch %llu at %llu",
+		       (unsigned long long)n, (unsigned long long)off);
 	pthread_mutex_lock(&r->lock);
 	/* a hint repeated by every read of a tensor: new requests only once
 	 * the reads got through half of what was asked before, so that they
@@ -484,8 +535,8 @@ int pt_remote_check(struct pt_remote *r, struct pt_error *err)
 	pthread_mutex_unlock(&r->lock);
 	if (stale)
 		return pt_fail(err, -ESTALE,
-			       "%s: changed on the server since it was opened",
-			       r->u.display);
+			       "%s: changed on the server since it was opened (%s)",
+			       r->u.display, r->stale_why);
 	return 0;
 }
 
@@ -594,6 +645,9 @@ static int rm_probe_meta(struct pt_remote *r, const struct rm_job *j,
 		snprintf(m->ident, sizeof(m->ident), "%s", j->linked);
 	else if (j->etag[0])
 		snprintf(m->ident, sizeof(m->ident), "%s", j->etag);
+	else if (j->mtime)  /* Last-Modified and size: one version */
+		snprintf(m->ident, sizeof(m->ident), "mtime %lld size %llu",
+			 (long long)j->mtime, (unsigned long long)m->size);
 	else    /* no validator: never shared, never revalidated */
 		snprintf(m->ident, sizeof(m->ident), "unversioned-%d-%.0f",
 			 (int)getpid(), rm_now() * 1e6);
@@ -705,6 +759,15 @@ static int rm_pin(struct pt_remote *r, const struct rm_job *j,
 		r->url = req;
 	}
 	snprintf(r->etag, sizeof(r->etag), "%s", m->etag);
+	r->mtime = m->mtime;
+	if (m->etag[0])
+		r->vkind = strncmp(m->etag, "W/", 2) ? RM_V_ETAG : RM_V_WEAK;
+	else
+		r->vkind = m->mtime ? RM_V_MTIME : RM_V_SIZE;
+	if (r->vkind == RM_V_SIZE)
+		rm_log(r, 4,
+		       "%s: the server gives neither an ETag nor a Last-Modified: a change while it is open is seen only when its size changes",
+		       r->u.display);
 	return r->url ? 0 : -ENOMEM;
 }
 
@@ -748,6 +811,7 @@ static int rm_open_common(struct pt_remote *r, struct pt_error *err)
 		rm_store_probe(r, j);
 		/* the head, when it is the same version */
 		if (h && !h->rc && !strcmp(h->etag, j->etag) &&
+		    h->mtime == j->mtime &&
 		    (h->status == 200 ? h->mem_len == r->size :
 		     h->status == 206 && h->total == r->size))
 			rm_store_probe(r, h);

@@ -9,7 +9,11 @@
  * object, shared by concurrent processes), pinned at open to one version
  * (ETag; a hub branch resolved to its commit), so that everything read
  * after open is immutable: a change on the server makes reads fail with
- * -ESTALE and one log line instead of mixing two versions.
+ * -EIO (pt_remote_check: -ESTALE with the reason) instead of mixing two
+ * versions.  Validators, strongest first: the ETag (If-Match and If-Range
+ * on every range request), else Last-Modified and the size
+ * (If-Unmodified-Since), else the size alone; every response's
+ * Content-Range total is checked against the size.
  *
  * Transient failures (timeouts, resets, 5xx, 429) are retried with
  * exponential backoff and jitter until a deadline (opts.timeout_s) passes.
@@ -33,7 +37,11 @@ struct pt_remote_opts {
 	const char *cafile;      /* CA bundle (NULL: $CURL_CA_BUNDLE, system) */
 	const char *s3_endpoint; /* NULL: $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL
 				  * or AWS itself */
-	bool quiet;              /* no log lines on stderr */
+	/* Where warnings and trace lines go (core never prints): @level is
+	 * a syslog level (4 warning, 7 trace), @line one line without a
+	 * "ptfs: " prefix nor newline; NULL drops them.  May be called from
+	 * the request engine's thread. */
+	void (*log)(int level, const char *line);
 };
 
 struct pt_remote_stats {

@@ -33,7 +33,7 @@ struct rm_url {
 	char *rel;      /* object path below prefix, %-escaped */
 	char *query;    /* "?..." of an http URL ("" otherwise): never shown */
 	char *key;      /* cache identity (no revision, no query) */
-	char *display;  /* the URL for messages: as given, without query */
+	char *display;  /* the URL for messages: pt_url_redact() of it */
 	char *region;   /* s3: signing region */
 	char *hf_base;  /* hf: "<endpoint>/[datasets/]ORG/REPO/resolve/" */
 	char *hf_api;   /* hf: "<endpoint>/api/models/ORG/REPO/revision/" */
@@ -57,6 +57,7 @@ struct rm_job {
 	uint64_t off;           /* first byte wanted */
 	uint64_t len;           /* bytes wanted (0: open probe, see tail) */
 	uint64_t got;           /* bytes received and stored */
+	uint64_t got0;          /* got + mem_len when this attempt started */
 	uint64_t start;         /* off at submission (blocks marked from) */
 	uint64_t marked;        /* blocks below this one are marked held */
 	bool probe;             /* open request: body to mem, headers kept */
@@ -65,6 +66,9 @@ struct rm_job {
 	bool conditional;       /* probe: If-None-Match r->etag */
 	bool cancel;            /* its object closes: stop it */
 	bool via_origin;        /* sent to r->origin (the CDN's URL expired) */
+	char *redirect;         /* the Location being followed, or NULL */
+	unsigned hops;          /* redirects followed */
+	bool if_range;          /* sent If-Range: a 200 means a new version */
 	unsigned attempt;
 	double deadline;        /* monotonic seconds */
 	double not_before;      /* retry time */
@@ -92,6 +96,11 @@ struct rm_job {
 	void (*on_done)(struct rm_job *j);
 	struct rm_job *next;
 };
+
+/* remote.c: a line to r->o.log (level: syslog's) */
+void rm_log(const struct pt_remote *r, int level, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+bool rm_tracing(void);   /* PTFS_REMOTE_TRACE is set */
 
 /* engine.c */
 int rm_engine_get(struct pt_error *err);
@@ -144,6 +153,7 @@ struct pt_remote {
 	uint64_t size;
 	int64_t mtime;
 	char etag[160];           /* validator: If-Match / If-None-Match */
+	enum { RM_V_ETAG, RM_V_WEAK, RM_V_MTIME, RM_V_SIZE } vkind;
 	struct rm_cache c;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
@@ -158,6 +168,7 @@ struct pt_remote {
 	char fail_msg[2048];
 	uint64_t fail_seq;
 	bool stale;
+	char stale_why[320];      /* what showed the new version */
 	bool closing;
 	bool engine;              /* holds a reference to the engine */
 	struct rm_job *probes;    /* the open requests, once done */

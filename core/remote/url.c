@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/url.h"
 #include "remote/remote_i.h"
 
 static char *rm_cat(const char *a, const char *b, const char *c)
@@ -100,28 +101,36 @@ static const char *rm_env(const char *a, const char *b)
 }
 
 static int rm_parse_http(struct rm_url *u, const char *url,
-			 struct pt_error *err)
+			 const char *shown, struct pt_error *err)
 {
+	char buf[2048];
+
 	const char *host = strstr(url, "://") + 3;
 	const char *path = strchr(host, '/');
 	size_t plen;
 
 	if (!path || path == host)
-		return pt_fail(err, -EINVAL, "%s: URL names no object", url);
+		return pt_fail(err, -EINVAL, "%s: URL names no object", shown);
 	plen = strcspn(path + 1, "?#");
 	if (plen == 0 || path[plen] == '/')
-		return pt_fail(err, -EINVAL, "%s: URL names no object", url);
+		return pt_fail(err, -EINVAL, "%s: URL names no object", shown);
 	u->kind = RM_HTTP;
 	u->prefix = rm_ndup(url, (size_t)(path + 1 - url));
 	u->rel = rm_ndup(path + 1, plen);
 	u->query = rm_ndup(path + 1 + plen, strcspn(path + 1 + plen, "#"));
-	u->display = rm_ndup(url, (size_t)(path + 1 + plen - url));
-	u->key = u->display ? strdup(u->display) : NULL;
+	u->display = strdup(shown);
+	/* the object's identity: no query, no credentials */
+	u->key = rm_ndup(url, (size_t)(path + 1 + plen - url));
+	if (u->key) {
+		pt_url_redact(u->key, buf, sizeof(buf));
+		free(u->key);
+		u->key = strdup(buf);
+	}
 	return 0;
 }
 
 static int rm_parse_s3(struct rm_url *u, const char *url, const char *ep,
-		       struct pt_error *err)
+		       const char *shown, struct pt_error *err)
 {
 	const char *b = url + 5;
 	const char *slash = strchr(b, '/');
@@ -131,10 +140,10 @@ static int rm_parse_s3(struct rm_url *u, const char *url, const char *ep,
 
 	if (!slash || slash == b || !rm_path_ok(slash + 1))
 		return pt_fail(err, -EINVAL,
-			       "%s: expected s3://BUCKET/KEY", url);
+			       "%s: expected s3://BUCKET/KEY", shown);
 	blen = (size_t)(slash - b);
 	if (blen > 63)
-		return pt_fail(err, -EINVAL, "%s: bucket name too long", url);
+		return pt_fail(err, -EINVAL, "%s: bucket name too long", shown);
 	bucket = rm_ndup(b, blen);
 	if (!bucket)
 		return -ENOMEM;
@@ -161,8 +170,13 @@ static int rm_parse_s3(struct rm_url *u, const char *url, const char *ep,
 	u->prefix = strdup(buf);
 	u->rel = rm_escape_path(slash + 1);
 	u->query = strdup("");
-	u->display = strdup(url);
+	u->display = strdup(shown);
 	u->key = ep ? rm_cat(ep, " ", url) : strdup(url);
+	if (u->key && ep) {     /* the endpoint's credentials, if any, go */
+		pt_url_redact(u->key, buf, sizeof(buf));
+		free(u->key);
+		u->key = strdup(buf);
+	}
 	return 0;
 }
 
@@ -176,7 +190,8 @@ static bool rm_is_commit(const char *s)
 	return i == 40;
 }
 
-static int rm_parse_hf(struct rm_url *u, const char *url, struct pt_error *err)
+static int rm_parse_hf(struct rm_url *u, const char *url, const char *shown,
+		       struct pt_error *err)
 {
 	const char *p = url + 5;
 	const char *ep = rm_env("HF_ENDPOINT", NULL);
@@ -193,17 +208,17 @@ static int rm_parse_hf(struct rm_url *u, const char *url, struct pt_error *err)
 	p = strchr(org, '/');
 	if (!p || p == org)
 		return pt_fail(err, -EINVAL,
-			       "%s: expected hf://ORG/REPO[@REVISION]/PATH", url);
+			       "%s: expected hf://ORG/REPO[@REVISION]/PATH", shown);
 	repo_end = p + 1 + strcspn(p + 1, "@/");
 	if (repo_end == p + 1 || !*repo_end)
 		return pt_fail(err, -EINVAL,
-			       "%s: expected hf://ORG/REPO[@REVISION]/PATH", url);
+			       "%s: expected hf://ORG/REPO[@REVISION]/PATH", shown);
 	if (*repo_end == '@') {
 		path = strchr(repo_end, '/');
 		if (!path || path == repo_end + 1)
 			return pt_fail(err, -EINVAL,
 				       "%s: expected hf://ORG/REPO@REVISION/PATH",
-				       url);
+				       shown);
 		rev = rm_ndup(repo_end + 1, (size_t)(path - repo_end - 1));
 	} else {
 		path = repo_end;
@@ -213,7 +228,7 @@ static int rm_parse_hf(struct rm_url *u, const char *url, struct pt_error *err)
 		return -ENOMEM;
 	if (!rm_path_ok(path + 1)) {
 		free(rev);
-		return pt_fail(err, -EINVAL, "%s: URL names no file", url);
+		return pt_fail(err, -EINVAL, "%s: URL names no file", shown);
 	}
 	if (!ep)
 		ep = "https://huggingface.co";
@@ -231,7 +246,7 @@ static int rm_parse_hf(struct rm_url *u, const char *url, struct pt_error *err)
 	u->hf_api = strdup(buf);
 	u->rel = rm_escape_path(path + 1);
 	u->query = strdup("");
-	u->display = strdup(url);
+	u->display = strdup(shown);
 	snprintf(buf, sizeof(buf), "%s hf://%s%.*s/%s", ep, kind,
 		 (int)(repo_end - org), org, path + 1);
 	u->key = strdup(buf);
@@ -241,21 +256,23 @@ static int rm_parse_hf(struct rm_url *u, const char *url, struct pt_error *err)
 int rm_url_parse(struct rm_url *u, const char *url, const char *s3_endpoint,
 		 struct pt_error *err)
 {
+	char shown[2048];
 	int rc;
 
 	memset(u, 0, sizeof(*u));
+	pt_url_redact(url, shown, sizeof(shown));
 	if (strlen(url) > 1500)
 		return pt_fail(err, -ENAMETOOLONG, "URL too long (%zu bytes)",
 			       strlen(url));
 	if (!strncmp(url, "http://", 7) || !strncmp(url, "https://", 8))
-		rc = rm_parse_http(u, url, err);
+		rc = rm_parse_http(u, url, shown, err);
 	else if (!strncmp(url, "s3://", 5))
-		rc = rm_parse_s3(u, url, s3_endpoint, err);
+		rc = rm_parse_s3(u, url, s3_endpoint, shown, err);
 	else if (!strncmp(url, "hf://", 5))
-		rc = rm_parse_hf(u, url, err);
+		rc = rm_parse_hf(u, url, shown, err);
 	else
 		rc = pt_fail(err, -EINVAL, "%s: not an http(s)://, s3:// or hf:// URL",
-			     url);
+			     shown);
 	if (!rc && (!u->prefix || !u->rel || !u->query || !u->display ||
 		    !u->key || (u->kind == RM_S3 && !u->region) ||
 		    (u->kind == RM_HF && (!u->hf_base || !u->hf_api))))
