@@ -753,7 +753,7 @@ static void log_changed(struct ptfs *fs)
 	if (ptfs_is_url(fs->ckpath) && pt_ckpt_check(fs->ck, &err) != 0)
 		/* read-only, nothing to commit: what the server showed */
 		fuse_log(FUSE_LOG_ERR,
-			 "ptfs: %s; reads of bytes not read before fail with EIO; remount it\n",
+			 "ptfs: %s; reads now fail with EIO, never mixing two versions; remount it\n",
 			 err.msg);
 	else
 		fuse_log(FUSE_LOG_ERR,

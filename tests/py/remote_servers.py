@@ -61,7 +61,7 @@ pid {p}/nginx.pid;
 error_log {p}/error.log warn;
 events {{ worker_connections 512; }}
 http {{
-  log_format ptfs '$request $status $bytes_sent "$http_range" "$http_if_none_match" "$http_if_match" "$http_authorization"';
+  log_format ptfs '$request $status $bytes_sent "$http_range" "$http_if_none_match" "$http_if_match" "$http_authorization" "$http_if_range" "$http_if_unmodified_since" "$http_x_amz_security_token"';
   access_log {p}/access.log ptfs;
   client_body_temp_path {p}/tmp-body;
   proxy_temp_path {p}/tmp-proxy;
@@ -77,6 +77,7 @@ http {{
     listen 127.0.0.1:{port};
     {tls}
     root {root};
+    {extra}
     # a "CDN" URL whose signature the test expired
     if (-f $document_root/.expired-$arg_sig) {{ return 403; }}
   }}
@@ -87,9 +88,10 @@ http {{
 class Nginx:
     """nginx serving @root on http://127.0.0.1:port (and https on tls_port)."""
 
-    def __init__(self, root, tls=False):
+    def __init__(self, root, tls=False, extra=""):
         self.root = root
         self.tls = tls
+        self.extra = extra      # more directives for the server block
 
     def __enter__(self):
         self.prefix = tempfile.mkdtemp(prefix="ptfs-nginx-")
@@ -102,7 +104,7 @@ class Nginx:
                    "ssl_certificate_key %s;" % (self.tls_port, self.cert, self.key))
         with open(os.path.join(self.prefix, "nginx.conf"), "w") as f:
             f.write(CONF.format(p=self.prefix, port=self.port, tls=tls,
-                                root=self.root))
+                                root=self.root, extra=self.extra))
         self.proc = subprocess.Popen(
             [NGINX, "-p", self.prefix, "-c", os.path.join(self.prefix, "nginx.conf"),
              "-e", os.path.join(self.prefix, "error.log")],
@@ -143,7 +145,9 @@ class Nginx:
                 out.append({"method": parts[0], "path": parts[1], "proto": parts[2],
                             "status": int(parts[3]), "bytes": int(parts[4]),
                             "range": q[0], "if_none_match": q[2],
-                            "if_match": q[4], "authorization": q[6]})
+                            "if_match": q[4], "authorization": q[6],
+                            "if_range": q[8], "if_unmodified_since": q[10],
+                            "amz_token": q[12]})
         return out
 
     def mark(self):
@@ -374,6 +378,47 @@ class HubStandIn:
         self.server = Server(("127.0.0.1", 0), H)
         self.port = self.server.server_address[1]
         self.endpoint = "http://127.0.0.1:%d" % self.port
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class Redirector:
+    """Answers every request with a redirect to where(path) (status
+    @code), on 127.0.0.1 or another loopback address (@host, e.g.
+    127.0.0.2), optionally on a given port.  Records (path, headers) of
+    every request in .seen."""
+
+    def __init__(self, where, code=302, host="127.0.0.1", port=0):
+        self.where, self.code, self.host, self.want_port = where, code, host, port
+        self.seen = []
+
+    def __enter__(self):
+        red = self
+
+        class H(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                red.seen.append((self.path, dict(self.headers.items())))
+                self.send_response(red.code)
+                self.send_header("Location", red.where(self.path))
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+            daemon_threads = True
+            allow_reuse_address = True
+
+        self.server = Server((self.host, self.want_port), H)
+        self.port = self.server.server_address[1]
+        self.endpoint = "http://%s:%d" % (self.host, self.port)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         return self
 
