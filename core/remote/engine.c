@@ -473,8 +473,9 @@ static bool rm_job_finished(struct rm_job *j, CURLcode cc)
 	j->not_before = rm_now() + rm_backoff(j, j->attempt);
 	if (j->not_before >= j->deadline) {
 		snprintf(j->msg + strlen(j->msg), sizeof(j->msg) - strlen(j->msg),
-			 " (gave up after %u attempts, -o timeout=%u)",
-			 j->attempt, j->r->o.timeout_s);
+			 " (gave up after %u attempts in %.1f s, -o timeout=%u)",
+			 j->attempt, rm_now() - (j->deadline - j->r->o.timeout_s),
+			 j->r->o.timeout_s);
 		j->rc = -ETIMEDOUT;
 		return false;
 	}

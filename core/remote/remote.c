@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "base/cancel.h"
+#include "base/url.h"
 #include "remote/remote_i.h"
 
 void pt_remote_opts_default(struct pt_remote_opts *o)
@@ -556,6 +557,7 @@ static int rm_open_fail(struct pt_remote *r, const struct rm_job *j,
 			struct pt_error *err)
 {
 	const char *hint = "";
+	char at[2048], shown[2048];
 	int rc = j->rc;
 
 	if (rc == -EACCES && r->u.kind == RM_HF)
@@ -571,8 +573,9 @@ static int rm_open_fail(struct pt_remote *r, const struct rm_job *j,
 		hint = " (an empty object: not a checkpoint)";
 	if (r->u.kind == RM_HTTP)
 		return pt_fail(err, rc, "%s: %s%s", r->u.display, j->msg, hint);
-	return pt_fail(err, rc, "%s (%s%s): %s%s", r->u.display, r->u.prefix,
-		       r->u.rel, j->msg, hint);
+	snprintf(at, sizeof(at), "%s%s", r->u.prefix, r->u.rel);
+	return pt_fail(err, rc, "%s (%s): %s%s", r->u.display,
+		       pt_url_redact(at, shown, sizeof(shown)), j->msg, hint);
 }
 
 /*

@@ -167,9 +167,10 @@ class FaultProxy:
     every request (a round trip of 2 * delay).
     """
 
-    def __init__(self, up, delay=0.0):
+    def __init__(self, up, delay=0.0, port=0):
         self.up = up
         self.delay = delay
+        self.want_port = port   # 0: any free port
         self.faults = []
         self.stall_s = 3.0
         self.lock = threading.Lock()
@@ -186,7 +187,7 @@ class FaultProxy:
             allow_reuse_address = True
             daemon_threads = True
 
-        self.server = Server(("127.0.0.1", 0), Handler)
+        self.server = Server(("127.0.0.1", self.want_port), Handler)
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
@@ -312,6 +313,7 @@ class HubStandIn:
         self.commit_header = commit_header   # else only /api/.../revision
         self.seen = []
         self.sig = "1"              # the CDN URLs' signature generation
+        self.location = None        # (commit, path) -> where to redirect
 
     def __enter__(self):
         hub = self
@@ -342,7 +344,8 @@ class HubStandIn:
                 if not os.path.exists(local):
                     return self._reply(404)
                 self.send_response(302)
-                self.send_header("Location", hub.cdn.url("%s/%s?sig=%s" % (commit, path, hub.sig)))
+                self.send_header("Location", hub.location(commit, path) if hub.location
+                                 else hub.cdn.url("%s/%s?sig=%s" % (commit, path, hub.sig)))
                 if hub.commit_header:
                     self.send_header("X-Repo-Commit", commit)
                 with open(local, "rb") as f:
@@ -433,14 +436,14 @@ class ProxyProcess:
     memory map lock, so a proxy thread in that process could not even start
     a thread to serve the daemon's request."""
 
-    def __init__(self, up, delay=0.0):
-        self.up, self.delay = up, delay
+    def __init__(self, up, delay=0.0, port=0):
+        self.up, self.delay, self.want_port = up, delay, port
 
     def __enter__(self):
         import sys
         self.proc = subprocess.Popen(
             [sys.executable, os.path.abspath(__file__), "proxy", str(self.up),
-             str(self.delay)], stdout=subprocess.PIPE)
+             str(self.delay), str(self.want_port)], stdout=subprocess.PIPE)
         self.port = int(self.proc.stdout.readline())
         wait_port(self.port, self.proc)
         return self
@@ -455,8 +458,9 @@ class ProxyProcess:
 
 if __name__ == "__main__":
     import sys
-    if len(sys.argv) == 4 and sys.argv[1] == "proxy":
-        with FaultProxy(int(sys.argv[2]), delay=float(sys.argv[3])) as _p:
+    if len(sys.argv) in (4, 5) and sys.argv[1] == "proxy":
+        with FaultProxy(int(sys.argv[2]), delay=float(sys.argv[3]),
+                        port=int(sys.argv[4]) if len(sys.argv) == 5 else 0) as _p:
             print(_p.port, flush=True)
             while True:
                 time.sleep(3600)

@@ -6,9 +6,11 @@ credentials go to their own origin only, unreachable servers fail at open
 without retries, and the deadline holds.  Requests are counted in nginx's
 access log or by the stand-in servers (remote_servers.py)."""
 import os
+import re
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 
 import pytest
@@ -130,3 +132,210 @@ def test_replaced_mid_mount_never_mixes(root, cache, tmp_path, kind):
         assert len(lines) == 1, lines
         assert url in lines[0] and "changed on the server" in lines[0], lines
         assert "on disk" not in lines[0] and "commit" not in lines[0], lines
+
+
+# ---- secrets ----
+
+SECRETS = ["PWSECRET1", "SIGSECRET2", "hf_SECRET3", "AWSSECRET4",
+           "SESSSECRET5", "EPSECRET6", "AKIDSECRET7"]
+
+
+@needs_fuse
+def test_secrets_never_printed_nor_logged(root, cache, tmp_path):
+    """The remote commands, good and failing, with secrets in the query,
+    in userinfo, in HF_TOKEN and the AWS keys: no secret in any stdout,
+    stderr, log file, state file or the mount table."""
+    save({"w": torch.ones(1 << 20), "b": torch.arange(5)}, os.path.join(root, "m.pt"))
+    c1 = "d" * 40
+    os.makedirs(os.path.join(root, c1))
+    save({"x": torch.ones(4)}, os.path.join(root, c1, "h.pt"))
+    os.makedirs(os.path.join(root, "bkt"))
+    save({"x": torch.ones(4)}, os.path.join(root, "bkt", "s.pt"))
+    state = tmp_path / "state"
+    outs = []
+    env = {"XDG_STATE_HOME": str(state), "PTFS_REMOTE_TRACE": "1"}
+
+    def run(*args, more=None, rc=None):
+        e = dict(env)
+        e.update(more or {})
+        r = ptfs(*args, env=e)
+        outs.append((args, r.stdout + r.stderr))
+        if rc is not None:
+            assert r.returncode == rc, (args, r.stderr)
+        return r
+
+    with rs.Nginx(root) as n, rs.HubStandIn(n, {"main": c1}, token="hf_SECRET3") as hub, \
+            rs.FaultProxy(n.port) as p:
+        q = "?X-Amz-Signature=SIGSECRET2&X-Amz-Credential=AKIDSECRET7"
+        good = "http://user:PWSECRET1@127.0.0.1:%d/m.pt%s" % (n.port, q)
+        run("ls", *o(cache), good, rc=0)
+        run("info", *o(cache), good, rc=0)
+        run("cat", *o(cache), good, "b", rc=0)
+        run("cat", *o(cache), good, "no.such.tensor", rc=1)
+        run("stat", *o(cache), good, "b")
+        run("ls", *o(cache), "http://u:PWSECRET1@127.0.0.1:%d/missing.pt%s" % (n.port, q), rc=1)
+        run("ls", *o(cache), "http://u:PWSECRET1@127.0.0.1:1/x.pt%s" % q, rc=1)
+        p.faults = ["503"] * 100
+        run("ls", *o(cache, "timeout=1"), "http://u:PWSECRET1@127.0.0.1:%d/m.pt%s" % (p.port, q), rc=1)
+        hf = {"HF_ENDPOINT": hub.endpoint, "HF_TOKEN": "hf_SECRET3"}
+        run("cat", *o(cache), "hf://org/repo/h.pt", "x", more=hf, rc=0)
+        run("ls", *o(cache), "hf://org/repo/missing.pt", more=hf, rc=1)
+        hub.token = "other"
+        run("ls", *o(cache + "2"), "hf://org/repo/h.pt", more=hf, rc=1)
+        aws = {"AWS_ACCESS_KEY_ID": "AKIDSECRET7", "AWS_SECRET_ACCESS_KEY": "AWSSECRET4",
+               "AWS_SESSION_TOKEN": "SESSSECRET5",
+               "AWS_ENDPOINT_URL": "http://ep:EPSECRET6@127.0.0.1:%d" % n.port}
+        run("cat", *o(cache), "s3://bkt/s.pt", "x", more=aws, rc=0)
+        run("ls", *o(cache), "s3://bkt/missing.pt", more=aws, rc=1)
+        # a mount: its log file, its mount table line, a change under it
+        log = str(tmp_path / "mount.log")
+        os.environ["XDG_STATE_HOME"] = str(state)
+        try:
+            with mounted(good, *o(cache, "log=" + log)) as mnt:
+                with open("/proc/self/mountinfo") as f:
+                    outs.append(("mountinfo", f.read().encode()))
+                save({"w": torch.zeros(1 << 20), "b": torch.arange(6)},
+                     os.path.join(root, "m.pt"), mtime=time.time() + 5)
+                with pytest.raises(OSError):
+                    with open(os.path.join(mnt, "w"), "rb") as f:
+                        f.seek(2 << 20)
+                        f.read()
+        finally:
+            os.environ.pop("XDG_STATE_HOME", None)
+        with open(log, "rb") as f:
+            outs.append(("log", f.read()))
+    assert any(b"changed on the server" in t for _, t in outs), outs
+    assert any(b"remote: " in t for _, t in outs)       # the trace ran
+    for dp, _, fs in os.walk(str(state)):
+        for fn in fs:
+            with open(os.path.join(dp, fn), "rb") as f:
+                outs.append((fn, f.read()))
+    for what, text in outs:
+        for s in SECRETS:
+            assert s.encode() not in text, (what, s, text[-2000:])
+
+
+# ---- credentials go to their own origin only ----
+
+def test_hub_token_not_sent_to_look_alike_hosts(root, cache):
+    """HF_TOKEN goes to the hub's scheme, host and port only: not to a
+    redirect to http://HUB@other-host/ (userinfo that spells the hub),
+    nor to another loopback address on the hub's own port."""
+    c1 = "e" * 40
+    os.makedirs(os.path.join(root, c1))
+    save({"x": torch.full((4,), 5.0)}, os.path.join(root, c1, "m.pt"))
+    env = {"HF_TOKEN": "hf_tok"}
+    with rs.Nginx(root) as n, rs.HubStandIn(n, {"main": c1}, token="hf_tok") as hub:
+        env["HF_ENDPOINT"] = hub.endpoint
+        # http://127.0.0.1:HUB@127.0.0.1:CDN/...: begins like the hub
+        hub.location = lambda c, p: "http://127.0.0.1:%d@127.0.0.1:%d/%s/%s" % (
+            hub.port, n.port, c, p)
+        m = n.mark()
+        r = ptfs("cat", *o(cache), "hf://org/repo/m.pt", "x", env=env)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout == torch.full((4,), 5.0).numpy().tobytes()
+        cdn = n.since(m)
+        # (the Location's own userinfo is Basic auth: its own, not ours)
+        assert cdn and all("hf_tok" not in e["authorization"] for e in cdn), cdn
+        assert hub.seen and all(a == "Bearer hf_tok" for _, a in hub.seen)
+        # 127.0.0.2 on the hub's port, which redirects on to the CDN
+        with rs.Redirector(lambda path: n.url(path.lstrip("/")), host="127.0.0.2",
+                           port=hub.port) as other:
+            hub.location = lambda c, p: "http://127.0.0.2:%d/%s/%s" % (hub.port, c, p)
+            r = ptfs("cat", *o(cache + "2"), "hf://org/repo/m.pt", "x", env=env)
+            assert r.returncode == 0, r.stderr
+            assert other.seen, "the redirect was not followed"
+            assert all("Authorization" not in h for _, h in other.seen), other.seen
+
+
+def test_s3_keys_not_sent_past_a_redirect(root, cache):
+    """The S3 endpoint redirects elsewhere: the request there carries no
+    signature and no session token (the endpoint's own one does)."""
+    os.makedirs(os.path.join(root, "bkt"))
+    save({"x": torch.full((3,), 7.0)}, os.path.join(root, "bkt", "s.pt"))
+    with rs.Nginx(root) as n, rs.Redirector(lambda path: n.url(path.lstrip("/")),
+                                            code=307) as ep:
+        env = {"AWS_ACCESS_KEY_ID": "AKIDX", "AWS_SECRET_ACCESS_KEY": "k",
+               "AWS_SESSION_TOKEN": "stok", "AWS_ENDPOINT_URL": ep.endpoint}
+        m = n.mark()
+        r = ptfs("cat", *o(cache), "s3://bkt/s.pt", "x", env=env)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout == torch.full((3,), 7.0).numpy().tobytes()
+        assert ep.seen and all(h.get("Authorization", "").startswith("AWS4-HMAC-SHA256")
+                               and h.get("x-amz-security-token") == "stok"
+                               for _, h in ep.seen), ep.seen
+        got = n.since(m)
+        assert got and all(e["authorization"] == "-" and e["amz_token"] == "-"
+                           for e in got), got
+
+
+# ---- unreachable servers, deadlines ----
+
+def trace_starts(r):
+    return sum(1 for ln in r.stderr.decode().splitlines() if " start Range" in ln)
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:1/x.pt",
+                                 "http://ptfs-test-host.invalid/x.pt"])
+def test_unreachable_fails_at_open_without_retries(cache, url):
+    r = ptfs("ls", *o(cache), url)
+    err = r.stderr.decode()
+    assert r.returncode == 1 and err.count("\n") == 1 and url in err, err
+    r = ptfs("ls", *o(cache), url, env={"PTFS_REMOTE_TRACE": "1"})
+    assert trace_starts(r) == 2, r.stderr       # the open's two, no retry
+
+
+@needs_fuse
+def test_refused_mid_mount_is_retried(root, cache):
+    """A server that goes away under a mount (its connections closed, new
+    ones refused) and comes back within the deadline: the read waits and
+    succeeds through the new one."""
+    want = torch.randn(6 << 20, generator=torch.Generator().manual_seed(3))
+    save({"w": want}, os.path.join(root, "m.pt"))
+    with rs.Nginx(root) as n:
+        p = rs.ProxyProcess(n.port).__enter__()
+        port = p.port
+        try:
+            with mounted(p.url("m.pt"), *o(cache)) as mnt:
+                p.__exit__(None, None, None)    # refused from now on
+                p = None
+                got = {}
+
+                def read():
+                    try:
+                        with open(os.path.join(mnt, "w"), "rb") as f:
+                            got["data"] = f.read()
+                    except OSError as e:
+                        got["err"] = e
+                t = threading.Thread(target=read)
+                t.start()
+                t.join(1.0)
+                m = n.mark()
+                p = rs.ProxyProcess(n.port, port=port).__enter__()
+                t.join(60)
+                assert got.get("data") == oracle.tensor_bytes(want), got.get("err")
+                assert n.since(m, "m.pt")       # through the new proxy
+        finally:
+            if p is not None:
+                p.__exit__(None, None, None)
+
+
+def test_stalled_server_gives_up_at_the_deadline(root, cache):
+    """A server that stops answering after the open: the read fails with
+    one line once -o timeout= has passed since its last byte; ptfs reports
+    its attempts (the proxy saw at least as many requests) and the time it
+    took by its own clock, within 10% of the deadline (not one stalled
+    attempt more)."""
+    save({"w": torch.ones(4 << 20)}, os.path.join(root, "m.pt"))
+    with rs.Nginx(root) as n, rs.FaultProxy(n.port) as p:
+        p.stall_s = 60
+        p.faults = [None, None] + ["stall"] * 100
+        r = ptfs("cat", *o(cache, "timeout=10"), p.url("m.pt"), "w")
+        err = r.stderr.decode()
+        assert r.returncode == 1 and err.count("\n") == 1, err
+        m = re.search(r"gave up after (\d+) attempts in ([0-9.]+) s, -o timeout=10", err)
+        assert m, err
+        # retried (a stalled attempt is given up after a quarter of the
+        # deadline), each attempt one request the proxy saw
+        assert 2 <= int(m.group(1)) <= p.seen - 2, (err, p.seen)
+        assert 9.0 <= float(m.group(2)) <= 11.0, err
