@@ -269,6 +269,28 @@ int rm_cache_mark(struct rm_cache *c, const uint8_t *held, uint64_t b0,
 	return rc;
 }
 
+/* Clear the marks of blocks [b0, b1) in the map file (their bytes were
+ * punched out of data first). */
+int rm_cache_unmark(struct rm_cache *c, uint64_t b0, uint64_t b1)
+{
+	uint64_t i0 = b0 / 8, i1 = (b1 + 7) / 8, b;
+	uint8_t *tmp = calloc(1, i1 - i0 + 1);
+	int rc = 0;
+
+	if (!tmp)
+		return -ENOMEM;
+	flock(c->map_fd, LOCK_EX);
+	if (pread(c->map_fd, tmp, i1 - i0, (off_t)i0) < 0)
+		rc = -errno;
+	for (b = b0; !rc && b < b1; b++)
+		rm_clr(tmp, b - i0 * 8);
+	if (!rc && pwrite(c->map_fd, tmp, i1 - i0, (off_t)i0) != (ssize_t)(i1 - i0))
+		rc = -EIO;
+	flock(c->map_fd, LOCK_UN);
+	free(tmp);
+	return rc;
+}
+
 void rm_cache_close(struct rm_cache *c)
 {
 	if (c->lock_fd >= 0) {

@@ -456,9 +456,14 @@ static bool rm_job_finished(struct rm_job *j, CURLcode cc)
 	} else {
 		transient = rm_transient_curl(cc) && j->rc != -ESTALE &&
 			    j->rc != -ECANCELED && !(j->probe && rm_unreachable(cc));
-		if (j->rc == 0 || transient) {
+		/* cut at the deadline: the previous answer says more */
+		bool keep = cc == CURLE_OPERATION_TIMEDOUT && j->attempt &&
+			    j->msg[0] && rm_now() + 0.05 >= j->deadline;
+
+		if ((j->rc == 0 || transient) && !keep)
 			snprintf(j->msg, sizeof(j->msg), "%s",
 				 j->cerr[0] ? j->cerr : curl_easy_strerror(cc));
+		if (j->rc == 0 || transient) {
 			j->rc = cc == CURLE_SSL_CACERT ||
 					cc == CURLE_PEER_FAILED_VERIFICATION ?
 				-EACCES : -EIO;

@@ -16,10 +16,12 @@
  * Every request after open carries If-Match with the version seen at open.
  */
 #include <fcntl.h>
+#include <linux/falloc.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include "base/cancel.h"
@@ -154,6 +156,73 @@ static int rm_job_version(struct rm_job *j)
 	return -ESTALE;
 }
 
+/* Under r->lock: whether block @b may be punched (not near the reading
+ * position, not being fetched). */
+static bool rm_cold(const struct pt_remote *r, uint64_t b)
+{
+	uint64_t off = b * RM_BLOCK;
+
+	if (!rm_bit(r->held, b) || rm_bit(r->busy, b))
+		return false;
+	return off + RM_MISS < r->seq_next ||
+	       off >= r->seq_next + r->win_max + RM_MISS;
+}
+
+/* Under r->lock: punch cold blocks until @need bytes are freed; the
+ * bytes freed. */
+static uint64_t rm_punch_cold(struct pt_remote *r, uint64_t need)
+{
+	uint64_t freed = 0, seen;
+
+	for (seen = 0; seen < r->nblocks && freed < need;) {
+		uint64_t b = r->cursor % r->nblocks, e = b, k;
+
+		if (!rm_cold(r, b)) {
+			r->cursor = b + 1;
+			seen++;
+			continue;
+		}
+		while (e < r->nblocks && e - b < 128 && rm_cold(r, e))
+			e++;
+		if (fallocate(r->c.data_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+			      (off_t)(b * RM_BLOCK), (off_t)((e - b) * RM_BLOCK)))
+			break;          /* cannot punch: the bound gives way */
+		for (k = b; k < e; k++)
+			rm_clr(r->held, k);
+		rm_cache_unmark(&r->c, b, e);
+		freed += (e - b) * RM_BLOCK;
+		seen += e - b;
+		r->cursor = e;
+	}
+	r->stored = r->stored > freed ? r->stored - freed : 0;
+	return freed;
+}
+
+/*
+ * On the engine's thread, before @n more bytes of an object with a budget
+ * are stored: when they would pass it, punch its cold blocks out (a
+ * quarter of the budget more, so that this is rare).  Only while no other
+ * process has this version open (flock LOCK_EX, then back to LOCK_SH):
+ * their maps would promise bytes that are gone.  Readers copy under
+ * r->punch held shared, so no copy sees a hole.
+ */
+static void rm_make_room(struct pt_remote *r, uint64_t n)
+{
+	bool over;
+
+	pthread_mutex_lock(&r->lock);
+	over = r->stored + n > r->budget;
+	pthread_mutex_unlock(&r->lock);
+	if (!over || flock(r->c.lock_fd, LOCK_EX | LOCK_NB))
+		return;
+	pthread_rwlock_wrlock(&r->punch);
+	pthread_mutex_lock(&r->lock);
+	rm_punch_cold(r, r->stored + n + r->budget / 4 - r->budget);
+	pthread_mutex_unlock(&r->lock);
+	pthread_rwlock_unlock(&r->punch);
+	flock(r->c.lock_fd, LOCK_SH);
+}
+
 static size_t rm_job_body(struct rm_job *j, const char *p, size_t n)
 {
 	struct pt_remote *r = j->r;
@@ -177,6 +246,8 @@ static size_t rm_job_body(struct rm_job *j, const char *p, size_t n)
 	}
 	if (n > j->len - j->got)
 		n = (size_t)(j->len - j->got);
+	if (r->budget)
+		rm_make_room(r, n);
 	w = pwrite(r->c.data_fd, p, n, (off_t)(j->off + j->got));
 	if (w != (ssize_t)n) {
 		snprintf(j->msg, sizeof(j->msg), "cache %s: %s", r->c.dir,
@@ -190,6 +261,7 @@ static size_t rm_job_body(struct rm_job *j, const char *p, size_t n)
 	r->st.bytes += n;
 	rm_job_mark(j, j->off + j->got);
 	r->c.written += n;
+	r->stored += n;
 	pthread_mutex_unlock(&r->lock);
 	return n;
 }
@@ -341,8 +413,10 @@ static void rm_read_ahead(struct pt_remote *r, uint64_t off, uint64_t end,
 
 	if (seq)
 		r->window = r->window < RM_CHUNK ? RM_CHUNK :
-			    r->window * 2 > RM_WINDOW_MAX ? RM_WINDOW_MAX :
+			    r->window * 2 > r->win_max ? r->win_max :
 			    r->window * 2;
+	if (r->window > r->win_max)
+		r->window = r->win_max;
 	else if (missed)
 		r->window = RM_MISS;
 	r->seq_next = end;
@@ -404,13 +478,43 @@ static int rm_wait(struct pt_remote *r, uint64_t off, uint64_t end,
 	return 0;
 }
 
+/* Copy [@off, @off + @n) out of the cache file: 0, -EAGAIN when some
+ * of it was punched out meanwhile (rm_make_room), or -EIO. */
+static int rm_copy(struct pt_remote *r, void *buf, size_t n, uint64_t off,
+		   struct pt_error *err)
+{
+	size_t done = 0;
+	bool lost, held = true;
+	int rc = 0;
+
+	if (r->budget) {
+		pthread_rwlock_rdlock(&r->punch);
+		pthread_mutex_lock(&r->lock);
+		held = rm_all_held(r, off / RM_BLOCK, (off + n - 1) / RM_BLOCK + 1,
+				   &lost);
+		pthread_mutex_unlock(&r->lock);
+	}
+	while (held && !rc && done < n) {
+		ssize_t got = pread(r->c.data_fd, (char *)buf + done, n - done,
+				    (off_t)(off + done));
+
+		if (got <= 0)
+			rc = pt_fail(err, -EIO, "cache %s: %s", r->c.dir,
+				     got < 0 ? strerror(errno) : "short read");
+		else
+			done += (size_t)got;
+	}
+	if (r->budget)
+		pthread_rwlock_unlock(&r->punch);
+	return held ? rc : -EAGAIN;
+}
+
 int pt_remote_read(struct pt_remote *r, void *buf, size_t n, uint64_t off,
 		   struct pt_error *err)
 {
 	uint64_t b0 = off / RM_BLOCK, b1, seq0, want;
 	struct rm_job *list = NULL;
 	bool lost, missed = false, evict;
-	size_t done = 0;
 	int rc;
 
 	if (n == 0)
@@ -444,28 +548,22 @@ int pt_remote_read(struct pt_remote *r, void *buf, size_t n, uint64_t off,
 	rm_read_ahead(r, off, off + n, missed, &list);
 	pthread_mutex_unlock(&r->lock);
 	rm_submit(list);
-	pthread_mutex_lock(&r->lock);
-	rc = r->stale ? -1 : rm_wait(r, off, off + n, seq0);
-	if (rc == -2)
-		rc = pt_fail(err, -EINTR, "interrupted");
-	else if (rc)
-		rc = rm_read_fail(r, err);
-	evict = r->c.written > r->o.cache_size / 8;
-	if (evict)
-		r->c.written = 0;
-	pthread_mutex_unlock(&r->lock);
-	if (evict)  /* keep the bound while a mount streams (not this one) */
-		rm_cache_evict(r->cache_root, r->o.cache_size, r->c.dir);
-	while (!rc && done < n) {
-		ssize_t got = pread(r->c.data_fd, (char *)buf + done, n - done,
-				    (off_t)(off + done));
-
-		if (got <= 0)
-			rc = pt_fail(err, -EIO, "cache %s: %s", r->c.dir,
-				     got < 0 ? strerror(errno) : "short read");
-		else
-			done += (size_t)got;
-	}
+	do {
+		pthread_mutex_lock(&r->lock);
+		rc = r->stale ? -1 : rm_wait(r, off, off + n, seq0);
+		if (rc == -2)
+			rc = pt_fail(err, -EINTR, "interrupted");
+		else if (rc)
+			rc = rm_read_fail(r, err);
+		evict = r->c.written > r->o.cache_size / 8;
+		if (evict)
+			r->c.written = 0;
+		pthread_mutex_unlock(&r->lock);
+		if (evict)  /* keep the bound while a mount streams */
+			rm_cache_evict(r->cache_root, r->o.cache_size, r->c.dir);
+		if (!rc)
+			rc = rm_copy(r, buf, n, off, err);
+	} while (rc == -EAGAIN);    /* punched before it was copied */
 	return rc;
 }
 
@@ -475,8 +573,8 @@ bool pt_remote_extent(struct pt_remote *r, uint64_t off, uint64_t n, int *fd,
 	struct rm_job *list = NULL;
 	bool lost, held;
 
-	if (n == 0 || off > r->size || n > r->size - off)
-		return false;
+	if (n == 0 || off > r->size || n > r->size - off || r->budget)
+		return false;       /* a budget's blocks may be punched out */
 	pthread_mutex_lock(&r->lock);
 	held = !r->stale && rm_all_held(r, off / RM_BLOCK,
 					(off + n - 1) / RM_BLOCK + 1, &lost);
@@ -502,8 +600,8 @@ void pt_remote_prefetch(struct pt_remote *r, uint64_t off, uint64_t n)
 		return;
 	if (n > r->size - off)
 		n = r->size - off;
-	if (n > RM_PREFETCH_CAP)
-		n = RM_PREFETCH_CAP;
+	if (n > r->pf_cap)
+		n = r->pf_cap;
 	if (rm_tracing())
 		rm_log(r, 7, "remote: prefetch %llu at %llu",
 		       (unsigned long long)n, (unsigned long long)off);
@@ -512,7 +610,7 @@ void pt_remote_prefetch(struct pt_remote *r, uint64_t off, uint64_t n)
 	 * the reads got through half of what was asked before, so that they
 	 * stay RM_CHUNK ranges instead of one small range per read */
 	if (off >= r->pf_off && off < r->pf_end &&
-	    r->pf_end - off >= (n < RM_PREFETCH_CAP ? n : RM_PREFETCH_CAP) / 2) {
+	    r->pf_end - off >= n / 2) {
 		pthread_mutex_unlock(&r->lock);
 		return;
 	}
@@ -676,6 +774,7 @@ static void rm_store_probe(struct pt_remote *r, const struct rm_job *j)
 	if (b1 > b0)
 		rm_cache_mark(&r->c, r->held, b0, b1);
 	r->st.bytes += j->mem_len;
+	r->stored += j->mem_len;
 }
 
 static size_t rm_api_body(char *p, size_t size, size_t n, void *ud)
@@ -774,6 +873,25 @@ static int rm_pin(struct pt_remote *r, const struct rm_job *j,
 	return r->url ? 0 : -ENOMEM;
 }
 
+/* An object larger than 7/8 of cache_size gets a bound of its own. */
+static void rm_set_budget(struct pt_remote *r)
+{
+	uint64_t b, lim = r->o.cache_size / 8 * 7 / RM_BLOCK * RM_BLOCK;
+
+	if (r->size <= lim)
+		return;
+	r->budget = lim > 4 * RM_BLOCK ? lim : 4 * RM_BLOCK;
+	r->pf_cap = r->win_max = r->budget / 4 > RM_MISS ? r->budget / 4 :
+				 RM_MISS;
+	if (r->pf_cap > RM_PREFETCH_CAP)
+		r->pf_cap = RM_PREFETCH_CAP;
+	if (r->win_max > RM_WINDOW_MAX)
+		r->win_max = RM_WINDOW_MAX;
+	for (b = 0; b < r->nblocks; b++)
+		if (rm_bit(r->held, b))
+			r->stored += RM_BLOCK;
+}
+
 static int rm_open_common(struct pt_remote *r, struct pt_error *err)
 {
 	struct rm_meta m;
@@ -811,6 +929,7 @@ static int rm_open_common(struct pt_remote *r, struct pt_error *err)
 	}
 	if (!rc) {
 		rm_cache_load_map(&r->c, r->held, 0, r->nblocks);
+		rm_set_budget(r);
 		rm_store_probe(r, j);
 		/* the head, when it is the same version */
 		if (h && !h->rc && !strcmp(h->etag, j->etag) &&
@@ -852,6 +971,9 @@ static struct pt_remote *rm_new(const struct pt_remote_opts *o)
 	r->c.data_fd = r->c.map_fd = r->c.lock_fd = -1;
 	pthread_mutex_init(&r->lock, NULL);
 	pthread_cond_init(&r->cond, NULL);
+	pthread_rwlock_init(&r->punch, NULL);
+	r->pf_cap = RM_PREFETCH_CAP;
+	r->win_max = RM_WINDOW_MAX;
 	return r;
 }
 
@@ -922,5 +1044,6 @@ void pt_remote_close(struct pt_remote *r)
 	free(r->own[2]);
 	pthread_mutex_destroy(&r->lock);
 	pthread_cond_destroy(&r->cond);
+	pthread_rwlock_destroy(&r->punch);
 	free(r);
 }

@@ -140,6 +140,7 @@ int rm_cache_load_map(struct rm_cache *c, uint8_t *held, uint64_t b0,
 		      uint64_t b1);
 int rm_cache_mark(struct rm_cache *c, const uint8_t *held, uint64_t b0,
 		  uint64_t b1);
+int rm_cache_unmark(struct rm_cache *c, uint64_t b0, uint64_t b1);
 void rm_cache_evict(const char *root, uint64_t limit, const char *keep);
 void rm_cache_close(struct rm_cache *c);
 
@@ -164,6 +165,16 @@ struct pt_remote {
 	uint64_t window;          /* sequential read-ahead */
 	uint64_t ahead;           /* read-ahead requested up to here */
 	uint64_t pf_off, pf_end;  /* the last prefetch hint's range */
+	/* an object the cache cannot hold whole (larger than 7/8 of
+	 * cache_size): its own cold blocks are punched out so that it never
+	 * holds more than @budget bytes there, read-ahead shrinks to a
+	 * quarter of it, and its bytes are copied, not spliced (a punch
+	 * waits for the copies in flight, rm_make_room) */
+	uint64_t budget;          /* 0: no bound of its own */
+	uint64_t stored;          /* bytes of it in the cache (budget only) */
+	uint64_t cursor;          /* the next block own eviction looks at */
+	uint64_t pf_cap, win_max; /* RM_PREFETCH_CAP, RM_WINDOW_MAX or less */
+	pthread_rwlock_t punch;
 	int fail_rc;
 	char fail_msg[2048];
 	uint64_t fail_seq;

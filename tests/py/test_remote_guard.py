@@ -339,3 +339,46 @@ def test_stalled_server_gives_up_at_the_deadline(root, cache):
         # deadline), each attempt one request the proxy saw
         assert 2 <= int(m.group(1)) <= p.seen - 2, (err, p.seen)
         assert 9.0 <= float(m.group(2)) <= 11.0, err
+
+
+# ---- the cache is a bound ----
+
+def cache_bytes(d):
+    total = 0
+    for dp, _, fs in os.walk(d):
+        for fn in fs:
+            try:
+                total += os.stat(os.path.join(dp, fn)).st_blocks * 512
+            except FileNotFoundError:
+                pass
+    return total
+
+
+def test_cache_size_bounds_the_object_being_read(root, cache):
+    """cache_size=8M and one 24 MiB tensor streamed: the cache directory
+    never holds more than 8 MiB, sampled during the read and after it,
+    and every byte is right."""
+    want = torch.randn(6 << 20, generator=torch.Generator().manual_seed(4))
+    save({"w": want}, os.path.join(root, "m.pt"))
+    with rs.Nginx(root) as n:
+        os.makedirs(cache)
+        samples = []
+        p = subprocess.Popen([PTFS, "cat", *o(cache, "cache_size=8M"), n.url("m.pt"), "w"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        stop = threading.Event()
+
+        def sample():
+            while not stop.is_set():
+                samples.append(cache_bytes(cache))
+                time.sleep(0.01)
+        t = threading.Thread(target=sample)
+        t.start()
+        out, err = p.communicate(timeout=120)
+        stop.set()
+        t.join()
+        samples.append(cache_bytes(cache))
+        assert p.returncode == 0, err
+        assert out == oracle.tensor_bytes(want)
+        assert len(samples) >= 2
+        assert max(samples) <= 8 << 20, max(samples)
+        assert samples[-1] > 1 << 20        # it did cache, within the bound
