@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "base/cancel.h"
@@ -249,6 +250,19 @@ static size_t rm_job_body(struct rm_job *j, const char *p, size_t n)
 	if (r->budget)
 		rm_make_room(r, n);
 	w = pwrite(r->c.data_fd, p, n, (off_t)(j->off + j->got));
+	if (w < 0 && (errno == ENOSPC || errno == EDQUOT)) {
+		/* the filesystem filled up under us: other versions go,
+		 * this object's cold blocks too (when it has a bound) */
+		rm_cache_evict(r->cache_root, 0, r->c.dir);
+		if (r->budget) {        /* it holds too much: a quarter less */
+			pthread_mutex_lock(&r->lock);
+			r->budget = r->stored / 4 * 3 > 4 * RM_BLOCK ?
+				    r->stored / 4 * 3 : 4 * RM_BLOCK;
+			pthread_mutex_unlock(&r->lock);
+			rm_make_room(r, n);
+		}
+		w = pwrite(r->c.data_fd, p, n, (off_t)(j->off + j->got));
+	}
 	if (w != (ssize_t)n) {
 		snprintf(j->msg, sizeof(j->msg), "cache %s: %s", r->c.dir,
 			 w < 0 ? strerror(errno) : "short write");
@@ -873,11 +887,30 @@ static int rm_pin(struct pt_remote *r, const struct rm_job *j,
 	return r->url ? 0 : -ENOMEM;
 }
 
-/* An object larger than 7/8 of cache_size gets a bound of its own. */
+/*
+ * An object larger than 7/8 of what the cache may hold -- cache_size, and
+ * the free space of its filesystem above the floor of rm_cache_evict()
+ * plus what it holds of this object already -- gets a bound of its own.
+ */
 static void rm_set_budget(struct pt_remote *r)
 {
-	uint64_t b, lim = r->o.cache_size / 8 * 7 / RM_BLOCK * RM_BLOCK;
+	uint64_t b, held = 0, lim = r->o.cache_size;
+	struct statvfs sv;
 
+	for (b = 0; b < r->nblocks; b++)
+		if (rm_bit(r->held, b))
+			held += RM_BLOCK;
+	if (fstatvfs(r->c.data_fd, &sv) == 0) {
+		uint64_t avail = (uint64_t)sv.f_bavail * sv.f_frsize;
+		uint64_t floor = (uint64_t)sv.f_blocks * sv.f_frsize / 20;
+
+		if (floor > ((uint64_t)2 << 30))
+			floor = (uint64_t)2 << 30;
+		avail = avail > floor ? avail - floor : 0;
+		if (avail + held < lim)
+			lim = avail + held;
+	}
+	lim = lim / 8 * 7 / RM_BLOCK * RM_BLOCK;
 	if (r->size <= lim)
 		return;
 	r->budget = lim > 4 * RM_BLOCK ? lim : 4 * RM_BLOCK;
@@ -887,9 +920,7 @@ static void rm_set_budget(struct pt_remote *r)
 		r->pf_cap = RM_PREFETCH_CAP;
 	if (r->win_max > RM_WINDOW_MAX)
 		r->win_max = RM_WINDOW_MAX;
-	for (b = 0; b < r->nblocks; b++)
-		if (rm_bit(r->held, b))
-			r->stored += RM_BLOCK;
+	r->stored = held;
 }
 
 static int rm_open_common(struct pt_remote *r, struct pt_error *err)

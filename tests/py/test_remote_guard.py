@@ -382,3 +382,56 @@ def test_cache_size_bounds_the_object_being_read(root, cache):
         assert len(samples) >= 2
         assert max(samples) <= 8 << 20, max(samples)
         assert samples[-1] > 1 << 20        # it did cache, within the bound
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A 64 MiB ext4 filesystem on a loop device (root only)."""
+    if os.geteuid() != 0 and os.environ.get("PTFS_REQUIRE_ROOT") != "1":
+        pytest.skip("needs root to loop-mount a small filesystem")
+    img, mnt = str(tmp_path / "fs.img"), str(tmp_path / "small")
+    os.mkdir(mnt)
+    with open(img, "wb") as f:
+        f.truncate(64 << 20)
+    subprocess.run(["mkfs.ext4", "-q", "-F", img], check=True, capture_output=True)
+    r = subprocess.run(["mount", "-o", "loop", img, mnt], capture_output=True)
+    if r.returncode != 0:
+        if os.environ.get("PTFS_REQUIRE_ROOT") == "1":
+            raise AssertionError("loop mount failed: %s" % r.stderr.decode())
+        pytest.skip("loop mount refused here: %s" % r.stderr.decode().strip())
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", mnt], check=False)
+
+
+def test_small_cache_filesystem_streams_a_larger_object(root, small_fs):
+    """The cache on a 64 MiB filesystem and an 80 MiB tensor streamed with
+    the default cache_size: every byte right, no EIO, and the free space
+    of the filesystem never below its floor (5%), sampled during the read."""
+    want = torch.randn(20 << 20, generator=torch.Generator().manual_seed(5))
+    save({"w": want}, os.path.join(root, "m.pt"))
+    cache = os.path.join(small_fs, "cache")
+    st = os.statvfs(small_fs)
+    floor = st.f_blocks * st.f_frsize // 20
+    with rs.Nginx(root) as n:
+        free = []
+        p = subprocess.Popen([PTFS, "cat", *o(cache), n.url("m.pt"), "w"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        stop = threading.Event()
+
+        def sample():
+            while not stop.is_set():
+                s = os.statvfs(small_fs)
+                free.append(s.f_bavail * s.f_frsize)
+                time.sleep(0.01)
+        t = threading.Thread(target=sample)
+        t.start()
+        out, err = p.communicate(timeout=300)
+        stop.set()
+        t.join()
+        assert p.returncode == 0, err
+        assert out == oracle.tensor_bytes(want)
+        assert len(free) >= 2
+        assert min(free) >= floor, (min(free), floor)
+        assert cache_bytes(cache) > 4 << 20     # it cached what fits
