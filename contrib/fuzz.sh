@@ -4,8 +4,8 @@
 #   contrib/fuzz.sh [SECONDS]
 #
 # Configures a clang build with -DPTFS_FUZZ=ON in build-fuzz, writes the
-# seed corpora (tests/fuzz/make_seeds.py), then runs fuzz_zip, fuzz_pickle
-# fuzz_ckpt, fuzz_tree and fuzz_journal one after another, each on all cores (FUZZ_JOBS, default
+# seed corpora (tests/fuzz/make_seeds.py), then runs fuzz_zip, fuzz_pickle,
+# fuzz_ckpt, fuzz_tree, fuzz_journal and fuzz_http one after another, each on all cores (FUZZ_JOBS, default
 # nproc) for SECONDS.  New coverage accumulates in build-fuzz/corpus/<target>
 # (kept between runs).  Any crash, hang (-timeout), leak or out-of-memory
 # (-rss_limit_mb) fails the script, and the input is saved as
@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 secs=${1:-60}
 jobs=${FUZZ_JOBS:-$(nproc)}
 dir=build-fuzz
-targets=(zip pickle ckpt tree journal)
+targets=(zip pickle ckpt tree journal http)
 
 CC=${CC_FUZZ:-clang} cmake -S . -B "$dir" -DPTFS_FUZZ=ON -DBUILD_TESTING=OFF \
 	-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER="${CC_FUZZ:-clang}" >/dev/null
@@ -39,7 +39,7 @@ for t in "${targets[@]}"; do
 	# fuzz_journal: real journals, kept in its regress folder
 	[ "$t" = journal ] && seeds=("$PWD/$regress")
 	shared=${PTFS_SHARED:-$PWD/../shared}/fixtures/real
-	[ "$t" != pickle ] && [ "$t" != journal ] && [ -d "$shared" ] && seeds+=("$shared")
+	[ "$t" != pickle ] && [ "$t" != journal ] && [ "$t" != http ] && [ -d "$shared" ] && seeds+=("$shared")
 	rc=0
 	# Fork mode ignores timeouts and OOMs unless told otherwise: a hang
 	# or a memory blow-up is a finding here.  The first finding stops.

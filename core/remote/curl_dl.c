@@ -65,7 +65,6 @@ static void rm_curl_open(void)
 	RM_SYM(multi_wakeup, "curl_multi_wakeup");
 	RM_SYM(multi_info_read, "curl_multi_info_read");
 	RM_SYM(multi_cleanup, "curl_multi_cleanup");
-	RM_SYM(getdate, "curl_getdate");
 	rm_curl_rc = rc;    /* the library stays loaded for the process */
 }
 

@@ -36,7 +36,6 @@ struct rm_curl {
 	CURLMcode (*multi_wakeup)(CURLM *m);
 	CURLMsg *(*multi_info_read)(CURLM *m, int *left);
 	CURLMcode (*multi_cleanup)(CURLM *m);
-	time_t (*getdate)(const char *p, const time_t *unused);
 };
 
 extern struct rm_curl rm_curl;
@@ -66,6 +65,5 @@ int rm_curl_load(struct pt_error *err);
 #define curl_multi_wakeup rm_curl.multi_wakeup
 #define curl_multi_info_read rm_curl.multi_info_read
 #define curl_multi_cleanup rm_curl.multi_cleanup
-#define curl_getdate rm_curl.getdate
 
 #endif /* PTFS_CORE_REMOTE_CURL_DL_H */

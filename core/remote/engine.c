@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/http.h"
 #include "base/url.h"
 #include "remote/remote_i.h"
 
@@ -178,16 +179,13 @@ int rm_http_setup(CURL *h, const struct pt_remote *r, const char *url,
 	return 0;
 }
 
-/* Copy a header value (trimmed) into @dst. */
-static void rm_hval(char *dst, size_t cap, const char *v, size_t n)
+static void rm_str(char *dst, size_t cap, const char *src)
 {
-	while (n && (*v == ' ' || *v == '\t'))
-		v++, n--;
-	while (n && (v[n - 1] == '\r' || v[n - 1] == '\n' || v[n - 1] == ' '))
-		n--;
+	size_t n = strlen(src);
+
 	if (n >= cap)
 		n = cap - 1;
-	memcpy(dst, v, n);
+	memcpy(dst, src, n);
 	dst[n] = '\0';
 }
 
@@ -195,44 +193,41 @@ static size_t rm_on_header(char *p, size_t size, size_t nitems, void *ud)
 {
 	struct rm_job *j = ud;
 	size_t n = size * nitems;
-	char v[160];
-	const char *colon = memchr(p, ':', n);
-	size_t kl = colon ? (size_t)(colon - p) : 0;
+	struct pt_http_line h;
 
-	if (n >= 5 && !strncmp(p, "HTTP/", 5)) {
-		/* a new response (after a redirect): its own fields */
+	switch (pt_http_parse_line(p, n, &h)) {
+	case PT_HTTP_STATUS:
+		/* a new response: its own fields */
 		j->etag[0] = '\0';
 		j->mtime = 0;
 		j->total = 0;
 		j->range_first = 0;
 		j->retry_after = 0;
-		return n;
-	}
-	if (!colon)
-		return n;
-	rm_hval(v, sizeof(v), colon + 1, n - kl - 1);
-	if (kl == 4 && !strncasecmp(p, "etag", 4)) {
-		memcpy(j->etag, v, sizeof(v));
-	} else if (kl == 13 && !strncasecmp(p, "x-linked-etag", 13)) {
-		memcpy(j->linked, v, sizeof(v));
-	} else if (kl == 13 && !strncasecmp(p, "x-repo-commit", 13)) {
-		rm_hval(j->commit, sizeof(j->commit), v, strlen(v));
-	} else if (kl == 13 && !strncasecmp(p, "content-range", 13)) {
-		unsigned long long a, b, t;
-
-		if (sscanf(v, "bytes %llu-%llu/%llu", &a, &b, &t) == 3) {
-			j->range_first = a;
-			j->total = t;
-		} else if (sscanf(v, "bytes */%llu", &t) == 1) {
-			j->total = t;
+		break;
+	case PT_HTTP_ETAG:
+		rm_str(j->etag, sizeof(j->etag), h.value);
+		break;
+	case PT_HTTP_LINKED_ETAG:
+		rm_str(j->linked, sizeof(j->linked), h.value);
+		break;
+	case PT_HTTP_REPO_COMMIT:
+		rm_str(j->commit, sizeof(j->commit), h.value);
+		break;
+	case PT_HTTP_CONTENT_RANGE:
+		/* malformed: no total, which every check refuses */
+		if (h.range_ok) {
+			j->range_first = h.first <= h.last ? h.first : 0;
+			j->total = h.total;
 		}
-	} else if (kl == 13 && !strncasecmp(p, "last-modified", 13)) {
-		time_t t = curl_getdate(v, NULL);
-
-		if (t > 0)
-			j->mtime = (int64_t)t;
-	} else if (kl == 11 && !strncasecmp(p, "retry-after", 11)) {
-		j->retry_after = strtod(v, NULL);
+		break;
+	case PT_HTTP_LAST_MODIFIED:
+		j->mtime = h.time;
+		break;
+	case PT_HTTP_RETRY_AFTER:
+		j->retry_after = h.seconds;
+		break;
+	default:
+		break;
 	}
 	return n;
 }

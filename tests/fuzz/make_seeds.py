@@ -6,7 +6,7 @@
 
 creates OUTDIR/ckpt/*.pt (torch.save files: zip format with pickle
 protocols 2 and 4, and the legacy non-zip format), OUTDIR/zip/*.pt (the zip
-ones) and OUTDIR/pickle/*.pkl (each zip's data.pkl, the legacy streams, and
+ones), OUTDIR/http/*.txt (response heads and URLs) and OUTDIR/pickle/*.pkl (each zip's data.pkl, the legacy streams, and
 plain pickles of every protocol made by the pickle module).  Everything is
 deterministic and small (a few KiB each).  Without torch only the plain
 pickles are written.  Run by CTest (fixture fuzz-seeds) and contrib/fuzz.sh.
@@ -100,14 +100,38 @@ def torch_seeds(out_ckpt, out_zip, out_pickle):
             f.write(raw)
 
 
+HTTP_SEEDS = {
+    "206": "HTTP/1.1 206 Partial Content\r\nETag: \"6b0fb210-10002a2\"\r\n"
+           "Last-Modified: Wed, 02 Dec 2026 05:49:55 GMT\r\n"
+           "Content-Range: bytes 0-1048575/16777890\r\nContent-Length: 1048576\r\n\r\n",
+    "hub": "HTTP/1.1 302 Found\r\nLocation: https://cdn.example.com/x/y?sig=abc&exp=1#f\r\n"
+           "X-Repo-Commit: " + "a" * 40 + "\r\nX-Linked-Etag: \"" + "b" * 64 + "\"\r\n"
+           "HTTP/2 206\r\netag: W/\"x\"\r\ncontent-range: bytes */77\r\n",
+    "retry": "HTTP/1.1 503 Slow Down\r\nRetry-After: 7\r\n"
+             "Last-Modified: Sunday, 06-Nov-94 08:49:37 GMT\r\n"
+             "Last-Modified: Sun Nov  6 08:49:37 1994\r\n",
+    "urls": "http://user:pw@host:8080/a/b.pt?X-Amz-Signature=s#frag\n"
+            "https://hf.example.com@evil.example/x\nhttp://[::1]:99/x\n"
+            "s3://bucket/key\nContent-Range: bytes 5-4/10\nContent-Range: bytes -1-2/3\n",
+}
+
+
+def http_seeds(out):
+    """Response heads and URLs for fuzz_http."""
+    for name, text in HTTP_SEEDS.items():
+        with open(os.path.join(out, name + ".txt"), "w") as f:
+            f.write(text)
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit("usage: make_seeds.py OUTDIR")
     root = sys.argv[1]
     dirs = [os.path.join(root, t) for t in ("ckpt", "zip", "pickle")]
-    for d in dirs:
+    for d in dirs + [os.path.join(root, "http")]:
         os.makedirs(d, exist_ok=True)
     plain_pickles(dirs[2])
+    http_seeds(os.path.join(root, "http"))
     try:
         import torch  # noqa: F401
     except ImportError:
