@@ -9,6 +9,7 @@
  * bytes already stored, until the job's deadline; Retry-After is honoured.
  */
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +80,26 @@ static void rm_global_init(void)
 {
 	rm_global_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
 	pthread_atfork(rm_atfork_prepare, rm_atfork_parent, rm_atfork_child);
+}
+
+void rm_log(const struct pt_remote *r, int level, const char *fmt, ...)
+{
+	char line[1024];
+	va_list ap;
+
+	if (!r->o.log)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	r->o.log(level, line);
+}
+
+bool rm_tracing(void)
+{
+	const char *t = getenv("PTFS_REMOTE_TRACE");
+
+	return t && *t && strcmp(t, "0");
 }
 
 double rm_now(void)

@@ -59,26 +59,6 @@ const char *pt_remote_name(const struct pt_remote *r)
 	return r->u.display;
 }
 
-void rm_log(const struct pt_remote *r, int level, const char *fmt, ...)
-{
-	char line[1024];
-	va_list ap;
-
-	if (!r->o.log)
-		return;
-	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
-	va_end(ap);
-	r->o.log(level, line);
-}
-
-bool rm_tracing(void)
-{
-	const char *t = getenv("PTFS_REMOTE_TRACE");
-
-	return t && *t && strcmp(t, "0");
-}
-
 void pt_remote_stats(struct pt_remote *r, struct pt_remote_stats *st)
 {
 	pthread_mutex_lock(&r->lock);

@@ -97,7 +97,7 @@ struct rm_job {
 	struct rm_job *next;
 };
 
-/* remote.c: a line to r->o.log (level: syslog's) */
+/* engine.c: a line to r->o.log (level: syslog's) */
 void rm_log(const struct pt_remote *r, int level, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 bool rm_tracing(void);   /* PTFS_REMOTE_TRACE is set */
