@@ -435,3 +435,47 @@ def test_small_cache_filesystem_streams_a_larger_object(root, small_fs):
         assert len(free) >= 2
         assert min(free) >= floor, (min(free), floor)
         assert cache_bytes(cache) > 4 << 20     # it cached what fits
+
+
+def test_cache_filesystem_filled_by_another_writer_is_not_eio(root, small_fs):
+    """The cache's filesystem fills up (another writer) after the open: the
+    writes that meet ENOSPC make room (the other version cached before
+    goes) and the read is served, every byte right, not EIO."""
+    g = torch.Generator().manual_seed(6)
+    save({"w": torch.randn(5 << 20, generator=g)}, os.path.join(root, "old.pt"))
+    want = torch.randn(4 << 20, generator=g)
+    save({"w": want}, os.path.join(root, "m.pt"))
+    cache = os.path.join(small_fs, "cache")
+    with rs.Nginx(root) as n, rs.ProxyProcess(n.port, delay=0.05) as p:
+        r = ptfs("cat", *o(cache), n.url("old.pt"), "w")
+        assert r.returncode == 0, r.stderr
+        old_dirs = set(version_dirs(cache))
+        assert len(old_dirs) == 1
+        proc = subprocess.Popen([PTFS, "cat", *o(cache), p.url("m.pt"), "w"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        # once its version is in the cache (opened), fill the filesystem
+        end = time.time() + 60
+        while len(version_dirs(cache)) < 2 and time.time() < end and proc.poll() is None:
+            time.sleep(0.01)
+        filler = os.path.join(small_fs, "filler")
+        with open(filler, "wb") as f:
+            try:
+                while True:
+                    f.write(b"\xff" * (1 << 20))
+                    f.flush()
+            except OSError:
+                pass
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        assert out == oracle.tensor_bytes(want)
+        assert not (old_dirs & set(version_dirs(cache)))   # it made room
+
+
+def version_dirs(cache):
+    v1 = os.path.join(cache, "v1")
+    if not os.path.isdir(v1):
+        return []
+    return [os.path.join(v1, k, v) for k in os.listdir(v1)
+            if os.path.isdir(os.path.join(v1, k))
+            for v in os.listdir(os.path.join(v1, k))
+            if os.path.isdir(os.path.join(v1, k, v))]
