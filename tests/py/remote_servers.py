@@ -163,7 +163,8 @@ class FaultProxy:
 
     faults: list of actions taken by the next requests, in order (one per
     request): "drop" (forward half the body, then reset), "503", "429",
-    "stall" (send nothing for stall_s).  delay: seconds added each way to
+    "stall" (send nothing for stall_s), "gate" (forward once .gate is
+    set).  delay: seconds added each way to
     every request (a round trip of 2 * delay).
     """
 
@@ -174,6 +175,7 @@ class FaultProxy:
         self.faults = []
         self.stall_s = 3.0
         self.lock = threading.Lock()
+        self.gate = threading.Event()
         self.seen = 0
 
     def __enter__(self):
@@ -233,6 +235,8 @@ class FaultProxy:
                 if fault == "stall":
                     time.sleep(self.stall_s)
                     return
+                if fault == "gate":         # held until the test opens it
+                    self.gate.wait(60)
                 if upstream is None:
                     upstream = socket.create_connection(("127.0.0.1", self.up))
                 upstream.sendall(head + b"\r\n\r\n")

@@ -446,17 +446,19 @@ def test_cache_filesystem_filled_by_another_writer_is_not_eio(root, small_fs):
     want = torch.randn(4 << 20, generator=g)
     save({"w": want}, os.path.join(root, "m.pt"))
     cache = os.path.join(small_fs, "cache")
-    with rs.Nginx(root) as n, rs.ProxyProcess(n.port, delay=0.05) as p:
+    with rs.Nginx(root) as n, rs.FaultProxy(n.port) as p:
         r = ptfs("cat", *o(cache), n.url("old.pt"), "w")
         assert r.returncode == 0, r.stderr
         old_dirs = set(version_dirs(cache))
         assert len(old_dirs) == 1
+        # the open's two requests pass, the tensor's wait for the gate
+        p.faults = [None, None] + ["gate"] * 100
         proc = subprocess.Popen([PTFS, "cat", *o(cache), p.url("m.pt"), "w"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        # once its version is in the cache (opened), fill the filesystem
         end = time.time() + 60
-        while len(version_dirs(cache)) < 2 and time.time() < end and proc.poll() is None:
+        while p.seen < 3 and time.time() < end and proc.poll() is None:
             time.sleep(0.01)
+        assert p.seen >= 3 and len(version_dirs(cache)) == 2
         filler = os.path.join(small_fs, "filler")
         with open(filler, "wb") as f:
             try:
@@ -465,6 +467,7 @@ def test_cache_filesystem_filled_by_another_writer_is_not_eio(root, small_fs):
                     f.flush()
             except OSError:
                 pass
+        p.gate.set()
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err
         assert out == oracle.tensor_bytes(want)
