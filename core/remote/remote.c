@@ -204,6 +204,43 @@ static void rm_make_room(struct pt_remote *r, uint64_t n)
 	flock(r->c.lock_fd, LOCK_SH);
 }
 
+/*
+ * pwrite() all of @n bytes at @off into the cache file.  When its
+ * filesystem fills up under us (ENOSPC, EDQUOT, after a short write),
+ * once: other versions go, and this object's cold blocks too when it has
+ * a bound (a quarter less of it), then the rest is written.  @n, or -1.
+ */
+static ssize_t rm_store(struct pt_remote *r, const char *p, size_t n,
+			uint64_t off)
+{
+	bool room = false;
+	size_t done = 0;
+
+	while (done < n) {
+		ssize_t w = pwrite(r->c.data_fd, p + done, n - done,
+				   (off_t)(off + done));
+
+		if (w > 0) {
+			done += (size_t)w;
+			continue;
+		}
+		if (w == 0)
+			errno = ENOSPC;
+		if (room || (errno != ENOSPC && errno != EDQUOT))
+			return -1;
+		room = true;
+		rm_cache_evict(r->cache_root, 0, r->c.dir);
+		if (r->budget) {
+			pthread_mutex_lock(&r->lock);
+			r->budget = r->stored / 4 * 3 > 4 * RM_BLOCK ?
+				    r->stored / 4 * 3 : 4 * RM_BLOCK;
+			pthread_mutex_unlock(&r->lock);
+			rm_make_room(r, n - done);
+		}
+	}
+	return (ssize_t)n;
+}
+
 static size_t rm_job_body(struct rm_job *j, const char *p, size_t n)
 {
 	struct pt_remote *r = j->r;
@@ -229,20 +266,7 @@ static size_t rm_job_body(struct rm_job *j, const char *p, size_t n)
 		n = (size_t)(j->len - j->got);
 	if (r->budget)
 		rm_make_room(r, n);
-	w = pwrite(r->c.data_fd, p, n, (off_t)(j->off + j->got));
-	if (w < 0 && (errno == ENOSPC || errno == EDQUOT)) {
-		/* the filesystem filled up under us: other versions go,
-		 * this object's cold blocks too (when it has a bound) */
-		rm_cache_evict(r->cache_root, 0, r->c.dir);
-		if (r->budget) {        /* it holds too much: a quarter less */
-			pthread_mutex_lock(&r->lock);
-			r->budget = r->stored / 4 * 3 > 4 * RM_BLOCK ?
-				    r->stored / 4 * 3 : 4 * RM_BLOCK;
-			pthread_mutex_unlock(&r->lock);
-			rm_make_room(r, n);
-		}
-		w = pwrite(r->c.data_fd, p, n, (off_t)(j->off + j->got));
-	}
+	w = rm_store(r, p, n, j->off + j->got);
 	if (w != (ssize_t)n) {
 		snprintf(j->msg, sizeof(j->msg), "cache %s: %s", r->c.dir,
 			 w < 0 ? strerror(errno) : "short write");
