@@ -40,8 +40,10 @@ int ptfs_values_diff(struct pt_ckpt *a, struct pt_ckpt *b,
 	pt_buf_free(&notes);
 	if (rc)
 		return rc;
-	qsort(v->xa.m, v->xa.nm, sizeof(*v->xa.m), by_key);
-	qsort(v->xb.m, v->xb.nm, sizeof(*v->xb.m), by_key);
+	if (v->xa.nm)       /* no values: no array */
+		qsort(v->xa.m, v->xa.nm, sizeof(*v->xa.m), by_key);
+	if (v->xb.nm)
+		qsort(v->xb.m, v->xb.nm, sizeof(*v->xb.m), by_key);
 	return 0;
 }
 

@@ -418,8 +418,11 @@ static struct pair *match(struct pt_view_item *a, size_t na,
 
 	if (!p)
 		return NULL;
-	qsort(a, na, sizeof(*a), by_key);
-	qsort(b, nb, sizeof(*b), by_key);
+	/* a side without tensors may have no array at all */
+	if (na)
+		qsort(a, na, sizeof(*a), by_key);
+	if (nb)
+		qsort(b, nb, sizeof(*b), by_key);
 	while (i < na || k < nb) {
 		int c = i == na ? 1 : k == nb ? -1 : strcmp(a[i].key, b[k].key);
 		p[n].a = c <= 0 ? &a[i++] : NULL;
