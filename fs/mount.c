@@ -279,16 +279,10 @@ static void ptfs_op_init(void *userdata, struct fuse_conn_info *conn)
  * picture, remote bytes) runs under a check installed per request
  * (base/cancel.h): it asks libfuse whether the request was interrupted,
  * or the loop is ending (SIGTERM), and the core ends its work with -EINTR,
- * answered at once.  The INTERRUPT callback only counts.
+ * answered at once.  libfuse marks a request interrupted when INTERRUPT
+ * names it whether or not a callback is registered, so none is: a
+ * registration takes the session's lock, on every READ.
  */
-static unsigned long interrupts;
-
-static void on_interrupt(fuse_req_t req, void *data)
-{
-	(void)req;
-	(void)data;
-	__atomic_add_fetch(&interrupts, 1, __ATOMIC_RELAXED);
-}
 
 struct req_guard {
 	struct pt_cancel c;
@@ -308,7 +302,6 @@ static void req_begin(struct req_guard *g, struct ptfs *fs, fuse_req_t req)
 {
 	g->req = req;
 	g->se = fs->se;
-	fuse_req_interrupt_func(req, on_interrupt, NULL);
 	pt_cancel_push(&g->c, req_cancelled, g);
 }
 
@@ -1179,6 +1172,17 @@ static void ptfs_op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 	fuse_reply_err(req, -commit_all(fs_of(req), "fsync", true));
 }
 
+/* An attribute's value @val, or its size when the caller asks (@size 0). */
+static void reply_xattr(fuse_req_t req, const char *val, size_t vlen, size_t size)
+{
+	if (size == 0)
+		fuse_reply_xattr(req, vlen);
+	else if (size < vlen)
+		fuse_reply_err(req, ERANGE);
+	else
+		fuse_reply_buf(req, val, vlen);
+}
+
 static void ptfs_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 			     size_t size)
 {
@@ -1206,12 +1210,7 @@ static void ptfs_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 		size_t vlen = (size_t)snprintf(val, sizeof(val), "%ld %s",
 					       (long)getpid(), ptfs_status_path());
 
-		if (size == 0)
-			fuse_reply_xattr(req, vlen);
-		else if (size < vlen)
-			fuse_reply_err(req, ERANGE);
-		else
-			fuse_reply_buf(req, val, vlen);
+		reply_xattr(req, val, vlen, size);
 		return;
 	}
 	pt_buf_init(&b);
@@ -1223,12 +1222,7 @@ static void ptfs_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 		size_t vlen = strlen(val);
 
 		if (strcmp(p, name) == 0) {
-			if (size == 0)
-				fuse_reply_xattr(req, vlen);
-			else if (size < vlen)
-				fuse_reply_err(req, ERANGE);
-			else
-				fuse_reply_buf(req, val, vlen);
+			reply_xattr(req, val, vlen, size);
 			pt_buf_free(&b);
 			return;
 		}
@@ -1255,12 +1249,7 @@ static void ptfs_op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 		pt_buf_add(&names, p, strlen(p) + 1);
 		p = val + strlen(val) + 1;
 	}
-	if (size == 0)
-		fuse_reply_xattr(req, names.len);
-	else if (size < names.len)
-		fuse_reply_err(req, ERANGE);
-	else
-		fuse_reply_buf(req, names.p, names.len);
+	reply_xattr(req, names.p, names.len, size);
 	pt_buf_free(&b);
 	pt_buf_free(&names);
 }

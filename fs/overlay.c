@@ -543,25 +543,27 @@ static int collect(struct ov *o, struct pt_commit *cs, struct commit_src *src)
 	return n;
 }
 
-int ov_save_pending(struct ov *o, const char *state_dir, char **where,
-		    struct pt_error *err)
+/* What runs on the dirty storages' commits @cs/@src (@n of them). */
+typedef int (*dirty_fn)(struct ov *o, struct pt_commit *cs,
+			struct commit_src *src, size_t n, void *ctx,
+			struct pt_error *err);
+
+/* Under the commit lock and the gate (no write lands meanwhile): the dirty
+ * storages as commits, handed to @fn; its result, or -ENOMEM. */
+static int with_dirty(struct ov *o, dirty_fn fn, void *ctx, struct pt_error *err)
 {
 	struct pt_commit *cs;
 	struct commit_src *src;
 	size_t i;
 	int n, rc;
 
-	*where = NULL;
 	pthread_mutex_lock(&o->commit_lock);
 	pthread_rwlock_wrlock(&o->gate);
 	cs = calloc(o->n ? o->n : 1, sizeof(*cs));
 	src = calloc(o->n ? o->n : 1, sizeof(*src));
 	n = cs && src ? collect(o, cs, src) : -ENOMEM;
-	if (n < 0)
-		rc = pt_fail(err, n, "out of memory");
-	else
-		rc = pt_pending_save(o->ck, cs, (size_t)n, state_dir, where, err);
-	for (i = 0; src && i < o->n; i++)
+	rc = n < 0 ? pt_fail(err, n, "out of memory") : fn(o, cs, src, (size_t)n, ctx, err);
+	for (i = 0; src && i < o->n; i++)       /* unused slots hold NULL */
 		free(src[i].ranges);
 	free(cs);
 	free(src);
@@ -570,32 +572,39 @@ int ov_save_pending(struct ov *o, const char *state_dir, char **where,
 	return rc;
 }
 
-int ov_commit(struct ov *o, struct pt_error *err)
-{
-	struct pt_commit *cs = NULL;
-	struct commit_src *src = NULL;
-	size_t i, n = 0;
-	int rc, got;
+struct save_ctx {
+	const char *state_dir;
+	char **where;
+};
 
-	pthread_mutex_lock(&o->commit_lock);
-	/* no write may land between reading the overlay and emptying it */
-	pthread_rwlock_wrlock(&o->gate);
-	cs = calloc(o->n ? o->n : 1, sizeof(*cs));
-	src = calloc(o->n ? o->n : 1, sizeof(*src));
-	if (!cs || !src) {
-		rc = pt_fail(err, -ENOMEM, "out of memory");
-		goto out;
-	}
-	got = collect(o, cs, src);
-	if (got < 0) {
-		rc = pt_fail(err, -ENOMEM, "out of memory");
-		n = o->n;       /* free what was made */
-		goto out;
-	}
-	n = (size_t)got;
+static int save_dirty(struct ov *o, struct pt_commit *cs, struct commit_src *src,
+		      size_t n, void *ctx, struct pt_error *err)
+{
+	struct save_ctx *c = ctx;
+
+	(void)src;
+	return pt_pending_save(o->ck, cs, n, c->state_dir, c->where, err);
+}
+
+int ov_save_pending(struct ov *o, const char *state_dir, char **where,
+		    struct pt_error *err)
+{
+	struct save_ctx c = { state_dir, where };
+
+	*where = NULL;
+	return with_dirty(o, save_dirty, &c, err);
+}
+
+static int commit_dirty(struct ov *o, struct pt_commit *cs, struct commit_src *src,
+			size_t n, void *ctx, struct pt_error *err)
+{
+	size_t i;
+	int rc;
+
+	(void)ctx;
 	rc = pt_ckpt_commit(o->ck, cs, n, err);
 	if (rc)
-		goto out;
+		return rc;
 	/* a rewrite may have moved storages (an archive not in torch's
 	 * layout): take their new offsets */
 	for (i = 0; i < o->n; i++) {
@@ -620,14 +629,12 @@ int ov_commit(struct ov *o, struct pt_error *err)
 	/* a view gathered between the commit and the new offsets above read
 	 * the new file at the old ones */
 	pt_ckpt_bytes_changed(o->ck, NULL);
-out:
-	for (i = 0; src && i < n; i++)
-		free(src[i].ranges);
-	free(cs);
-	free(src);
-	pthread_rwlock_unlock(&o->gate);
-	pthread_mutex_unlock(&o->commit_lock);
-	return rc;
+	return 0;
+}
+
+int ov_commit(struct ov *o, struct pt_error *err)
+{
+	return with_dirty(o, commit_dirty, NULL, err);
 }
 
 int ov_note_open(struct ov_st *s, uint64_t ino, bool *fresh)

@@ -21,6 +21,7 @@
 #define PEND_HDR 64u
 #define PEND_KEY_MAX 4096u
 #define PEND_COPY (1u << 20)
+#define PEND_NAMES 9            /* NAME, then NAME-2 .. NAME-9 */
 
 /* One record of a pending file, as read back. */
 struct pend_rec {
@@ -36,42 +37,15 @@ struct pend {
 	size_t n;
 };
 
+/* Write all @n bytes at *@at and move *@at past them (fault step
+ * "pending", container/replace.h). */
 static int write_all(int fd, const void *p, size_t n, uint64_t *at)
 {
-	const uint8_t *q = p;
+	int rc = pt_pwrite_full(fd, p, n, *at, "pending");
 
-	while (n > 0) {
-		ssize_t w = pwrite(fd, q, n, (off_t)*at);
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w < 0)
-			return -errno;
-		q += w;
-		n -= (size_t)w;
-		*at += (uint64_t)w;
-	}
-	return 0;
-}
-
-static int read_all(int fd, void *p, size_t n, uint64_t at)
-{
-	uint8_t *q = p;
-
-	while (n > 0) {
-		ssize_t r = pread(fd, q, n, (off_t)at);
-
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return -errno;
-		if (r == 0)
-			return -EBADMSG;
-		q += r;
-		n -= (size_t)r;
-		at += (uint64_t)r;
-	}
-	return 0;
+	if (!rc)
+		*at += n;
+	return rc;
 }
 
 static void header(uint8_t h[PEND_HDR], const struct stat *id, uint32_t n)
@@ -196,7 +170,7 @@ static int save_as(const char *final, const struct pt_commit *c, size_t n,
 		rc = put_all(fd, c, n, id);
 	if (close(fd) != 0 && !rc)
 		rc = -errno;
-	for (k = 1; !rc && k <= 9; k++) {
+	for (k = 1; !rc && k <= PEND_NAMES; k++) {
 		free(name);
 		name = NULL;
 		if ((k == 1 ? asprintf(&name, "%s", final) :
@@ -215,7 +189,7 @@ static int save_as(const char *final, const struct pt_commit *c, size_t n,
 		}
 		if (errno != EEXIST)
 			rc = -errno;
-		else if (k == 9)
+		else if (k == PEND_NAMES)
 			rc = -EEXIST;
 	}
 	if (rc) {
@@ -229,43 +203,36 @@ static int save_as(const char *final, const struct pt_commit *c, size_t n,
 	return rc;
 }
 
-/* "<real path>.ptfs-pending". */
-static char *beside(const char *path)
-{
-	char *real = realpath(path, NULL), *p = NULL;
-
-	if (real && asprintf(&p, "%s.ptfs-pending", real) < 0)
-		p = NULL;
-	free(real);
-	return p;
-}
-
 /*
- * "<state dir>/NAME-HASH.ptfs-pending": named by the checkpoint's real path
- * (its file name, cut to 100 bytes, and the 64-bit FNV-1a hash of the whole
- * path), not by its inode: a checkpoint another program replaced (the very
- * reason a commit may fail) has another inode but the same path, and
- * `ptfs recover PATH` must find what was kept for it.
+ * The two places a pending file of the checkpoint at @path may be, from
+ * its real path (one realpath()): *@beside "<real path>.ptfs-pending",
+ * and *@kept "<state dir>/NAME-HASH.ptfs-pending", named by that path
+ * (its file name, cut to 100 bytes, and the 64-bit FNV-1a hash of the
+ * whole path), not by its inode: a checkpoint another program replaced
+ * (the very reason a commit may fail) has another inode but the same
+ * path, and `ptfs recover PATH` must find what was kept for it.  NULL
+ * for a place that cannot be named (no state directory).
  */
-static char *in_state_dir(const char *dir, const char *path)
+static void places(const char *path, const char *dir, char **beside,
+		   char **kept)
 {
-	char *real = realpath(path, NULL), *p = NULL;
+	char *real = realpath(path, NULL);
 	const char *base;
 	uint64_t h = 0xcbf29ce484222325ull;
 	const unsigned char *c;
 
-	if (!dir || !*dir || !real) {
-		free(real);
-		return NULL;
-	}
+	*beside = *kept = NULL;
+	if (!real)
+		return;
+	if (asprintf(beside, "%s.ptfs-pending", real) < 0)
+		*beside = NULL;
 	for (c = (const unsigned char *)real; *c; c++)
 		h = (h ^ *c) * 0x100000001b3ull;
 	base = strrchr(real, '/') ? strrchr(real, '/') + 1 : real;
-	if (asprintf(&p, "%s/%.100s-%016llx.ptfs-pending", dir, base,
-		     (unsigned long long)h) < 0)
-		p = NULL;
+	if (dir && *dir && asprintf(kept, "%s/%.100s-%016llx.ptfs-pending", dir,
+				    base, (unsigned long long)h) < 0)
+		*kept = NULL;
 	free(real);
-	return p;
 }
 
 int pt_pending_save(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
@@ -278,13 +245,10 @@ int pt_pending_save(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
 	*where = NULL;
 	if (pt_source_identity(ck->src, &id) != 0 || stat(ck->path, &owner) != 0)
 		return pt_fail(err, -EINVAL, "not a local file");
-	first = beside(ck->path);
+	places(ck->path, state_dir, &first, &second);
 	rc = first ? save_as(first, c, n, &id, &owner, where) : -ENOMEM;
-	if (rc) {
-		second = in_state_dir(state_dir, ck->path);
-		if (second)
-			rc2 = save_as(second, c, n, &id, &owner, where);
-	}
+	if (rc && second)
+		rc2 = save_as(second, c, n, &id, &owner, where);
 	if (rc && rc2)
 		pt_fail(err, rc, "cannot save the writes beside it (%s)%s%s%s%s",
 			strerror(-rc), second ? " nor in " : "",
@@ -298,27 +262,21 @@ int pt_pending_save(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
 int pt_pending_find(const char *path, const char *state_dir, char *found,
 		    size_t cap)
 {
+	char *at[2], name[PATH_MAX + 32];
 	struct stat st;
-	char *p = beside(path);
-	int hit = 0, k;
+	int hit = 0, i, k;
 
-	for (k = 1; p && !hit && k <= 9; k++) {
-		char name[PATH_MAX + 32];
-
-		snprintf(name, sizeof(name), k == 1 ? "%s" : "%s-%d", p, k);
-		if (lstat(name, &st) == 0) {
-			snprintf(found, cap, "%s", name);
-			hit = 1;
+	places(path, state_dir, &at[0], &at[1]);
+	for (i = 0; i < 2 && !hit; i++)
+		for (k = 1; at[i] && !hit && k <= PEND_NAMES; k++) {
+			snprintf(name, sizeof(name), k == 1 ? "%s" : "%s-%d", at[i], k);
+			if (lstat(name, &st) == 0) {
+				snprintf(found, cap, "%s", name);
+				hit = 1;
+			}
 		}
-	}
-	free(p);
-	if (!hit && (p = in_state_dir(state_dir, path))) {
-		if (lstat(p, &st) == 0) {
-			snprintf(found, cap, "%s", p);
-			hit = 1;
-		}
-		free(p);
-	}
+	free(at[0]);
+	free(at[1]);
 	return hit;
 }
 
@@ -371,7 +329,7 @@ static int get_record(struct pend *p, uint64_t size, uint64_t *at,
 	uint64_t klen, kpad, done = 0;
 	uint32_t crc;
 
-	if (size - *at < sizeof(h) || read_all(p->fd, h, sizeof(h), *at))
+	if (size - *at < sizeof(h) || pt_pread_full(p->fd, h, sizeof(h), *at))
 		return -EBADMSG;
 	klen = pt_le32(h);
 	kpad = (klen + 7) & ~(uint64_t)7;
@@ -386,7 +344,7 @@ static int get_record(struct pend *p, uint64_t size, uint64_t *at,
 	if (!r->key)
 		return -ENOMEM;
 	p->n++;
-	if (read_all(p->fd, r->key, (size_t)kpad, *at) ||
+	if (pt_pread_full(p->fd, r->key, (size_t)kpad, *at) ||
 	    strlen(r->key) != klen)
 		return -EBADMSG;
 	crc = libdeflate_crc32(libdeflate_crc32(0, h, sizeof(h)), r->key, (size_t)kpad);
@@ -395,13 +353,13 @@ static int get_record(struct pend *p, uint64_t size, uint64_t *at,
 	while (done < r->len) {
 		size_t k = r->len - done < PEND_COPY ? (size_t)(r->len - done) : PEND_COPY;
 
-		if (read_all(p->fd, buf, k, *at + done))
+		if (pt_pread_full(p->fd, buf, k, *at + done))
 			return -EBADMSG;
 		crc = libdeflate_crc32(crc, buf, k);
 		done += k;
 	}
 	*at += r->len;
-	if (read_all(p->fd, tail, sizeof(tail), *at) || pt_le32(tail) != crc)
+	if (pt_pread_full(p->fd, tail, sizeof(tail), *at) || pt_le32(tail) != crc)
 		return -EBADMSG;
 	*at += sizeof(tail);
 	return 0;
@@ -419,7 +377,7 @@ static int pend_read(struct pend *p, const char *pending, struct pt_error *err)
 	if (fstat(p->fd, &st) != 0)
 		return pt_fail(err, -errno, "%s: %s", pending, strerror(errno));
 	size = (uint64_t)st.st_size;
-	if (size < PEND_HDR + 8 || read_all(p->fd, h, PEND_HDR, 0) ||
+	if (size < PEND_HDR + 8 || pt_pread_full(p->fd, h, PEND_HDR, 0) ||
 	    memcmp(h, PEND_MAGIC, 8) != 0 || pt_le32(h + 8) != 1 ||
 	    pt_le32(h + 12) != PEND_HDR ||
 	    pt_le32(h + 56) != libdeflate_crc32(0, h, 56))
@@ -445,7 +403,7 @@ static int pend_read(struct pend *p, const char *pending, struct pt_error *err)
 	free(buf);
 	if (rc == -ENOMEM)
 		return pt_fail(err, rc, "out of memory");
-	if (rc || size - at != 8 || read_all(p->fd, end, 8, at) ||
+	if (rc || size - at != 8 || pt_pread_full(p->fd, end, 8, at) ||
 	    memcmp(end, PEND_END, 8) != 0)
 		return pt_fail(err, -EBADMSG, "%s: damaged (record %u of %u, or its end)",
 			       pending, i, count);
@@ -485,7 +443,7 @@ static int pend_commit_read(void *ctx, void *buf, size_t n, uint64_t off)
 		uint64_t b = off + n < r->off + r->len ? off + n : r->off + r->len;
 
 		if (a < b)
-			rc = read_all(c->p->fd, q + (a - off), (size_t)(b - a),
+			rc = pt_pread_full(c->p->fd, q + (a - off), (size_t)(b - a),
 				      r->data + (a - r->off));
 	}
 	if (!rc)

@@ -40,8 +40,9 @@
  * KILL, kills the process with SIGKILL right there (crash tests), or with
  * STOP stops it (SIGSTOP) until SIGCONT, then goes on (a live writer).  STEP is
  * one of create, owner, mode, xattr, write, copy, clone, fsync, close,
- * rename, dirfsync, and the journal's jwrite, jfsync, patch, pfsync,
- * jremove (core/container/journal.c).
+ * rename, dirfsync, the journal's jwrite, jfsync, patch, pfsync,
+ * jremove (core/container/journal.c), and pending, the writes of a kept
+ * writes file (core/ckpt/pending.c).
  */
 #ifndef PTFS_CORE_CONTAINER_REPLACE_H
 #define PTFS_CORE_CONTAINER_REPLACE_H

@@ -82,31 +82,14 @@ static int add_meta_json(struct pt_xlist *xl, const char *key, char *json)
 	return 0;
 }
 
+/* A scalar file's value by its JSON text. */
 static int add_meta(struct pt_xlist *xl, struct pt_node *n, const char *key)
 {
-	struct pt_xmeta *m;
 	struct pt_buf j;
 
-	if (xl->nm == xl->capm) {
-		size_t nc = xl->capm ? xl->capm * 2 : 16;
-		m = realloc(xl->m, nc * sizeof(*m));
-		if (!m)
-			return -ENOMEM;
-		xl->m = m;
-		xl->capm = nc;
-	}
 	pt_buf_init(&j);
 	pt_node_scalar_json(n, &j);
-	m = &xl->m[xl->nm];
-	m->key = strdup(key);
-	m->json = pt_buf_take(&j, NULL);
-	if (!m->key || !m->json) {
-		free(m->key);
-		free(m->json);
-		return -ENOMEM;
-	}
-	xl->nm++;
-	return 0;
+	return add_meta_json(xl, key, pt_buf_take(&j, NULL));
 }
 
 /* A pickled nn.Module shows its attributes: _modules/0/_parameters/weight.

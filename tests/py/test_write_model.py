@@ -341,3 +341,44 @@ def test_read_only_filesystem_mounts_read_only(tmp_path, mounts):
         assert m.umount()[0] == 0
     finally:
         subprocess.run(["umount", "-l", str(d)], capture_output=True)
+
+
+@needs_fuse
+def test_kept_writes_go_to_the_state_directory_when_beside_fails(tmp_path, mounts):
+    """The writer of the kept-writes file is fault-injected like every
+    writer (step "pending"): when the checkpoint's directory cannot take
+    it, it goes to the state directory, and recover finds it there."""
+    ck = save(str(tmp_path / "ck.pt"))
+    new = os.urandom(N * 4)
+    m = mounts(tmp_path, ck, env={"PTFS_FAULT": "pending:1:ENOSPC"})
+    with open(m.path("s2"), "r+b") as f:
+        f.write(new)
+    # another program commits meanwhile: the mount's commit must fail
+    r = subprocess.run([PTFS, "set", ck, "b"], input=b"\5" * 40,
+                       capture_output=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    rc, err = m.umount()
+    state = str(tmp_path / "state" / "ptfs")
+    assert rc == 1 and state in err and ".ptfs-pending" in err, err
+    assert not os.path.exists(ck + ".ptfs-pending")
+    r = subprocess.run([PTFS, "ls", ck], capture_output=True, env=m.env, timeout=60)
+    assert state.encode() in r.stderr, r.stderr
+    r = subprocess.run([PTFS, "recover", "--force", ck], capture_output=True,
+                       env=m.env, timeout=60)
+    assert r.returncode == 0 and b"applied 12288 bytes" in r.stderr, r.stderr
+    assert tensor_bytes(ck, "s2") == new and tensor_bytes(ck, "b") == b"\5" * 40
+
+
+def test_hard_links_per_commit_way(tmp_path):
+    """rewrite replaces the checkpoint by a rename: another hard link keeps
+    the old bytes; inplace writes the file itself: every link sees it."""
+    for way, link_sees_new in (("rewrite", False), ("inplace", True)):
+        ck = save(str(tmp_path / ("%s.pt" % way)))
+        link = str(tmp_path / ("%s.link.pt" % way))
+        os.link(ck, link)
+        old = tensor_bytes(link, "b")
+        r = subprocess.run([PTFS, "set", "-o", "commit=" + way, ck, "b"],
+                           input=b"\1" * 40, capture_output=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert tensor_bytes(ck, "b") == b"\1" * 40
+        assert tensor_bytes(link, "b") == (b"\1" * 40 if link_sees_new else old)
