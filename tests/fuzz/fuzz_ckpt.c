@@ -18,6 +18,7 @@
 #include "ckpt/ckpt.h"
 #include "export/export.h"
 #include "fuzz.h"
+#include "fuzz_limits.h"
 
 #define FUZZ_NODES 20000
 /* Bytes read per file (head and tail) and per input, so a tensor that
@@ -144,14 +145,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct pt_buf b;
 	int rc;
 
-	pt_ckpt_opts_default(&opts);
-	opts.limits.max_records = 100000;
-	opts.limits.max_pickle_bytes = 16u << 20;
-	opts.limits.max_inflate_bytes = 64u << 20;
-	opts.limits.max_values = 1000000;
-	opts.limits.max_memo = 1000000;
-	opts.limits.max_memory = 256u << 20;
-	opts.limits.max_dir_entries = 1000000;
+	fuzz_ckpt_opts(&opts);
 	opts.nested = size > 0 && (data[size - 1] & 1);
 	rc = pt_ckpt_open_mem(&ck, data, size, "fuzz.pt", &opts, &err);
 	if (rc) {

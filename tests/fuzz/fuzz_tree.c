@@ -19,6 +19,7 @@
 #include "ckpt/ckpt.h"
 #include "export/export.h"
 #include "fuzz.h"
+#include "fuzz_limits.h"
 #include "view/preview.h"
 #include "view/stats.h"
 #include "view/walk.h"
@@ -142,14 +143,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct fz f = { NULL, 0, 0 };
 	int rc;
 
-	pt_ckpt_opts_default(&opts);
-	opts.limits.max_records = 100000;
-	opts.limits.max_pickle_bytes = 16u << 20;
-	opts.limits.max_inflate_bytes = 64u << 20;
-	opts.limits.max_values = 1000000;
-	opts.limits.max_memo = 1000000;
-	opts.limits.max_memory = 256u << 20;
-	opts.limits.max_dir_entries = 1000000;
+	fuzz_ckpt_opts(&opts);
 	opts.limits.max_walk_entries = FUZZ_ENTRIES;
 	opts.limits.max_walk_bytes = FUZZ_BYTES;
 	opts.previews = size > 0 && (data[size - 1] & 2);

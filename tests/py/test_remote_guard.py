@@ -19,6 +19,7 @@ import torch
 import oracle
 import remote_servers as rs
 from conftest import PTFS, mounted, needs_fuse
+from test_remote import cache, o  # noqa: F401  (the cache fixture and its -o)
 
 pytestmark = pytest.mark.skipif(
     subprocess.run([PTFS, "ls", "http://127.0.0.1:1/x.pt"],
@@ -49,15 +50,6 @@ def root():
         yield d
     finally:
         shutil.rmtree(d, ignore_errors=True)
-
-
-@pytest.fixture
-def cache(tmp_path):
-    return str(tmp_path / "cache")
-
-
-def o(cache, *more):
-    return ["-o", ",".join(["cache_dir=" + cache] + list(more))]
 
 
 def save(obj, path, mtime=None):
