@@ -87,7 +87,9 @@ const char *ptfs_state_dir(bool make)
 			pw = getpwuid(geteuid());
 			home = pw ? pw->pw_dir : NULL;
 		}
-		if (home && home[0] == '/')
+		/* below a home that exists: a missing one (nobody's
+		 * /nonexistent) is not made, even by root */
+		if (home && home[0] == '/' && stat(home, &st) == 0 && S_ISDIR(st.st_mode))
 			n = snprintf(lg.state, sizeof(lg.state), "%s/.local/state/ptfs", home);
 	}
 	if (n > 0 && (size_t)n < sizeof(lg.state) &&
@@ -96,7 +98,7 @@ const char *ptfs_state_dir(bool make)
 	return private_tmp(lg.state, sizeof(lg.state), make) == 0 ? lg.state : NULL;
 }
 
-/* One line: "2026-12-02T05:50:01Z ptfs[123]: text" into the file. */
+/* One line: "2026-12-02T05:50:01Z [123] ptfs: text" (time, pid) into the file. */
 static void file_line(const char *text)
 {
 	char stamp[32], head[64];

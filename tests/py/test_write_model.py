@@ -382,3 +382,50 @@ def test_hard_links_per_commit_way(tmp_path):
         assert r.returncode == 0, r.stderr
         assert tensor_bytes(ck, "b") == b"\1" * 40
         assert tensor_bytes(link, "b") == (b"\1" * 40 if link_sees_new else old)
+
+
+@needs_fuse
+def test_umount_of_a_busy_mount(tmp_path, mounts):
+    """A file open in the mount: `ptfs umount` says it is not unmounted,
+    exit 1, and the mount stays; once closed it unmounts, exit 0."""
+    ck = save(str(tmp_path / "ck.pt"))
+    m = mounts(tmp_path, ck)
+    f = open(m.path("s2"), "rb")
+    try:
+        rc, err = m.umount()
+        assert rc == 1 and "not unmounted" in err, err
+        assert is_mounted(m.mnt)
+    finally:
+        f.close()
+    assert m.umount()[0] == 0 and not is_mounted(m.mnt)
+
+
+@needs_fuse
+def test_log_of_a_user_without_a_home(tmp_path, mounts):
+    """No $XDG_STATE_HOME and a $HOME that does not exist (nobody's is
+    /nonexistent): the daemon's lines go to /tmp/ptfs-UID/ptfs.log,
+    a directory of this user's own, mode 0700.  (Only where the machine
+    has no syslog socket, which would take them instead.)"""
+    if os.path.exists("/dev/log"):
+        pytest.skip("this machine has a syslog socket (/dev/log): the lines go there")
+    ck = save(str(tmp_path / "ck.pt"))
+    env = {k: v for k, v in os.environ.items() if k != "XDG_STATE_HOME"}
+    env["HOME"] = str(tmp_path / "no-such-home")
+    mnt = tempfile.mkdtemp(prefix="ptfs-wm-")
+    try:
+        r = subprocess.run([PTFS, ck, mnt], capture_output=True, env=env, timeout=60)
+        assert r.returncode == 0, r.stderr
+        with open(os.path.join(mnt, "s2"), "r+b") as f:
+            f.write(b"\0" * 4)
+        r = subprocess.run([PTFS, "umount", mnt], capture_output=True, env=env, timeout=120)
+        assert r.returncode == 0, r.stderr
+    finally:
+        if is_mounted(mnt):
+            subprocess.run(["fusermount3", "-u", "-z", mnt], capture_output=True)
+        os.rmdir(mnt)
+    d = "/tmp/ptfs-%d" % os.geteuid()
+    st = os.lstat(d)
+    assert stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o700
+    assert st.st_uid == os.geteuid()
+    with open(os.path.join(d, "ptfs.log")) as f:
+        assert ("%s: committed on unmount" % ck) in f.read()
