@@ -70,9 +70,32 @@ def required(var):
     return os.environ.get(var) == "1"
 
 
+class Shard:
+    """PTFS_SHARD=K/N keeps every Nth test from the Kth on (1-based), after
+    -m and every other selection: ctest runs the integration suite as N
+    entries so that its -j keeps every core busy (the tests are CPU-bound;
+    one pytest process uses one core)."""
+
+    def __init__(self, spec):
+        k, n = spec.split("/")
+        self.k, self.n = int(k), int(n)
+        if not 1 <= self.k <= self.n:
+            raise pytest.UsageError("PTFS_SHARD=%s: want K/N with 1 <= K <= N" % spec)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config, items):
+        keep = [it for i, it in enumerate(items) if i % self.n == self.k - 1]
+        drop = [it for i, it in enumerate(items) if i % self.n != self.k - 1]
+        if drop:
+            config.hook.pytest_deselected(items=drop)
+            items[:] = keep
+
+
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "fixture_corpus: reads ../shared/fixtures (skipped without it)")
+    if os.environ.get("PTFS_SHARD"):
+        config.pluginmanager.register(Shard(os.environ["PTFS_SHARD"]), "ptfs-shard")
 
 
 def pytest_collection_modifyitems(config, items):
