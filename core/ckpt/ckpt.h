@@ -38,7 +38,7 @@ struct pt_ckpt_opts {
 				    * directories a/b/c (LAYOUT.md allows it
 				    * as an option; off by default) */
 	bool previews;             /* NAME.png beside tensors of >= 2
-				    * elements (issue 15) */
+				    * elements */
 	bool lean;                 /* the checkpoint stays open (a mount):
 				    * what the file can give again is not
 				    * kept in memory (data.pkl's bytes, read
@@ -381,7 +381,7 @@ const char *pt_ckpt_recovery(const struct pt_ckpt *ck);
 /* Whether pt_ckpt_commit() can work for this container. */
 bool pt_ckpt_writable(const struct pt_ckpt *ck);
 
-/* ---- export accessors (issue 14: core/export/) ---- */
+/* ---- what exporters read of a node (core/export/) ---- */
 
 /* A tensor file's layout, without parsing its JSON.  Pointers borrowed
  * from the checkpoint (valid until pt_ckpt_close()). */
@@ -452,7 +452,7 @@ bool pt_node_scalar_json(const struct pt_node *n, struct pt_buf *out);
  * @err naming the file otherwise. */
 int pt_ckpt_unchanged(const struct pt_ckpt *ck, struct pt_error *err);
 
-/* ---- generated files (issue 14: /.ptfs/export) ---- */
+/* ---- generated directories and files under /.ptfs ---- */
 
 /*
  * A generated file: its exact size is known before any read; @read fills
@@ -500,7 +500,7 @@ bool pt_tree_take_error(struct pt_ckpt *ck, const struct pt_node *dir,
 /* Is @n a generated file? */
 bool pt_node_generated(const struct pt_node *n);
 
-/* ---- issue 15: pictures beside tensors (-o previews) ---- */
+/* ---- pictures beside tensors (-o previews) ---- */
 
 /*
  * With opts.previews, NAME.png beside every tensor file of at least 2
@@ -524,6 +524,11 @@ bool pt_node_lazy_size(const struct pt_node *n);
 void pt_ckpt_pictures_reset(struct pt_ckpt *ck,
 			    void (*fn)(void *ctx, struct pt_node *n), void *ctx);
 
+/* pt_nattr.id of any node, without making a picture. */
+uint64_t pt_node_id(const struct pt_node *n);
+
+/* ---- the tree after a commit ---- */
+
 /*
  * Commits succeeded since pt_ckpt_commits() returned @since: call
  * @fn(@ctx, n), outside every lock, for each node made so far whose
@@ -541,10 +546,7 @@ void pt_ckpt_pictures_reset(struct pt_ckpt *ck,
 void pt_tree_committed(struct pt_ckpt *ck, uint32_t since,
 		       void (*fn)(void *ctx, struct pt_node *n), void *ctx);
 
-/* pt_nattr.id of any node, without making a picture. */
-uint64_t pt_node_id(const struct pt_node *n);
-
-/* ---- issue 17: pushing sidecars ahead of a reader ---- */
+/* ---- pushing sidecars ahead of a reader ---- */
 
 /* Is @n a NAME.json sidecar? */
 bool pt_node_is_sidecar(const struct pt_node *n);

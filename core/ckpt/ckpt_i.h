@@ -153,7 +153,7 @@ struct pt_pickled {                     /* one decoded pickle we keep */
 #define PT_MAX_PICKLES 8
 
 /* A file a format adds under /.ptfs (e.g. a safetensors header), shown
- * with static contents (tree.c build_meta). */
+ * with static contents (dotptfs.c build_meta). */
 struct pt_meta_file {
 	const char *name;               /* static, unique under /.ptfs */
 	const uint8_t *data;            /* owned by the checkpoint */
@@ -162,7 +162,7 @@ struct pt_meta_file {
 
 #define PT_MAX_META_FILES 4
 
-/* A directory a format adds under /.ptfs (tree.c build_meta): either a
+/* A directory a format adds under /.ptfs (dotptfs.c build_meta): either a
  * value tree shown by LAYOUT.md's rules like the root (@root: TorchScript
  * constants.pkl as /.ptfs/constants), or a shortcut to the records under
  * the archive folder <prefix>/@records (/.ptfs/code ->

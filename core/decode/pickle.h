@@ -18,7 +18,7 @@
  *   id into a GLOBAL, fmt/tar.c and fmt/dcp.c replace values they decode,
  *   `kind` included), and torch.c classifies values, setting `aux16` and
  *   `aux` (tensor, bytes, text);
- * - after open, while threads share it: only ckpt/tree.c writes, setting
+ * - after open, while threads share it: only ckpt/entries.c writes, setting
  *   `aux` of a directory value (its entry table) once, lazily, under the
  *   tree's lock, published with release/acquire atomics.
  * Nothing else writes a node after open.

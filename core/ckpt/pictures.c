@@ -1,0 +1,127 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * pictures.c -- NAME.png beside tensors (-o previews): drawn by the front
+ * end's maker on the picture's first stat or read, kept until close or
+ * until tensor bytes change (pt_ckpt_pictures_reset()).
+ */
+#include "ckpt/tree_i.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/cancel.h"
+
+void pt_ckpt_set_picture_maker(struct pt_ckpt *ck, pt_picture_fn fn, void *ctx)
+{
+	ck->tree->pic_fn = fn;
+	ck->tree->pic_ctx = ctx;
+}
+
+bool pt_node_lazy_size(const struct pt_node *n)
+{
+	return node_pic(n) != NULL;
+}
+
+/* Make the picture if it is not made; called with g->mu held. */
+static void pic_make_locked(const struct pt_node *n, struct pt_error *err)
+{
+	struct pt_pic *g = node_pic(n);
+	struct pt_tree *t = g->ck->tree;
+	struct pt_node *tn = NULL;
+	size_t len = strlen(n->name);
+	char name[4096];
+	int rc = 0;
+
+	if (g->done)
+		return;
+	if (pt_cancelled()) {
+		g->rc = pt_fail(err, -EINTR, "interrupted");
+		return;         /* not done: made on the next use */
+	}
+	if (len > 4 && len - 4 < sizeof(name)) {
+		memcpy(name, n->name, len - 4);         /* NAME of NAME.png */
+		name[len - 4] = '\0';
+		tn = pt_tree_lookup(g->ck, g->parent, name, &rc);
+	}
+	if (!t->pic_fn || !tn)
+		g->rc = pt_fail(err, -EIO, "%s: nothing draws it", n->name);
+	else
+		g->rc = t->pic_fn(t->pic_ctx, g->ck, tn, &g->data, &g->len, err);
+	/* an interrupted drawing is made again on the next use */
+	g->done = g->rc != -EINTR;
+}
+
+/* 0 when the picture cannot be made (a read then says why). */
+uint64_t pt__pic_size(const struct pt_node *n)
+{
+	struct pt_pic *g = node_pic(n);
+	struct pt_error err;
+	uint64_t size;
+
+	pt_error_clear(&err);
+	pthread_mutex_lock(&g->mu);
+	pic_make_locked(n, &err);
+	size = g->rc ? 0 : g->len;
+	pthread_mutex_unlock(&g->mu);
+	return size;
+}
+
+ssize_t pt__pic_read(const struct pt_node *n, void *buf, size_t len,
+		     uint64_t off, struct pt_error *err)
+{
+	struct pt_pic *g = node_pic(n);
+	ssize_t got = pt_lock_or_cancel(&g->mu);
+
+	if (got)
+		return pt_fail(err, (int)got, "interrupted");
+	pic_make_locked(n, err);
+	if (g->rc) {
+		got = pt_fail(err, g->rc, "%s: could not be drawn", n->name);
+		if (!g->done)
+			g->rc = 0;
+	} else if (off >= g->len) {
+		got = 0;
+	} else {
+		if (len > g->len - off)
+			len = (size_t)(g->len - off);
+		memcpy(buf, g->data + off, len);
+		got = (ssize_t)len;
+	}
+	pthread_mutex_unlock(&g->mu);
+	return got;
+}
+
+static bool is_pic(struct pt_ckpt *ck, struct pt_node *n, void *ctx)
+{
+	(void)ck;
+	(void)ctx;
+	return node_pic(n) != NULL;
+}
+
+void pt_ckpt_pictures_reset(struct pt_ckpt *ck,
+			    void (*fn)(void *ctx, struct pt_node *n), void *ctx)
+{
+	struct pt_node **pics;
+	size_t i, n = 0;
+
+	/* collected under the tree lock (nodes are being made), then each
+	 * picture's own lock is taken without it (lock order above) */
+	pics = pt__tree_nodes_where(ck, is_pic, NULL, &n);
+	for (i = 0; i < n; i++) {
+		struct pt_pic *g = node_pic(pics[i]);
+		bool made;
+
+		pthread_mutex_lock(&g->mu);
+		made = g->done;
+		free(g->data);
+		g->data = NULL;
+		g->len = 0;
+		g->rc = 0;
+		g->done = false;
+		pthread_mutex_unlock(&g->mu);
+		if (made && fn)
+			fn(ctx, pics[i]);
+	}
+	free(pics);
+}
