@@ -3,308 +3,38 @@
  * pickle.c -- the safe pickle machine; see pickle.h.
  *
  * One pass over the opcodes (names and argument encodings from CPython's
- * Lib/pickletools.py) with an explicit value stack, mark stack and memo.
- * Nothing is imported or called: GLOBAL makes a name node, REDUCE and the
- * NEWOBJ family make call nodes.  Semantics follow CPython's C unpickler
- * (Modules/_pickle.c): items below the top MARK are out of reach (the
- * "fence"), POP on an empty frame pops the mark, REDUCE/NEWOBJ need a real
- * argument tuple.
+ * Lib/pickletools.py, in pickle_i.h) with an explicit value stack, mark
+ * stack and memo.  Nothing is imported or called: GLOBAL makes a name
+ * node, REDUCE and the NEWOBJ family make call nodes.  Semantics follow
+ * CPython's C unpickler (Modules/_pickle.c): items below the top MARK are
+ * out of reach (the "fence"), POP on an empty frame pops the mark,
+ * REDUCE/NEWOBJ need a real argument tuple.  Lean loads give the nodes a
+ * classified REDUCE no longer needs back to the arena.
  *
  * Every node, string copy and sequence lives in the arena of the struct
- * pt_pickle.  The VM's scratch (stack, marks, memo) is malloc'd and freed
- * when pt_pickle_load() returns; both count against max_memory.  Each opcode
- * does work bounded by its own argument length or by the items it pops, each
- * of which was pushed by an earlier opcode, so the run is linear in the
- * input.
+ * pt_pickle (pickle_arena.c).  The VM's scratch (stack, marks, memo) is
+ * malloc'd and freed when pt_pickle_load() returns; both count against
+ * max_memory.  Each opcode does work bounded by its own argument length
+ * or by the items it pops, each of which was pushed by an earlier opcode,
+ * so the run is linear in the input.  The disassembler behind
+ * /.ptfs/pickle.txt is pickle_disasm.c.
  */
-#include "decode/pickle.h"
+#include "decode/pickle_i.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "base/rd.h"
 #include "base/text.h"
 
-/* ---- arena ------------------------------------------------------------ */
-
-#define PT_ARENA_BLOCK ((size_t)64 * 1024)
-#define PT_ARENA_HUGE ((size_t)2 * 1024 * 1024)
-/* 8, not 16: nothing in the arena needs more than a pointer's alignment,
- * and a 40-byte node padded to 48 cost a state dict of 20,000 tensors
- * 1.4 MB. */
-#define PT_ARENA_ALIGN ((size_t)8)
-
 const struct pt_vseq pt_vseq_empty;
 
-struct pt_arena_blk {
-	struct pt_arena_blk *next; /* older blocks */
-	size_t size;               /* usable bytes after the header */
-	size_t used;               /* bytes handed out */
-};
+/* ---- opcode table (pickle_i.h) ---------------------------------------- */
 
-#define PT_BLK_HDR \
-	((sizeof(struct pt_arena_blk) + PT_ARENA_ALIGN - 1) & \
-	 ~(PT_ARENA_ALIGN - 1))
-
-struct pt_pickle {
-	struct pt_arena_blk *blk; /* arena blocks, the one being filled first */
-	size_t blk_size;          /* size of the next block (grows) */
-	uint64_t mem;             /* bytes allocated (arena + VM scratch) */
-	uint64_t mem_max;         /* lim->max_memory at load time */
-	void **grown;             /* sequences grown past PT_SEQ_HEAP_MIN:
-				   * while loading their struct pt_vseq *,
-				   * after it their malloc'd arrays */
-	size_t n_grown, cap_grown;
-	uint32_t n_blk;           /* blocks made (a lean load's marks note it) */
-	uint32_t count;           /* nodes created */
-	int proto;                /* highest PROTO seen */
-	struct pt_value *root;    /* what STOP returned */
-};
-
-/* Reserve @n bytes of the memory budget; false when over max_memory. */
-static bool pt_mem_take(struct pt_pickle *pk, uint64_t n)
-{
-	uint64_t sum;
-
-	if (!pt_add_u64(pk->mem, n, &sum) || sum > pk->mem_max)
-		return false;
-	pk->mem = sum;
-	return true;
-}
-
-/* 0, -ENOMEM, or -EFBIG (max_memory); *out is zeroed memory. */
-static int pt_arena_alloc(struct pt_pickle *pk, size_t n, void **out)
-{
-	struct pt_arena_blk *b = pk->blk;
-	size_t want, bsize;
-	uint8_t *p;
-
-	*out = NULL;
-	if (n == 0)
-		n = 1;
-	if (n > SIZE_MAX - PT_ARENA_ALIGN - PT_BLK_HDR - PT_ARENA_BLOCK)
-		return -EFBIG;
-	want = (n + PT_ARENA_ALIGN - 1) & ~(PT_ARENA_ALIGN - 1);
-	if (b && b->size - b->used >= want) {
-		p = (uint8_t *)b + PT_BLK_HDR + b->used;
-		b->used += want;
-		memset(p, 0, n);
-		*out = p;
-		return 0;
-	}
-	/*
-	 * Blocks double from 64 KiB up to 2 MiB: a small pickle stays small,
-	 * and a big one (a state dict of 20,000 tensors makes ~40 MB of
-	 * nodes) gets 2 MiB blocks aligned for transparent huge pages, one
-	 * page fault per block instead of 512.
-	 */
-	if (pk->blk_size < PT_ARENA_BLOCK)
-		pk->blk_size = PT_ARENA_BLOCK;
-	bsize = pk->blk_size - PT_BLK_HDR;
-	if (want > bsize / 4)
-		bsize = want;
-	if (!pt_mem_take(pk, PT_BLK_HDR + bsize))
-		return -EFBIG;
-	if (bsize + PT_BLK_HDR == PT_ARENA_HUGE) {
-		b = aligned_alloc(PT_ARENA_HUGE, PT_ARENA_HUGE);
-#ifdef MADV_HUGEPAGE
-		if (b)
-			(void)madvise(b, PT_ARENA_HUGE, MADV_HUGEPAGE);
-#endif
-	} else {
-		b = malloc(PT_BLK_HDR + bsize);
-		if (b)
-			pt_populate(b, PT_BLK_HDR + bsize);
-	}
-	if (!b) {
-		pk->mem -= PT_BLK_HDR + bsize;
-		return -ENOMEM;
-	}
-	if (bsize != want && pk->blk_size < PT_ARENA_HUGE)
-		pk->blk_size *= 2;
-	b->size = bsize;
-	b->used = want;
-	pk->n_blk++;
-	if (bsize == want && pk->blk) {
-		/* a big one-off: keep filling the current block */
-		b->next = pk->blk->next;
-		pk->blk->next = b;
-	} else {
-		b->next = pk->blk;
-		pk->blk = b;
-	}
-	p = (uint8_t *)b + PT_BLK_HDR;
-	memset(p, 0, n);
-	*out = p;
-	return 0;
-}
-
-/*
- * After a load: the pages of the block being filled that hold nothing yet
- * go back to the kernel.  A 2 MiB block is backed by one huge page, so a
- * graph that spills 60 KB into a fresh block would keep all 2 MiB
- * resident; when 64 KiB or more are empty, the block stops asking for
- * huge pages (else khugepaged could fill it again) and its empty tail is
- * dropped.  Later allocations in the tail fault in zeroed pages as usual.
- */
-static void pt_arena_trim(struct pt_pickle *pk)
-{
-#if defined(MADV_HUGEPAGE) && defined(MADV_DONTNEED)
-	struct pt_arena_blk *b = pk->blk;
-	uintptr_t lo, hi;
-
-	if (!b || b->size + PT_BLK_HDR != PT_ARENA_HUGE)
-		return;
-	lo = ((uintptr_t)b + PT_BLK_HDR + b->used + 4095) & ~(uintptr_t)4095;
-	hi = (uintptr_t)b + PT_ARENA_HUGE;
-	if (hi <= lo || hi - lo < PT_ARENA_BLOCK)
-		return;
-	(void)madvise(b, PT_ARENA_HUGE, MADV_NOHUGEPAGE);
-	(void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
-#else
-	(void)pk;
-#endif
-}
-
-void *pt_pickle_alloc(struct pt_pickle *pk, size_t n)
-{
-	void *p;
-
-	if (!pk || pt_arena_alloc(pk, n, &p) != 0)
-		return NULL;
-	return p;
-}
-
-void pt_pickle_free(struct pt_pickle *pk)
-{
-	struct pt_arena_blk *b, *next;
-	size_t i;
-
-	if (!pk)
-		return;
-	for (i = 0; i < pk->n_grown; i++)
-		free(pk->grown[i]);
-	free(pk->grown);
-	for (b = pk->blk; b; b = next) {
-		next = b->next;
-		free(b);
-	}
-	free(pk);
-}
-
-struct pt_value *pt_pickle_root(const struct pt_pickle *pk)
-{
-	return pk ? pk->root : NULL;
-}
-
-uint32_t pt_pickle_count(const struct pt_pickle *pk)
-{
-	return pk ? pk->count : 0;
-}
-
-int pt_pickle_protocol(const struct pt_pickle *pk)
-{
-	return pk ? pk->proto : 0;
-}
-
-/* ---- opcode table ----------------------------------------------------- */
-
-enum pt_argk {
-	PT_A_NONE,
-	PT_A_U8,
-	PT_A_U16,
-	PT_A_U32,
-	PT_A_I32,
-	PT_A_U64,
-	PT_A_F8BE,  /* 8-byte big-endian double */
-	PT_A_LINE,  /* text up to '\n' */
-	PT_A_LINE2, /* two lines (GLOBAL, INST) */
-	PT_A_LEN1,  /* u8 length + bytes */
-	PT_A_LEN4,  /* u32 length + bytes */
-	PT_A_LEN4S, /* i32 length (negative is an error) + bytes */
-	PT_A_LEN8,  /* u64 length + bytes */
-};
-
-enum {
-	OP_MARK = '(',
-	OP_STOP = '.',
-	OP_POP = '0',
-	OP_POP_MARK = '1',
-	OP_DUP = '2',
-	OP_FLOAT = 'F',
-	OP_INT = 'I',
-	OP_BININT = 'J',
-	OP_BININT1 = 'K',
-	OP_LONG = 'L',
-	OP_BININT2 = 'M',
-	OP_NONE = 'N',
-	OP_PERSID = 'P',
-	OP_BINPERSID = 'Q',
-	OP_REDUCE = 'R',
-	OP_STRING = 'S',
-	OP_BINSTRING = 'T',
-	OP_SHORT_BINSTRING = 'U',
-	OP_UNICODE = 'V',
-	OP_BINUNICODE = 'X',
-	OP_APPEND = 'a',
-	OP_BUILD = 'b',
-	OP_GLOBAL = 'c',
-	OP_DICT = 'd',
-	OP_EMPTY_DICT = '}',
-	OP_APPENDS = 'e',
-	OP_GET = 'g',
-	OP_BINGET = 'h',
-	OP_INST = 'i',
-	OP_LONG_BINGET = 'j',
-	OP_LIST = 'l',
-	OP_EMPTY_LIST = ']',
-	OP_OBJ = 'o',
-	OP_PUT = 'p',
-	OP_BINPUT = 'q',
-	OP_LONG_BINPUT = 'r',
-	OP_SETITEM = 's',
-	OP_TUPLE = 't',
-	OP_EMPTY_TUPLE = ')',
-	OP_SETITEMS = 'u',
-	OP_BINFLOAT = 'G',
-	OP_BINBYTES = 'B',
-	OP_SHORT_BINBYTES = 'C',
-	OP_PROTO = 0x80,
-	OP_NEWOBJ = 0x81,
-	OP_EXT1 = 0x82,
-	OP_EXT2 = 0x83,
-	OP_EXT4 = 0x84,
-	OP_TUPLE1 = 0x85,
-	OP_TUPLE2 = 0x86,
-	OP_TUPLE3 = 0x87,
-	OP_NEWTRUE = 0x88,
-	OP_NEWFALSE = 0x89,
-	OP_LONG1 = 0x8a,
-	OP_LONG4 = 0x8b,
-	OP_SHORT_BINUNICODE = 0x8c,
-	OP_BINUNICODE8 = 0x8d,
-	OP_BINBYTES8 = 0x8e,
-	OP_EMPTY_SET = 0x8f,
-	OP_ADDITEMS = 0x90,
-	OP_FROZENSET = 0x91,
-	OP_NEWOBJ_EX = 0x92,
-	OP_STACK_GLOBAL = 0x93,
-	OP_MEMOIZE = 0x94,
-	OP_FRAME = 0x95,
-	OP_BYTEARRAY8 = 0x96,
-	OP_NEXT_BUFFER = 0x97,
-	OP_READONLY_BUFFER = 0x98,
-};
-
-struct pt_opinfo {
-	const char *name; /* pickletools name; NULL: not an opcode */
-	uint8_t arg;      /* enum pt_argk */
-};
-
-static const struct pt_opinfo pt_ops[256] = {
+const struct pt_opinfo pt__pickle_ops[256] = {
 	[OP_MARK] = { "MARK", PT_A_NONE },
 	[OP_STOP] = { "STOP", PT_A_NONE },
 	[OP_POP] = { "POP", PT_A_NONE },
@@ -374,134 +104,6 @@ static const struct pt_opinfo pt_ops[256] = {
 	[OP_NEXT_BUFFER] = { "NEXT_BUFFER", PT_A_NONE },
 	[OP_READONLY_BUFFER] = { "READONLY_BUFFER", PT_A_NONE },
 };
-
-/* A decoded opcode argument. */
-struct pt_arg {
-	uint64_t u;           /* unsigned integer, length, or raw BINFLOAT */
-	int64_t i;            /* BININT, EXT4 */
-	const uint8_t *p;     /* bytes, or the first line without '\n' */
-	size_t n;             /* bytes at p */
-	const uint8_t *p2;    /* second line (GLOBAL, INST) */
-	size_t n2;            /* bytes at p2 */
-	size_t off;           /* input offset of p */
-};
-
-static bool pt_read_line(struct pt_rd *rd, const uint8_t **p, size_t *n)
-{
-	const uint8_t *start = rd->p + rd->pos;
-	const uint8_t *nl;
-
-	if (pt_rd_left(rd) == 0)
-		return false;
-	nl = memchr(start, '\n', pt_rd_left(rd));
-	if (!nl)
-		return false;
-	*p = start;
-	*n = (size_t)(nl - start);
-	rd->pos += *n + 1;
-	return true;
-}
-
-/* Take @len bytes declared by the input, checked before anything else. */
-static bool pt_read_counted(struct pt_rd *rd, uint64_t len, struct pt_arg *a,
-			    char *why, size_t whylen)
-{
-	if (len > (uint64_t)pt_rd_left(rd)) {
-		snprintf(why, whylen,
-			 "length %llu past end of input (%zu bytes left)",
-			 (unsigned long long)len, pt_rd_left(rd));
-		return false;
-	}
-	a->u = len;
-	a->off = rd->pos;
-	a->n = (size_t)len;
-	a->p = pt_rd_take(rd, a->n);
-	return true;
-}
-
-/* Decode the argument of an opcode of kind @k; false with @why on error.
- * Inlined into the machine's loop: a call per opcode (618,051 for a
- * state dict of 20,000 tensors) was 13 M of `ptfs info`'s 225 M
- * instructions. */
-static inline __attribute__((always_inline)) bool
-pt_read_arg(struct pt_rd *rd, uint8_t k, struct pt_arg *a, char *why,
-	    size_t whylen)
-{
-	const uint8_t *q = NULL;
-	uint8_t b = 0;
-	uint16_t h = 0;
-	uint32_t w = 0;
-	uint64_t d = 0;
-	size_t i;
-
-	memset(a, 0, sizeof(*a));
-	switch (k) {
-	case PT_A_NONE:
-		return true;
-	case PT_A_U8:
-	case PT_A_LEN1:
-		if (!pt_rd_u8(rd, &b))
-			break;
-		if (k == PT_A_LEN1)
-			return pt_read_counted(rd, b, a, why, whylen);
-		a->u = b;
-		return true;
-	case PT_A_U16:
-		if (!pt_rd_u16(rd, &h))
-			break;
-		a->u = h;
-		return true;
-	case PT_A_U32:
-	case PT_A_I32:
-	case PT_A_LEN4:
-	case PT_A_LEN4S:
-		if (!pt_rd_u32(rd, &w))
-			break;
-		a->u = w;
-		a->i = (int32_t)w;
-		if (k == PT_A_LEN4)
-			return pt_read_counted(rd, w, a, why, whylen);
-		if (k != PT_A_LEN4S)
-			return true;
-		if (a->i < 0) {
-			snprintf(why, whylen, "negative length %lld",
-				 (long long)a->i);
-			return false;
-		}
-		return pt_read_counted(rd, w, a, why, whylen);
-	case PT_A_U64:
-	case PT_A_LEN8:
-		if (!pt_rd_u64(rd, &d))
-			break;
-		if (k == PT_A_LEN8)
-			return pt_read_counted(rd, d, a, why, whylen);
-		a->u = d;
-		return true;
-	case PT_A_F8BE:
-		q = pt_rd_take(rd, 8);
-		if (!q)
-			break;
-		for (i = 0; i < 8; i++)
-			a->u = a->u << 8 | q[i];
-		return true;
-	case PT_A_LINE:
-	case PT_A_LINE2:
-		a->off = rd->pos;
-		if (!pt_read_line(rd, &a->p, &a->n))
-			goto noline;
-		if (k == PT_A_LINE2 && !pt_read_line(rd, &a->p2, &a->n2))
-			goto noline;
-		return true;
-	default:
-		break;
-	}
-	snprintf(why, whylen, "truncated argument (%zu bytes left)",
-		 pt_rd_left(rd));
-	return false;
-noline:
-	snprintf(why, whylen, "argument line without newline");
-	return false;
-}
 
 /* ---- small helpers ---------------------------------------------------- */
 
@@ -626,7 +228,7 @@ static int pt_vm_fail(struct pt_vm *vm, int code, const char *fmt, ...)
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	return pt_fail(vm->err, code, "pickle: %s at offset %zu: %s",
-		       pt_ops[vm->op].name ? pt_ops[vm->op].name : "?",
+		       pt__pickle_ops[vm->op].name ? pt__pickle_ops[vm->op].name : "?",
 		       vm->off, msg);
 }
 
@@ -640,7 +242,7 @@ static int pt_vm_nomem(struct pt_vm *vm, int rc)
 
 static int pt_vm_alloc(struct pt_vm *vm, size_t n, void **out)
 {
-	int rc = pt_arena_alloc(vm->pk, n, out);
+	int rc = pt__arena_alloc(vm->pk, n, out);
 
 	return rc ? pt_vm_nomem(vm, rc) : 0;
 }
@@ -661,7 +263,7 @@ static int pt_vm_grow(struct pt_vm *vm, void **arr, size_t *cap, size_t elem,
 		ncap *= 2;
 	}
 	delta = (uint64_t)(ncap - *cap) * elem;
-	if (!pt_mem_take(vm->pk, delta))
+	if (!pt__pickle_mem_take(vm->pk, delta))
 		return pt_vm_nomem(vm, -EFBIG);
 	p = realloc(*arr, ncap * elem);
 	if (!p) {
@@ -830,7 +432,7 @@ static int pt_seq_heap(struct pt_vm *vm, struct pt_vseq *s, bool heap,
 	if (!heap && pk->n_grown == pk->cap_grown) {
 		size_t nc = pk->cap_grown ? 2 * pk->cap_grown : 16;
 
-		if (!pt_mem_take(pk, (nc - pk->cap_grown) * sizeof(void *)))
+		if (!pt__pickle_mem_take(pk, (nc - pk->cap_grown) * sizeof(void *)))
 			return pt_vm_nomem(vm, -EFBIG);
 		p = realloc(pk->grown, nc * sizeof(void *));
 		if (!p)
@@ -838,7 +440,7 @@ static int pt_seq_heap(struct pt_vm *vm, struct pt_vseq *s, bool heap,
 		pk->grown = p;
 		pk->cap_grown = nc;
 	}
-	if (!pt_mem_take(pk, delta))
+	if (!pt__pickle_mem_take(pk, delta))
 		return pt_vm_nomem(vm, -EFBIG);
 	p = heap ? realloc(s->v, cap * sizeof(*s->v)) :
 		   malloc(cap * sizeof(*s->v));
@@ -977,7 +579,7 @@ static int pt_memo_put(struct pt_vm *vm, uint64_t idx, struct pt_value *v)
 	}
 	pg = vm->memo[page];
 	if (!pg) {
-		if (!pt_mem_take(vm->pk, PT_MEMO_PAGE * sizeof(*pg)))
+		if (!pt__pickle_mem_take(vm->pk, PT_MEMO_PAGE * sizeof(*pg)))
 			return pt_vm_nomem(vm, -EFBIG);
 		pg = calloc(PT_MEMO_PAGE, sizeof(*pg));
 		if (!pg) {
@@ -1156,9 +758,9 @@ static bool pt_prescan(struct pt_vm *vm)
 
 	while (p < end) {
 		op = *p++;
-		if (!pt_ops[op].name)
+		if (!pt__pickle_ops[op].name)
 			return false;
-		k = pt_ops[op].arg;
+		k = pt__pickle_ops[op].arg;
 		if (k == PT_A_LINE || k == PT_A_LINE2) {
 			const uint8_t *nl = memchr(p, '\n', (size_t)(end - p));
 
@@ -1561,7 +1163,7 @@ static int pt_push_bytes(struct pt_vm *vm, uint8_t kind, uint8_t flags,
 }
 
 /* Is the @n-byte two's complement little-endian integer in int64 range? */
-static bool pt_le_fits_i64(const uint8_t *p, size_t n, int64_t *out)
+bool pt__le_fits_i64(const uint8_t *p, size_t n, int64_t *out)
 {
 	uint64_t u = 0;
 	uint8_t fill;
@@ -1693,7 +1295,7 @@ static int pt_op_long_bin(struct pt_vm *vm, const struct pt_arg *a)
 	int64_t i;
 	int rc;
 
-	if (pt_le_fits_i64(a->p, a->n, &i))
+	if (pt__le_fits_i64(a->p, a->n, &i))
 		return pt_push_int(vm, i);
 	rc = pt_new(vm, PT_V_BIGINT, &v);
 	if (rc)
@@ -2502,7 +2104,7 @@ static int pt_vm_run(struct pt_vm *vm)
 			return pt_fail(vm->err, -EBADMSG,
 				       "pickle: input ends at offset %zu without STOP",
 				       vm->off);
-		if (!pt_ops[op].name)
+		if (!pt__pickle_ops[op].name)
 			return pt_fail(vm->err, -EBADMSG,
 				       "pickle: unknown opcode 0x%02x at offset %zu",
 				       op, vm->off);
@@ -2510,7 +2112,7 @@ static int pt_vm_run(struct pt_vm *vm)
 		if (vm->tup_v && op != OP_REDUCE && op != OP_BINPUT &&
 		    op != OP_LONG_BINPUT && op != OP_PUT && op != OP_MEMOIZE)
 			vm->tup_v = NULL;
-		if (!pt_read_arg(&vm->rd, pt_ops[op].arg, &a, why, sizeof(why)))
+		if (!pt_read_arg(&vm->rd, pt__pickle_ops[op].arg, &a, why, sizeof(why)))
 			return pt_vm_fail(vm, -EBADMSG, "%s", why);
 		rc = pt_vm_step(vm, &a);
 		if (rc)
@@ -2557,7 +2159,7 @@ static int pt_load(struct pt_pickle **out, const uint8_t *buf, size_t len,
 		goto out;
 	if (used)
 		*used = vm.rd.pos;
-	pt_arena_trim(pk);
+	pt__arena_trim(pk);
 	*out = pk;
 	pk = NULL;
 out:
@@ -2578,206 +2180,6 @@ int pt_pickle_load_lean(struct pt_pickle **out, const uint8_t *buf,
 			struct pt_error *err)
 {
 	return pt_load(out, buf, len, used, lim, reduce, ctx, err);
-}
-
-/* ---- disassembler ----------------------------------------------------- */
-
-#define PT_DIS_STR_MAX 200 /* characters of a string argument shown */
-
-/* Python-like repr body (no quotes) of @n bytes, at most @max shown. */
-static void pt_dis_repr_body(struct pt_buf *b, const uint8_t *p, size_t n,
-			     bool bytes, size_t max)
-{
-	size_t i = 0, shown = 0, k;
-
-	while (i < n && shown < max) {
-		uint8_t c = p[i];
-
-		shown++;
-		if (c == '\\' || c == '\'') {
-			pt_buf_putc(b, '\\');
-			pt_buf_putc(b, (char)c);
-		} else if (c == '\n') {
-			pt_buf_puts(b, "\\n");
-		} else if (c == '\r') {
-			pt_buf_puts(b, "\\r");
-		} else if (c == '\t') {
-			pt_buf_puts(b, "\\t");
-		} else if (c >= 0x20 && c < 0x7f) {
-			pt_buf_putc(b, (char)c);
-		} else if (c >= 0x80 && !bytes) {
-			for (k = 2; k <= 4 && k <= n - i; k++)
-				if (pt_utf8_valid(p + i, k))
-					break;
-			if (k <= 4 && k <= n - i) {
-				pt_buf_add(b, p + i, k);
-				i += k;
-				continue;
-			}
-			pt_buf_printf(b, "\\x%02x", c);
-		} else {
-			pt_buf_printf(b, "\\x%02x", c);
-		}
-		i++;
-	}
-	if (i < n)
-		pt_buf_puts(b, "...");
-}
-
-/* Python-like repr: 'text' (valid UTF-8 kept) or b'bytes', truncated. */
-static void pt_dis_repr(struct pt_buf *b, const uint8_t *p, size_t n,
-			bool bytes)
-{
-	if (bytes)
-		pt_buf_putc(b, 'b');
-	pt_buf_putc(b, '\'');
-	pt_dis_repr_body(b, p, n, bytes, PT_DIS_STR_MAX);
-	pt_buf_putc(b, '\'');
-	if (n > PT_DIS_STR_MAX)
-		pt_buf_printf(b, " (%zu bytes)", n);
-}
-
-static void pt_dis_arg(struct pt_buf *b, uint8_t op, const struct pt_arg *a)
-{
-	double f;
-	int64_t i;
-	size_t k;
-
-	switch (pt_ops[op].arg) {
-	case PT_A_NONE:
-		return;
-	case PT_A_I32:
-		pt_buf_printf(b, "%lld", (long long)a->i);
-		return;
-	case PT_A_U8:
-	case PT_A_U16:
-	case PT_A_U32:
-	case PT_A_U64:
-		pt_buf_printf(b, "%llu", (unsigned long long)a->u);
-		return;
-	case PT_A_F8BE:
-		memcpy(&f, &a->u, sizeof(f));
-		pt_buf_printf(b, "%.17g", f);
-		return;
-	case PT_A_LINE2:
-		pt_buf_putc(b, '\'');
-		pt_dis_repr_body(b, a->p, a->n, false, 100);
-		pt_buf_putc(b, ' ');
-		pt_dis_repr_body(b, a->p2, a->n2, false, 100);
-		pt_buf_putc(b, '\'');
-		return;
-	default:
-		break;
-	}
-	if (op == OP_LONG1 || op == OP_LONG4) {
-		if (pt_le_fits_i64(a->p, a->n, &i)) {
-			pt_buf_printf(b, "%lld", (long long)i);
-			return;
-		}
-		pt_buf_printf(b, "<%zu-byte int 0x", a->n);
-		for (k = a->n; k > 0 && a->n - k < 32; k--)
-			pt_buf_printf(b, "%02x", a->p[k - 1]);
-		pt_buf_puts(b, k > 0 ? "...>" : ">");
-		return;
-	}
-	pt_dis_repr(b, a->p, a->n, op == OP_BINBYTES ||
-		    op == OP_SHORT_BINBYTES || op == OP_BINBYTES8 ||
-		    op == OP_BYTEARRAY8);
-}
-
-static int pt_dis_depth_change(uint8_t op)
-{
-	switch (op) {
-	case OP_MARK:
-		return 1;
-	case OP_TUPLE:
-	case OP_LIST:
-	case OP_DICT:
-	case OP_APPENDS:
-	case OP_SETITEMS:
-	case OP_ADDITEMS:
-	case OP_FROZENSET:
-	case OP_INST:
-	case OP_OBJ:
-	case OP_POP_MARK:
-		return -1;
-	default:
-		return 0;
-	}
-}
-
-/* Add @line to @out if it fits, keeping room for the "..." line. */
-static bool pt_dis_emit(struct pt_buf *out, size_t start, size_t max_bytes,
-			struct pt_buf *line)
-{
-	size_t used = out->len - start;
-
-	if (line->oom || used > max_bytes || line->len + 4 > max_bytes - used) {
-		pt_buf_puts(out, "...\n");
-		return false;
-	}
-	pt_buf_add(out, line->p, line->len);
-	return true;
-}
-
-void pt_pickle_disasm(const uint8_t *buf, size_t len, struct pt_buf *out,
-		      size_t max_bytes)
-{
-	struct pt_rd rd = pt_rd_make(buf, len);
-	struct pt_buf line;
-	struct pt_arg a;
-	size_t start = out->len, off;
-	int depth = 0, d;
-	char why[128];
-	uint8_t op;
-
-	pt_buf_init(&line);
-	for (;;) {
-		line.len = 0;
-		off = rd.pos;
-		if (!pt_rd_u8(&rd, &op)) {
-			pt_buf_printf(&line, "error at offset %zu: input ends without STOP\n",
-				      off);
-			pt_dis_emit(out, start, max_bytes, &line);
-			break;
-		}
-		if (!pt_ops[op].name) {
-			pt_buf_printf(&line, "error at offset %zu: unknown opcode 0x%02x\n",
-				      off, op);
-			pt_dis_emit(out, start, max_bytes, &line);
-			break;
-		}
-		if (!pt_read_arg(&rd, pt_ops[op].arg, &a, why, sizeof(why))) {
-			pt_buf_printf(&line, "error at offset %zu: %s: %s\n",
-				      off, pt_ops[op].name, why);
-			pt_dis_emit(out, start, max_bytes, &line);
-			break;
-		}
-		d = pt_dis_depth_change(op);
-		if (d < 0 && depth > 0)
-			depth--;
-		pt_buf_printf(&line, "%6zu: %*s%-16s ", off,
-			      2 * (depth < 20 ? depth : 20), "",
-			      pt_ops[op].name);
-		pt_dis_arg(&line, op, &a);
-		while (line.len > 0 && line.p[line.len - 1] == ' ')
-			line.len--;
-		pt_buf_putc(&line, '\n');
-		if (d > 0)
-			depth++;
-		if (!pt_dis_emit(out, start, max_bytes, &line))
-			break;
-		if (op == OP_STOP) {
-			if (rd.pos < len) {
-				line.len = 0;
-				pt_buf_printf(&line, "(%zu bytes after STOP)\n",
-					      len - rd.pos);
-				pt_dis_emit(out, start, max_bytes, &line);
-			}
-			break;
-		}
-	}
-	pt_buf_free(&line);
 }
 
 /* ---- walking the graph ---------------------------------------------- */
