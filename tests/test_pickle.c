@@ -22,6 +22,7 @@
 #include "require.h"
 
 #include "base/text.h"
+#include "base/cancel.h"
 #include "decode/pickle.h"
 
 /* ---- describing a graph ----------------------------------------------- */
@@ -1040,6 +1041,39 @@ static void test_disasm(void **state)
 	pt_buf_free(&b);
 }
 
+static bool always(void *ctx)
+{
+	(void)ctx;
+	return true;
+}
+
+/* A reader that went away ends a long disassembly with -EINTR after a
+ * part, not at the end: 100,000 NONEs, the check looked at every 4096. */
+static void test_disasm_cancelled(void **state)
+{
+	size_t n = 100000, i;
+	uint8_t *p = malloc(n + 1);
+	struct pt_cancel c;
+	struct pt_buf b;
+
+	(void)state;
+	assert_non_null(p);
+	for (i = 0; i < n; i++)
+		p[i] = 'N';
+	p[n] = '.';
+	pt_buf_init(&b);
+	assert_int_equal(pt_pickle_disasm(p, n + 1, &b, 1u << 30), 0);
+	assert_non_null(strstr(b.p, "STOP\n"));
+	pt_buf_free(&b);
+	pt_cancel_push(&c, always, NULL);
+	assert_int_equal(pt_pickle_disasm(p, n + 1, &b, 1u << 30), -EINTR);
+	pt_cancel_pop(&c);
+	assert_null(strstr(b.p, "STOP\n"));
+	assert_true(b.len < 4096 * 30);
+	pt_buf_free(&b);
+	free(p);
+}
+
 /* ---- files from $PTFS_SHARED ------------------------------------------ */
 
 static int n_files_loaded;
@@ -1199,6 +1233,7 @@ int main(void)
 		cmocka_unit_test(test_multi),
 		cmocka_unit_test(test_alloc),
 		cmocka_unit_test(test_disasm),
+		cmocka_unit_test(test_disasm_cancelled),
 		cmocka_unit_test(test_fixtures),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

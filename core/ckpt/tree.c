@@ -92,10 +92,10 @@ static const char *scalar_text(struct pt_ckpt *ck, const struct pt_value *v,
 	return s;
 }
 
-/* 0, or -EINTR when pt_cancelled() ended it (tree.json). */
+/* 0, or -EINTR when pt_cancelled() ended it (tree.json, pickle.txt). */
 int pt__gen_text(struct pt_ckpt *ck, enum gen g, struct pt_buf *b)
 {
-	int i;
+	int i, rc;
 
 	switch (g) {
 	case GEN_INFO:
@@ -118,8 +118,10 @@ int pt__gen_text(struct pt_ckpt *ck, enum gen g, struct pt_buf *b)
 					      err.msg);
 				continue;
 			}
-			pt_pickle_disasm(p, ck->pickles[i].len, b, 256u << 20);
+			rc = pt_pickle_disasm(p, ck->pickles[i].len, b, 256u << 20);
 			free(own);
+			if (rc)
+				return rc;
 		}
 		break;
 	}

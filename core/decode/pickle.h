@@ -215,10 +215,11 @@ void *pt_pickle_alloc(struct pt_pickle *pk, size_t n);
  * Append a disassembly of the pickle at @buf[0..@len) to @out, one opcode
  * per line, like Python's pickletools.dis: offset, opcode name, argument.
  * Never fails on bad input: it stops with a line naming the problem.
- * Output is capped at @max_bytes (a final "..." line says so).
+ * Output is capped at @max_bytes (a final "..." line says so).  0, or
+ * -EINTR when pt_cancelled() ended it (@out then holds a part).
  */
-void pt_pickle_disasm(const uint8_t *buf, size_t len, struct pt_buf *out,
-		      size_t max_bytes);
+int pt_pickle_disasm(const uint8_t *buf, size_t len, struct pt_buf *out,
+		     size_t max_bytes);
 
 /*
  * A growable stack of values, for walks over a graph without recursion.

@@ -9,8 +9,10 @@
  */
 #include "decode/pickle_i.h"
 
+#include <errno.h>
 #include <string.h>
 
+#include "base/cancel.h"
 #include "base/rd.h"
 #include "base/text.h"
 
@@ -152,14 +154,15 @@ static bool pt_dis_emit(struct pt_buf *out, size_t start, size_t max_bytes,
 	return true;
 }
 
-void pt_pickle_disasm(const uint8_t *buf, size_t len, struct pt_buf *out,
-		      size_t max_bytes)
+int pt_pickle_disasm(const uint8_t *buf, size_t len, struct pt_buf *out,
+		     size_t max_bytes)
 {
 	struct pt_rd rd = pt_rd_make(buf, len);
 	struct pt_buf line;
 	struct pt_arg a;
 	size_t start = out->len, off;
-	int depth = 0, d;
+	int depth = 0, d, rc = 0;
+	unsigned long ops = 0;
 	char why[128];
 	uint8_t op;
 
@@ -167,6 +170,12 @@ void pt_pickle_disasm(const uint8_t *buf, size_t len, struct pt_buf *out,
 	for (;;) {
 		line.len = 0;
 		off = rd.pos;
+		/* a pickle of 100 MB is millions of lines: a reader that went
+		 * away stops it (one check every 4096 opcodes) */
+		if (++ops % 4096 == 0 && pt_cancelled()) {
+			rc = -EINTR;
+			break;
+		}
 		if (!pt_rd_u8(&rd, &op)) {
 			pt_buf_printf(&line, "error at offset %zu: input ends without STOP\n",
 				      off);
@@ -210,4 +219,5 @@ void pt_pickle_disasm(const uint8_t *buf, size_t len, struct pt_buf *out,
 		}
 	}
 	pt_buf_free(&line);
+	return rc;
 }
