@@ -3,10 +3,13 @@
  * require.h -- skips that CI can turn into failures (cmocka side).
  *
  * A unit test that cannot run here (no /usr/bin/python3, no torch, no
- * fixture corpus beside the clone) prints one "skipped: WHY" line and calls
- * cmocka's skip().  When the environment variable that covers the reason is
- * "1" (PTFS_REQUIRE_PYTHON, PTFS_REQUIRE_FIXTURES; CI sets them), the same
- * call fails the test instead, so a green CI run means every test ran.
+ * fixture corpus beside the clone, not root, no user xattrs in /tmp)
+ * prints one "skipped: WHY" line and calls cmocka's skip().  When the
+ * environment variable that covers the reason is "1" (PTFS_REQUIRE_PYTHON,
+ * PTFS_REQUIRE_FIXTURES, PTFS_REQUIRE_ROOT, PTFS_REQUIRE_XATTR,
+ * PTFS_REQUIRE_CURL; contrib/test.sh sets those its machine must meet),
+ * the same call fails the test instead, so a green CI run means every test
+ * ran.  Never print "skipped" and return: that reports a pass.
  * tests/py/conftest.py does the same for pytest.  Include after <cmocka.h>.
  */
 #ifndef PTFS_TESTS_REQUIRE_H

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include "require.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -177,10 +178,9 @@ static void test_inplace_keeps_privs(void **state)
 
 	(void)state;
 	assert_int_equal(chmod(g_file, 02755), 0);
-	if (setxattr(g_file, "security.capability", cap, sizeof(cap), 0) != 0) {
-		print_message("skipped: cannot set security.capability here\n");
-		return;
-	}
+	if (setxattr(g_file, "security.capability", cap, sizeof(cap), 0) != 0)
+		PTFS_SKIP("PTFS_REQUIRE_ROOT", "cannot set security.capability "
+			  "here (%s; needs root)", strerror(errno));
 	pt_error_clear(&err);
 	assert_int_equal(pt_patch_inplace(g_file, g_p, 3, NULL, &err), 0);
 	assert_int_equal(which(), 1);
@@ -754,10 +754,8 @@ static void test_journal_owner(void **state)
 	char note[1024];
 
 	(void)state;
-	if (geteuid() != 0) {
-		print_message("skipped: not root\n");
-		return;
-	}
+	if (geteuid() != 0)
+		PTFS_SKIP("PTFS_REQUIRE_ROOT", "needs root: not running as root");
 	assert_int_equal(chown(g_file, 65534, 65534), 0);
 	crash_child("patch", 2);
 	assert_int_equal(lstat(g_jrnl, &st), 0);
@@ -1090,10 +1088,8 @@ static void test_unreadable_journal(void **state)
 	int st;
 
 	(void)state;
-	if (geteuid() != 0) {
-		print_message("skipped: not root\n");
-		return;
-	}
+	if (geteuid() != 0)
+		PTFS_SKIP("PTFS_REQUIRE_ROOT", "needs root: not running as root");
 	assert_int_equal(chmod(g_dir, 0755), 0);
 	crash_child("patch", 2);
 	pid = fork();

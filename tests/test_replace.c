@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+#include "require.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -191,48 +192,66 @@ static void test_bad_links(void **state)
 	assert_int_equal(temporaries("."), 0);
 }
 
-static void test_mode_owner_xattr(void **state)
+static void test_mode_owner(void **state)
 {
 	struct pt_error err;
 	struct stat st;
 	char p[256];
-	char v[64];
-	ssize_t n;
-	bool have_xattr;
-	bool have_cap;
 
 	(void)state;
 	put("f", "old");
 	pathf(p, sizeof(p), "f");
-	have_xattr = setxattr(p, "user.origin", "hub", 3, 0) == 0;
 	if (geteuid() == 0)
 		assert_int_equal(chown(p, 65534, 65534), 0);
 	assert_int_equal(chmod(p, 02640), 0);
-	{
-		/* cap_net_raw+ep (VFS_CAP_REVISION_2): only root may set it,
-		 * and every write to a file removes it */
-		static const unsigned char cap[20] = { 1, 0, 0, 2, 0, 0x20 };
-
-		have_cap = setxattr(p, "security.capability", cap, sizeof(cap), 0) == 0;
-	}
 	assert_int_equal(replace_text("f", "new", &err), 0);
 	assert_int_equal(stat(p, &st), 0);
 	assert_int_equal(st.st_mode & 07777, 02640);
-	if (have_cap)
-		assert_int_equal(getxattr(p, "security.capability", v, sizeof(v)), 20);
-	else
-		print_message("skipped: cannot set security.capability here\n");
 	if (geteuid() == 0) {
 		assert_int_equal(st.st_uid, 65534);
 		assert_int_equal(st.st_gid, 65534);
 	}
-	if (have_xattr) {
-		n = getxattr(p, "user.origin", v, sizeof(v));
-		assert_int_equal(n, 3);
-		assert_memory_equal(v, "hub", 3);
-	} else {
-		print_message("skipped: user xattrs unsupported in /tmp\n");
-	}
+	expect_text("f", "new");
+}
+
+/* File capabilities survive the replacement (every write to a file drops
+ * them, so the new file is given them again). */
+static void test_keeps_caps(void **state)
+{
+	/* cap_net_raw+ep (VFS_CAP_REVISION_2): only root may set it */
+	static const unsigned char cap[20] = { 1, 0, 0, 2, 0, 0x20 };
+	struct pt_error err;
+	char p[256];
+	char v[64];
+
+	(void)state;
+	put("f", "old");
+	pathf(p, sizeof(p), "f");
+	if (setxattr(p, "security.capability", cap, sizeof(cap), 0) != 0)
+		PTFS_SKIP("PTFS_REQUIRE_ROOT", "cannot set security.capability "
+			  "here (%s; needs root)", strerror(errno));
+	assert_int_equal(replace_text("f", "new", &err), 0);
+	assert_int_equal(getxattr(p, "security.capability", v, sizeof(v)), 20);
+	assert_memory_equal(v, cap, sizeof(cap));
+	expect_text("f", "new");
+}
+
+/* User extended attributes are copied to the new file. */
+static void test_keeps_user_xattr(void **state)
+{
+	struct pt_error err;
+	char p[256];
+	char v[64];
+
+	(void)state;
+	put("f", "old");
+	pathf(p, sizeof(p), "f");
+	if (setxattr(p, "user.origin", "hub", 3, 0) != 0)
+		PTFS_SKIP("PTFS_REQUIRE_XATTR", "user xattrs unsupported in %s (%s)",
+			  g_dir, strerror(errno));
+	assert_int_equal(replace_text("f", "new", &err), 0);
+	assert_int_equal(getxattr(p, "user.origin", v, sizeof(v)), 3);
+	assert_memory_equal(v, "hub", 3);
 	expect_text("f", "new");
 }
 
@@ -411,7 +430,9 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_symlink_chain, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_links, setup, teardown),
-		cmocka_unit_test_setup_teardown(test_mode_owner_xattr, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_mode_owner, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_keeps_caps, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_keeps_user_xattr, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_stale, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_faults, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_copy_and_clone, setup, teardown),

@@ -43,6 +43,18 @@ try:
 except OSError:
     HAVE_FAULT = False
 
+# Remote checkpoints need libcurl at build time; a build without it says so
+# on any URL.  The remote tests are then skipped, visibly, and
+# PTFS_REQUIRE_CURL=1 (CI, which installs libcurl) makes that a failure.
+try:
+    HAVE_CURL = b"without libcurl" not in subprocess.run(
+        [PTFS, "ls", "http://127.0.0.1:1/x.pt"], capture_output=True,
+        timeout=60).stderr
+except OSError:
+    HAVE_CURL = False
+needs_curl = pytest.mark.skipif(
+    not HAVE_CURL, reason="needs libcurl: %s was built without it" % PTFS)
+
 # A skip whose reason holds one of these phrases becomes a failure when the
 # variable is 1 (CI sets them all: a green run means everything ran).
 REQUIRE = {
@@ -50,6 +62,8 @@ REQUIRE = {
     "needs root": "PTFS_REQUIRE_ROOT",
     "no fixture corpus": "PTFS_REQUIRE_FIXTURES",
     "needs a fault-injection build": "PTFS_REQUIRE_FAULT",
+    "needs torch 1.13": "PTFS_REQUIRE_PYTHON",
+    "needs libcurl": "PTFS_REQUIRE_CURL",
 }
 
 

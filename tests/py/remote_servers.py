@@ -163,7 +163,8 @@ class FaultProxy:
 
     faults: list of actions taken by the next requests, in order (one per
     request): "drop" (forward half the body, then reset), "503", "429",
-    "stall" (send nothing for stall_s), "gate" (forward once .gate is
+    "stall" (send nothing for stall_s, or until the client hangs up:
+    counted in abandoned), "gate" (forward once .gate is
     set).  delay: seconds added each way to
     every request (a round trip of 2 * delay).
     """
@@ -177,6 +178,7 @@ class FaultProxy:
         self.lock = threading.Lock()
         self.gate = threading.Event()
         self.seen = 0
+        self.abandoned = 0      # stalled requests the client hung up on
 
     def __enter__(self):
         proxy = self
@@ -233,7 +235,17 @@ class FaultProxy:
                               b"\r\nContent-Length: 0\r\nRetry-After: 0\r\n\r\n")
                     continue
                 if fault == "stall":
-                    time.sleep(self.stall_s)
+                    # send nothing; count it when the client gives up first
+                    c.settimeout(self.stall_s)
+                    try:
+                        gone = c.recv(1) == b""
+                    except socket.timeout:
+                        gone = False
+                    except OSError:
+                        gone = True
+                    if gone:
+                        with self.lock:
+                            self.abandoned += 1
                     return
                 if fault == "gate":         # held until the test opens it
                     self.gate.wait(60)

@@ -191,12 +191,13 @@ def dcp113(tmp_path_factory):
     out = str(d / "ckpt")
     ref = str(d / "ref.pt")
     os.makedirs(out)
-    try:
-        _run_py(GEN_113, out, ref)
-    except AssertionError as e:
-        if "No module named" in str(e) or "gloo" in str(e).lower():
-            pytest.skip("torch.distributed prototype unavailable: %s" % e)
-        raise
+    # The writer is torch 1.13's prototype (torch.distributed._shard
+    # .checkpoint, gloo): Debian's torch has it, so under that torch any
+    # failure to write is the test's failure.
+    if not torch.__version__.startswith("1.13."):
+        pytest.skip("needs torch 1.13: the DCP prototype writer (this is "
+                    "torch %s)" % torch.__version__)
+    _run_py(GEN_113, out, ref)
     return out, torch.load(ref)
 
 

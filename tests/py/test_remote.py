@@ -20,12 +20,9 @@ import torch
 import oracle
 import remote_servers as rs
 import test_safetensors as sts
-from conftest import PTFS, have_fuse, mounted, needs_fuse
+from conftest import PTFS, have_fuse, mounted, needs_curl, needs_fuse
 
-pytestmark = pytest.mark.skipif(
-    subprocess.run([PTFS, "ls", "http://127.0.0.1:1/x.pt"],
-                   capture_output=True).stderr.find(b"without libcurl") >= 0,
-    reason="ptfs built without libcurl")
+pytestmark = needs_curl
 
 
 def ptfs(*args, env=None, timeout=120):
@@ -242,27 +239,29 @@ def test_faults_are_retried(served, cache):
 
 def test_stalled_transfer_is_given_up_and_sent_again(served, cache):
     """A request that gets no answer is abandoned after a quarter of the
-    deadline (-o timeout=12: 3 s) and sent again, within the deadline."""
+    deadline (-o timeout=12: 3 s) and sent again, within the deadline.
+    Counted, not timed: the client hung up on the stalled request (the proxy
+    would have held it for 60 s, past the deadline), and every byte came
+    through the proxy all the same (the range sent again)."""
     n, objs, _ = served
     with rs.FaultProxy(n.port) as p:
-        p.stall_s = 30
+        p.stall_s = 60
         p.faults = [None, None, "stall"]     # the open's two, then the tensor
-        t = time.time()
         r = ptfs("cat", *o(cache, "timeout=12"), p.url("big.pt"), "w")
         assert r.returncode == 0, r.stderr
         assert r.stdout == oracle.tensor_bytes(objs["big.pt"]["w"])
-        assert 2.5 < time.time() - t < 12
         assert p.faults == []
+        assert p.abandoned == 1
 
 
 def test_deadline_gives_one_line(served, cache):
     n, _, _ = served
     with rs.FaultProxy(n.port) as p:
         p.faults = ["503"] * 1000
-        t = time.time()
         r = ptfs("ls", *o(cache, "timeout=2"), p.url("model.pt"))
         assert r.returncode == 1
-        assert time.time() - t < 20
+        # retried, and given up long before the answers ran out
+        assert 2 <= p.seen < 1000
         err = r.stderr.decode()
         assert err.count("\n") == 1 and "503" in err and "timeout=2" in err, err
 

@@ -18,13 +18,10 @@ import torch
 
 import oracle
 import remote_servers as rs
-from conftest import PTFS, mounted, needs_fuse
+from conftest import PTFS, mounted, needs_curl, needs_fuse
 from test_remote import cache, o  # noqa: F401  (the cache fixture and its -o)
 
-pytestmark = pytest.mark.skipif(
-    subprocess.run([PTFS, "ls", "http://127.0.0.1:1/x.pt"],
-                   capture_output=True).stderr.find(b"without libcurl") >= 0,
-    reason="ptfs built without libcurl")
+pytestmark = needs_curl
 
 # nginx configurations: the validators a server may give
 VALIDATORS = {
@@ -315,9 +312,10 @@ def test_refused_mid_mount_is_retried(root, cache):
 def test_stalled_server_gives_up_at_the_deadline(root, cache):
     """A server that stops answering after the open: the read fails with
     one line once -o timeout= has passed since its last byte; ptfs reports
-    its attempts (the proxy saw at least as many requests) and the time it
-    took by its own clock, within 10% of the deadline (not one stalled
-    attempt more)."""
+    its attempts (the proxy saw at least as many requests, and the client
+    hung up on every stalled one) and the time it took by its own clock, at
+    least the deadline.  Counted, not timed: a stalled attempt is given up
+    after a quarter of the deadline, so no more than four fit in it."""
     save({"w": torch.ones(4 << 20)}, os.path.join(root, "m.pt"))
     with rs.Nginx(root) as n, rs.FaultProxy(n.port) as p:
         p.stall_s = 60
@@ -327,10 +325,10 @@ def test_stalled_server_gives_up_at_the_deadline(root, cache):
         assert r.returncode == 1 and err.count("\n") == 1, err
         m = re.search(r"gave up after (\d+) attempts in ([0-9.]+) s, -o timeout=10", err)
         assert m, err
-        # retried (a stalled attempt is given up after a quarter of the
-        # deadline), each attempt one request the proxy saw
-        assert 2 <= int(m.group(1)) <= p.seen - 2, (err, p.seen)
-        assert 9.0 <= float(m.group(2)) <= 11.0, err
+        # retried, each attempt at least one request the proxy saw
+        assert 2 <= int(m.group(1)) <= min(4, p.seen - 2), (err, p.seen)
+        assert p.abandoned == p.seen - 2, (p.seen, p.abandoned)
+        assert float(m.group(2)) >= 9.0, err
 
 
 # ---- the cache is a bound ----
