@@ -2,33 +2,93 @@
 # SPDX-License-Identifier: MIT
 """Structural checks CI runs over a build tree and the sources.
 
-    contrib/check-structure.py BUILD_DIR [--max-lines N]
+    contrib/check-structure.py BUILD_DIR [--max-lines N] [--root DIR]
 
-1. Cycles between source files.  Every object file of the ptfs_core library
-   and the ptfs executable is read with nm: a file that uses (undefined
-   symbol) what another defines depends on it.  Any strongly connected
-   component of more than one file is a cycle; two files that call each
-   other are the smallest one.  The layering rule of docs/ARCHITECTURE.md
-   (no file calls a file of a higher layer) follows from this plus the
-   folder order, which is checked too: a file in a lower layer folder may
-   not depend on one in a higher folder.
-2. Function length: no function definition in core/ or fs/ is longer than
-   --max-lines lines (default 120), counted from the line that opens its
-   body to the closing brace, in the style the project uses (the opening
-   brace of a function on a line of its own, the closing one in column 0).
+1. Layers.  Every object file of the ptfs_core library, ptfs_remote and the
+   ptfs executable is read with nm: a file that uses (undefined symbol) what
+   another defines depends on it.  A strongly connected component of more
+   than one file is a cycle; a file that depends on a file of a higher
+   layer (layers(), lowest first) is an upward call; an object whose folder
+   is in no layer is an error, never skipped.
+2. Calls through function pointers, which nm cannot see.  A struct member
+   of function-pointer type declared in a header under core/ or fs/ is a
+   slot; a file that puts one of its functions into a slot (a designated
+   initializer, an assignment, or an argument of a function whose parameter
+   has the slot's typedef) provides it; a file that calls through it
+   (x->slot(...)) calls the provider.  Such a call from a lower layer into
+   a higher one must be listed in POINTER_EDGES, by table and providing
+   file, with the reason; an entry that matches nothing is an error too, so
+   the list stays true.
+3. Function length: no function in core/ or fs/, static inline functions
+   of headers included, has a body longer than --max-lines lines (default
+   120), counted from the line of its opening brace to the closing one.
+   Where functions start and end comes from universal-ctags (end: field),
+   so no brace style escapes.
 
-Prints one line per finding and a summary; exits 1 when anything is found.
+--root DIR reads the sources from DIR instead of this script's tree (the
+checker's own tests, tests/structure/).  Prints one line per finding and a
+summary; exits 1 when anything is found.
 """
 import os
 import re
 import subprocess
 import sys
 
-# Lowest first.  A file may depend on files of its own or a lower layer.
-LAYERS = ["core/base", "core/io", "core/container", "core/decode",
-          "core/fmt", "core/ckpt", "core/export", "core/view",
-          "core/remote", "fs"]
+
+def layers():
+    """The layer folders, lowest first.  A file may depend on files of its
+    own layer or a lower one."""
+    return ["core/base", "core/io", "core/container", "core/decode",
+            "core/fmt", "core/ckpt", "core/export", "core/view",
+            "core/remote", "fs"]
+
+
+# Calls from a lower layer up into a higher one through a pointer table or
+# a stored callback, allowed by name: (struct.member, or struct.* for a
+# whole table; the file, or folder/, defining the function called) -> why.
+POINTER_EDGES = {
+    ("pt_source_ops.*", "core/remote/source.c"):
+        "a remote object is one more pt_source: io reads it through the "
+        "same vtable as a local file",
+    ("pt_ckpt_host.*", "core/ckpt/ckpt.c"):
+        "formats open child checkpoints (shards, DCP blobs) through "
+        "ckpt.c's open and close",
+    ("pt_format.storage", "core/fmt/"):
+        "decode/torch.c resolves a pickle's persistent ids through the "
+        "format that opened it",
+    ("pt_ckpt.hook", "fs/mount.c"):
+        "decode/ merges uncommitted writes into views through the "
+        "daemon's storage hook",
+    ("pt_ckpt.progress", "fs/progress.c"):
+        "the progress bar of the command line, fed by the checkpoint",
+    ("pt_commit.read", "fs/"):
+        "a commit's new bytes come from its caller: a file named on the "
+        "command line, the daemon's uncommitted writes",
+    ("pt_commit.read", "core/ckpt/pending.c"):
+        "the same, for writes pending beside the checkpoint",
+    ("pt_zp_change.read", "core/fmt/zip.c"):
+        "an in-place ZIP patch reads the new bytes from the commit",
+    ("pt_zw_change.read", "core/fmt/zip.c"):
+        "a rewritten ZIP reads the new bytes from the commit",
+    ("pt_cancel.fn", "fs/mount.c"):
+        "long core loops ask whether FUSE interrupted the request",
+    ("pt_preview_src.read", "fs/view.c"):
+        "previews of a tensor read its bytes through the caller",
+    ("pt_remote_opts.log", "fs/remote.c"):
+        "the remote engine's log lines go to the daemon's log",
+}
+
 TARGETS = ("ptfs_core.dir", "ptfs_remote.dir", "ptfs.dir")
+TOPS = ("core", "fs")
+
+
+def layer_of(path):
+    """Index in layers() of the folder holding @path, or None."""
+    best = None
+    for i, layer in enumerate(layers()):
+        if path.startswith(layer + "/"):
+            best = i
+    return best
 
 
 def objects(build):
@@ -103,19 +163,17 @@ def sccs(graph):
     return out
 
 
-def layer_of(path):
-    best = None
-    for i, l in enumerate(LAYERS):
-        if path.startswith(l + "/"):
-            best = i
-    return best
-
-
-def check_cycles(build):
+def check_layers(build):
     objs = objects(build)
     if not objs:
         print(f"check-structure: no object files under {build}/CMakeFiles")
         return 1
+    unknown = 0
+    for src in sorted(objs):
+        if layer_of(src) is None:
+            unknown += 1
+            print(f"unknown folder: {src} is in no layer (layers() in "
+                  f"{os.path.basename(__file__)})")
     defs, undefs = {}, {}
     for src, obj in objs.items():
         defs[src], undefs[src] = symbols(obj)
@@ -135,51 +193,326 @@ def check_cycles(build):
             bad += 1
             print("cycle: " + " <-> ".join(comp))
     upward = 0
-    for src, deps in graph.items():
+    for src, deps in sorted(graph.items()):
         ls = layer_of(src)
         for d in sorted(deps):
             ld = layer_of(d)
             if ls is not None and ld is not None and ld > ls:
                 upward += 1
                 print(f"upward call: {src} -> {d}")
-    print(f"files: {len(objs)}; cycles: {bad}; upward calls: {upward}")
-    return 1 if bad or upward else 0
+    print(f"files: {len(objs)}; cycles: {bad}; upward calls: {upward}; "
+          f"in no layer: {unknown}")
+    return 1 if bad or upward or unknown else 0
 
 
-FUNC_START = re.compile(r"^[A-Za-z_][^;]*\)\s*$")
+# ---- calls through function pointers --------------------------------------
 
-
-def check_lengths(root, limit):
-    bad = 0
-    for top in ("core", "fs"):
+def sources(root, exts):
+    """Paths (relative to @root) of the files under core/ and fs/ ending in
+    one of @exts, sorted."""
+    out = []
+    for top in TOPS:
         for d, _dirs, files in os.walk(os.path.join(root, top)):
-            for f in sorted(files):
-                if not f.endswith(".c"):
+            for f in files:
+                if f.endswith(exts):
+                    out.append(os.path.relpath(os.path.join(d, f), root))
+    return sorted(out)
+
+
+def strip_c(text):
+    """@text with comments, string and character literals blanked (line
+    breaks kept, so offsets and line numbers still hold)."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        c = text[i]
+        if text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            out.append(re.sub(r"[^\n]", " ", text[i:j]))
+            i = j
+        elif text.startswith("//", i):
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+            out.append(" " * (j - i))
+            i = j
+        elif c in "\"'":
+            j = i + 1
+            while j < n and text[j] != c and text[j] != "\n":
+                j += 2 if text[j] == "\\" else 1
+            j = min(j + 1, n)
+            out.append(c + re.sub(r"[^\n]", " ", text[i + 1:j - 1]) + c)
+            i = j
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def matching(text, i, open_="{", close="}"):
+    """Index just past the bracket that closes the one at @i."""
+    depth = 0
+    for j in range(i, len(text)):
+        if text[j] == open_:
+            depth += 1
+        elif text[j] == close:
+            depth -= 1
+            if depth == 0:
+                return j + 1
+    return len(text)
+
+
+def split_top(text, sep):
+    """@text split at @sep outside brackets."""
+    parts, depth, start = [], 0, 0
+    for j, c in enumerate(text):
+        if c in "({[":
+            depth += 1
+        elif c in ")}]":
+            depth -= 1
+        elif c == sep and depth == 0:
+            parts.append(text[start:j])
+            start = j + 1
+    parts.append(text[start:])
+    return parts
+
+
+FP_TYPEDEF = re.compile(r"\btypedef\b[^;]*?\(\s*\*\s*(\w+)\s*\)\s*\(")
+STRUCT_DEF = re.compile(r"\bstruct\s+(\w+)\s*\{")
+FP_MEMBER = re.compile(r"\(\s*\*\s*(\w+)\s*\)\s*\(")
+PLAIN_MEMBER = re.compile(r"^\s*(?:const\s+)?(?:struct\s+)?(\w+)\s+"
+                          r"(?:const\s+)?(\**)\s*(\w+)\s*(?:\[[^]]*\])?\s*$")
+STRUCT_VAR = re.compile(r"\bstruct\s+(\w+)\s*(?:const\s+)?\**\s*"
+                        r"(?:const\s+)?(\w+)\s*[;,)=\[]")
+PROTO = re.compile(r"\b(\w+)\s*\(([^;{}()]*(?:\([^;{}]*\)[^;{}()]*)*)\)\s*;")
+
+
+class Slots:
+    """The function-pointer members of the structs in the headers."""
+
+    def __init__(self, root, headers):
+        self.slots = {}          # (struct, member) -> typedef name or None
+        self.by_member = {}      # member -> {struct}
+        self.fields = {}         # member name -> {struct it points to}
+        self.cb_params = {}      # function -> [(argument index, typedef)]
+        self.structs = set()     # every struct defined, .c files included
+        texts = {h: strip_c(read(root, h)) for h in headers}
+        fp_types = set()
+        for t in texts.values():
+            fp_types.update(FP_TYPEDEF.findall(t))
+        self.fp_types = fp_types
+        for t in texts.values():
+            for m in STRUCT_DEF.finditer(t):
+                self.structs.add(m.group(1))
+                body = t[m.end():matching(t, m.end() - 1) - 1]
+                for decl in split_top(body, ";"):
+                    self.member(m.group(1), decl)
+            for m in PROTO.finditer(t):
+                for i, par in enumerate(split_top(m.group(2), ",")):
+                    w = re.findall(r"\w+", par)
+                    if w and (w[0] in fp_types or
+                              (w[0] == "const" and len(w) > 1 and w[1] in fp_types)):
+                        ty = w[0] if w[0] != "const" else w[1]
+                        self.cb_params.setdefault(m.group(1), []).append((i, ty))
+
+    def member(self, struct, decl):
+        fp = FP_MEMBER.search(decl)
+        if fp and "(" not in decl[:fp.start()].replace("__attribute__", ""):
+            self.add(struct, fp.group(1), None)
+            return
+        pm = PLAIN_MEMBER.match(decl.replace("\n", " "))
+        if not pm:
+            return
+        ty, stars, name = pm.groups()
+        if ty in self.fp_types and not stars:
+            self.add(struct, name, ty)
+        elif "struct" in decl.split(ty)[0]:
+            self.fields.setdefault(name, set()).add(ty)
+
+    def add(self, struct, member, typedef):
+        self.slots[(struct, member)] = typedef
+        self.by_member.setdefault(member, set()).add(struct)
+
+    def resolve(self, member, receiver, local):
+        """The structs whose slot @member an access @receiver->@member may
+        be: those of @receiver's declared type when it is known (none when
+        that is a struct with no such slot: one private to a .c file),
+        else every struct with such a slot."""
+        cands = self.by_member.get(member, set())
+        types = local.get(receiver, set()) | self.fields.get(receiver, set())
+        if types & self.structs:
+            return cands & types
+        return cands
+
+
+def read(root, rel):
+    with open(os.path.join(root, rel), encoding="utf-8",
+              errors="replace") as fh:
+        return fh.read()
+
+
+def enclosing_struct(text, pos):
+    """The struct type of the initializer around @pos: `struct T x = {`,
+    `(struct T){`, or None."""
+    depth = 0
+    for j in range(pos - 1, -1, -1):
+        c = text[j]
+        if c == "}":
+            depth += 1
+        elif c == "{":
+            if depth:
+                depth -= 1
+                continue
+            before = text[max(0, j - 200):j]
+            m = re.search(r"struct\s+(\w+)[^;{}()]*=\s*$", before) or \
+                re.search(r"\(\s*(?:const\s+)?struct\s+(\w+)\s*\)\s*$", before)
+            if m:
+                return m.group(1)
+            if not re.search(r"[=,{]\s*$", before):
+                return None     # a block, not an initializer
+        elif c == ";" and depth == 0:
+            return None
+    return None
+
+
+INDEX = r"(?:\s*\[[^]]*\])?"
+CALL_VIA = re.compile(r"(\w+)" + INDEX + r"\s*(?:->|\.)\s*(\w+)\s*\(")
+SET_VIA = re.compile(r"(\w+)" + INDEX +
+                     r"\s*(?:->|\.)\s*(\w+)\s*=\s*&?\s*(\w+)\s*;")
+INIT = re.compile(r"[{,]\s*\.\s*(\w+)\s*=\s*&?\s*(\w+)\s*(?=[,}])")
+CALL = re.compile(r"\b(\w+)\s*\(")
+
+
+def pointer_uses(path, text, slots, functions):
+    """(calls, provides): the slots @path calls through, {(struct,
+    member)}, and those it fills with functions, {(struct, member,
+    function)}."""
+    local = {}
+    for m in STRUCT_VAR.finditer(text):
+        local.setdefault(m.group(2), set()).add(m.group(1))
+    calls, provides = set(), set()
+    for m in CALL_VIA.finditer(text):
+        for st in slots.resolve(m.group(2), m.group(1), local):
+            calls.add((st, m.group(2)))
+    for m in SET_VIA.finditer(text):
+        if m.group(3) in functions:
+            for st in slots.resolve(m.group(2), m.group(1), local):
+                provides.add((st, m.group(2), m.group(3)))
+    for m in INIT.finditer(text):
+        if m.group(2) not in functions:
+            continue
+        st = enclosing_struct(text, m.start() + 1)
+        if st is not None and (st, m.group(1)) in slots.slots:
+            provides.add((st, m.group(1), m.group(2)))
+        elif st is None:
+            for s in slots.by_member.get(m.group(1), ()):
+                provides.add((s, m.group(1), m.group(2)))
+    for m in CALL.finditer(text):
+        params = slots.cb_params.get(m.group(1))
+        if not params:
+            continue
+        end = matching(text, m.end() - 1, "(", ")") - 1
+        args = split_top(text[m.end():end], ",")
+        for i, ty in params:
+            fn = args[i].strip().lstrip("&").strip() if i < len(args) else ""
+            if fn in functions:
+                for key, t in slots.slots.items():
+                    if t == ty:
+                        provides.add(key + (fn,))
+    return calls, provides
+
+
+def allowed_edge(struct, member, provider):
+    for (slot, where), _why in POINTER_EDGES.items():
+        if slot in (f"{struct}.{member}", f"{struct}.*") and (
+                provider == where or
+                (where.endswith("/") and provider.startswith(where))):
+            return slot, where
+    return None
+
+
+def check_pointers(root, defined):
+    """@defined: function name -> the files defining it."""
+    files = sources(root, (".c", ".h"))
+    slots = Slots(root, [f for f in files if f.endswith(".h")])
+    slots.structs.update(*(STRUCT_DEF.findall(strip_c(read(root, f)))
+                           for f in files if f.endswith(".c")))
+    callers, providers = {}, {}
+    for f in files:
+        calls, provides = pointer_uses(f, strip_c(read(root, f)), slots,
+                                       defined)
+        for k in calls:
+            callers.setdefault(k, set()).add(f)
+        for st, member, fn in provides:
+            # the function runs where it is defined: a static one in
+            # this file, a global one in the file defining it
+            where = {f} if f in defined[fn] else defined[fn]
+            providers.setdefault((st, member), set()).update(where)
+    bad, allowed, used = 0, 0, set()
+    for key in sorted(providers):
+        for p in sorted(providers[key]):
+            lp = layer_of(p)
+            for c in sorted(callers.get(key, ())):
+                lc = layer_of(c)
+                if lp is None or lc is None or lc >= lp:
                     continue
-                path = os.path.join(d, f)
-                with open(path, encoding="utf-8", errors="replace") as fh:
-                    lines = fh.read().split("\n")
-                i = 0
-                while i < len(lines):
-                    if lines[i] == "{" and i > 0:
-                        j = i - 1
-                        while j > 0 and not FUNC_START.match(lines[j]) \
-                                and lines[j] and lines[j][0] in " \t":
-                            j -= 1
-                        head = lines[j]
-                        k = i + 1
-                        while k < len(lines) and lines[k] != "}":
-                            k += 1
-                        n = k - i + 1
-                        if n > limit and "(" in head:
-                            name = head.split("(")[0].split()[-1].lstrip("*")
-                            rel = os.path.relpath(path, root)
-                            print(f"long function: {rel}:{j + 1} {name}: "
-                                  f"{n} lines (limit {limit})")
-                            bad += 1
-                        i = k
-                    i += 1
-    print(f"functions over {limit} lines: {bad}")
+                entry = allowed_edge(key[0], key[1], p)
+                if entry:
+                    allowed += 1
+                    used.add(entry)
+                    continue
+                bad += 1
+                print(f"pointer call up: {c} -> {p} through "
+                      f"{key[0]}.{key[1]} (not in POINTER_EDGES)")
+    stale = 0
+    for slot, where in sorted(set(POINTER_EDGES) - used):
+        stale += 1
+        print(f"stale POINTER_EDGES entry: {slot} into {where} (no such "
+              f"call up any more)")
+    print(f"function-pointer slots: {len(slots.slots)}; calls up through "
+          f"them: {allowed} allowed, {bad} not; stale entries: {stale}")
+    return 1 if bad or stale else 0
+
+
+# ---- function length -------------------------------------------------------
+
+def ctags(root, files):
+    """[(file, function, first line, last line)] of the function
+    definitions in @files (universal-ctags: kind f, with end lines)."""
+    if not files:
+        return []
+    try:
+        res = subprocess.run(
+            ["ctags", "-f", "-", "--sort=no", "--language-force=C",
+             "--kinds-C=f", "--fields=+ne", *files],
+            capture_output=True, text=True, check=True, cwd=root)
+    except FileNotFoundError:
+        sys.exit("check-structure: universal-ctags is needed "
+                 "(Debian: universal-ctags; contrib/setup.sh)")
+    out = []
+    for line in res.stdout.splitlines():
+        f = line.split("\t")
+        ext = dict(x.split(":", 1) for x in f[3:] if ":" in x)
+        if "line" in ext and "end" in ext:
+            out.append((f[1], f[0], int(ext["line"]), int(ext["end"])))
+    return out
+
+
+def check_lengths(root, funcs, limit):
+    bad = 0
+    texts = {}
+    for path, name, first, last in funcs:
+        if path not in texts:
+            texts[path] = read(root, path).split("\n")
+        lines = texts[path]
+        brace = first
+        while brace <= last and "{" not in strip_c(lines[brace - 1]):
+            brace += 1
+        n = last - brace + 1
+        if n > limit:
+            print(f"long function: {path}:{first} {name}: {n} lines "
+                  f"(limit {limit})")
+            bad += 1
+    print(f"functions: {len(funcs)}; over {limit} lines: {bad}")
     return 1 if bad else 0
 
 
@@ -192,8 +525,15 @@ def main(argv):
     if "--max-lines" in argv:
         limit = int(argv[argv.index("--max-lines") + 1])
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    rc = check_cycles(build)
-    rc |= check_lengths(root, limit)
+    if "--root" in argv:
+        root = os.path.abspath(argv[argv.index("--root") + 1])
+    funcs = ctags(root, sources(root, (".c", ".h")))
+    rc = check_layers(build)
+    defined = {}
+    for path, name, _first, _last in funcs:
+        defined.setdefault(name, set()).add(path)
+    rc |= check_pointers(root, defined)
+    rc |= check_lengths(root, funcs, limit)
     return rc
 
 

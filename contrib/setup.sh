@@ -30,6 +30,7 @@ if [ ${#pkgs[@]} -eq 0 ]; then
 	pkgs=("${build[@]}" "${demo[@]}" clang libclang-rt-14-dev libarchive-dev
 	      libcmocka-dev python3-pytest attr strace man-db bsdextrautils dpkg-dev
 	      bash-completion)
+	pkgs+=(universal-ctags)                           # contrib/check-structure.py
 	pkgs+=(xfsprogs btrfs-progs util-linux)          # reflink commit tests
 	pkgs+=(libcurl4-openssl-dev nginx-light openssl)  # remote sources and their tests
 	pkgs+=(xvfb pcmanfm)                              # the file-manager test
