@@ -1,0 +1,525 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_fmt.c -- every format of core/fmt/ on corrupt input: a table per
+ * format of byte fixtures built here (truncated headers, lengths past the
+ * end, bad magic, overflowing offsets, missing records), each opened with
+ * pt_ckpt_open_mem() -- or, for the formats that are directories, from
+ * files in a temporary directory -- and checked for the exact negative
+ * errno and a message naming the problem.  Each table starts with the
+ * intact fixture, which must open, so a broken builder cannot make the
+ * failures pass.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+#include "require.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <libdeflate.h>
+
+#include "base/rd.h"
+#include "ckpt/ckpt.h"
+
+/* ---- bytes -------------------------------------------------------------- */
+
+struct tb {
+	uint8_t *p;
+	size_t len, cap;
+};
+
+static void tb_put(struct tb *b, const void *p, size_t n)
+{
+	if (b->cap - b->len < n) {
+		while (b->cap - b->len < n)
+			b->cap = b->cap ? 2 * b->cap : 256;
+		b->p = realloc(b->p, b->cap);
+		assert_non_null(b->p);
+	}
+	if (n)
+		memcpy(b->p + b->len, p, n);
+	b->len += n;
+}
+
+static void tb_str(struct tb *b, const char *s)
+{
+	tb_put(b, s, strlen(s));
+}
+
+static void tb_u8(struct tb *b, unsigned v)
+{
+	uint8_t c = (uint8_t)v;
+
+	tb_put(b, &c, 1);
+}
+
+static void tb_le(struct tb *b, uint64_t v, unsigned n)
+{
+	unsigned i;
+
+	for (i = 0; i < n; i++)
+		tb_u8(b, (unsigned)(v >> (8 * i)) & 0xff);
+}
+
+static void tb_set_le(struct tb *b, size_t at, uint64_t v, unsigned n)
+{
+	unsigned i;
+
+	assert_true(at + n <= b->len);
+	for (i = 0; i < n; i++)
+		b->p[at + i] = (uint8_t)(v >> (8 * i));
+}
+
+static void tb_free(struct tb *b)
+{
+	free(b->p);
+	memset(b, 0, sizeof(*b));
+}
+
+/* ---- pickles ---------------------------------------------------------- */
+
+static void pk_text(struct tb *b, const char *s)      /* BINUNICODE */
+{
+	tb_u8(b, 'X');
+	tb_le(b, strlen(s), 4);
+	tb_str(b, s);
+}
+
+static void pk_global(struct tb *b, const char *mod, const char *name)
+{
+	tb_u8(b, 'c');
+	tb_str(b, mod);
+	tb_u8(b, '\n');
+	tb_str(b, name);
+	tb_u8(b, '\n');
+}
+
+static void pk_int(struct tb *b, uint32_t v)
+{
+	if (v < 256) {
+		tb_u8(b, 'K');
+		tb_u8(b, v);
+	} else if (v < 65536) {
+		tb_u8(b, 'M');
+		tb_le(b, v, 2);
+	} else {
+		tb_u8(b, 'J');
+		tb_le(b, v, 4);
+	}
+}
+
+/*
+ * {"a": torch._utils._rebuild_tensor_v2(PID, @offset, (@size,), (1,),
+ * False, OrderedDict())}, PID = ('storage', torch.@type, @key, 'cpu',
+ * @numel[, None]) -- six items in the legacy format -- as protocol 2.
+ */
+static void pk_tensor_dict(struct tb *b, const char *type, const char *key,
+			   uint32_t numel, uint32_t offset, uint32_t size,
+			   bool legacy)
+{
+	tb_str(b, "\x80\x02}");
+	pk_text(b, "a");
+	pk_global(b, "torch._utils", "_rebuild_tensor_v2");
+	tb_str(b, "((");
+	pk_text(b, "storage");
+	pk_global(b, "torch", type);
+	pk_text(b, key);
+	pk_text(b, "cpu");
+	pk_int(b, numel);
+	if (legacy)
+		tb_u8(b, 'N');
+	tb_str(b, "tQ");                        /* TUPLE, BINPERSID */
+	pk_int(b, offset);
+	pk_int(b, size);
+	tb_u8(b, 0x85);                         /* TUPLE1 */
+	pk_int(b, 1);
+	tb_u8(b, 0x85);
+	tb_u8(b, 0x89);                         /* NEWFALSE */
+	pk_global(b, "collections", "OrderedDict");
+	tb_str(b, ")RtRs.");
+}
+
+/* ---- opening, and what a failure must be ------------------------------ */
+
+/* A row of a table: the fixture's knobs (per format), what must happen. */
+struct want {
+	int rc;                 /* 0: opens */
+	const char *msg;        /* in the message when rc != 0 */
+};
+
+static const uint8_t floats4[16] = { 0, 0, 0x80, 0x3f, 0, 0, 0, 0x40,
+				     0, 0, 0x40, 0x40, 0, 0, 0x80, 0x40 };
+
+/* An intact fixture holds one tensor "a": float32 [1, 2, 3, 4]. */
+static void check_a(const char *what, struct pt_ckpt *ck)
+{
+	struct pt_node *a;
+	struct pt_error err;
+	uint8_t got[32];
+	ssize_t n;
+	int rc = 0;
+
+	a = pt_tree_path(ck, "a", &rc);
+	if (!a)
+		fail_msg("%s: no tensor 'a' (%d)", what, rc);
+	pt_error_clear(&err);
+	n = pt_node_read(ck, a, got, sizeof(got), 0, &err);
+	if (n != 16 || memcmp(got, floats4, 16) != 0)
+		fail_msg("%s: 'a' reads %zd bytes (%s), not [1, 2, 3, 4]",
+			 what, n, err.msg);
+}
+
+/* Rows that did not get what they want (each printed): a table runs
+ * whole, then fails when any did. */
+static unsigned g_bad;
+
+static void check(const char *what, int rc, const struct pt_error *err,
+		  const struct want *w)
+{
+	if (rc != w->rc || (w->rc && (!strstr(err->msg, w->msg) ||
+				      strchr(err->msg, '\n')))) {
+		print_message("%s: got %d \"%s\", want %d \"%s\"\n", what, rc,
+			      rc ? err->msg : "", w->rc, w->rc ? w->msg : "");
+		g_bad++;
+	}
+}
+
+static void expect_mem(const char *what, const struct tb *b,
+		       const struct want *w)
+{
+	struct pt_ckpt_opts o;
+	struct pt_ckpt *ck = NULL;
+	struct pt_error err;
+	int rc;
+
+	pt_ckpt_opts_default(&o);
+	pt_error_clear(&err);
+	rc = pt_ckpt_open_mem(&ck, b->p, b->len, "test.pt", &o, &err);
+	check(what, rc, &err, w);
+	if (!rc && !w->rc)
+		check_a(what, ck);
+	if (rc)
+		assert_null(ck);
+	pt_ckpt_close(ck);
+}
+
+static char g_dir[64];
+
+static int rm_cb(const char *p, const struct stat *st, int flag,
+		 struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	return remove(p);
+}
+
+static int dir_setup(void **state)
+{
+	(void)state;
+	snprintf(g_dir, sizeof(g_dir), "/tmp/ptfs-fmt-XXXXXX");
+	return mkdtemp(g_dir) ? 0 : -1;
+}
+
+static int dir_teardown(void **state)
+{
+	(void)state;
+	return nftw(g_dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static void put_file(const char *rel, const void *p, size_t n)
+{
+	char path[256];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/%s", g_dir, rel);
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, p, n), (ssize_t)n);
+	assert_int_equal(close(fd), 0);
+}
+
+static void expect_path(const char *what, const char *rel,
+			const struct want *w)
+{
+	struct pt_ckpt_opts o;
+	struct pt_ckpt *ck = NULL;
+	struct pt_error err;
+	char path[256];
+	int rc;
+
+	snprintf(path, sizeof(path), "%s%s%s", g_dir, rel[0] ? "/" : "", rel);
+	pt_ckpt_opts_default(&o);
+	pt_error_clear(&err);
+	rc = pt_ckpt_open(&ck, path, &o, &err);
+	check(what, rc, &err, w);
+	if (!rc && !w->rc)
+		check_a(what, ck);
+	pt_ckpt_close(ck);
+}
+
+/* ---- ZIP archives (torch.save, TorchScript, .pt2) --------------------- */
+
+struct zrec {
+	const char *name;
+	const void *data;
+	size_t len;             /* 0 with data: strlen */
+};
+
+/* Offsets of the fields the tables break. */
+struct zlayout {
+	size_t lho[8];          /* each record's local header */
+	size_t cd[8];           /* each record's central directory entry */
+	size_t eocd;
+};
+
+/* A stored (uncompressed) ZIP of @n records, as torch writes them
+ * (without its alignment padding). */
+static void zip_build(struct tb *b, const struct zrec *r, size_t n,
+		      struct zlayout *lay)
+{
+	size_t i, cd_start;
+
+	assert_true(n <= 8);
+	for (i = 0; i < n; i++) {
+		size_t len = r[i].len ? r[i].len : strlen(r[i].data);
+		uint32_t crc = libdeflate_crc32(0, r[i].data, len);
+
+		lay->lho[i] = b->len;
+		tb_le(b, 0x04034b50, 4);
+		tb_le(b, 20, 2);                /* version needed */
+		tb_le(b, 0, 2);                 /* flags */
+		tb_le(b, 0, 2);                 /* stored */
+		tb_le(b, 0, 4);                 /* time, date */
+		tb_le(b, crc, 4);
+		tb_le(b, len, 4);
+		tb_le(b, len, 4);
+		tb_le(b, strlen(r[i].name), 2);
+		tb_le(b, 0, 2);
+		tb_str(b, r[i].name);
+		tb_put(b, r[i].data, len);
+	}
+	cd_start = b->len;
+	for (i = 0; i < n; i++) {
+		size_t len = r[i].len ? r[i].len : strlen(r[i].data);
+
+		lay->cd[i] = b->len;
+		tb_le(b, 0x02014b50, 4);
+		tb_le(b, 20, 2);
+		tb_le(b, 20, 2);
+		tb_le(b, 0, 2);
+		tb_le(b, 0, 2);
+		tb_le(b, 0, 4);
+		tb_le(b, libdeflate_crc32(0, r[i].data, len), 4);
+		tb_le(b, len, 4);
+		tb_le(b, len, 4);
+		tb_le(b, strlen(r[i].name), 2);
+		tb_le(b, 0, 2);                 /* extra */
+		tb_le(b, 0, 2);                 /* comment */
+		tb_le(b, 0, 2);                 /* disk */
+		tb_le(b, 0, 2);                 /* internal attributes */
+		tb_le(b, 0, 4);                 /* external attributes */
+		tb_le(b, lay->lho[i], 4);
+		tb_str(b, r[i].name);
+	}
+	lay->eocd = b->len;
+	tb_le(b, 0x06054b50, 4);
+	tb_le(b, 0, 4);                         /* disks */
+	tb_le(b, n, 2);
+	tb_le(b, n, 2);
+	tb_le(b, b->len - 12 - cd_start, 4);    /* CD size (before this) */
+	tb_le(b, cd_start, 4);
+	tb_le(b, 0, 2);
+}
+
+/* What a row does to an intact archive. */
+enum zbreak {
+	Z_NONE,
+	Z_TRUNC_TAIL,           /* cut @arg bytes off the end */
+	Z_MAGIC,                /* the first local header's signature */
+	Z_CD_OFFSET,            /* the EOCD's directory offset := @arg */
+	Z_CD_COUNT,             /* the EOCD's record count := @arg */
+	Z_LHO,                  /* record @rec's local header offset := @arg */
+	Z_SIZE,                 /* record @rec's sizes (CD) := @arg */
+};
+
+struct zrow {
+	const char *what;
+	enum zbreak how;
+	unsigned rec;
+	uint64_t arg;
+	struct want w;
+};
+
+static void zip_break(struct tb *b, const struct zlayout *lay,
+		      const struct zrow *r)
+{
+	switch (r->how) {
+	case Z_NONE:
+		break;
+	case Z_TRUNC_TAIL:
+		b->len -= r->arg;
+		break;
+	case Z_MAGIC:
+		tb_set_le(b, 0, 0x04034b51, 4);
+		break;
+	case Z_CD_OFFSET:
+		tb_set_le(b, lay->eocd + 16, r->arg, 4);
+		break;
+	case Z_CD_COUNT:
+		tb_set_le(b, lay->eocd + 8, r->arg, 2);
+		tb_set_le(b, lay->eocd + 10, r->arg, 2);
+		break;
+	case Z_LHO:
+		tb_set_le(b, lay->cd[r->rec] + 42, r->arg, 4);
+		break;
+	case Z_SIZE:
+		tb_set_le(b, lay->cd[r->rec] + 20, r->arg, 4);
+		tb_set_le(b, lay->cd[r->rec] + 24, r->arg, 4);
+		break;
+	}
+}
+
+static void zip_table(const struct zrec *recs, size_t n,
+		      const struct zrow *rows, size_t nrows)
+{
+	size_t i;
+
+	for (i = 0; i < nrows; i++) {
+		struct zlayout lay;
+		struct tb b = { 0 };
+
+		zip_build(&b, recs, n, &lay);
+		zip_break(&b, &lay, &rows[i]);
+		expect_mem(rows[i].what, &b, &rows[i].w);
+		tb_free(&b);
+	}
+}
+
+#define N(a) (sizeof(a) / sizeof((a)[0]))
+
+/* torch.save's zip: data.pkl with one float tensor of 4 elements in
+ * archive/data/0, the version record; the pickle's knobs per row. */
+struct zsave {
+	const char *type;       /* storage class */
+	uint32_t numel;         /* the pid's element count */
+	uint32_t offset, size;  /* the tensor's */
+	size_t data_len;        /* bytes in archive/data/0 */
+	bool no_data;           /* no archive/data/0 record */
+	const char *pickle;     /* instead of the tensor dict */
+	const char *byteorder;  /* NULL: no record */
+	struct want w;
+};
+
+static void test_zip_torch_save(void **state)
+{
+	static const struct zsave rows[] = {
+		{ "FloatStorage", 4, 0, 4, 16, false, NULL, NULL, { 0, NULL } },
+		{ "FloatStorage", 4, 0, 4, 16, false, NULL, "little", { 0, NULL } },
+		{ "FloatStorage", 4, 0, 4, 12, false, NULL, NULL, { -EBADMSG,
+		  "storage '0': record 'archive/data/0' has 12 bytes, the pickle says 16" } },
+		{ "FloatStorage", 4, 0, 4, 16, true, NULL, NULL, { -EBADMSG,
+		  "data.pkl: storage '0': record 'data/0' is missing" } },
+		{ "NoSuchStorage", 4, 0, 4, 16, false, NULL, NULL, { -ENOTSUP,
+		  "storage '0': unknown storage type torch.NoSuchStorage" } },
+		{ "FloatStorage", 4, 2, 4, 16, false, NULL, NULL, { -EBADMSG,
+		  "data.pkl: tensor of 4 elements at offset 2 reaches byte 24 of storage '0', which has 16 bytes" } },
+		{ "FloatStorage", 0x40000000, 0, 4, 16, false, NULL, NULL, { -EBADMSG,
+		  "the pickle says 4294967296" } },
+		{ "FloatStorage", 4, 0, 4, 16, false, NULL, "middle", { -EBADMSG,
+		  "byteorder record says 'middle', not little or big" } },
+		{ NULL, 0, 0, 0, 16, false, "\x80\x02K\x05", NULL, { -EBADMSG,
+		  "data.pkl: pickle: input ends at offset 4 without STOP" } },
+		{ NULL, 0, 0, 0, 16, false, "\x80\x02X\xff\xff\xff\x7f" "abc.", NULL,
+		  { -EBADMSG, "data.pkl: pickle: BINUNICODE at offset 2: length "
+		    "2147483647 past end of input (4 bytes left)" } },
+		{ NULL, 0, 0, 0, 16, false, "\x80\x02(K\x01K\x02Q.", NULL, { -EBADMSG,
+		  "persistent id is not a ('storage', type, key, location, numel) tuple" } },
+	};
+	size_t i;
+
+	(void)state;
+	g_bad = 0;
+	for (i = 0; i < N(rows); i++) {
+		const struct zsave *r = &rows[i];
+		struct tb pkl = { 0 };
+		struct zrec recs[4];
+		size_t n = 0;
+		char what[64];
+
+		if (r->pickle)
+			tb_str(&pkl, r->pickle);
+		else
+			pk_tensor_dict(&pkl, r->type, "0", r->numel, r->offset,
+				       r->size, false);
+		recs[n++] = (struct zrec){ "archive/data.pkl", pkl.p, pkl.len };
+		recs[n++] = (struct zrec){ "archive/version", "3\n", 0 };
+		if (r->byteorder)
+			recs[n++] = (struct zrec){ "archive/byteorder", r->byteorder, 0 };
+		if (!r->no_data)
+			recs[n++] = (struct zrec){ "archive/data/0", floats4, r->data_len };
+		snprintf(what, sizeof(what), "torch.save zip row %zu", i);
+		zip_table(recs, n, &(struct zrow){ what, Z_NONE, 0, 0, r->w }, 1);
+		tb_free(&pkl);
+	}
+	assert_int_equal(g_bad, 0);
+}
+
+/* The container under torch.save: the ZIP's own fields. */
+static void test_zip_container(void **state)
+{
+	static const struct zrow rows[] = {
+		{ "intact", Z_NONE, 0, 0, { 0, NULL } },
+		{ "no EOCD", Z_TRUNC_TAIL, 0, 22, { -EBADMSG,
+		  "zip: no end of central directory record in the last 470 bytes" } },
+		{ "EOCD cut short", Z_TRUNC_TAIL, 0, 5, { -EBADMSG,
+		  "zip: no end of central directory record" } },
+		{ "bad local magic", Z_MAGIC, 0, 0, { -ENOTSUP,
+		  "not a PyTorch checkpoint (unrecognised format, first bytes 51 4b 03 04)" } },
+		{ "directory past the end", Z_CD_OFFSET, 0, 0x7fffffff, { -EBADMSG,
+		  "zip: central directory at 0x7fffffff (183 bytes) beyond end of file (492 bytes)" } },
+		{ "more records than the directory", Z_CD_COUNT, 0, 9, { -EBADMSG,
+		  "zip: entry count 9 too large for a central directory of 183 bytes" } },
+		{ "local header past the end", Z_LHO, 1, 0x7ffffff0, { -EBADMSG,
+		  "zip: entry 'archive/version': local header at 0x7ffffff0 beyond end of file" } },
+		{ "local header offset wraps", Z_LHO, 1, 0xffffffff, { -EBADMSG,
+		  "zip: entry 'archive/version': size or offset 0xffffffff but no ZIP64 extra field" } },
+		{ "record past the end", Z_SIZE, 2, 0x10000000, { -EBADMSG,
+		  "zip: entry 'archive/data/0': data at 0x10f (268435456 bytes) beyond end of file" } },
+	};
+	struct tb pkl = { 0 };
+	struct zrec recs[3];
+
+	(void)state;
+	g_bad = 0;
+	pk_tensor_dict(&pkl, "FloatStorage", "0", 4, 0, 4, false);
+	recs[0] = (struct zrec){ "archive/data.pkl", pkl.p, pkl.len };
+	recs[1] = (struct zrec){ "archive/version", "3\n", 0 };
+	recs[2] = (struct zrec){ "archive/data/0", floats4, 16 };
+	zip_table(recs, 3, rows, N(rows));
+	tb_free(&pkl);
+	assert_int_equal(g_bad, 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_zip_torch_save),
+		cmocka_unit_test(test_zip_container),
+	};
+
+	(void)dir_setup;
+	(void)dir_teardown;
+	(void)put_file;
+	(void)expect_path;
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
