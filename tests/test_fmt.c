@@ -510,11 +510,184 @@ static void test_zip_container(void **state)
 	assert_int_equal(g_bad, 0);
 }
 
+/* ---- safetensors --------------------------------------------------------- */
+
+struct strow {
+	const char *header;     /* the JSON header */
+	uint64_t hlen;          /* the length field; 0: the header's */
+	size_t data;            /* data bytes after the header (of floats4 x 2) */
+	struct want w;
+};
+
+#define ST_A(offsets) "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":" offsets "}}"
+
+static void test_safetensors(void **state)
+{
+	static const uint8_t data[32] = { 0, 0, 0x80, 0x3f, 0, 0, 0, 0x40,
+					  0, 0, 0x40, 0x40, 0, 0, 0x80, 0x40 };
+	static const struct strow rows[] = {
+		{ ST_A("[0,16]"), 0, 16, { 0, NULL } },
+		{ ST_A("[0,16]"), 0, 0, { -EBADMSG,
+		  "tensor 'a': data_offsets [0, 16] outside the data section of 0 bytes" } },
+		{ ST_A("[0,32]"), 0, 16, { -EBADMSG,
+		  "tensor 'a': data_offsets [0, 32] outside the data section of 16 bytes" } },
+		{ ST_A("[16,0]"), 0, 16, { -EBADMSG,
+		  "tensor 'a': data_offsets [16, 0] outside the data section" } },
+		{ ST_A("[0,12]"), 0, 16, { -EBADMSG,
+		  "tensor 'a': data_offsets span 12 bytes, dtype and shape need 16" } },
+		{ ST_A("[0,16]"), 1000, 16, { -EBADMSG,
+		  "safetensors header of 1000 bytes runs past the end of the file (79 bytes)" } },
+		{ ST_A("[0,16]"), 0xffffffffffffff00ull, 16, { -ENOTSUP,
+		  "not a PyTorch checkpoint (unrecognised format, first bytes 00 ff ff ff)" } },
+		{ "{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,4294967296],"
+		  "\"data_offsets\":[0,16]}}", 0, 16, { -EBADMSG,
+		  "tensor 'a': element count overflows" } },
+		{ "{\"a\":{\"dtype\":\"F32\",\"shape\":[2305843009213693952],"
+		  "\"data_offsets\":[0,16]}}", 0, 16, { -EBADMSG,
+		  "tensor 'a': byte count overflows" } },
+		{ "{\"a\":{\"dtype\":\"F33\",\"shape\":[4],\"data_offsets\":[0,16]}}", 0, 16,
+		  { -EBADMSG, "tensor 'a': unknown dtype 'F33'" } },
+		{ "{\"a\":{\"dtype\":\"F32\",\"shape\":[4]}}", 0, 16, { -EBADMSG,
+		  "tensor 'a': no data_offsets" } },
+		{ "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},"
+		  "\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[16,32]}}", 0, 32,
+		  { -EBADMSG, "tensor 'a' appears twice" } },
+		{ "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]},"
+		  "\"b\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[8,24]}}", 0, 24,
+		  { -EBADMSG, "tensors 'a' and 'b' overlap (bytes 0..16 and 8..24 of the data)" } },
+		{ "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,", 0, 16,
+		  { -EBADMSG, "safetensors header: at byte 50: expected a non-negative integer" } },
+		{ "{\"a\":5}", 0, 16, { -EBADMSG,
+		  "safetensors header: at byte 5: expected an object" } },
+	};
+	size_t i;
+
+	(void)state;
+	g_bad = 0;
+	for (i = 0; i < N(rows); i++) {
+		struct tb b = { 0 };
+		char what[64];
+
+		tb_le(&b, rows[i].hlen ? rows[i].hlen : strlen(rows[i].header), 8);
+		tb_str(&b, rows[i].header);
+		tb_put(&b, data, rows[i].data);
+		snprintf(what, sizeof(what), "safetensors row %zu", i);
+		expect_mem(what, &b, &rows[i].w);
+		tb_free(&b);
+	}
+	assert_int_equal(g_bad, 0);
+}
+
+/* ---- legacy torch.save (a stream of pickles, then raw storages) --------- */
+
+struct lgrow {
+	const char *what;
+	bool bad_magic;         /* the magic number's last byte changed */
+	unsigned version;       /* 0: 1001 */
+	const char *keys;       /* the storage key list pickle; NULL: ['0'] */
+	uint64_t numel_field;   /* the storage's i64 count; 0: 4 */
+	uint32_t pid_numel;     /* 0: 4 */
+	size_t data;            /* storage bytes written */
+	size_t cut;             /* bytes cut off the end */
+	struct want w;
+};
+
+static void legacy_build(struct tb *b, const struct lgrow *r)
+{
+	static const uint8_t magic[10] = { 0x6c, 0xfc, 0x9c, 0x46, 0xf9,
+					   0x20, 0x6a, 0xa8, 0x50, 0x19 };
+
+	tb_str(b, "\x80\x02\x8a\x0a");                      /* LONG1, 10 bytes */
+	tb_put(b, magic, 9);
+	tb_u8(b, r->bad_magic ? 0x18 : 0x19);
+	tb_u8(b, '.');
+	tb_str(b, "\x80\x02");
+	pk_int(b, r->version ? r->version : 1001);
+	tb_u8(b, '.');
+	tb_str(b, "\x80\x02}(");
+	pk_text(b, "protocol_version");
+	pk_int(b, 1001);
+	pk_text(b, "little_endian");
+	tb_str(b, "\x88u.");
+	pk_tensor_dict(b, "FloatStorage", "0", r->pid_numel ? r->pid_numel : 4,
+		       0, 4, true);
+	if (r->keys) {
+		tb_str(b, r->keys);
+	} else {
+		tb_str(b, "\x80\x02]");
+		pk_text(b, "0");
+		tb_str(b, "a.");
+	}
+	tb_le(b, r->numel_field ? r->numel_field : 4, 8);
+	tb_put(b, floats4, r->data);
+	b->len -= r->cut;
+}
+
+static void test_legacy(void **state)
+{
+	static const struct lgrow rows[] = {
+		{ "intact", false, 0, NULL, 0, 0, 16, 0, { 0, NULL } },
+		{ "protocol 1000", false, 1000, NULL, 0, 0, 16, 0, { -ENOTSUP,
+		  "protocol version is not 1001" } },
+		{ "a key no pid names", false, 0, "\x80\x04]\x8c\x01" "1a.",
+		  0, 0, 16, 0, { -EBADMSG,
+		  "storage '1' is listed but no persistent id names it" } },
+		{ "key list not a list", false, 0, "\x80\x02K\x07.", 0, 0, 16, 0,
+		  { -EBADMSG, "the storage key list is not a list" } },
+		{ "count differs from the pid", false, 0, NULL, 5, 0, 16, 0,
+		  { -EBADMSG, "holds 5 elements, its persistent id says 4" } },
+		{ "storage cut short", false, 0, NULL, 0, 0, 12, 0, { -EBADMSG,
+		  "storage '0': 4 elements at offset" } },
+		{ "count cut short", false, 0, NULL, 0, 0, 0, 4, { -EBADMSG,
+		  "storage '0': element count at offset" } },
+		{ "count huge", false, 0, NULL, 0x4000000000000001ull, 0, 16, 0,
+		  { -EBADMSG, "legacy: storage '0' at offset 216 holds "
+		    "4611686018427387905 elements, its persistent id says 4" } },
+		{ "huge storage", false, 0, NULL, 0x7fffffff, 0x7fffffff, 16, 0,
+		  { -EBADMSG, "storage '0': 2147483647 elements at offset" } },
+		{ "key list cut", false, 0, NULL, 0, 0, 0, 12, { -EBADMSG,
+		  "legacy: pickle 5 (storage keys) at offset 205: pickle: "
+		  "BINUNICODE at offset 3: truncated argument (3 bytes left)" } },
+	};
+	size_t i;
+
+	(void)state;
+	g_bad = 0;
+	for (i = 0; i < N(rows); i++) {
+		struct tb b = { 0 };
+
+		legacy_build(&b, &rows[i]);
+		expect_mem(rows[i].what, &b, &rows[i].w);
+		tb_free(&b);
+	}
+	assert_int_equal(g_bad, 0);
+	{
+		/* not torch's magic number: no legacy file, but a plain
+		 * pickle (of that number) with bytes after it */
+		static const struct lgrow bad = { "bad magic", true, 0, NULL,
+						  0, 0, 16, 0, { 0, NULL } };
+		struct pt_ckpt_opts o;
+		struct pt_ckpt *ck = NULL;
+		struct pt_error err;
+		struct tb b = { 0 };
+
+		legacy_build(&b, &bad);
+		pt_ckpt_opts_default(&o);
+		assert_int_equal(pt_ckpt_open_mem(&ck, b.p, b.len, "t.pt", &o, &err), 0);
+		assert_string_equal(pt_ckpt_format(ck), "plain pickle");
+		assert_null(pt_tree_path(ck, "a", &(int){ 0 }));
+		pt_ckpt_close(ck);
+		tb_free(&b);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_zip_torch_save),
 		cmocka_unit_test(test_zip_container),
+		cmocka_unit_test(test_safetensors),
+		cmocka_unit_test(test_legacy),
 	};
 
 	(void)dir_setup;
