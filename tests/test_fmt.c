@@ -681,6 +681,143 @@ static void test_legacy(void **state)
 	}
 }
 
+/* ---- TorchScript, 2019 layout (model.json, tensors/N) ------------------- */
+
+struct tjrow {
+	const char *what;
+	const char *tensor;     /* the tensor table's one entry */
+	const char *main;       /* "mainModule": ...; NULL: parameter a */
+	size_t data;            /* bytes in model/tensors/0 */
+	struct want w;
+};
+
+#define TJ_T(x) "{\"dims\":[\"4\"],\"offset\":\"0\",\"strides\":[\"1\"]" x "}"
+#define TJ_FLOAT ",\"dataType\":\"FLOAT\""
+#define TJ_DATA ",\"data\":{\"key\":\"tensors/0\"}"
+
+static void test_torchscript_json(void **state)
+{
+	static const struct tjrow rows[] = {
+		{ "intact", TJ_T(TJ_FLOAT TJ_DATA), NULL, 16, { 0, NULL } },
+		{ "no dataType", TJ_T(TJ_DATA), NULL, 16, { -EBADMSG,
+		  "model.json: tensor 0 has no dataType" } },
+		{ "no data key", TJ_T(TJ_FLOAT), NULL, 16, { -EBADMSG,
+		  "model.json: tensor 0 has no data key" } },
+		{ "unsupported type", TJ_T(",\"dataType\":\"COMPLEX\"" TJ_DATA), NULL, 16,
+		  { -ENOTSUP, "model.json: tensor 0 has data type COMPLEX, not supported" } },
+		{ "dims and strides differ",
+		  "{\"dims\":[\"2\",\"2\"],\"offset\":\"0\",\"strides\":[\"1\"]" TJ_FLOAT TJ_DATA "}",
+		  NULL, 16, { -EBADMSG, "model.json: tensor 0 has 2 dims but 1 strides" } },
+		{ "record short", TJ_T(TJ_FLOAT TJ_DATA), NULL, 12, { -EBADMSG,
+		  "model.json: tensor 0: tensor of 4 elements at offset 0 reaches "
+		  "byte 16 of storage 'tensors/0', which has 12 bytes" } },
+		{ "offset past the record",
+		  "{\"dims\":[\"4\"],\"offset\":\"3\",\"strides\":[\"1\"]" TJ_FLOAT TJ_DATA "}",
+		  NULL, 16, { -EBADMSG, "model.json: tensor 0: tensor of 4 elements at "
+		  "offset 3 reaches byte 28 of storage 'tensors/0', which has 16 bytes" } },
+		{ "missing record",
+		  TJ_T(TJ_FLOAT ",\"data\":{\"key\":\"tensors/9\"}"), NULL, 16,
+		  { -EBADMSG, "tensor record 'tensors/9' is missing" } },
+		{ "negative dims", "{\"dims\":[\"-4\"],\"offset\":\"0\"" TJ_FLOAT TJ_DATA "}",
+		  NULL, 16, { -EBADMSG, "model.json: dims is not a non-negative integer" } },
+		{ "tensorId out of range", TJ_T(TJ_FLOAT TJ_DATA),
+		  "{\"name\":\"m\",\"parameters\":[{\"name\":\"a\",\"tensorId\":\"5\"}]}", 16,
+		  { -EBADMSG, "model.json: parameter 0 names tensor 5 of 1" } },
+		{ "parameter without a name", TJ_T(TJ_FLOAT TJ_DATA),
+		  "{\"name\":\"m\",\"parameters\":[{\"tensorId\":\"0\"}]}", 16,
+		  { -EBADMSG, "model.json: a module parameter without a name or tensorId" } },
+		{ "not JSON", "{", NULL, 16, { -EBADMSG,
+		  "model.json: at byte 101: expected a string" } },
+	};
+	size_t i;
+
+	(void)state;
+	g_bad = 0;
+	for (i = 0; i < N(rows); i++) {
+		const struct tjrow *r = &rows[i];
+		struct tb json = { 0 };
+		struct zrec recs[3];
+		struct zlayout lay;
+		struct tb b = { 0 };
+
+		tb_str(&json, "{\"protoVersion\":\"6\",\"mainModule\":");
+		tb_str(&json, r->main ? r->main :
+		       "{\"name\":\"m\",\"parameters\":[{\"name\":\"a\",\"tensorId\":\"0\"}]}");
+		tb_str(&json, ",\"tensors\":[");
+		tb_str(&json, r->tensor);
+		tb_str(&json, "]}");
+		recs[0] = (struct zrec){ "model/model.json", json.p, json.len };
+		recs[1] = (struct zrec){ "model/version", "1\n", 0 };
+		recs[2] = (struct zrec){ "model/tensors/0", floats4, r->data };
+		zip_build(&b, recs, 3, &lay);
+		expect_mem(r->what, &b, &r->w);
+		tb_free(&b);
+		tb_free(&json);
+	}
+	assert_int_equal(g_bad, 0);
+}
+
+/* ---- torch.export (.pt2) ------------------------------------------------- */
+
+struct p2row {
+	const char *what;
+	const char *format;     /* archive_format record; NULL: the 2.1-2.5
+				 * layout (serialized_exported_program.json) */
+	bool no_state;          /* no serialized_state_dict.pt */
+	bool inner_no_pickle;   /* the state dict blob has no data.pkl */
+	size_t inner_cut;       /* bytes cut off the state dict blob */
+	struct want w;
+};
+
+static void test_pt2(void **state)
+{
+	static const struct p2row rows[] = {
+		{ "intact", NULL, false, false, 0, { 0, NULL } },
+		{ "no state dict", NULL, true, false, 0, { -EBADMSG,
+		  "torch.export archive without serialized_state_dict.pt" } },
+		{ "state dict without data.pkl", NULL, false, true, 0, { -EBADMSG,
+		  "serialized_state_dict.pt: nested archive has no data.pkl" } },
+		{ "state dict cut short", NULL, false, false, 30, { -EBADMSG,
+		  "serialized_state_dict.pt (nested torch.save archive): zip: no end "
+		  "of central directory record" } },
+		{ "archive_format pt3", "pt3", false, false, 0, { -ENOTSUP,
+		  "archive_format record says 'pt3', not pt2" } },
+	};
+	size_t i;
+
+	(void)state;
+	g_bad = 0;
+	for (i = 0; i < N(rows); i++) {
+		const struct p2row *r = &rows[i];
+		struct tb pkl = { 0 }, inner = { 0 }, b = { 0 };
+		struct zrec in[3], out[3];
+		struct zlayout lay;
+		size_t n = 0;
+
+		pk_tensor_dict(&pkl, "FloatStorage", "0", 4, 0, 4, false);
+		in[0] = (struct zrec){ r->inner_no_pickle ? "sd/other.pkl" :
+				       "sd/data.pkl", pkl.p, pkl.len };
+		in[1] = (struct zrec){ "sd/version", "3\n", 0 };
+		in[2] = (struct zrec){ "sd/data/0", floats4, 16 };
+		zip_build(&inner, in, 3, &lay);
+		inner.len -= r->inner_cut;
+		if (r->format)
+			out[n++] = (struct zrec){ "m/archive_format", r->format, 0 };
+		else
+			out[n++] = (struct zrec){ "serialized_exported_program.json", "{}", 0 };
+		if (!r->no_state)
+			out[n++] = (struct zrec){ "serialized_state_dict.pt", inner.p,
+						  inner.len };
+		out[n++] = (struct zrec){ "version", "1\n", 0 };
+		zip_build(&b, out, n, &lay);
+		expect_mem(r->what, &b, &r->w);
+		tb_free(&b);
+		tb_free(&inner);
+		tb_free(&pkl);
+	}
+	assert_int_equal(g_bad, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -688,6 +825,8 @@ int main(void)
 		cmocka_unit_test(test_zip_container),
 		cmocka_unit_test(test_safetensors),
 		cmocka_unit_test(test_legacy),
+		cmocka_unit_test(test_torchscript_json),
+		cmocka_unit_test(test_pt2),
 	};
 
 	(void)dir_setup;
