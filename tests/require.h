@@ -7,7 +7,8 @@
  * prints one "skipped: WHY" line and calls cmocka's skip().  When the
  * environment variable that covers the reason is "1" (PTFS_REQUIRE_PYTHON,
  * PTFS_REQUIRE_FIXTURES, PTFS_REQUIRE_ROOT, PTFS_REQUIRE_XATTR,
- * PTFS_REQUIRE_CURL; contrib/test.sh sets those its machine must meet),
+ * PTFS_REQUIRE_CURL, PTFS_REQUIRE_LIBARCHIVE; contrib/test.sh sets those
+ * its machine must meet),
  * the same call fails the test instead, so a green CI run means every test
  * ran.  Never print "skipped" and return: that reports a pass.
  * tests/py/conftest.py does the same for pytest.  Include after <cmocka.h>.

@@ -818,6 +818,135 @@ static void test_pt2(void **state)
 	assert_int_equal(g_bad, 0);
 }
 
+/* ---- the tar container of torch <= 0.1.9 -------------------------------- */
+
+/* One ustar member: a 512-byte header, the data padded to 512. */
+static void tar_member(struct tb *b, const char *name, const void *p,
+		       size_t n, uint64_t size_field, bool bad_sum)
+{
+	uint8_t h[512];
+	unsigned sum = 0;
+	size_t i;
+
+	memset(h, 0, sizeof(h));
+	snprintf((char *)h, 100, "%s", name);
+	memcpy(h + 100, "0000644", 8);
+	memcpy(h + 108, "0000000", 8);
+	memcpy(h + 116, "0000000", 8);
+	snprintf((char *)h + 124, 12, "%011llo",
+		 (unsigned long long)(size_field ? size_field : n));
+	memcpy(h + 136, "00000000000", 12);
+	memset(h + 148, ' ', 8);
+	h[156] = '0';
+	memcpy(h + 257, "ustar", 6);
+	memcpy(h + 263, "00", 2);
+	for (i = 0; i < sizeof(h); i++)
+		sum += h[i];
+	snprintf((char *)h + 148, 8, "%06o", sum + (bad_sum ? 1 : 0));
+	h[155] = ' ';
+	tb_put(b, h, sizeof(h));
+	tb_put(b, p, n);
+	memset(h, 0, sizeof(h));
+	tb_put(b, h, (512 - n % 512) % 512);
+}
+
+struct tarrow {
+	const char *what;
+	const char *type;       /* the storage's class; NULL: FloatStorage */
+	uint64_t numel;         /* its i64 element count; 0: 4 */
+	size_t data;            /* its bytes */
+	const char *views;      /* a pickle of the views list, or NULL */
+	const char *pid;        /* what "a" names; NULL: "1" */
+	bool no_storages;       /* no storages member */
+	bool bad_sum;           /* the pickle member's header checksum */
+	uint64_t pickle_size;   /* the pickle member's size field; 0: its own */
+	struct want w;
+};
+
+static void tar_build(struct tb *b, const struct tarrow *r)
+{
+	struct tb pk = { 0 }, st = { 0 };
+
+	tar_member(b, "sys_info", "\x80\x02}.", 4, 0, false);
+	tb_str(&pk, "\x80\x02}");
+	pk_text(&pk, "a");
+	pk_text(&pk, r->pid ? r->pid : "1");
+	tb_str(&pk, "Qs.");
+	tar_member(b, "pickle", pk.p, pk.len, r->pickle_size, r->bad_sum);
+	tar_member(b, "tensors", "\x80\x02K\x00.", 5, 0, false);
+	tb_str(&st, "\x80\x02K\x01.\x80\x02");
+	pk_text(&st, "1");
+	pk_text(&st, "cpu");
+	pk_global(&st, "torch", r->type ? r->type : "FloatStorage");
+	tb_str(&st, "\x87.");                               /* TUPLE3 */
+	tb_le(&st, r->numel ? r->numel : 4, 8);
+	tb_put(&st, floats4, r->data);
+	if (r->views)
+		tb_str(&st, r->views);
+	if (!r->no_storages)
+		tar_member(b, "storages", st.p, st.len, 0, false);
+	tb_put(b, (uint8_t[1024]){ 0 }, 1024);
+	tb_free(&pk);
+	tb_free(&st);
+}
+
+static void test_tar(void **state)
+{
+	static const struct tarrow rows[] = {
+		{ "intact", NULL, 0, 16, NULL, NULL, false, false, 0, { 0, NULL } },
+		{ "no storages member", NULL, 0, 16, NULL, NULL, true, false, 0,
+		  { -ENOTSUP, "tar archive without 'pickle' and 'storages' members: "
+		    "not a torch.save checkpoint" } },
+		{ "unknown storage type", "NoStorage", 0, 16, NULL, NULL, false,
+		  false, 0, { -ENOTSUP,
+		  "tar: storage '1': unknown storage type torch.NoStorage" } },
+		{ "storage cut short", NULL, 0, 12, NULL, NULL, false, false, 0,
+		  { -EBADMSG, "tar: storage '1': 4 elements at offset 3635 run past "
+		    "the end of the member" } },
+		{ "element count overflows", NULL, 0x4000000000000001ull, 16, NULL,
+		  NULL, false, false, 0, { -EBADMSG, "tar: storage '1': "
+		  "4611686018427387905 elements at offset 3635 run past the end" } },
+		{ "pid names no storage", NULL, 0, 16, NULL, "2", false, false, 0,
+		  { -EBADMSG, "tar: persistent id '2' names no tensor or storage" } },
+		{ "views not a list", NULL, 0, 16, "\x80\x02K\x05.", NULL, false,
+		  false, 0, { -EBADMSG, "tar: storage views are not a list" } },
+		{ "view outside its storage", NULL, 0, 16,
+		  "\x80\x02](\x8c\x01v\x8c\x01" "1K\x02K\x03t" "a.", NULL, false,
+		  false, 0, { -EBADMSG, "tar: storage view 'v' lies outside storage '1'" } },
+		{ "view of a missing root", NULL, 0, 16,
+		  "\x80\x02](\x8c\x01v\x8c\x01" "9K\x01K\x01t" "a.", NULL, false,
+		  false, 0, { -EBADMSG,
+		  "tar: storage view 'v': root storage '9' is missing" } },
+		{ "header checksum", NULL, 0, 16, NULL, NULL, false, true, 0,
+		  { -EBADMSG, "tar: Damaged tar archive" } },
+		{ "member past the end", NULL, 0, 16, NULL, NULL, false, false,
+		  1u << 30, { -EBADMSG, "tar: member 'pickle' lies outside the file" } },
+	};
+	struct pt_ckpt_opts o;
+	struct pt_ckpt *ck = NULL;
+	struct pt_error err;
+	struct tb b = { 0 };
+	size_t i;
+
+	(void)state;
+	tar_build(&b, &rows[0]);
+	pt_ckpt_opts_default(&o);
+	if (pt_ckpt_open_mem(&ck, b.p, b.len, "t.tar", &o, &err) == -ENOTSUP &&
+	    strstr(err.msg, "libarchive")) {
+		tb_free(&b);
+		PTFS_SKIP("PTFS_REQUIRE_LIBARCHIVE", "%s", err.msg);
+	}
+	pt_ckpt_close(ck);
+	tb_free(&b);
+	g_bad = 0;
+	for (i = 0; i < N(rows); i++) {
+		tar_build(&b, &rows[i]);
+		expect_mem(rows[i].what, &b, &rows[i].w);
+		tb_free(&b);
+	}
+	assert_int_equal(g_bad, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -827,6 +956,7 @@ int main(void)
 		cmocka_unit_test(test_legacy),
 		cmocka_unit_test(test_torchscript_json),
 		cmocka_unit_test(test_pt2),
+		cmocka_unit_test(test_tar),
 	};
 
 	(void)dir_setup;
