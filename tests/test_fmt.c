@@ -159,7 +159,10 @@ struct want {
 static const uint8_t floats4[16] = { 0, 0, 0x80, 0x3f, 0, 0, 0, 0x40,
 				     0, 0, 0x40, 0x40, 0, 0, 0x80, 0x40 };
 
-/* An intact fixture holds one tensor "a": float32 [1, 2, 3, 4]. */
+/* An intact fixture holds one tensor "a": float32 [1, 2, 3, 4] -- or,
+ * with g_no_a, nothing at all. */
+static bool g_no_a;
+
 static void check_a(const char *what, struct pt_ckpt *ck)
 {
 	struct pt_node *a;
@@ -169,6 +172,11 @@ static void check_a(const char *what, struct pt_ckpt *ck)
 	int rc = 0;
 
 	a = pt_tree_path(ck, "a", &rc);
+	if (g_no_a) {
+		if (a)
+			fail_msg("%s: a tensor 'a' in an empty checkpoint", what);
+		return;
+	}
 	if (!a)
 		fail_msg("%s: no tensor 'a' (%d)", what, rc);
 	pt_error_clear(&err);
@@ -947,6 +955,147 @@ static void test_tar(void **state)
 	assert_int_equal(g_bad, 0);
 }
 
+/* ---- sharded checkpoints (*.index.json and the shards beside it) -------- */
+
+/* s1.safetensors, holding "a" (float32 [1, 2, 3, 4]); @hlen_bad: a header
+ * length past the end. */
+static void put_shard(const char *name, bool hlen_bad)
+{
+	const char *h = ST_A("[0,16]");
+	struct tb b = { 0 };
+
+	tb_le(&b, hlen_bad ? 4096 : strlen(h), 8);
+	tb_str(&b, h);
+	tb_put(&b, floats4, 16);
+	put_file(name, b.p, b.len);
+	tb_free(&b);
+}
+
+struct shrow {
+	const char *what;
+	const char *index;      /* the index's text */
+	bool bad_shard;         /* s1.safetensors' header runs past its end */
+	struct want w;
+};
+
+static void test_sharded(void **state)
+{
+	static const struct shrow rows[] = {
+		{ "intact", "{\"metadata\":{},\"weight_map\":{\"a\":\"s1.safetensors\"}}",
+		  false, { 0, NULL } },
+		{ "shard missing", "{\"weight_map\":{\"a\":\"s2.safetensors\"}}", false,
+		  { -ENOENT, "shard 's2.safetensors': No such file or directory" } },
+		{ "shard outside the directory",
+		  "{\"weight_map\":{\"a\":\"../s1.safetensors\"}}", false, { -EBADMSG,
+		  "index: shard '../s1.safetensors' is not a plain file name in the "
+		  "index's directory" } },
+		{ "tensor not in its shard",
+		  "{\"weight_map\":{\"a\":\"s1.safetensors\",\"b\":\"s1.safetensors\"}}",
+		  false, { -EBADMSG, "index: tensor 'b' is not in shard 's1.safetensors'" } },
+		{ "tensor listed twice",
+		  "{\"weight_map\":{\"a\":\"s1.safetensors\",\"a\":\"s1.safetensors\"}}",
+		  false, { -EBADMSG, "index: tensor 'a' appears twice in weight_map" } },
+		{ "no weight_map", "{\"metadata\":{}}", false, { -ENOTSUP,
+		  "not a PyTorch checkpoint (unrecognised format, first bytes 7b 22 6d 65)" } },
+		{ "weight_map value not a name", "{\"weight_map\":{\"a\":5}}", false,
+		  { -EBADMSG, "index: weight_map value of 'a' is not a file name" } },
+		{ "index cut short", "{\"weight_map\":{\"a\":\"s1.safe", false,
+		  { -EBADMSG, "index: at byte 27: unterminated string" } },
+		{ "corrupt shard", "{\"weight_map\":{\"a\":\"s1.safetensors\"}}", true,
+		  { -EBADMSG, "shard 's1.safetensors': safetensors header of 4096 "
+		    "bytes runs past the end of the file (79 bytes)" } },
+	};
+	static const char *const names[] = { "model.safetensors.index.json", "" };
+	size_t i, k;
+
+	(void)state;
+	g_bad = 0;
+	for (i = 0; i < N(rows); i++) {
+		put_file("model.safetensors.index.json", rows[i].index,
+			 strlen(rows[i].index));
+		put_shard("s1.safetensors", rows[i].bad_shard);
+		/* the index itself, and its directory */
+		for (k = 0; k < N(names); k++)
+			expect_path(rows[i].what, names[k], &rows[i].w);
+	}
+	assert_int_equal(g_bad, 0);
+	{
+		/* an index needs its directory: in memory, it says so */
+		struct tb b = { 0 };
+
+		tb_str(&b, rows[0].index);
+		expect_mem("index in memory", &b, &(struct want){ -ENOTSUP,
+			   "sharded index in memory: its shards are files beside "
+			   "it, open it from its directory" });
+		tb_free(&b);
+	}
+	assert_int_equal(g_bad, 0);
+}
+
+/* ---- torch.distributed.checkpoint (a directory with .metadata) ---------- */
+
+struct dcprow {
+	const char *what;
+	const char *sdm;        /* state_dict_metadata's pickle ops; NULL: {} */
+	const char *sd;         /* storage_data's; NULL: {} */
+	const char *raw;        /* the whole .metadata instead; NULL: built */
+	size_t raw_len;
+	struct want w;
+};
+
+static void dcp_build(struct tb *b, const struct dcprow *r)
+{
+	if (r->raw) {
+		tb_put(b, r->raw, r->raw_len ? r->raw_len : strlen(r->raw));
+		return;
+	}
+	tb_str(b, "\x80\x02");
+	pk_global(b, "torch.distributed.checkpoint.metadata", "Metadata");
+	tb_str(b, ")\x81}(");                   /* NEWOBJ, its state: */
+	pk_text(b, "state_dict_metadata");
+	tb_str(b, r->sdm ? r->sdm : "}");
+	pk_text(b, "storage_data");
+	tb_str(b, r->sd ? r->sd : "}");
+	tb_str(b, "ub.");                       /* SETITEMS, BUILD */
+}
+
+static void test_dcp(void **state)
+{
+	static const struct dcprow rows[] = {
+		{ "empty, intact", NULL, NULL, NULL, 0, { 0, NULL } },
+		{ "empty .metadata", NULL, NULL, "", 0, { -EBADMSG,
+		  "empty file, not a checkpoint" } },
+		{ "not a pickle", NULL, NULL, "hello", 0, { -EBADMSG,
+		  ".metadata: pickle: BINGET at offset 0: memo index 101 not set" } },
+		{ "pickle cut short", NULL, NULL, "\x80\x02}(X\x05", 0, { -EBADMSG,
+		  ".metadata: pickle: BINUNICODE at offset 4: truncated argument "
+		  "(1 bytes left)" } },
+		{ "not Metadata", NULL, NULL, "\x80\x02K\x07.", 0, { -EBADMSG,
+		  ".metadata: the pickle is a (not an object), not a "
+		  "torch.distributed.checkpoint Metadata" } },
+		{ "state_dict_metadata not a dict", "K\x05", NULL, NULL, 0,
+		  { -EBADMSG, ".metadata: state_dict_metadata is not a dict" } },
+		{ "storage_data not a dict", NULL, "K\x05", NULL, 0, { -EBADMSG,
+		  ".metadata: storage_data is not a dict" } },
+	};
+	size_t i;
+
+	(void)state;
+	g_bad = 0;
+	g_no_a = true;
+	for (i = 0; i < N(rows); i++) {
+		struct tb b = { 0 };
+
+		dcp_build(&b, &rows[i]);
+		put_file(".metadata", b.p, b.len);
+		expect_path(rows[i].what, "", &rows[i].w);
+		expect_path(rows[i].what, ".metadata", &rows[i].w);
+		tb_free(&b);
+	}
+	g_no_a = false;
+	assert_int_equal(g_bad, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -957,11 +1106,9 @@ int main(void)
 		cmocka_unit_test(test_torchscript_json),
 		cmocka_unit_test(test_pt2),
 		cmocka_unit_test(test_tar),
+		cmocka_unit_test_setup_teardown(test_sharded, dir_setup, dir_teardown),
+		cmocka_unit_test_setup_teardown(test_dcp, dir_setup, dir_teardown),
 	};
 
-	(void)dir_setup;
-	(void)dir_teardown;
-	(void)put_file;
-	(void)expect_path;
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
