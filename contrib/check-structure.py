@@ -11,14 +11,21 @@
    layer (layers(), lowest first) is an upward call; an object whose folder
    is in no layer is an error, never skipped.
 2. Calls through function pointers, which nm cannot see.  A struct member
-   of function-pointer type declared in a header under core/ or fs/ is a
-   slot; a file that puts one of its functions into a slot (a designated
-   initializer, an assignment, or an argument of a function whose parameter
-   has the slot's typedef) provides it; a file that calls through it
-   (x->slot(...)) calls the provider.  Such a call from a lower layer into
-   a higher one must be listed in POINTER_EDGES, by table and providing
-   file, with the reason; an entry that matches nothing is an error too, so
-   the list stays true.
+   of function-pointer type (written out, or a typedef of one) in core/ or
+   fs/ is a slot.  A function put into a slot -- by a designated or
+   positional initializer, an assignment, or as the argument of a function
+   whose parameter has the slot's typedef (a setter that stores it) -- is
+   called by every file that calls through the slot (x->slot(...),
+   f(...)->slot(...)).  The receiver's struct is taken from declarations
+   when they say it, else every struct with such a slot that the calling
+   file sees through its includes.  A call from a lower layer into a
+   higher one this way must be listed in POINTER_EDGES, by slot and the
+   file defining the function, with the reason; an entry that matches
+   nothing is an error, so the list stays true, and so is an initializer
+   that puts a function where this reading cannot tell the member.  Not
+   seen: a slot copied into a local variable before the call, and a
+   function pointer argument called before the call returns (a callback
+   like qsort's, which is no stored edge).
 3. Function length: no function in core/ or fs/, static inline functions
    of headers included, has a body longer than --max-lines lines (default
    120), counted from the line of its opening brace to the closing one.
@@ -76,6 +83,13 @@ POINTER_EDGES = {
         "previews of a tensor read its bytes through the caller",
     ("pt_remote_opts.log", "fs/remote.c"):
         "the remote engine's log lines go to the daemon's log",
+    ("pt_vfile.*", "core/export/vfiles.c"):
+        "the tree serves /.ptfs/export/ through the exporter that makes "
+        "those files",
+    ("pt_vfile.*", "fs/view_mount.c"):
+        "the tree serves the stat view's generated files through it",
+    ("pt_tree.pic_fn", "fs/view_mount.c"):
+        "NAME.png previews are drawn by the front end that asked for them",
 }
 
 TARGETS = ("ptfs_core.dir", "ptfs_remote.dir", "ptfs.dir")
@@ -286,33 +300,78 @@ STRUCT_VAR = re.compile(r"\bstruct\s+(\w+)\s*(?:const\s+)?\**\s*"
 PROTO = re.compile(r"\b(\w+)\s*\(([^;{}()]*(?:\([^;{}]*\)[^;{}()]*)*)\)\s*;")
 
 
-class Slots:
-    """The function-pointer members of the structs in the headers."""
+def member_names(decl):
+    """The names one member declaration declares, in order ("int a, b"
+    declares two; "int (*f)(void)" one; a nested struct or union counts
+    as one unnamed member)."""
+    fp = FP_MEMBER.search(decl)
+    if fp:
+        return [fp.group(1)]
+    if "{" in decl:
+        return [None]
+    out = []
+    for piece in split_top(decl, ","):
+        w = re.findall(r"\w+", re.sub(r"\[[^]]*\]|:\s*\w+\s*$", "", piece))
+        if w:
+            out.append(w[-1])
+    return out
 
-    def __init__(self, root, headers):
+
+class Slots:
+    """The function-pointer members (slots) of the structs of core/ and
+    fs/.  A struct defined in a .c file is private to it: its slots are
+    named "struct@file" and only that file reaches them by member (others
+    fill them through a setter whose parameter has the slot's typedef)."""
+
+    def __init__(self, root, files):
         self.slots = {}          # (struct, member) -> typedef name or None
         self.by_member = {}      # member -> {struct}
         self.fields = {}         # member name -> {struct it points to}
         self.cb_params = {}      # function -> [(argument index, typedef)]
-        self.structs = set()     # every struct defined, .c files included
-        texts = {h: strip_c(read(root, h)) for h in headers}
+        self.structs = set()     # every struct defined
+        self.private = {}        # .c file -> {its own struct names}
+        self.order = {}          # struct -> its members' names, in order
+        self.returns = {}        # function -> {struct it returns a
+                                 # pointer to} (declared in a header)
+        self.home = {}           # struct -> the header defining it
+        self.includes = {}       # file -> the files it includes
+        self._seen = {}
+        fileset = set(files)
+        for f in files:
+            self.includes[f] = [
+                c for inc in INCLUDE.findall(read(root, f))
+                for c in (os.path.normpath(os.path.join(d, inc)) for d in
+                          ("core", "fs", os.path.dirname(f), "."))
+                if c in fileset]
+        texts = {f: strip_c(read(root, f)) for f in files}
         fp_types = set()
-        for t in texts.values():
-            fp_types.update(FP_TYPEDEF.findall(t))
+        for f, t in texts.items():
+            if f.endswith(".h"):
+                fp_types.update(FP_TYPEDEF.findall(t))
         self.fp_types = fp_types
-        for t in texts.values():
+        for f, t in texts.items():
             for m in STRUCT_DEF.finditer(t):
-                self.structs.add(m.group(1))
+                name = m.group(1)
+                if f.endswith(".c"):
+                    self.private.setdefault(f, set()).add(name)
+                    name = f"{name}@{f}"
+                self.structs.add(name)
+                self.home.setdefault(name, f)
                 body = t[m.end():matching(t, m.end() - 1) - 1]
+                self.order[name] = []
                 for decl in split_top(body, ";"):
-                    self.member(m.group(1), decl)
+                    self.member(name, decl)
+                    self.order[name] += member_names(decl)
+            if not f.endswith(".h"):
+                continue
+            for m in RETURNS_STRUCT.finditer(t):
+                self.returns.setdefault(m.group(2), set()).add(m.group(1))
             for m in PROTO.finditer(t):
                 for i, par in enumerate(split_top(m.group(2), ",")):
-                    w = re.findall(r"\w+", par)
-                    if w and (w[0] in fp_types or
-                              (w[0] == "const" and len(w) > 1 and w[1] in fp_types)):
-                        ty = w[0] if w[0] != "const" else w[1]
-                        self.cb_params.setdefault(m.group(1), []).append((i, ty))
+                    w = [x for x in re.findall(r"\w+", par) if x != "const"]
+                    if w and w[0] in fp_types:
+                        self.cb_params.setdefault(m.group(1), []).append(
+                            (i, w[0]))
 
     def member(self, struct, decl):
         fp = FP_MEMBER.search(decl)
@@ -332,13 +391,38 @@ class Slots:
         self.slots[(struct, member)] = typedef
         self.by_member.setdefault(member, set()).add(struct)
 
-    def resolve(self, member, receiver, local):
-        """The structs whose slot @member an access @receiver->@member may
-        be: those of @receiver's declared type when it is known (none when
-        that is a struct with no such slot: one private to a .c file),
-        else every struct with such a slot."""
-        cands = self.by_member.get(member, set())
-        types = local.get(receiver, set()) | self.fields.get(receiver, set())
+    def name(self, struct, path):
+        """The slot name of `struct @struct` as written in @path."""
+        if struct in self.private.get(path, ()):
+            return f"{struct}@{path}"
+        return struct
+
+    def has_slots(self, struct):
+        return any(s == struct for s, _m in self.slots)
+
+    def visible(self, path):
+        """@path and every file it includes, directly or not."""
+        if path not in self._seen:
+            seen, todo = {path}, [path]
+            while todo:
+                for inc in self.includes.get(todo.pop(), ()):
+                    if inc not in seen:
+                        seen.add(inc)
+                        todo.append(inc)
+            self._seen[path] = seen
+        return self._seen[path]
+
+    def resolve(self, member, receiver, local, path):
+        """The structs whose slot @member an access @receiver->@member in
+        @path may be: those of @receiver's declared type when it is known
+        (none when that struct has no such slot), else every struct with
+        such a slot whose definition @path sees (its own, or one of the
+        headers it includes)."""
+        seen = self.visible(path)
+        cands = {s for s in self.by_member.get(member, ())
+                 if self.home.get(s) in seen}
+        types = {self.name(t, path) for t in
+                 local.get(receiver, set()) | self.fields.get(receiver, set())}
         if types & self.structs:
             return cands & types
         return cands
@@ -374,38 +458,85 @@ def enclosing_struct(text, pos):
     return None
 
 
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+RETURNS_STRUCT = re.compile(r"\bstruct\s+(\w+)\s*\*+\s*(\w+)\s*\(")
+
+
+def callee(text, close):
+    """The name of the function whose call's ')' is at @close, or ""."""
+    depth = 0
+    for j in range(close, -1, -1):
+        if text[j] == ")":
+            depth += 1
+        elif text[j] == "(":
+            depth -= 1
+            if depth == 0:
+                m = re.search(r"(\w+)\s*$", text[:j])
+                return m.group(1) if m else ""
+    return ""
+
+
 INDEX = r"(?:\s*\[[^]]*\])?"
-CALL_VIA = re.compile(r"(\w+)" + INDEX + r"\s*(?:->|\.)\s*(\w+)\s*\(")
+CALL_VIA = re.compile(r"(\w+|\))" + INDEX + r"\s*(?:->|\.)\s*(\w+)\s*\(")
 SET_VIA = re.compile(r"(\w+)" + INDEX +
                      r"\s*(?:->|\.)\s*(\w+)\s*=\s*&?\s*(\w+)\s*;")
 INIT = re.compile(r"[{,]\s*\.\s*(\w+)\s*=\s*&?\s*(\w+)\s*(?=[,}])")
 CALL = re.compile(r"\b(\w+)\s*\(")
+INIT_START = re.compile(r"\bstruct\s+(\w+)[^;{}()]*=\s*\{|"
+                        r"\(\s*(?:const\s+)?struct\s+(\w+)\s*\)\s*\{")
 
 
 def pointer_uses(path, text, slots, functions):
-    """(calls, provides): the slots @path calls through, {(struct,
-    member)}, and those it fills with functions, {(struct, member,
-    function)}."""
+    """(calls, provides, unread): the slots @path calls through,
+    {(struct, member)}; those it fills with functions, {(struct, member,
+    function)}, by designated or positional initializers, assignments and
+    setters; and functions put into a struct with slots where this
+    reading cannot tell which member takes them, {(struct, function)}."""
     local = {}
     for m in STRUCT_VAR.finditer(text):
         local.setdefault(m.group(2), set()).add(m.group(1))
-    calls, provides = set(), set()
+    for m in RETURNS_STRUCT.finditer(text):
+        local.setdefault(m.group(2) + "()", set()).add(m.group(1))
+    for name, types in slots.returns.items():
+        local.setdefault(name + "()", set()).update(types)
+    calls, provides, positional = set(), set(), set()
     for m in CALL_VIA.finditer(text):
-        for st in slots.resolve(m.group(2), m.group(1), local):
+        receiver = m.group(1)
+        if receiver == ")":
+            # f(...)->member(...): the type f returns
+            receiver = callee(text, m.start(1)) + "()"
+        for st in slots.resolve(m.group(2), receiver, local, path):
             calls.add((st, m.group(2)))
     for m in SET_VIA.finditer(text):
         if m.group(3) in functions:
-            for st in slots.resolve(m.group(2), m.group(1), local):
+            for st in slots.resolve(m.group(2), m.group(1), local, path):
                 provides.add((st, m.group(2), m.group(3)))
     for m in INIT.finditer(text):
         if m.group(2) not in functions:
             continue
         st = enclosing_struct(text, m.start() + 1)
+        st = slots.name(st, path) if st else None
         if st is not None and (st, m.group(1)) in slots.slots:
             provides.add((st, m.group(1), m.group(2)))
         elif st is None:
-            for s in slots.by_member.get(m.group(1), ()):
+            for s in slots.resolve(m.group(1), "", {}, path):
                 provides.add((s, m.group(1), m.group(2)))
+    for m in INIT_START.finditer(text):
+        # { a, f, g }: the i-th item fills the i-th member
+        st = slots.name(m.group(1) or m.group(2), path)
+        if not slots.has_slots(st):
+            continue
+        body = text[m.end():matching(text, m.end() - 1) - 1]
+        items = [x.strip() for x in split_top(body, ",")]
+        order = slots.order.get(st, [])
+        for i, item in enumerate(items):
+            fn = item.lstrip("&").strip()
+            if fn not in functions:
+                continue
+            if i >= len(order) or any(x.startswith(".") for x in items):
+                positional.add((st, fn))
+            elif (st, order[i]) in slots.slots:
+                provides.add((st, order[i], fn))
     for m in CALL.finditer(text):
         params = slots.cb_params.get(m.group(1))
         if not params:
@@ -418,7 +549,7 @@ def pointer_uses(path, text, slots, functions):
                 for key, t in slots.slots.items():
                     if t == ty:
                         provides.add(key + (fn,))
-    return calls, provides
+    return calls, provides, positional
 
 
 def allowed_edge(struct, member, provider):
@@ -433,13 +564,16 @@ def allowed_edge(struct, member, provider):
 def check_pointers(root, defined):
     """@defined: function name -> the files defining it."""
     files = sources(root, (".c", ".h"))
-    slots = Slots(root, [f for f in files if f.endswith(".h")])
-    slots.structs.update(*(STRUCT_DEF.findall(strip_c(read(root, f)))
-                           for f in files if f.endswith(".c")))
+    slots = Slots(root, files)
     callers, providers = {}, {}
+    unseen = 0
     for f in files:
-        calls, provides = pointer_uses(f, strip_c(read(root, f)), slots,
-                                       defined)
+        calls, provides, positional = pointer_uses(
+            f, strip_c(read(root, f)), slots, defined)
+        for st, fn in sorted(positional):
+            unseen += 1
+            print(f"unreadable initializer: {f}: which member of struct "
+                  f"{st.split('@')[0]} takes {fn}? (write .member = {fn})")
         for k in calls:
             callers.setdefault(k, set()).add(f)
         for st, member, fn in provides:
@@ -455,22 +589,23 @@ def check_pointers(root, defined):
                 lc = layer_of(c)
                 if lp is None or lc is None or lc >= lp:
                     continue
-                entry = allowed_edge(key[0], key[1], p)
+                entry = allowed_edge(key[0].split("@")[0], key[1], p)
                 if entry:
                     allowed += 1
                     used.add(entry)
                     continue
                 bad += 1
                 print(f"pointer call up: {c} -> {p} through "
-                      f"{key[0]}.{key[1]} (not in POINTER_EDGES)")
+                      f"{key[0].split('@')[0]}.{key[1]} (not in POINTER_EDGES)")
     stale = 0
     for slot, where in sorted(set(POINTER_EDGES) - used):
         stale += 1
         print(f"stale POINTER_EDGES entry: {slot} into {where} (no such "
               f"call up any more)")
     print(f"function-pointer slots: {len(slots.slots)}; calls up through "
-          f"them: {allowed} allowed, {bad} not; stale entries: {stale}")
-    return 1 if bad or stale else 0
+          f"them: {allowed} allowed, {bad} not; stale entries: {stale}; "
+          f"unreadable initializers: {unseen}")
+    return 1 if bad or stale or unseen else 0
 
 
 # ---- function length -------------------------------------------------------

@@ -11,6 +11,7 @@ import contextlib
 import importlib.util
 import io
 import os
+import re
 import subprocess
 import textwrap
 
@@ -239,6 +240,77 @@ def test_private_struct_with_same_member_is_not_a_slot(tmp_path):
 
         	(void)unused;
         	return p->f();
+        }
+        """
+    rc, out = tree(tmp_path, files)
+    assert rc == 0, out
+
+
+def test_positional_initializer_is_read(tmp_path):
+    """{ "u", g } fills the second member, f: the same call up."""
+    files = dict(TABLE)
+    files["core/io/u.c"] = re.sub(r'\.name = "u",\s*\.f = g,', '"u", g',
+                                  files["core/io/u.c"])
+    assert '"u", g' in files["core/io/u.c"]
+    rc, out = tree(tmp_path, files)
+    assert rc == 1
+    assert "pointer call up: core/base/t.c -> core/io/u.c through tbl.f" in out
+
+
+def test_unreadable_initializer_fails(tmp_path):
+    """A function in an initializer that mixes positions and names (or has
+    more items than the struct members) cannot be placed: an error."""
+    files = dict(TABLE)
+    files["core/io/u.c"] = re.sub(r'\.name = "u",\s*\.f = g,',
+                                  '.name = "u", g', files["core/io/u.c"])
+    assert '.name = "u", g' in files["core/io/u.c"]
+    rc, out = tree(tmp_path, files)
+    assert rc == 1
+    assert "unreadable initializer: core/io/u.c: which member of struct tbl takes g?" in out
+
+
+def test_call_through_a_returned_pointer(tmp_path):
+    """get()->f(): the receiver's type is what get() returns."""
+    files = dict(TABLE)
+    files["core/base/t.h"] += "const struct tbl *get(void);\n"
+    files["core/base/t.c"] = """\
+        #include "base/t.h"
+        extern const struct tbl u_tbl;
+        const struct tbl *get(void)
+        {
+        	return &u_tbl;
+        }
+        int call(const struct tbl *p)
+        {
+        	(void)p;
+        	return get()->f();
+        }
+        """
+    rc, out = tree(tmp_path, files)
+    assert rc == 1
+    assert "pointer call up: core/base/t.c -> core/io/u.c through tbl.f" in out
+
+
+def test_slot_in_a_header_not_included_is_not_called(tmp_path):
+    """(cast)->f() with the receiver's type unknown here: only structs
+    whose definition the file sees (its own, its includes) are
+    candidates, not tbl of a header it does not include."""
+    files = dict(TABLE)
+    files["core/base/t.c"] = """\
+        #include "base/t.h"
+        int call(const struct tbl *p)
+        {
+        	return p->name != 0;
+        }
+        """
+    files["core/base/w.c"] = """\
+        struct job {
+        	int (*f)(void);
+        };
+        int w(void *p);
+        int w(void *p)
+        {
+        	return ((struct job *)p)->f();
         }
         """
     rc, out = tree(tmp_path, files)
