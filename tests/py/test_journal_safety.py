@@ -203,17 +203,10 @@ def test_real_journal_read_only_refuses(tmp_path):
     assert sorted(os.listdir(str(tmp_path))) == ["model.pt", "model.pt.ptfs-journal"]
 
 
-def have_recover():
-    r = run("--help")
-    return b"ptfs recover" in r.stdout + r.stderr
-
-
 def test_recover_sets_forgery_aside(sticky_dir):
     """`ptfs recover` (it may write) as root: the forgery is renamed aside,
     never applied, never deleted; one line says so."""
     need_root()
-    if not have_recover():
-        pytest.skip("this ptfs has no 'recover' command yet")
     ck = root_checkpoint(sticky_dir)
     j = ck + ".ptfs-journal"
     r = as_nobody(PLANT, j, input=forge(ck, 1000, b"\x41" * 700))
@@ -233,8 +226,6 @@ def test_recover_leaves_resaved_checkpoint(tmp_path):
     """Killed half-way, then torch.save to the same path (same inode, same
     size): `ptfs recover` does not roll the newer file back; it sets the
     journal aside and says another program wrote the checkpoint."""
-    if not have_recover():
-        pytest.skip("this ptfs has no 'recover' command yet")
     ck = str(tmp_path / "model.pt")
     torch.save({"w": torch.arange(3072, dtype=torch.int32)}, ck)
     new = torch.full((3072,), 7, dtype=torch.int32).numpy().tobytes()
