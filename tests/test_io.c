@@ -141,7 +141,7 @@ static void test_sub_ranges(void **state)
 		{ 1, UINT64_MAX, "blob: bytes [1, +18446744073709551615) lie beyond" },
 		{ UINT64_MAX, 2, "lie beyond the end of mem" },
 	};
-	struct pt_source *s, *sub, *inner;
+	struct pt_source *s, *sub, *inner, *sib;
 	struct pt_error err;
 	char buf[8];
 	size_t i;
@@ -171,9 +171,11 @@ static void test_sub_ranges(void **state)
 	assert_memory_equal(buf, "89ab", 4);
 	/* a sub-range of memory has no siblings either */
 	pt_error_clear(&err);
-	expect_fail(pt_source_open_sibling(inner, "x", &sub, &err), &err,
+	expect_fail(pt_source_open_sibling(inner, "x", &sib, &err), &err,
 		    -ENOTSUP, "mem: has no files beside it");
+	assert_null(sib);
 	pt_source_close(inner);
+	pt_source_close(sub);
 	pt_source_close(s);
 }
 

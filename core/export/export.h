@@ -151,10 +151,11 @@ struct pt_xout {
 	bool nosync;            /* no fsync before the rename */
 };
 
-/* Create the temporary file for @path (mode 0644 less umask). */
+/* Create the temporary file for @path (mode 0644 less umask).  On failure
+ * @o holds nothing (pt_xout_abort() is then harmless, not needed). */
 int pt_xout_open(struct pt_xout *o, const char *path, struct pt_error *err);
 /* Create @path itself (O_EXCL), for files inside a temporary directory;
- * pt_xout_commit() then only closes it. */
+ * pt_xout_commit() then only closes it.  On failure as pt_xout_open(). */
 int pt_xout_create(struct pt_xout *o, const char *path, struct pt_error *err);
 int pt_xout_write(struct pt_xout *o, const void *p, size_t n,
 		  struct pt_error *err);

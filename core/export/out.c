@@ -72,6 +72,7 @@ int pt_xout_open(struct pt_xout *o, const char *path, struct pt_error *err)
 	if (!dcopy || !bcopy || !o->path) {
 		free(dcopy);
 		free(bcopy);
+		pt_xout_abort(o);
 		return pt_fail(err, -ENOMEM, "out of memory");
 	}
 	len = strlen(path) + 32;
@@ -81,13 +82,16 @@ int pt_xout_open(struct pt_xout *o, const char *path, struct pt_error *err)
 			 basename(bcopy));
 	free(dcopy);
 	free(bcopy);
-	if (!o->tmp)
+	if (!o->tmp) {
+		pt_xout_abort(o);
 		return pt_fail(err, -ENOMEM, "out of memory");
+	}
 	o->fd = mkostemp(o->tmp, O_CLOEXEC);
 	if (o->fd < 0) {
 		e = errno;
 		free(o->tmp);
 		o->tmp = NULL;
+		pt_xout_abort(o);
 		return pt_fail(err, -e, "%s: %s", path, strerror(e));
 	}
 	/* the name is the one a killed commit leaves (replace.h): the lock
@@ -113,6 +117,7 @@ int pt_xout_create(struct pt_xout *o, const char *path, struct pt_error *err)
 	o->fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
 	if (o->fd < 0) {
 		e = errno;
+		pt_xout_abort(o);
 		return pt_fail(err, -e, "%s: %s", path, strerror(e));
 	}
 	return 0;
