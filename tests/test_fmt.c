@@ -1096,6 +1096,92 @@ static void test_dcp(void **state)
 	assert_int_equal(g_bad, 0);
 }
 
+/* ---- plain pickles (pickle.dump; storages as _load_from_bytes blobs) ---- */
+
+struct plrow {
+	const char *what;
+	const char *arg;        /* the call's argument ops; NULL: the blob */
+	const char *obj;        /* the blob's object pickle; NULL: the pid */
+	size_t data;            /* the blob's storage bytes */
+	size_t cut;             /* bytes cut off the end of the file */
+	struct want w;
+};
+
+/* A legacy stream (as torch.save wrote into _load_from_bytes) holding one
+ * FloatStorage of 4 elements with @data of its bytes, or @obj and no
+ * storages. */
+static void blob_build(struct tb *b, const struct plrow *r)
+{
+	static const uint8_t magic[10] = { 0x6c, 0xfc, 0x9c, 0x46, 0xf9,
+					   0x20, 0x6a, 0xa8, 0x50, 0x19 };
+
+	tb_str(b, "\x80\x02\x8a\x0a");
+	tb_put(b, magic, 10);
+	tb_u8(b, '.');
+	tb_str(b, "\x80\x02M\xe9\x03.");
+	tb_str(b, "\x80\x02}.");
+	if (r->obj) {
+		tb_str(b, r->obj);
+		tb_str(b, "\x80\x02].");               /* no storages */
+		return;
+	}
+	tb_str(b, "\x80\x02(");
+	pk_text(b, "storage");
+	pk_global(b, "torch", "FloatStorage");
+	pk_text(b, "0");
+	pk_text(b, "cpu");
+	pk_int(b, 4);
+	tb_str(b, "NtQ.");
+	tb_str(b, "\x80\x04]\x8c\x01" "0a.");
+	tb_le(b, 4, 8);
+	tb_put(b, floats4, r->data);
+}
+
+static void test_plain_pickle(void **state)
+{
+	static const struct plrow rows[] = {
+		{ "intact", NULL, NULL, 16, 0, { 0, NULL } },
+		{ "argument not bytes", "K\x05", NULL, 16, 0, { -EBADMSG,
+		  "torch.storage._load_from_bytes: argument is not bytes" } },
+		{ "blob not a storage", NULL, "\x80\x02K\x07.", 16, 0, { -ENOTSUP,
+		  "torch.storage._load_from_bytes: the embedded object is not a storage" } },
+		{ "blob cut short", NULL, NULL, 12, 0, { -EBADMSG,
+		  "_load_from_bytes: storage '0': 4 elements at offset 96 run past "
+		  "the end (108 bytes)" } },
+		{ "blob not a stream", "C\x05hello", NULL, 16, 0, { -EBADMSG,
+		  "_load_from_bytes: pickle 1 (magic number) at offset 0: pickle: "
+		  "BINGET at offset 0: memo index 101 not set" } },
+		{ "pickle cut short", NULL, NULL, 16, 3, { -EBADMSG,
+		  "plain pickle: pickle: input ends at offset 159 without STOP" } },
+	};
+	size_t i;
+
+	(void)state;
+	g_bad = 0;
+	for (i = 0; i < N(rows); i++) {
+		const struct plrow *r = &rows[i];
+		struct tb blob = { 0 }, b = { 0 };
+
+		tb_str(&b, "\x80\x03}");
+		pk_text(&b, "a");
+		pk_global(&b, "torch.storage", "_load_from_bytes");
+		if (r->arg) {
+			tb_str(&b, r->arg);
+		} else {
+			blob_build(&blob, r);
+			tb_u8(&b, 'B');                 /* BINBYTES */
+			tb_le(&b, blob.len, 4);
+			tb_put(&b, blob.p, blob.len);
+		}
+		tb_str(&b, "\x85Rs.");
+		b.len -= r->cut;
+		expect_mem(r->what, &b, &r->w);
+		tb_free(&b);
+		tb_free(&blob);
+	}
+	assert_int_equal(g_bad, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1103,6 +1189,7 @@ int main(void)
 		cmocka_unit_test(test_zip_container),
 		cmocka_unit_test(test_safetensors),
 		cmocka_unit_test(test_legacy),
+		cmocka_unit_test(test_plain_pickle),
 		cmocka_unit_test(test_torchscript_json),
 		cmocka_unit_test(test_pt2),
 		cmocka_unit_test(test_tar),
