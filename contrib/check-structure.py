@@ -8,8 +8,8 @@
    ptfs executable is read with nm: a file that uses (undefined symbol) what
    another defines depends on it.  A strongly connected component of more
    than one file is a cycle; a file that depends on a file of a higher
-   layer (layers(), lowest first) is an upward call; an object whose folder
-   is in no layer is an error, never skipped.
+   layer (layers(), lowest first) is an upward call; an object or source
+   file (.c, .h) whose folder is in no layer is an error, never skipped.
 2. Calls through function pointers, which nm cannot see.  A struct member
    of function-pointer type (written out, or a typedef of one) in core/ or
    fs/ is a slot.  A function put into a slot -- by a designated or
@@ -177,13 +177,15 @@ def sccs(graph):
     return out
 
 
-def check_layers(build):
+def check_layers(build, root):
     objs = objects(build)
     if not objs:
         print(f"check-structure: no object files under {build}/CMakeFiles")
         return 1
     unknown = 0
-    for src in sorted(objs):
+    # the objects, and the sources of this tree (headers, files this build
+    # left out)
+    for src in sorted(set(objs) | set(sources(root, (".c", ".h")))):
         if layer_of(src) is None:
             unknown += 1
             print(f"unknown folder: {src} is in no layer (layers() in "
@@ -663,7 +665,7 @@ def main(argv):
     if "--root" in argv:
         root = os.path.abspath(argv[argv.index("--root") + 1])
     funcs = ctags(root, sources(root, (".c", ".h")))
-    rc = check_layers(build)
+    rc = check_layers(build, root)
     defined = {}
     for path, name, _first, _last in funcs:
         defined.setdefault(name, set()).add(path)

@@ -90,6 +90,12 @@ def test_object_in_no_layer(tmp_path):
     assert "unknown folder: core/zzz/c.c" in out
 
 
+def test_header_in_no_layer(tmp_path):
+    rc, out = tree(tmp_path, dict(BASE, **{"core/zzz/h.h": "int h(void);\n"}))
+    assert rc == 1
+    assert "unknown folder: core/zzz/h.h" in out
+
+
 def long_body(n):
     return "".join("\tv += %d;\n" % i for i in range(n))
 
