@@ -63,7 +63,7 @@ POINTER_EDGES = {
     ("pt_format.storage", "core/fmt/"):
         "decode/torch.c resolves a pickle's persistent ids through the "
         "format that opened it",
-    ("pt_ckpt.hook", "fs/mount.c"):
+    ("pt_ckpt.hook", "fs/mount_main.c"):
         "decode/ merges uncommitted writes into views through the "
         "daemon's storage hook",
     ("pt_ckpt.progress", "fs/progress.c"):
