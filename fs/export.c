@@ -3,13 +3,13 @@
  * export.c -- `ptfs tree --json` and `ptfs export`: the CLI side of the
  * exporters in core/export/ (argument parsing, messages).
  */
-#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/units.h"
 #include "ckpt/ckpt.h"
 #include "export/export.h"
 #include "progress.h"
@@ -86,32 +86,6 @@ int ptfs_cmd_tree(int argc, char **argv, const struct pt_ckpt_opts *o)
 	return rc;
 }
 
-/* "5GB" (10^9), "500MiB" (2^20), "1000000" bytes; 0 when malformed. */
-static uint64_t parse_size(const char *s)
-{
-	static const struct { const char *sfx; uint64_t mul; } u[] = {
-		{ "", 1 }, { "B", 1 }, { "K", 1000 }, { "KB", 1000 },
-		{ "M", 1000000 }, { "MB", 1000000 }, { "G", 1000000000 },
-		{ "GB", 1000000000 }, { "T", 1000000000000ull },
-		{ "TB", 1000000000000ull }, { "KiB", 1ull << 10 },
-		{ "MiB", 1ull << 20 }, { "GiB", 1ull << 30 }, { "TiB", 1ull << 40 },
-	};
-	char *end;
-	unsigned long long v;
-	size_t i;
-
-	if (!isdigit((unsigned char)s[0]))
-		return 0;
-	errno = 0;
-	v = strtoull(s, &end, 10);
-	if (errno)
-		return 0;
-	for (i = 0; i < sizeof(u) / sizeof(u[0]); i++)
-		if (strcasecmp(end, u[i].sfx) == 0)
-			return v > UINT64_MAX / u[i].mul ? 0 : v * u[i].mul;
-	return 0;
-}
-
 static void print_notes(const struct pt_buf *notes)
 {
 	const char *p = notes->p, *nl;
@@ -143,9 +117,9 @@ static int export_args(int argc, char **argv, struct pt_export_opts *xo,
 				return ptfs_usage_error("export", "--to takes safetensors, pt or npy, not '%s'", v);
 			break;
 		case 1:
-			xo->shard_size = parse_size(v);
-			if (!xo->shard_size)
-				return ptfs_usage_error("export", "--shard-size takes a size (5GB, 500MiB, bytes), not '%s'", v);
+			if (pt_parse_size(v, &xo->shard_size) != 0 || !xo->shard_size)
+				return ptfs_usage_error("export", "--shard-size takes a size above 0 (%s), not '%s'",
+							PT_SIZE_SYNTAX, v);
 			break;
 		case 2:
 			xo->skip_unsupported = true;

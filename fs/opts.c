@@ -5,6 +5,7 @@
  */
 #include "opts.h"
 
+#include "base/units.h"
 #include "container/journal.h"
 
 #include <errno.h>
@@ -14,26 +15,27 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define LIMIT(name, max) { #name, offsetof(struct pt_limits, name), \
-			   sizeof(((struct pt_limits *)0)->name), max }
+#define LIMIT(name, max, bytes) { #name, offsetof(struct pt_limits, name), \
+				  sizeof(((struct pt_limits *)0)->name), max, bytes }
 
 static const struct limit_opt {
 	const char *name;
 	size_t off;             /* in struct pt_limits */
 	size_t size;            /* 4 or 8 bytes */
 	uint64_t max;
+	bool bytes;             /* a size (base/units.h), else a count */
 } limit_opts[] = {
-	LIMIT(max_records, UINT64_MAX),
-	LIMIT(max_pickle_bytes, UINT64_MAX),
-	LIMIT(max_inflate_bytes, UINT64_MAX),
-	LIMIT(max_values, UINT64_MAX),
-	LIMIT(max_memo, UINT64_MAX),
-	LIMIT(max_memory, UINT64_MAX),
-	LIMIT(max_depth, UINT32_MAX),
-	LIMIT(max_rank, UINT32_MAX),
-	LIMIT(max_dir_entries, UINT64_MAX),
-	LIMIT(max_walk_entries, UINT64_MAX),
-	LIMIT(max_walk_bytes, UINT64_MAX),
+	LIMIT(max_records, UINT64_MAX, false),
+	LIMIT(max_pickle_bytes, UINT64_MAX, true),
+	LIMIT(max_inflate_bytes, UINT64_MAX, true),
+	LIMIT(max_values, UINT64_MAX, false),
+	LIMIT(max_memo, UINT64_MAX, false),
+	LIMIT(max_memory, UINT64_MAX, true),
+	LIMIT(max_depth, UINT32_MAX, false),
+	LIMIT(max_rank, UINT32_MAX, false),
+	LIMIT(max_dir_entries, UINT64_MAX, false),
+	LIMIT(max_walk_entries, UINT64_MAX, false),
+	LIMIT(max_walk_bytes, UINT64_MAX, true),
 };
 
 /* A positive decimal number <= @max, or false. */
@@ -50,6 +52,25 @@ static bool parse_count(const char *s, uint64_t max, uint64_t *out)
 		return false;
 	*out = v;
 	return true;
+}
+
+/* A cap from @s, a size for the byte caps, else a count; or false after
+ * one line naming the option. */
+static bool parse_limit(const struct limit_opt *l, const char *opt,
+			const char *s, uint64_t *out)
+{
+	if (!l->bytes) {
+		if (s && parse_count(s, l->max, out))
+			return true;
+		fprintf(stderr, "ptfs: bad option '%s': %s takes a number from 1 to %llu\n",
+			opt, l->name, (unsigned long long)l->max);
+		return false;
+	}
+	if (s && pt_parse_size(s, out) == 0 && *out > 0 && *out <= l->max)
+		return true;
+	fprintf(stderr, "ptfs: bad option '%s': %s takes a size above 0 (%s)\n",
+		opt, l->name, PT_SIZE_SYNTAX);
+	return false;
 }
 
 int ptfs_opt_apply(struct pt_ckpt_opts *o, const char *opt)
@@ -77,11 +98,8 @@ int ptfs_opt_apply(struct pt_ckpt_opts *o, const char *opt)
 
 		if (strlen(l->name) != nlen || strncmp(opt, l->name, nlen) != 0)
 			continue;
-		if (!eq || !parse_count(eq + 1, l->max, &v)) {
-			fprintf(stderr, "ptfs: bad option '%s': %s takes a number from 1 to %llu\n",
-				opt, l->name, (unsigned long long)l->max);
+		if (!parse_limit(l, opt, eq ? eq + 1 : NULL, &v))
 			return -1;
-		}
 		if (l->size == sizeof(uint32_t)) {
 			uint32_t v32 = (uint32_t)v;
 			memcpy(field, &v32, sizeof(v32));

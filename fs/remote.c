@@ -7,12 +7,14 @@
  */
 #include "ptfs.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <fuse_lowlevel.h>
 
+#include "base/units.h"
 #include "base/url.h"
 #include "ckpt/ckpt.h"
 #include "ckpt/pending.h"
@@ -92,28 +94,32 @@ bool ptfs_is_url(const char *arg)
 	       !strncmp(arg, "s3://", 5) || !strncmp(arg, "hf://", 5);
 }
 
-/* "10G", "512M", "4096": bytes; 0 when malformed. */
-static unsigned long long parse_size(const char *s)
+#ifdef PTFS_HAVE_REMOTE
+/* -o cache_size=SIZE: 1, or -1 after one line. */
+static int set_cache_size(const char *opt, const char *v)
 {
-	char *end = NULL;
-	unsigned long long v = strtoull(s, &end, 10);
-	int shift = 0;
-
-	if (end == s)
-		return 0;
-	switch (*end) {
-	case 'K': case 'k': shift = 10; end++; break;
-	case 'M': case 'm': shift = 20; end++; break;
-	case 'G': case 'g': shift = 30; end++; break;
-	case 'T': case 't': shift = 40; end++; break;
-	default: break;
-	}
-	if (*end == 'i' || *end == 'B')
-		end++;
-	if (*end || v > (~0ull >> shift))
-		return 0;
-	return v << shift;
+	if (pt_parse_size(v, &ropts.cache_size) == 0 && ropts.cache_size)
+		return 1;
+	fprintf(stderr, "ptfs: bad option '%s': cache_size takes a size above 0 (%s)\n",
+		opt, PT_SIZE_SYNTAX);
+	return -1;
 }
+
+/* -o timeout=DURATION, whole seconds: 1, or -1 after one line. */
+static int set_timeout(const char *opt, const char *v)
+{
+	uint64_t ms;
+
+	if (pt_parse_duration_ms(v, &ms) == 0 && ms >= 1000 && ms % 1000 == 0 &&
+	    ms / 1000 <= UINT_MAX) {
+		ropts.timeout_s = (unsigned)(ms / 1000);
+		return 1;
+	}
+	fprintf(stderr, "ptfs: bad option '%s': timeout takes whole seconds from 1 (%s)\n",
+		opt, PT_DURATION_SYNTAX);
+	return -1;
+}
+#endif
 
 int ptfs_remote_option(const char *opt)
 {
@@ -136,19 +142,26 @@ int ptfs_remote_option(const char *opt)
 		ropts.log = remote_log;
 		ropts_set = true;
 	}
-	if (!*v)
-		goto bad;
 	switch (k) {
-	case 0: ropts.cache_dir = v; break;
-	case 1: ropts.cache_size = parse_size(v); if (!ropts.cache_size) goto bad; break;
-	case 2: ropts.timeout_s = (unsigned)parse_size(v); if (!ropts.timeout_s) goto bad; break;
-	case 3: ropts.cafile = v; break;
-	default: ropts.s3_endpoint = v; break;
+	case 1:
+		return set_cache_size(opt, v);
+	case 2:
+		return set_timeout(opt, v);
+	default:
+		break;
 	}
+	if (!*v) {
+		fprintf(stderr, "ptfs: bad option '%s': %.*s takes a value\n",
+			opt, (int)strlen(keys[k]) - 1, keys[k]);
+		return -1;
+	}
+	if (k == 0)
+		ropts.cache_dir = v;
+	else if (k == 3)
+		ropts.cafile = v;
+	else
+		ropts.s3_endpoint = v;
 	return 1;
-bad:
-	fprintf(stderr, "ptfs: bad option '%s'\n", opt);
-	return -1;
 #else
 	fprintf(stderr, "ptfs: option '%s': this ptfs was built without libcurl (no remote checkpoints)\n",
 		opt);

@@ -155,6 +155,24 @@ def test_specific_usage_errors(ck):
                 "unknown option '--progress'")
 
 
+def test_byte_caps_take_sizes(ck):
+    """The byte caps read sizes the way every size option does (k = KiB,
+    kB = 1000, KiB); the counts stay plain numbers."""
+    assert ptfs("ls", "-o", "max_memory=1G,max_walk_bytes=64MiB", "model.pt",
+                cwd=ck).returncode == 0
+    # a suffix that parses is applied: 100 bytes cannot hold the pickle
+    r = ptfs("ls", "-o", "max_pickle_bytes=100B", "model.pt", cwd=ck)
+    assert r.returncode == 1 and b"pickle limit of 100\n" in r.stderr, r.stderr
+    assert ptfs("ls", "-o", "max_pickle_bytes=1k", "model.pt", cwd=ck).returncode == 0
+    for bad in ("max_memory=1.5G", "max_memory=-1", "max_memory=0",
+                "max_memory=1X", "max_walk_bytes=", "max_values=1k"):
+        name = bad.split("=")[0]
+        usage_error(ptfs("ls", "-o", bad, "model.pt", cwd=ck), "ls",
+                    "'%s': %s takes" % (bad, name))
+    usage_error(ptfs("export", "model.pt", "--to", "safetensors", "--shard-size", "1.5G",
+                     "o", cwd=ck), "export", "--shard-size takes a size")
+
+
 def test_options_in_any_order_and_double_dash(ck):
     r = ptfs("ls", "model.pt", "--max=1", cwd=ck)
     assert r.returncode == 0 and len(r.stdout.splitlines()) == 2, r.stdout

@@ -266,6 +266,21 @@ def test_deadline_gives_one_line(served, cache):
         assert err.count("\n") == 1 and "503" in err and "timeout=2" in err, err
 
 
+def test_sizes_and_durations_of_the_remote_options(served, cache):
+    """cache_size= reads sizes as every option does, timeout= durations;
+    a size suffix is not a duration (timeout=2K once meant 2048 s)."""
+    n, _, _ = served
+    r = ptfs("ls", *o(cache, "cache_size=10GiB", "timeout=2m"), n.url("model.pt"))
+    assert r.returncode == 0, r.stderr
+    for bad, name in (("timeout=2K", "timeout"), ("timeout=1500ms", "timeout"),
+                      ("timeout=-5", "timeout"), ("cache_size=1.5G", "cache_size"),
+                      ("cache_size=0", "cache_size"), ("cache_size=", "cache_size")):
+        r = ptfs("ls", *o(cache, bad), n.url("model.pt"))
+        lines = r.stderr.decode().splitlines()
+        assert r.returncode == 2 and r.stdout == b"", (bad, r.returncode, lines)
+        assert len(lines) == 2 and "'%s': %s takes" % (bad, name) in lines[0], lines
+
+
 @needs_fuse
 def test_object_changed_under_the_mount_is_eio(served, cache, tmp_path):
     n, objs, _ = served
