@@ -18,8 +18,9 @@
 
 #include "base/json.h"
 #include "ckpt/ckpt.h"
-#include "diff_values.h"
 #include "decode/dtype.h"
+#include "diff_values.h"
+#include "io/fd.h"
 #include "progress.h"
 #include "ptfs.h"
 #include "usage.h"
@@ -905,19 +906,11 @@ struct fd_src {
 static ssize_t fd_read(void *ctx, void *buf, size_t n, uint64_t off, struct pt_error *err)
 {
 	struct fd_src *f = ctx;
-	size_t done = 0;
+	ssize_t got = pt_pread_upto(f->fd, buf, n, off);
 
-	while (done < n) {
-		ssize_t r = pread(f->fd, (char *)buf + done, n - done, (off_t)(off + done));
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return pt_fail(err, -errno, "%s", strerror(errno));
-		if (r == 0)
-			break;
-		done += (size_t)r;
-	}
-	return (ssize_t)done;
+	if (got < 0)
+		return pt_fail(err, (int)got, "%s", strerror((int)-got));
+	return got;
 }
 
 /* The tensor layout of a mounted tensor file from user.ptfs.* xattrs. */

@@ -15,6 +15,7 @@
 #include "base/rd.h"
 #include "ckpt/ckpt_i.h"
 #include "container/replace.h"
+#include "io/fd.h"
 
 #define PEND_MAGIC "PTFSPEND"
 #define PEND_END "PTFSPEOF"
@@ -41,7 +42,7 @@ struct pend {
  * "pending", container/replace.h). */
 static int write_all(int fd, const void *p, size_t n, uint64_t *at)
 {
-	int rc = pt_pwrite_full(fd, p, n, *at, "pending");
+	int rc = pt_pwrite_step(fd, p, n, *at, "pending");
 
 	if (!rc)
 		*at += n;

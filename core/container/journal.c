@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "base/rd.h"
+#include "io/fd.h"
 
 #define J_MAGIC "PTFSJRNL"
 #define J_DONE "PTFSDONE"
@@ -62,7 +63,7 @@ static int write_patch(int fd, const struct pt_patch *p, uint8_t *buf,
 	int rc;
 
 	if (!p->read)
-		rc = pt_pwrite_full(fd, p->data, (size_t)p->len, p->off, "patch");
+		rc = pt_pwrite_step(fd, p->data, (size_t)p->len, p->off, "patch");
 	else
 		rc = 0;
 	while (rc == 0 && p->read && at < p->len) {
@@ -75,7 +76,7 @@ static int write_patch(int fd, const struct pt_patch *p, uint8_t *buf,
 			return pt_fail(err, rc, "new contents at %llu: %s",
 				       (unsigned long long)(p->off + at),
 				       strerror(-rc));
-		rc = pt_pwrite_full(fd, buf, k, p->off + at, "patch");
+		rc = pt_pwrite_step(fd, buf, k, p->off + at, "patch");
 		at += k;
 	}
 	if (rc)
@@ -221,7 +222,7 @@ static int write_new_crcs(int jfd, const struct pt_patch *p, uint8_t *buf,
 		if (rc)
 			break;
 		*crc = libdeflate_crc32(*crc, out, m);
-		rc = pt_pwrite_full(jfd, out, m, *pos, "jwrite");
+		rc = pt_pwrite_step(jfd, out, m, *pos, "jwrite");
 		*pos += m;
 		at += k;
 	}
@@ -261,7 +262,7 @@ static int journal_write(int jfd, int in, const struct stat *st,
 		pt_put64(r, p[i].off);
 		pt_put64(r + 8, p[i].len);
 		crc = libdeflate_crc32(crc, r, 16);
-		rc = pt_pwrite_full(jfd, r, 16, pos, "jwrite");
+		rc = pt_pwrite_step(jfd, r, 16, pos, "jwrite");
 		pos += 16;
 	}
 	for (i = 0; i < n && rc == 0; i++) {
@@ -276,7 +277,7 @@ static int journal_write(int jfd, int in, const struct stat *st,
 					       (unsigned long long)(p[i].off + at),
 					       strerror(-rc));
 			crc = libdeflate_crc32(crc, buf, k);
-			rc = pt_pwrite_full(jfd, buf, k, pos, "jwrite");
+			rc = pt_pwrite_step(jfd, buf, k, pos, "jwrite");
 			pos += k;
 			at += k;
 		}
@@ -286,10 +287,10 @@ static int journal_write(int jfd, int in, const struct stat *st,
 	pt_put32(t, crc);
 	memcpy(t + 4, J_END, 8);
 	if (!rc)
-		rc = pt_pwrite_full(jfd, t, sizeof(t), pos, "jwrite");
+		rc = pt_pwrite_step(jfd, t, sizeof(t), pos, "jwrite");
 	/* the header last: a journal without it is plainly incomplete */
 	if (!rc)
-		rc = pt_pwrite_full(jfd, h, sizeof(h), 0, "jwrite");
+		rc = pt_pwrite_step(jfd, h, sizeof(h), 0, "jwrite");
 	if (!rc)
 		rc = pt_fault("jfsync");
 	if (!rc && fsync(jfd) != 0)
@@ -311,7 +312,7 @@ static int journal_write(int jfd, int in, const struct stat *st,
  */
 static int journal_finish(int jfd, const char *jpath)
 {
-	bool done = pt_pwrite_full(jfd, J_DONE, 8, 0, "jdone") == 0 &&
+	bool done = pt_pwrite_step(jfd, J_DONE, 8, 0, "jdone") == 0 &&
 		    fdatasync(jfd) == 0;
 	int rc = pt_fault("jremove");
 
@@ -526,25 +527,6 @@ struct jinfo {
 				 * rest is damaged) */
 };
 
-/* pread(2) up to @n bytes, fewer where the file ends; -errno. */
-static ssize_t pread_upto(int fd, void *p, size_t n, uint64_t off)
-{
-	size_t got = 0;
-
-	while (got < n) {
-		ssize_t k = pread(fd, (uint8_t *)p + got, n - got, (off_t)(off + got));
-
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k < 0)
-			return -errno;
-		if (k == 0)
-			break;
-		got += (size_t)k;
-	}
-	return (ssize_t)got;
-}
-
 /* The range table of @j (already sized) from @jfd: sorted, disjoint,
  * inside the file, adding up to the old bytes; the sector CRCs' size. */
 static int read_ranges(int jfd, struct jinfo *j, uint64_t *crc_bytes,
@@ -672,7 +654,7 @@ static int journal_read(int jfd, struct jinfo *j, char *why, size_t cap)
 	int rc;
 
 	memset(j, 0, sizeof(*j));
-	got = fstat(jfd, &st) == 0 ? pread_upto(jfd, h, J_HDR, 0) : -errno;
+	got = fstat(jfd, &st) == 0 ? pt_pread_upto(jfd, h, J_HDR, 0) : -errno;
 	if (got < 0) {
 		snprintf(why, cap, "%s", strerror((int)-got));
 		return -EBADMSG;
@@ -785,8 +767,8 @@ static int census_take(int jfd, int fd, const struct jinfo *j,
 		for (at = 0; rc == 0 && at < len;) {
 			size_t k = chunk_at(off + at, len - at);
 			size_t ns = (size_t)sectors(off + at, k);
-			ssize_t go = pread_upto(jfd, old, k, pos);
-			ssize_t gc = pread_upto(jfd, crcs, 4 * ns, cpos);
+			ssize_t go = pt_pread_upto(jfd, old, k, pos);
+			ssize_t gc = pt_pread_upto(jfd, crcs, 4 * ns, cpos);
 			size_t o, sl, m;
 
 			rc = pt_pread_full(fd, cur, k, off + at);
@@ -864,7 +846,7 @@ static int restore(int jfd, int fd, const struct jinfo *j, const char *real,
 
 			rc = pt_pread_full(jfd, buf, k, pos);
 			if (!rc)
-				rc = pt_pwrite_full(fd, buf, k, off + at, "restore");
+				rc = pt_pwrite_step(fd, buf, k, off + at, "restore");
 			pos += k;
 			at += k;
 		}

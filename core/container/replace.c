@@ -6,6 +6,8 @@
  */
 #include "container/replace.h"
 
+#include "io/fd.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -174,53 +176,14 @@ unsigned pt_fault_count(const char *step)
 	return n;
 }
 
-/* ---- full reads and writes ---- */
+/* ---- counted writes ---- */
 
-int pt_pwrite_full(int fd, const void *p, size_t n, uint64_t off,
+int pt_pwrite_step(int fd, const void *p, size_t n, uint64_t off,
 		   const char *step)
 {
-	const uint8_t *b = p;
+	int rc = pt_fault(step);
 
-	while (n > 0) {
-		ssize_t k;
-		int rc = pt_fault(step);
-
-		if (rc)
-			return rc;
-		k = pwrite(fd, b, n, (off_t)off);
-		if (k < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if (k == 0)
-			return -EIO;
-		b += k;
-		n -= (size_t)k;
-		off += (uint64_t)k;
-	}
-	return 0;
-}
-
-int pt_pread_full(int fd, void *p, size_t n, uint64_t off)
-{
-	uint8_t *b = p;
-
-	while (n > 0) {
-		ssize_t k = pread(fd, b, n, (off_t)off);
-
-		if (k < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if (k == 0)
-			return -EIO;
-		b += k;
-		n -= (size_t)k;
-		off += (uint64_t)k;
-	}
-	return 0;
+	return rc ? rc : pt_pwrite_full(fd, p, n, off);
 }
 
 /* ---- resolving the target ---- */
@@ -556,7 +519,7 @@ fail:
 int pt_replace_write(struct pt_replace *r, const void *p, size_t n,
 		     uint64_t off, struct pt_error *err)
 {
-	int rc = pt_pwrite_full(r->fd, p, n, off, "write");
+	int rc = pt_pwrite_step(r->fd, p, n, off, "write");
 
 	if (rc)
 		return pt_fail(err, rc, "write to %s: %s", r->tmp,

@@ -163,12 +163,9 @@ unsigned pt_fault_count(const char *step);
 /* Whether this build reads PTFS_FAULT (PTFS_FAULT_INJECTION). */
 bool pt_fault_injection(void);
 
-/* write(2)/pwrite(2) every byte, retrying short writes and EINTR; a write
- * that makes no progress is -EIO.  Step @step counted per call. */
-int pt_pwrite_full(int fd, const void *p, size_t n, uint64_t off,
+/* pt_pwrite_full() (io/fd.h) of @n bytes at @off, as step @step: counted
+ * once per call, and failed instead when a fault is set on it. */
+int pt_pwrite_step(int fd, const void *p, size_t n, uint64_t off,
 		   const char *step);
-
-/* pread(2) exactly @n bytes; -EIO when the file ends first. */
-int pt_pread_full(int fd, void *p, size_t n, uint64_t off);
 
 #endif /* PTFS_CORE_CONTAINER_REPLACE_H */

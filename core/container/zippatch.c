@@ -11,6 +11,7 @@
 
 #include "container/crc.h"
 #include "base/rd.h"
+#include "io/fd.h"
 
 #define ZP_CHUNK (1u << 20)
 #define ZP_SIG_CD 0x02014b50u

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "base/rd.h"
+#include "io/fd.h"
 
 #define ZW_HBUF_SIZE (1u << 20)         /* buffered headers and directory */
 #define ZW_PBUF_SIZE (4u << 20)         /* payload chunks, bounce buffer */
@@ -85,7 +86,7 @@ uint32_t pt_crc32(uint32_t crc, const void *p, size_t n)
 	return libdeflate_crc32(crc, p, n);
 }
 
-/* Each write syscall first passes here, so a test can fail any one. */
+/* Each write first passes here, so a test can fail any one. */
 static int zw_fault(struct zw *w)
 {
 	int rc = pt_fault("write");
@@ -103,29 +104,14 @@ static int zw_fault(struct zw *w)
 
 static int zw_pwrite(struct zw *w, const uint8_t *p, size_t n, uint64_t at)
 {
-	while (n > 0) {
-		ssize_t k;
-		int rc = zw_fault(w);
+	int rc = zw_fault(w);
 
-		if (rc)
-			return rc;
-		k = pwrite(w->out, p, n, (off_t)at);
-		if (k < 0) {
-			int e = errno;
-
-			if (e == EINTR)
-				continue;
-			return pt_fail(w->err, -e, "commit: write to %s: %s",
-				       w->tmp, strerror(e));
-		}
-		if (k == 0)
-			return pt_fail(w->err, -EIO,
-				       "commit: write to %s: no progress",
-				       w->tmp);
-		p += k;
-		n -= (size_t)k;
-		at += (uint64_t)k;
-	}
+	if (rc)
+		return rc;
+	rc = pt_pwrite_full(w->out, p, n, at);
+	if (rc)
+		return pt_fail(w->err, rc, "commit: write to %s: %s", w->tmp,
+			       strerror(-rc));
 	return 0;
 }
 

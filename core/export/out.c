@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "export/export.h"
+#include "io/fd.h"
 
 static pthread_key_t xbuf_key;
 static pthread_once_t xbuf_once = PTHREAD_ONCE_INIT;
@@ -126,21 +127,11 @@ int pt_xout_create(struct pt_xout *o, const char *path, struct pt_error *err)
 int pt_xout_write(struct pt_xout *o, const void *p, size_t n,
 		  struct pt_error *err)
 {
-	const uint8_t *b = p;
+	int rc = pt_pwrite_full(o->fd, p, n, o->off);
 
-	while (n > 0) {
-		ssize_t w = pwrite(o->fd, b, n, (off_t)o->off);
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0) {
-			int e = w < 0 ? errno : EIO;
-			return pt_fail(err, -e, "%s: %s", o->path, strerror(e));
-		}
-		b += w;
-		n -= (size_t)w;
-		o->off += (uint64_t)w;
-	}
+	if (rc)
+		return pt_fail(err, rc, "%s: %s", o->path, strerror(-rc));
+	o->off += n;
 	return 0;
 }
 

@@ -40,6 +40,7 @@
 #include "export/pickle_out.h"
 #include "ckpt/names.h"
 #include "container/zipwrite.h"
+#include "io/fd.h"
 
 struct memo {
 	const void *key;
@@ -710,11 +711,13 @@ static int zw_crc(struct zw *z, uint32_t crc, struct pt_error *err)
 {
 	struct zrec *r = &z->r[z->n - 1];
 	uint8_t c[4];
+	int rc;
 
 	r->crc = crc;
 	le32(c, crc);
-	if (pwrite(z->o->fd, c, 4, (off_t)(r->lho + 14)) != 4)
-		return pt_fail(err, -errno, "%s: %s", z->o->path, strerror(errno));
+	rc = pt_pwrite_full(z->o->fd, c, 4, r->lho + 14);
+	if (rc)
+		return pt_fail(err, rc, "%s: %s", z->o->path, strerror(-rc));
 	return 0;
 }
 

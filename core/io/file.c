@@ -13,6 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/fd.h"
+
 struct file_source {
 	struct pt_source s;
 	int fd;
@@ -25,25 +27,15 @@ static int file_read(const struct pt_source *s, void *buf, size_t n,
 		     uint64_t off, struct pt_error *err)
 {
 	const struct file_source *f = s->priv;
-	uint8_t *dst = buf;
-	size_t done = 0;
+	ssize_t got = pt_pread_upto(f->fd, buf, n, off);
 
-	while (done < n) {
-		ssize_t got = pread(f->fd, dst + done, n - done,
-				    (off_t)(off + done));
-		if (got < 0) {
-			if (errno == EINTR)
-				continue;
-			return pt_fail(err, -errno, "read at 0x%llx: %s",
-				       (unsigned long long)(off + done),
-				       strerror(errno));
-		}
-		if (got == 0)
-			return pt_fail(err, -EIO,
-				       "read at 0x%llx: file shrank while open",
-				       (unsigned long long)(off + done));
-		done += (size_t)got;
-	}
+	if (got < 0)
+		return pt_fail(err, (int)got, "read at 0x%llx: %s",
+			       (unsigned long long)off, strerror((int)-got));
+	if ((size_t)got < n)
+		return pt_fail(err, -EIO,
+			       "read at 0x%llx: file shrank while open",
+			       (unsigned long long)(off + (uint64_t)got));
 	return 0;
 }
 

@@ -24,6 +24,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "io/fd.h"
 #include "remote/remote_i.h"
 
 static uint64_t rm_fnv(const char *s)
@@ -236,12 +237,12 @@ int rm_cache_load_map(struct rm_cache *c, uint8_t *held, uint64_t b0,
 	if (!tmp)
 		return -ENOMEM;
 	flock(c->map_fd, LOCK_SH);
-	got = pread(c->map_fd, tmp, i1 - i0, (off_t)i0);
+	got = pt_pread_upto(c->map_fd, tmp, i1 - i0, i0);
 	flock(c->map_fd, LOCK_UN);
 	for (i = 0; got > 0 && i < (uint64_t)got; i++)
 		held[i0 + i] |= tmp[i];
 	free(tmp);
-	return got < 0 ? -errno : 0;
+	return got < 0 ? (int)got : 0;
 }
 
 /* Mark blocks [b0, b1) of @held in the map file (after their pwrite()). */
@@ -257,13 +258,12 @@ int rm_cache_mark(struct rm_cache *c, const uint8_t *held, uint64_t b0,
 	if (!tmp)
 		return -ENOMEM;
 	flock(c->map_fd, LOCK_EX);
-	got = pread(c->map_fd, tmp, i1 - i0, (off_t)i0);
+	got = pt_pread_upto(c->map_fd, tmp, i1 - i0, i0);
 	if (got < 0)
-		got = 0;
+		memset(tmp, 0, i1 - i0);
 	for (i = 0; i < i1 - i0; i++)
 		tmp[i] |= held[i0 + i];
-	if (pwrite(c->map_fd, tmp, i1 - i0, (off_t)i0) != (ssize_t)(i1 - i0))
-		rc = -EIO;
+	rc = pt_pwrite_full(c->map_fd, tmp, i1 - i0, i0);
 	flock(c->map_fd, LOCK_UN);
 	free(tmp);
 	return rc;
@@ -275,17 +275,19 @@ int rm_cache_unmark(struct rm_cache *c, uint64_t b0, uint64_t b1)
 {
 	uint64_t i0 = b0 / 8, i1 = (b1 + 7) / 8, b;
 	uint8_t *tmp = calloc(1, i1 - i0 + 1);
+	ssize_t got;
 	int rc = 0;
 
 	if (!tmp)
 		return -ENOMEM;
 	flock(c->map_fd, LOCK_EX);
-	if (pread(c->map_fd, tmp, i1 - i0, (off_t)i0) < 0)
-		rc = -errno;
+	got = pt_pread_upto(c->map_fd, tmp, i1 - i0, i0);
+	if (got < 0)
+		rc = (int)got;
 	for (b = b0; !rc && b < b1; b++)
 		rm_clr(tmp, b - i0 * 8);
-	if (!rc && pwrite(c->map_fd, tmp, i1 - i0, (off_t)i0) != (ssize_t)(i1 - i0))
-		rc = -EIO;
+	if (!rc)
+		rc = pt_pwrite_full(c->map_fd, tmp, i1 - i0, i0);
 	flock(c->map_fd, LOCK_UN);
 	free(tmp);
 	return rc;

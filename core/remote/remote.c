@@ -27,6 +27,7 @@
 
 #include "base/cancel.h"
 #include "base/url.h"
+#include "io/fd.h"
 #include "remote/remote_i.h"
 
 void pt_remote_opts_default(struct pt_remote_opts *o)
@@ -205,46 +206,33 @@ static void rm_make_room(struct pt_remote *r, uint64_t n)
 }
 
 /*
- * pwrite() all of @n bytes at @off into the cache file.  When its
- * filesystem fills up under us (ENOSPC, EDQUOT, after a short write),
- * once: other versions go, and this object's cold blocks too when it has
- * a bound (a quarter less of it), then the rest is written.  @n, or -1.
+ * All of @n bytes at @off into the cache file.  When its filesystem fills
+ * up under us (ENOSPC, EDQUOT), once: other versions go, and this
+ * object's cold blocks too when it has a bound (a quarter less of it),
+ * then the write is tried again.  0 or -errno.
  */
-static ssize_t rm_store(struct pt_remote *r, const char *p, size_t n,
-			uint64_t off)
+static int rm_store(struct pt_remote *r, const char *p, size_t n,
+		    uint64_t off)
 {
-	bool room = false;
-	size_t done = 0;
+	int rc = pt_pwrite_full(r->c.data_fd, p, n, off);
 
-	while (done < n) {
-		ssize_t w = pwrite(r->c.data_fd, p + done, n - done,
-				   (off_t)(off + done));
-
-		if (w > 0) {
-			done += (size_t)w;
-			continue;
-		}
-		if (w == 0)
-			errno = ENOSPC;
-		if (room || (errno != ENOSPC && errno != EDQUOT))
-			return -1;
-		room = true;
-		rm_cache_evict(r->cache_root, 0, r->c.dir);
-		if (r->budget) {
-			pthread_mutex_lock(&r->lock);
-			r->budget = r->stored / 4 * 3 > 4 * RM_BLOCK ?
-				    r->stored / 4 * 3 : 4 * RM_BLOCK;
-			pthread_mutex_unlock(&r->lock);
-			rm_make_room(r, n - done);
-		}
+	if (rc != -ENOSPC && rc != -EDQUOT)
+		return rc;
+	rm_cache_evict(r->cache_root, 0, r->c.dir);
+	if (r->budget) {
+		pthread_mutex_lock(&r->lock);
+		r->budget = r->stored / 4 * 3 > 4 * RM_BLOCK ?
+			    r->stored / 4 * 3 : 4 * RM_BLOCK;
+		pthread_mutex_unlock(&r->lock);
+		rm_make_room(r, n);
 	}
-	return (ssize_t)n;
+	return pt_pwrite_full(r->c.data_fd, p, n, off);
 }
 
 static size_t rm_job_body(struct rm_job *j, const char *p, size_t n)
 {
 	struct pt_remote *r = j->r;
-	ssize_t w;
+	int rc;
 
 	if (r->closing || j->cancel) {
 		j->rc = -ECANCELED;
@@ -266,10 +254,10 @@ static size_t rm_job_body(struct rm_job *j, const char *p, size_t n)
 		n = (size_t)(j->len - j->got);
 	if (r->budget)
 		rm_make_room(r, n);
-	w = rm_store(r, p, n, j->off + j->got);
-	if (w != (ssize_t)n) {
+	rc = rm_store(r, p, n, j->off + j->got);
+	if (rc) {
 		snprintf(j->msg, sizeof(j->msg), "cache %s: %s", r->c.dir,
-			 w < 0 ? strerror(errno) : "short write");
+			 strerror(-rc));
 		j->rc = -EIO;
 		return 0;
 	}
@@ -501,7 +489,6 @@ static int rm_wait(struct pt_remote *r, uint64_t off, uint64_t end,
 static int rm_copy(struct pt_remote *r, void *buf, size_t n, uint64_t off,
 		   struct pt_error *err)
 {
-	size_t done = 0;
 	bool lost, held = true;
 	int rc = 0;
 
@@ -512,15 +499,12 @@ static int rm_copy(struct pt_remote *r, void *buf, size_t n, uint64_t off,
 				   &lost);
 		pthread_mutex_unlock(&r->lock);
 	}
-	while (held && !rc && done < n) {
-		ssize_t got = pread(r->c.data_fd, (char *)buf + done, n - done,
-				    (off_t)(off + done));
+	if (held) {
+		ssize_t got = pt_pread_upto(r->c.data_fd, buf, n, off);
 
-		if (got <= 0)
+		if (got < 0 || (size_t)got < n)
 			rc = pt_fail(err, -EIO, "cache %s: %s", r->c.dir,
-				     got < 0 ? strerror(errno) : "short read");
-		else
-			done += (size_t)got;
+				     got < 0 ? strerror((int)-got) : "short read");
 	}
 	if (r->budget)
 		pthread_rwlock_unlock(&r->punch);
@@ -782,8 +766,7 @@ static void rm_store_probe(struct pt_remote *r, const struct rm_job *j)
 		return;
 	first = j->status == 200 ? 0 : j->range_first;
 	end = first + j->mem_len;
-	if (pwrite(r->c.data_fd, j->mem, j->mem_len, (off_t)first) !=
-	    (ssize_t)j->mem_len)
+	if (pt_pwrite_full(r->c.data_fd, j->mem, j->mem_len, first) != 0)
 		return;
 	b0 = (first + RM_BLOCK - 1) / RM_BLOCK;
 	b1 = end == r->size ? r->nblocks : end / RM_BLOCK;
