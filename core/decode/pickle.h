@@ -29,6 +29,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "base/buf.h"
 #include "base/error.h"
@@ -148,6 +149,20 @@ static inline const struct pt_vseq *pt_call_items(const struct pt_value *v)
 static inline const struct pt_vseq *pt_call_kv(const struct pt_value *v)
 {
 	return v->u.call.ext ? &v->u.call.ext->kv : &pt_vseq_empty;
+}
+
+/* The text of a str (or Python 2 bytes) value @v, NUL-terminated in @tmp
+ * (@cap bytes): false when @v is NULL or another kind, holds a NUL, or
+ * does not fit. */
+static inline bool pt_value_text(const struct pt_value *v, char *tmp,
+				 size_t cap)
+{
+	if (!v || (v->kind != PT_V_STR && v->kind != PT_V_BYTES) ||
+	    v->u.s.len >= cap || memchr(v->u.s.p, '\0', v->u.s.len))
+		return false;
+	memcpy(tmp, v->u.s.p, v->u.s.len);
+	tmp[v->u.s.len] = '\0';
+	return true;
 }
 
 struct pt_pickle;

@@ -97,22 +97,11 @@ static bool lg_is_magic(const struct pt_value *v)
 	return n == sizeof(lg_magic) && memcmp(v->u.s.p, lg_magic, n) == 0;
 }
 
-/* The text of a str (or Python 2 bytes) value, NUL-terminated in @tmp. */
-static bool lg_text(const struct pt_value *v, char *tmp, size_t cap)
-{
-	if (!v || (v->kind != PT_V_STR && v->kind != PT_V_BYTES) ||
-	    v->u.s.len >= cap || memchr(v->u.s.p, '\0', v->u.s.len))
-		return false;
-	memcpy(tmp, v->u.s.p, v->u.s.len);
-	tmp[v->u.s.len] = '\0';
-	return true;
-}
-
 static bool lg_tag(const struct pt_value *v, const char *tag)
 {
 	char t[16];
 
-	return lg_text(v, t, sizeof(t)) && strcmp(t, tag) == 0;
+	return pt_value_text(v, t, sizeof(t)) && strcmp(t, tag) == 0;
 }
 
 static const struct pt_value *lg_item(const struct pt_value *t, size_t i)
@@ -299,7 +288,7 @@ static int lg_roots(struct pt_pickle *pk, struct pt_value **refs, size_t n,
 			return pt_fail(err, -EBADMSG,
 				       "%s: persistent id is not a ('storage', type, key, location, numel, view) tuple",
 				       what);
-		if (!lg_text(lg_item(pid, 2), key, sizeof(key)))
+		if (!pt_value_text(lg_item(pid, 2), key, sizeof(key)))
 			return pt_fail(err, -EBADMSG,
 				       "%s: storage key is not a short string", what);
 		HASH_FIND_STR(s->roots, key, r);
@@ -352,7 +341,7 @@ static int lg_layout(const struct pt_source *src, struct lg_stream *s,
 		char key[256];
 		int rc;
 
-		if (!lg_text(s->keys->u.seq.v[i], key, sizeof(key)))
+		if (!pt_value_text(s->keys->u.seq.v[i], key, sizeof(key)))
 			return pt_fail(err, -EBADMSG,
 				       "%s: storage key %zu is not a short string", what, i);
 		HASH_FIND_STR(s->roots, key, r);
@@ -439,10 +428,10 @@ static int lg_storage(struct pt_ckpt *ck, struct lg_stream *s,
 
 	*out = NULL;
 	if (!lg_tag(lg_item(pid, 0), "storage") ||
-	    !lg_text(lg_item(pid, 2), key, sizeof(key)))
+	    !pt_value_text(lg_item(pid, 2), key, sizeof(key)))
 		return pt_fail(err, -EBADMSG,
 			       "persistent id is not a ('storage', type, key, location, numel, view) tuple");
-	if (!lg_text(lg_item(pid, 3), loc, sizeof(loc)))
+	if (!pt_value_text(lg_item(pid, 3), loc, sizeof(loc)))
 		loc[0] = '\0';
 	HASH_FIND_STR(s->roots, key, r);
 	if (!r || !r->has_data)
@@ -456,7 +445,7 @@ static int lg_storage(struct pt_ckpt *ck, struct lg_stream *s,
 		uint64_t voff, vnumel, vend;
 		const struct pt_dtype *vdt = NULL;
 
-		if (!lg_text(lg_item(view, 0), vkey, sizeof(vkey)) ||
+		if (!pt_value_text(lg_item(view, 0), vkey, sizeof(vkey)) ||
 		    !lg_uint(lg_item(view, 1), &voff) ||
 		    !lg_uint(lg_item(view, 2), &vnumel))
 			return pt_fail(err, -EBADMSG,

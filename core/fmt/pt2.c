@@ -72,14 +72,11 @@ static int p2_storage(struct pt_ckpt *ck, const struct pt_value *pidv,
 		return pt_fail(err, -EBADMSG, "a persistent id outside a torch.save blob");
 	if (!pid || pid->kind != PT_V_TUPLE || pid->u.seq.n < 5 ||
 	    pid->u.seq.v[2]->kind != PT_V_STR ||
-	    pid->u.seq.v[2]->u.s.len >= sizeof(key) ||
-	    memchr(pid->u.seq.v[2]->u.s.p, '\0', pid->u.seq.v[2]->u.s.len) ||
+	    !pt_value_text(pid->u.seq.v[2], key, sizeof(key)) ||
 	    pid->u.seq.v[4]->kind != PT_V_INT || pid->u.seq.v[4]->u.i < 0)
 		return pt_fail(err, -EBADMSG,
 			       "%s: persistent id is not a ('storage', type, key, location, numel) tuple",
 			       nb->tag);
-	memcpy(key, pid->u.seq.v[2]->u.s.p, pid->u.seq.v[2]->u.s.len);
-	key[pid->u.seq.v[2]->u.s.len] = '\0';
 	snprintf(hkey, sizeof(hkey), "%s/%s", nb->tag, key);
 	st = pt__storage_find(ck, hkey);
 	if (st) {

@@ -269,12 +269,7 @@ static bool tar_key(const struct pt_value *v, char *tmp, size_t cap)
 		snprintf(tmp, cap, "%" PRId64, v->u.i);
 		return true;
 	}
-	if (!v || (v->kind != PT_V_STR && v->kind != PT_V_BYTES) ||
-	    v->u.s.len >= cap || memchr(v->u.s.p, '\0', v->u.s.len))
-		return false;
-	memcpy(tmp, v->u.s.p, v->u.s.len);
-	tmp[v->u.s.len] = '\0';
-	return true;
+	return pt_value_text(v, tmp, cap);
 }
 
 static const struct pt_value *tar_item(const struct pt_value *t, size_t i)

@@ -448,17 +448,6 @@ static int zip_commit(struct pt_ckpt *ck, const struct pt_commit *c,
 	return rc;
 }
 
-/* The text of a str (or Python 2 bytes) value, NUL-terminated in @tmp. */
-static bool pid_text(const struct pt_value *v, char *tmp, size_t cap)
-{
-	if (!v || (v->kind != PT_V_STR && v->kind != PT_V_BYTES) ||
-	    v->u.s.len >= cap || memchr(v->u.s.p, '\0', v->u.s.len))
-		return false;
-	memcpy(tmp, v->u.s.p, v->u.s.len);
-	tmp[v->u.s.len] = '\0';
-	return true;
-}
-
 struct pt_storage *pt__record_storage(struct pt_ckpt *ck,
 				      const struct pt_zip_entry *e,
 				      const char *key, const char *location,
@@ -514,14 +503,14 @@ static int zip_storage(struct pt_ckpt *ck, const struct pt_value *pidv,
 		return 0;
 	}
 	if (!pid || pid->kind != PT_V_TUPLE || pid->u.seq.n < 5 ||
-	    !pid_text(pid->u.seq.v[0], key, sizeof(key)) ||
+	    !pt_value_text(pid->u.seq.v[0], key, sizeof(key)) ||
 	    strcmp(key, "storage") != 0)
 		return pt_fail(err, -EBADMSG,
 			       "persistent id is not a ('storage', type, key, location, numel) tuple");
 	cls = pid->u.seq.v[1];
-	if (!pid_text(pid->u.seq.v[2], key, sizeof(key)))
+	if (!pt_value_text(pid->u.seq.v[2], key, sizeof(key)))
 		return pt_fail(err, -EBADMSG, "persistent id: storage key is not a short string");
-	if (!pid_text(pid->u.seq.v[3], loc, sizeof(loc)))
+	if (!pt_value_text(pid->u.seq.v[3], loc, sizeof(loc)))
 		loc[0] = '\0';
 	if (pid->u.seq.v[4]->kind == PT_V_INT)
 		numel = pid->u.seq.v[4]->u.i;
