@@ -27,10 +27,12 @@
 #ifndef PTFS_CORE_FMT_H
 #define PTFS_CORE_FMT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "base/error.h"
+#include "container/journal.h"
 
 struct pt_ckpt;
 struct pt_commit;
@@ -95,5 +97,20 @@ extern const struct pt_format pt_fmt_dcp;         /* dcp.c */
  */
 int pt__zip_probe(struct pt_ckpt *ck, const uint8_t *head, size_t n,
 		  struct pt_error *err);
+
+/*
+ * commit.c: what the writing formats (zip.c, safetensors.c) share around
+ * a commit.  pt__commit_patch(): pt_patch_apply() (container/journal.h) of
+ * @p on ck's file, the way -o commit says, expecting the file still to be
+ * the size and mtime the source opened.  pt__commit_end(): @rc of the
+ * commit, which wrote @bytes the way @used says (a rewrite: the whole
+ * file): on success ck->last_commit says how, on failure @err's line is
+ * prefixed with the way; returns @rc.
+ */
+int pt__commit_patch(struct pt_ckpt *ck, const struct pt_patch *p, size_t n,
+		     bool own_rewrite, enum pt_commit_way *used,
+		     struct pt_error *err);
+int pt__commit_end(struct pt_ckpt *ck, int rc, enum pt_commit_way used,
+		   uint64_t bytes, struct pt_error *err);
 
 #endif /* PTFS_CORE_FMT_H */

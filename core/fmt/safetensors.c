@@ -630,7 +630,6 @@ static int st_commit(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
 		     struct pt_error *err)
 {
 	enum pt_commit_way used = PT_COMMIT_REWRITE;
-	struct pt_replace_expect ex;
 	struct pt_patch *p = NULL;
 	struct st_sub *subs = NULL;
 	uint64_t bytes = 0;
@@ -640,24 +639,11 @@ static int st_commit(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
 	rc = pt_source_check(ck->src, PT_CHECK_NAME, err);
 	if (rc)
 		return rc;
-	/* the file must still be the one the source opened */
-	memset(&ex, 0, sizeof(ex));
-	ex.size = (off_t)ck->src->size;
-	ex.mtime = ck->src->mtime;
 	if (st_plan(c, n, &p, &subs, &np, &bytes) != 0)
 		rc = pt_fail(err, -ENOMEM, "out of memory");
 	else
-		rc = pt_patch_apply(pt_source_local_path(ck->src), ck->opts.commit,
-				    p, np, &ex, false, &ck->no_clone, &used, err);
-	if (rc) {
-		pt_error_prefix(err, "commit (%s)", pt_commit_way_name(used));
-	} else {
-		if (used == PT_COMMIT_REWRITE)
-			bytes = ck->src->size;
-		snprintf(ck->last_commit, sizeof(ck->last_commit),
-			 "%s, %llu bytes written", pt_commit_way_name(used),
-			 (unsigned long long)bytes);
-	}
+		rc = pt__commit_patch(ck, p, np, false, &used, err);
+	rc = pt__commit_end(ck, rc, used, bytes, err);
 	free(p);
 	free(subs);
 	return rc;

@@ -390,14 +390,8 @@ static int zip_patch(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
 	if (e && pt_source_extent(ck->src, 0, ck->src->size, &fd, &base) && base == 0)
 		rc = pt_zip_plan(ck->zip, fd, ch, n, &plan, err);
 	if (rc == 0) {
-		struct pt_replace_expect ex;
-
 		/* the file must still be the one the plan read */
-		memset(&ex, 0, sizeof(ex));
-		ex.size = (off_t)ck->src->size;
-		ex.mtime = ck->src->mtime;
-		rc = pt_patch_apply(pt_source_local_path(ck->src), ck->opts.commit,
-				    plan.p, plan.n, &ex, true, &ck->no_clone, used, err);
+		rc = pt__commit_patch(ck, plan.p, plan.n, true, used, err);
 		*bytes = plan.bytes;
 		if (rc == 0)
 			memcpy(crcs, plan.crcs, n * sizeof(*crcs));
@@ -433,17 +427,9 @@ static int zip_commit(struct pt_ckpt *ck, const struct pt_commit *c,
 		used = PT_COMMIT_REWRITE;
 		rc = zip_rewrite(ck, c, n, crcs, err);
 	}
-	if (rc) {
-		pt_error_prefix(err, "commit (%s)", pt_commit_way_name(used));
-	} else {
-		if (used == PT_COMMIT_REWRITE)
-			bytes = ck->src->size;
-		snprintf(ck->last_commit, sizeof(ck->last_commit),
-			 "%s, %llu bytes written", pt_commit_way_name(used),
-			 (unsigned long long)bytes);
-		for (i = 0; i < n; i++)
-			pt_zip_set_crc(ck->zip, c[i].st->entry, crcs[i]);
-	}
+	rc = pt__commit_end(ck, rc, used, bytes, err);
+	for (i = 0; rc == 0 && i < n; i++)
+		pt_zip_set_crc(ck->zip, c[i].st->entry, crcs[i]);
 	free(crcs);
 	return rc;
 }
