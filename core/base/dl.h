@@ -2,7 +2,8 @@
 /*
  * dl.h -- shared libraries that only some commands need, loaded with
  * dlopen() on first use: libarchive for tar checkpoints (fmt/tar.c),
- * libcrypto for sha256 (view/stats.c), libpng for previews (view/png.c).
+ * libcrypto for sha256 (view/stats.c), libpng for previews (view/png.c),
+ * libcurl for remote checkpoints (remote/curl_dl.h).
  * Linked, they and what they pull in (libxml2, ICU, libstdc++, lzma, zstd,
  * ...) are mapped and relocated by every ptfs process, `ptfs ls` of a
  * safetensors file as much as a mount; loaded on demand, only the process
@@ -52,11 +53,29 @@ struct pt_dl {
  */
 #define PT_DL_DEFINE(var, FNS, soname, need) \
 	static struct { FNS(PT_DL_FIELD) } var##_fn; \
+	PT_DL_CHECK(var, FNS); \
+	static struct pt_dl var##_dl = PT_DL_INIT(var, FNS, soname, need)
+
+/*
+ * The same for a library that several files call (libcurl, core/remote):
+ * PT_DL_DECLARE in the header they share, before the names are redirected
+ * to the table, and PT_DL_DEFINE_SHARED in one of the files.
+ */
+#define PT_DL_DECLARE(var, FNS) \
+	struct var##_fns { FNS(PT_DL_FIELD) }; \
+	extern struct var##_fns var##_fn; \
+	extern struct pt_dl var##_dl
+#define PT_DL_DEFINE_SHARED(var, FNS, soname, need) \
+	struct var##_fns var##_fn; \
+	PT_DL_CHECK(var, FNS); \
+	struct pt_dl var##_dl = PT_DL_INIT(var, FNS, soname, need)
+
+#define PT_DL_CHECK(var, FNS) \
 	_Static_assert(sizeof(var##_fn) == \
 		       (0 FNS(PT_DL_ONE)) * sizeof(void (*)(void)), \
-		       "one function pointer per name, no padding"); \
-	static struct pt_dl var##_dl = { (soname), (need), &var##_fn, \
-					 FNS(PT_DL_NAME), 0, "" }
+		       "one function pointer per name, no padding")
+#define PT_DL_INIT(var, FNS, soname, need) \
+	{ (soname), (need), &var##_fn, FNS(PT_DL_NAME), 0, "" }
 
 /*
  * Load @dl's library and fill its table, once per process (thread-safe;

@@ -1,77 +1,80 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * curl_dl.c -- the libcurl functions core/remote uses, found with dlsym in
- * libcurl.so.4 on first use (see curl_dl.h).
+ * curl_dl.c -- the table of the libcurl functions core/remote calls, and
+ * the variadic three passed on to it (see curl_dl.h).
  */
-#include <dlfcn.h>
-#include <pthread.h>
-#include <stdio.h>
-#include <string.h>
-
 #include "remote/curl_dl.h"
 
-struct rm_curl rm_curl;
+#include <stdarg.h>
 
-static pthread_once_t rm_curl_once = PTHREAD_ONCE_INIT;
-static int rm_curl_rc;
-static char rm_curl_msg[256];
+#define RM_CURL_NEED "remote checkpoints need libcurl " PTFS_CURL_MIN \
+	" or later (Debian: libcurl4)"
 
-/* dlsym() gives a void *; POSIX guarantees it converts to a function
- * pointer, which ISO C does not say: go through memcpy. */
-static int rm_sym(void *lib, const char *name, void *slot, size_t size)
-{
-	void *p = dlsym(lib, name);
-
-	if (!p) {
-		snprintf(rm_curl_msg, sizeof(rm_curl_msg),
-			 "libcurl.so.4 has no %s (libcurl 7.68 or later needed)",
-			 name);
-		return -ENOTSUP;
-	}
-	memcpy(slot, &p, size);
-	return 0;
-}
-
-#define RM_SYM(field, name) \
-	(rc = rc ? rc : rm_sym(lib, name, &rm_curl.field, sizeof(rm_curl.field)))
-
-static void rm_curl_open(void)
-{
-	void *lib = dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL);
-	int rc = 0;
-
-	if (!lib) {
-		snprintf(rm_curl_msg, sizeof(rm_curl_msg),
-			 "remote checkpoints need libcurl (Debian: libcurl4): %s",
-			 dlerror());
-		rm_curl_rc = -ENOTSUP;
-		return;
-	}
-	RM_SYM(global_init, "curl_global_init");
-	RM_SYM(easy_init, "curl_easy_init");
-	RM_SYM(easy_setopt, "curl_easy_setopt");
-	RM_SYM(easy_getinfo, "curl_easy_getinfo");
-	RM_SYM(easy_perform, "curl_easy_perform");
-	RM_SYM(easy_cleanup, "curl_easy_cleanup");
-	RM_SYM(easy_strerror, "curl_easy_strerror");
-	RM_SYM(slist_append, "curl_slist_append");
-	RM_SYM(slist_free_all, "curl_slist_free_all");
-	RM_SYM(multi_init, "curl_multi_init");
-	RM_SYM(multi_setopt, "curl_multi_setopt");
-	RM_SYM(multi_add_handle, "curl_multi_add_handle");
-	RM_SYM(multi_remove_handle, "curl_multi_remove_handle");
-	RM_SYM(multi_perform, "curl_multi_perform");
-	RM_SYM(multi_poll, "curl_multi_poll");
-	RM_SYM(multi_wakeup, "curl_multi_wakeup");
-	RM_SYM(multi_info_read, "curl_multi_info_read");
-	RM_SYM(multi_cleanup, "curl_multi_cleanup");
-	rm_curl_rc = rc;    /* the library stays loaded for the process */
-}
+PT_DL_DEFINE_SHARED(rm_curl, RM_CURL_FNS, "libcurl.so.4", RM_CURL_NEED);
 
 int rm_curl_load(struct pt_error *err)
 {
-	pthread_once(&rm_curl_once, rm_curl_open);
-	if (rm_curl_rc)
-		return pt_fail(err, rm_curl_rc, "%s", rm_curl_msg);
+	const curl_version_info_data *v;
+	int rc = pt_dl_load(&rm_curl_dl, err);
+
+	if (rc)
+		return rc;
+	v = curl_version_info(CURLVERSION_NOW);
+	if (!v || v->version_num < PTFS_CURL_MIN_NUM)
+		return pt_fail(err, -ENOTSUP, "%s: libcurl.so.4 is %s",
+			       RM_CURL_NEED, v ? v->version : "of no version");
 	return 0;
+}
+
+/*
+ * The value of a curl_easy_setopt() or curl_multi_setopt() option is of
+ * the class its number says (curl.h's CURLOPTTYPE_* ranges): a long, a
+ * data pointer, a function pointer or a curl_off_t, and then a data
+ * pointer again (blobs).  curl.h's checks at the call have made sure it
+ * is that one; it is read as such and passed on.  (The names are in
+ * parentheses: curl.h makes them function-like macros.)
+ */
+#define RM_PASS(fn, h, o, ap) \
+	((o) < CURLOPTTYPE_OBJECTPOINT ? \
+		(rm_curl_fn.fn)(h, o, va_arg(ap, long)) : \
+	 (o) < CURLOPTTYPE_FUNCTIONPOINT ? \
+		(rm_curl_fn.fn)(h, o, va_arg(ap, void *)) : \
+	 (o) < CURLOPTTYPE_OFF_T ? \
+		(rm_curl_fn.fn)(h, o, va_arg(ap, void (*)(void))) : \
+	 (o) < CURLOPTTYPE_BLOB ? \
+		(rm_curl_fn.fn)(h, o, va_arg(ap, curl_off_t)) : \
+		(rm_curl_fn.fn)(h, o, va_arg(ap, void *)))
+
+CURLcode (curl_easy_setopt)(CURL *h, CURLoption o, ...)
+{
+	va_list ap;
+	CURLcode rc;
+
+	va_start(ap, o);
+	rc = RM_PASS(curl_easy_setopt, h, o, ap);
+	va_end(ap);
+	return rc;
+}
+
+CURLMcode (curl_multi_setopt)(CURLM *m, CURLMoption o, ...)
+{
+	va_list ap;
+	CURLMcode rc;
+
+	va_start(ap, o);
+	rc = RM_PASS(curl_multi_setopt, m, o, ap);
+	va_end(ap);
+	return rc;
+}
+
+/* Every CURLINFO_* takes a pointer to where the answer goes. */
+CURLcode (curl_easy_getinfo)(CURL *h, CURLINFO i, ...)
+{
+	va_list ap;
+	CURLcode rc;
+
+	va_start(ap, i);
+	rc = (rm_curl_fn.curl_easy_getinfo)(h, i, va_arg(ap, void *));
+	va_end(ap);
+	return rc;
 }
