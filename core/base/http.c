@@ -69,7 +69,9 @@ static int http_month(const char *m)
 	return -1;
 }
 
-int64_t pt_http_date(const char *s)
+/* An HTTP-date (IMF-fixdate, RFC 850 or asctime form) as Unix seconds;
+ * 0 when @s is not one. */
+static int64_t pt_http_date(const char *s)
 {
 	char wd[16], mon[8], tz[8];
 	int d, y, hh, mm, ss, n = 0;

@@ -41,8 +41,4 @@ struct pt_http_line {
 enum pt_http_field pt_http_parse_line(const char *p, size_t n,
 				      struct pt_http_line *out);
 
-/* An HTTP-date (IMF-fixdate, RFC 850 or asctime form) as Unix seconds;
- * 0 when @s is not one. */
-int64_t pt_http_date(const char *s);
-
 #endif /* PTFS_CORE_HTTP_H */

@@ -290,11 +290,6 @@ int pt_ckpt_check(const struct pt_ckpt *ck, struct pt_error *err)
 	return pt_source_check(ck->src, PT_CHECK_READS, err);
 }
 
-uint64_t pt_ckpt_size(const struct pt_ckpt *ck)
-{
-	return ck->src->size;
-}
-
 struct timespec pt_ckpt_mtime(const struct pt_ckpt *ck)
 {
 	return ck->src->mtime;

@@ -117,9 +117,6 @@ bool pt_ckpt_extent(const struct pt_ckpt *ck, uint64_t off, uint64_t n,
  * in place; another -errno when that cannot be told.  One fstat. */
 int pt_ckpt_check(const struct pt_ckpt *ck, struct pt_error *err);
 
-/* Size in bytes of the checkpoint's file. */
-uint64_t pt_ckpt_size(const struct pt_ckpt *ck);
-
 /* Modification time of the checkpoint when it was opened (or last
  * committed); 0 when unknown. */
 struct timespec pt_ckpt_mtime(const struct pt_ckpt *ck);

@@ -122,8 +122,14 @@ int pt_patch_clone(const char *path, const struct pt_patch *p, size_t n,
 	return patch_replaced(path, p, n, expect, true, err);
 }
 
-int pt_patch_copy(const char *path, const struct pt_patch *p, size_t n,
-		  const struct pt_replace_expect *expect, struct pt_error *err)
+/*
+ * The full rewrite: copy the whole file to a temporary beside it
+ * (copy_file_range(): shared extents where the filesystem can), patch the
+ * copy, fsync, rename (pt_replace_*).  0 or -errno, the file untouched.
+ */
+static int pt_patch_copy(const char *path, const struct pt_patch *p,
+			 size_t n, const struct pt_replace_expect *expect,
+			 struct pt_error *err)
 {
 	return patch_replaced(path, p, n, expect, false, err);
 }
@@ -179,20 +185,6 @@ int pt_patch_apply(const char *path, enum pt_commit_way way,
 	if (own_rewrite)
 		return 1;
 	return pt_patch_copy(path, p, n, expect, err);
-}
-
-char *pt_journal_path(const char *path)
-{
-	struct pt_error err;
-	char *real = NULL;
-	char *j;
-
-	if (pt_resolve_path(path, &real, &err) != 0)
-		return NULL;
-	if (asprintf(&j, "%s.ptfs-journal", real) < 0)
-		j = NULL;
-	free(real);
-	return j;
 }
 
 /* Sectors of a range of @len bytes (CRC'd one by one). */

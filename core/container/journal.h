@@ -122,14 +122,6 @@ int pt_patch_clone(const char *path, const struct pt_patch *p, size_t n,
 		   struct pt_error *err);
 
 /*
- * The full rewrite: copy the whole file to a temporary beside it
- * (copy_file_range(): shared extents where the filesystem can), patch the
- * copy, fsync, rename (pt_replace_*).  0 or -errno, the file untouched.
- */
-int pt_patch_copy(const char *path, const struct pt_patch *p, size_t n,
-		  const struct pt_replace_expect *expect, struct pt_error *err);
-
-/*
  * Patch the file at @path (symlinks resolved) in place behind the undo
  * journal described above.  Ranges must not overlap and must lie inside
  * the file.  On failure the file is as it was (rolled back at once, or by
@@ -145,7 +137,7 @@ int pt_patch_inplace(const char *path, const struct pt_patch *p, size_t n,
  * Apply @p to the file at @path the way @way says: CLONE (or AUTO unless
  * *@no_clone) by pt_patch_clone(), INPLACE by pt_patch_inplace(), else the
  * rewrite: 1 (nothing done) when @own_rewrite (the caller has its own,
- * e.g. the ZIP64 rewriter), pt_patch_copy() otherwise.  AUTO falls back
+ * e.g. the ZIP64 rewriter), a patched full copy otherwise.  AUTO falls back
  * from clone to the rewrite where the filesystem cannot clone, and sets
  * *@no_clone so later commits do not try again; CLONE fails there with a
  * message.  *@used gets the way taken.
@@ -155,10 +147,6 @@ int pt_patch_apply(const char *path, enum pt_commit_way way,
 		   const struct pt_replace_expect *expect, bool own_rewrite,
 		   bool *no_clone, enum pt_commit_way *used,
 		   struct pt_error *err);
-
-/* "<real path>.ptfs-journal" for @path (malloc), NULL without memory or
- * when @path cannot be resolved. */
-char *pt_journal_path(const char *path);
 
 /*
  * Deal with what an interrupted commit left beside the file at @path

@@ -142,15 +142,6 @@ int pt_fault(const char *step)
 	return rc;
 }
 
-bool pt_fault_injection(void)
-{
-#ifdef PTFS_FAULT_INJECTION
-	return true;
-#else
-	return false;
-#endif
-}
-
 void pt_fault_set(const char *step, unsigned nth, int errnum)
 {
 	fault_env();            /* read first: this setting wins */

@@ -160,9 +160,6 @@ void pt_fault_set(const char *step, unsigned nth, int errnum);
 /* How many times @step ran since the last pt_fault_set(). */
 unsigned pt_fault_count(const char *step);
 
-/* Whether this build reads PTFS_FAULT (PTFS_FAULT_INJECTION). */
-bool pt_fault_injection(void);
-
 /* pt_pwrite_full() (io/fd.h) of @n bytes at @off, as step @step: counted
  * once per call, and failed instead when a fault is set on it. */
 int pt_pwrite_step(int fd, const void *p, size_t n, uint64_t off,

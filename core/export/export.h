@@ -83,10 +83,6 @@ int pt_export_pt(struct pt_ckpt *ck, const char *out,
  * 0 no; appends the verdict and every global and opcode that stops it. */
 int pt_weights_only(struct pt_ckpt *ck, struct pt_buf *out);
 
-/* The safetensors dtype name ("F32", "BF16", "F8_E4M3", ...) of a torch
- * dtype name, or NULL when safetensors has none. */
-const char *pt_safetensors_dtype(const char *torch_name);
-
 /* npy: @outdir (created; must not exist or be empty) gets one PATH.npy per
  * tensor at its tree path and PATH.json with its metadata. */
 int pt_export_npy(struct pt_ckpt *ck, const char *outdir,

@@ -32,7 +32,9 @@
 /* The header limit of the reference reader (100 MB). */
 #define ST_HEADER_MAX (100u << 20)
 
-const char *pt_safetensors_dtype(const char *t)
+/* The safetensors dtype name ("F32", "BF16", "F8_E4M3", ...) of a torch
+ * dtype name, or NULL when safetensors has none. */
+static const char *pt_safetensors_dtype(const char *t)
 {
 	static const char *const map[][2] = {
 		{ "float64", "F64" }, { "float32", "F32" }, { "float16", "F16" },

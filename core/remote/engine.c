@@ -341,11 +341,6 @@ static int rm_job_start(struct rm_job *j)
 	if (rm_tracing())
 		rm_log(j->r, 7, "remote: %.3f start %s%s", rm_now(), range,
 		       j->redirect ? " (redirected)" : "");
-	pthread_mutex_lock(&j->r->lock);
-	j->r->st.requests++;
-	if (j->attempt)
-		j->r->st.retries++;
-	pthread_mutex_unlock(&j->r->lock);
 	return 0;
 }
 

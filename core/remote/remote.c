@@ -37,12 +37,6 @@ void pt_remote_opts_default(struct pt_remote_opts *o)
 	o->timeout_s = 60;
 }
 
-bool pt_remote_is_url(const char *s)
-{
-	return !strncmp(s, "http://", 7) || !strncmp(s, "https://", 8) ||
-	       !strncmp(s, "s3://", 5) || !strncmp(s, "hf://", 5);
-}
-
 uint64_t pt_remote_size(const struct pt_remote *r)
 {
 	return r->size;
@@ -58,13 +52,6 @@ struct timespec pt_remote_mtime(const struct pt_remote *r)
 const char *pt_remote_name(const struct pt_remote *r)
 {
 	return r->u.display;
-}
-
-void pt_remote_stats(struct pt_remote *r, struct pt_remote_stats *st)
-{
-	pthread_mutex_lock(&r->lock);
-	*st = r->st;
-	pthread_mutex_unlock(&r->lock);
 }
 
 /* ---- the engine's callbacks ---- */
@@ -264,7 +251,6 @@ static size_t rm_job_body(struct rm_job *j, const char *p, size_t n)
 	j->got += n;
 	j->range_first += n;
 	pthread_mutex_lock(&r->lock);
-	r->st.bytes += n;
 	rm_job_mark(j, j->off + j->got);
 	r->c.written += n;
 	r->stored += n;
@@ -545,8 +531,6 @@ int pt_remote_read(struct pt_remote *r, void *buf, size_t n, uint64_t off,
 				 &list);
 		}
 	}
-	if (!missed)
-		r->st.cache_hits++;
 	rm_read_ahead(r, off, off + n, missed, &list);
 	pthread_mutex_unlock(&r->lock);
 	rm_submit(list);
@@ -580,11 +564,9 @@ bool pt_remote_extent(struct pt_remote *r, uint64_t off, uint64_t n, int *fd,
 	pthread_mutex_lock(&r->lock);
 	held = !r->stale && rm_all_held(r, off / RM_BLOCK,
 					(off + n - 1) / RM_BLOCK + 1, &lost);
-	if (held) {
-		/* served without pt_remote_read: keep the read-ahead going */
-		r->st.cache_hits++;
+	/* served without pt_remote_read: keep the read-ahead going */
+	if (held)
 		rm_read_ahead(r, off, off + n, false, &list);
-	}
 	pthread_mutex_unlock(&r->lock);
 	rm_submit(list);
 	if (held) {
@@ -774,7 +756,6 @@ static void rm_store_probe(struct pt_remote *r, const struct rm_job *j)
 		rm_set(r->held, b);
 	if (b1 > b0)
 		rm_cache_mark(&r->c, r->held, b0, b1);
-	r->st.bytes += j->mem_len;
 	r->stored += j->mem_len;
 }
 
@@ -822,9 +803,6 @@ static void rm_hf_api_commit(struct pt_remote *r, char *commit, size_t cap)
 			    sha[41] == '"')
 				snprintf(commit, cap, "%.40s", sha + 1);
 		}
-		pthread_mutex_lock(&r->lock);
-		r->st.requests++;
-		pthread_mutex_unlock(&r->lock);
 	}
 	if (h)
 		curl_easy_cleanup(h);

@@ -44,18 +44,8 @@ struct pt_remote_opts {
 	void (*log)(int level, const char *line);
 };
 
-struct pt_remote_stats {
-	uint64_t requests;       /* HTTP requests sent (retries included) */
-	uint64_t bytes;          /* body bytes received */
-	uint64_t retries;        /* requests that were retries */
-	uint64_t cache_hits;     /* reads served from the cache alone */
-};
-
 /* Defaults: 10 GiB cache, 60 s timeout. */
 void pt_remote_opts_default(struct pt_remote_opts *o);
-
-/* True when @s names a remote object (http://, https://, s3://, hf://). */
-bool pt_remote_is_url(const char *s);
 
 /*
  * Open @url: one request learns the object's size and version (a range GET
@@ -93,8 +83,6 @@ void pt_remote_prefetch(struct pt_remote *r, uint64_t off, uint64_t n);
 /* 0 while the object is unchanged, -ESTALE once a response showed a new
  * version. */
 int pt_remote_check(struct pt_remote *r, struct pt_error *err);
-
-void pt_remote_stats(struct pt_remote *r, struct pt_remote_stats *st);
 
 void pt_remote_close(struct pt_remote *r);
 

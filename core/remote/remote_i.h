@@ -49,7 +49,6 @@ int rm_url_sibling(struct rm_url *out, const struct rm_url *u,
 char *rm_url_request(const struct rm_url *u);  /* malloc()ed */
 void rm_url_pin(struct rm_url *u, const char *commit);
 void rm_url_free(struct rm_url *u);
-char *rm_escape_path(const char *s);        /* keeps '/', malloc()ed */
 
 /* One range request, run by the engine. */
 struct rm_job {
@@ -184,7 +183,6 @@ struct pt_remote {
 	bool engine;              /* holds a reference to the engine */
 	struct rm_job *probes;    /* the open requests, once done */
 	int jobs;                 /* jobs in the engine */
-	struct pt_remote_stats st;
 };
 
 

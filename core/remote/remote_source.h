@@ -13,7 +13,4 @@
 int pt_source_open_remote(const char *url, const struct pt_remote_opts *o,
 			  struct pt_source **out, struct pt_error *err);
 
-/* The remote object behind @s, or NULL when @s is not remote (stats). */
-struct pt_remote *pt_source_remote(const struct pt_source *s);
-
 #endif /* PTFS_CORE_REMOTE_SOURCE_H */

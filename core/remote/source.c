@@ -93,7 +93,3 @@ int pt_source_open_remote(const char *url, const struct pt_remote_opts *o,
 	return rc ? rc : rs_wrap(r, out, err);
 }
 
-struct pt_remote *pt_source_remote(const struct pt_source *s)
-{
-	return s && s->ops == &rs_ops ? s->priv : NULL;
-}

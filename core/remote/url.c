@@ -44,7 +44,8 @@ static char *rm_ndup(const char *s, size_t n)
 	return d;
 }
 
-char *rm_escape_path(const char *s)
+/* @s %-escaped for a URL path, keeping '/' (malloc()ed). */
+static char *rm_escape_path(const char *s)
 {
 	static const char hex[] = "0123456789ABCDEF";
 	size_t n = strlen(s);

@@ -52,15 +52,6 @@ static void geometry(const struct pt_tinfo *ti, unsigned max_side, struct geom *
 		g->h = 16;
 }
 
-bool pt_preview_wanted(const struct pt_node *n)
-{
-	struct pt_tinfo ti;
-	struct pt_elem e;
-
-	return pt_node_tinfo(n, &ti) && ti.numel >= 2 &&
-	       pt_elem_init(&e, &ti) == 0;
-}
-
 struct sampler {
 	const struct pt_preview_src *src;
 	struct pt_elem el;

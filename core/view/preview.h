@@ -52,9 +52,6 @@ struct pt_preview {
 	uint64_t reads;         /* read calls */
 };
 
-/* Does tensor file @n get a picture (>= 2 elements, decodable dtype)? */
-bool pt_preview_wanted(const struct pt_node *n);
-
 /* Render from @src with the longer side at most @max_side (16..4096). */
 int pt_preview_render_src(const struct pt_preview_src *src, unsigned max_side,
 			  struct pt_preview *out, struct pt_error *err);

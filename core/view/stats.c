@@ -218,12 +218,14 @@ out:
 	return rc;
 }
 
-double pt_tstats_std(const struct pt_tstats *s)
+/* Standard deviation (population), NaN when there are no finite values. */
+static double pt_tstats_std(const struct pt_tstats *s)
 {
 	return s->finite ? sqrt(s->m2 / (double)s->finite) : NAN;
 }
 
-void pt_tstats_hex(const struct pt_tstats *s, char hex[65])
+/* Lowercase hex of the sha256 into @hex (65 bytes). */
+static void pt_tstats_hex(const struct pt_tstats *s, char hex[65])
 {
 	int i;
 

@@ -52,9 +52,6 @@ int pt_tensor_stats(struct pt_ckpt *ck, struct pt_node *node,
  * fails once, before the first.  0, or -ENOTSUP with one line in @err. */
 int pt_tstats_load(struct pt_error *err);
 
-/* Standard deviation (population), NaN when there are no finite values. */
-double pt_tstats_std(const struct pt_tstats *s);
-
 /* Append the statistics as one JSON object (no trailing newline), with
  * "path" when @path is not NULL.  @fixed pads every number with spaces to
  * a width that holds any value, so the text's length is known before the
@@ -69,8 +66,5 @@ uint64_t pt_tstats_json_size(const struct pt_tinfo *ti, const char *path);
 /* Append one human line: "min=... max=... mean=... std=... zeros=...
  * nan=... +inf=... -inf=... sha256=...". */
 void pt_tstats_text(const struct pt_tstats *s, struct pt_buf *out);
-
-/* Lowercase hex of the sha256 into @hex (65 bytes). */
-void pt_tstats_hex(const struct pt_tstats *s, char hex[65]);
 
 #endif /* PTFS_CORE_VIEW_STATS_H */
