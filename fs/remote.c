@@ -115,7 +115,7 @@ static int set_timeout(const char *opt, const char *v)
 		ropts.timeout_s = (unsigned)(ms / 1000);
 		return 1;
 	}
-	fprintf(stderr, "ptfs: bad option '%s': timeout takes whole seconds from 1 (%s)\n",
+	fprintf(stderr, "ptfs: bad option '%s': timeout takes a duration of at least 1 s, in whole seconds (%s)\n",
 		opt, PT_DURATION_SYNTAX);
 	return -1;
 }
