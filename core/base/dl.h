@@ -59,16 +59,16 @@ struct pt_dl {
 /*
  * The same for a library that several files call (libcurl, core/remote):
  * PT_DL_DECLARE in the header they share, before the names are redirected
- * to the table, and PT_DL_DEFINE_SHARED in one of the files.
+ * to the table, and PT_DL_DEFINE_SHARED in the one file that loads it
+ * (@var_dl is that file's own).
  */
 #define PT_DL_DECLARE(var, FNS) \
 	struct var##_fns { FNS(PT_DL_FIELD) }; \
-	extern struct var##_fns var##_fn; \
-	extern struct pt_dl var##_dl
+	extern struct var##_fns var##_fn
 #define PT_DL_DEFINE_SHARED(var, FNS, soname, need) \
 	struct var##_fns var##_fn; \
 	PT_DL_CHECK(var, FNS); \
-	struct pt_dl var##_dl = PT_DL_INIT(var, FNS, soname, need)
+	static struct pt_dl var##_dl = PT_DL_INIT(var, FNS, soname, need)
 
 #define PT_DL_CHECK(var, FNS) \
 	_Static_assert(sizeof(var##_fn) == \
