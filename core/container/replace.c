@@ -6,8 +6,6 @@
  */
 #include "container/replace.h"
 
-#include "io/fd.h"
-
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -22,6 +20,8 @@
 #include <sys/ioctl.h>
 #include <sys/xattr.h>
 #include <unistd.h>
+
+#include "io/fd.h"
 
 #define RP_MAX_LINKS 40         /* like the kernel's MAXSYMLINKS */
 #define RP_COPY_CHUNK (64u << 20)
