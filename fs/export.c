@@ -96,13 +96,47 @@ static void print_notes(const struct pt_buf *notes)
 	}
 }
 
-/* The arguments of `ptfs export`: 0, or PTFS_EXIT_USAGE once said. */
+/* The targets that accept @xopts, as "a, b or c" (for messages). */
+static const char *targets(unsigned xopts, char *buf, size_t cap)
+{
+	pt_exporter_names(xopts, ", ", " or ", buf, cap);
+	return buf;
+}
+
+/* What the arguments leave to check once all are read: 0, or
+ * PTFS_EXIT_USAGE once said. */
+static int export_check(const struct pt_export_opts *xo, const char *path,
+			const char *out, const struct pt_exporter *x)
+{
+	char names[256];
+
+	if (!path)
+		return ptfs_usage_error("export", "missing CHECKPOINT");
+	if (!x) {
+		pt_exporter_names(0, "|", "|", names, sizeof(names));
+		return ptfs_usage_error("export", "missing --to %s", names);
+	}
+	if (!out)
+		return ptfs_usage_error("export", "missing OUT");
+	if (xo->shard_size && !(x->accepts & PT_XOPT_SHARD_SIZE))
+		return ptfs_usage_error("export", "--shard-size is for --to %s",
+					targets(PT_XOPT_SHARD_SIZE, names, sizeof(names)));
+	if (xo->skip_unsupported && !(x->accepts & PT_XOPT_SKIP_UNSUPPORTED))
+		return ptfs_usage_error("export", "--skip-unsupported is for --to %s",
+					targets(PT_XOPT_SKIP_UNSUPPORTED, names, sizeof(names)));
+	return 0;
+}
+
+/* The arguments of `ptfs export`: 0, or PTFS_EXIT_USAGE once said.
+ * --list-targets alone sets *@list. */
 static int export_args(int argc, char **argv, struct pt_export_opts *xo,
-		       const char **path, const char **out, const char **to)
+		       const char **path, const char **out,
+		       const struct pt_exporter **x, bool *list)
 {
 	static const char *const names[] = { "--to=", "--shard-size=",
-		"--skip-unsupported", "--no-fsync", NULL };
+		"--skip-unsupported", "--no-fsync", "--list-targets", NULL };
 	struct ptfs_args a;
+	char buf[256];
 	const char *v;
 	int k;
 
@@ -112,9 +146,10 @@ static int export_args(int argc, char **argv, struct pt_export_opts *xo,
 		case PTFS_ARG_BAD:
 			return PTFS_EXIT_USAGE;
 		case 0:
-			*to = v;
-			if (strcmp(v, "safetensors") && strcmp(v, "npy") && strcmp(v, "pt"))
-				return ptfs_usage_error("export", "--to takes safetensors, pt or npy, not '%s'", v);
+			*x = pt_exporter_find(v);
+			if (!*x)
+				return ptfs_usage_error("export", "--to takes %s, not '%s'",
+							targets(0, buf, sizeof(buf)), v);
 			break;
 		case 1:
 			if (pt_parse_size(v, &xo->shard_size) != 0 || !xo->shard_size)
@@ -127,49 +162,61 @@ static int export_args(int argc, char **argv, struct pt_export_opts *xo,
 		case 3:
 			xo->no_fsync = true;
 			break;
+		case 4:
+			*list = true;
+			break;
 		default:
 			if (*path && *out)
 				return ptfs_usage_error("export", "extra argument '%s'", v);
 			*(*path ? out : path) = v;
 		}
 	}
-	if (!*path)
-		return ptfs_usage_error("export", "missing CHECKPOINT");
-	if (!*to)
-		return ptfs_usage_error("export", "missing --to safetensors|pt|npy");
-	if (!*out)
-		return ptfs_usage_error("export", "missing OUT");
-	if (xo->shard_size && strcmp(*to, "safetensors") != 0)
-		return ptfs_usage_error("export", "--shard-size is for --to safetensors");
-	return 0;
+	if (*list && argc > 2)
+		return ptfs_usage_error("export", "--list-targets takes no other argument");
+	return *list ? 0 : export_check(xo, *path, *out, *x);
 }
 
-/* `ptfs export CHECKPOINT --to safetensors|pt|npy [options] OUT` */
+/* `ptfs export --list-targets`: one line per target, its name, the
+ * extension of the files it writes and what OUT becomes. */
+static int list_targets(void)
+{
+	const struct pt_exporter *const *x;
+
+	for (x = pt_exporters; *x; x++)
+		printf("%-12s %-13s %s\n", (*x)->name, (*x)->ext, (*x)->summary);
+	if (fflush(stdout) != 0) {
+		fprintf(stderr, "ptfs export: writing the list: %s\n", strerror(errno));
+		return PTFS_EXIT_ERROR;
+	}
+	return PTFS_EXIT_OK;
+}
+
+/* `ptfs export CHECKPOINT --to TARGET [options] OUT` (TARGET: an entry
+ * of pt_exporters[]) */
 int ptfs_cmd_export(int argc, char **argv, const struct pt_ckpt_opts *o)
 {
 	struct pt_export_opts xo = { 0 };
-	const char *path = NULL, *out = NULL, *to = NULL;
+	const char *path = NULL, *out = NULL;
+	const struct pt_exporter *x = NULL;
 	struct pt_ckpt *ck;
 	struct pt_error err;
 	struct pt_buf notes;
 	struct ptfs_progress *pg;
+	bool list = false;
 	int rc;
 
-	rc = export_args(argc, argv, &xo, &path, &out, &to);
+	rc = export_args(argc, argv, &xo, &path, &out, &x, &list);
 	if (rc)
 		return rc;
+	if (list)
+		return list_targets();
 	if (open_ck(path, o, &ck))
 		return PTFS_EXIT_ERROR;
 	pg = ptfs_progress_start("export");
 	pt_ckpt_set_progress(ck, ptfs_progress_hook, pg);
 	pt_error_clear(&err);
 	pt_buf_init(&notes);
-	if (strcmp(to, "safetensors") == 0)
-		rc = pt_export_safetensors(ck, out, &xo, &notes, &err);
-	else if (strcmp(to, "pt") == 0)
-		rc = pt_export_pt(ck, out, &xo, &notes, &err);
-	else
-		rc = pt_export_npy(ck, out, &xo, &notes, &err);
+	rc = x->write(ck, out, &xo, &notes, &err);
 	ptfs_progress_end(pg);
 	print_notes(&notes);
 	if (rc)

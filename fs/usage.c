@@ -14,6 +14,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "export/export.h"
+
+/* The export targets, filled in from the exporter table (pt_exporters[],
+ * core/export/exporters.c) when a text is printed: TARGETS_BAR as
+ * "safetensors|pt|npy", TARGETS_OR as "safetensors, pt or npy". */
+#define TARGETS_BAR "\001"
+#define TARGETS_OR "\002"
+
 struct cmd_help {
 	const char *name;
 	const char *text;       /* after "usage: " */
@@ -61,11 +69,14 @@ static const struct cmd_help helps[] = {
 	  "    --json               JSON output (required: the only form)\n"
 	  "    --max N              stop after N entries (default 1000000)\n" CK_OPTS
 	  "\nExit status: 0 printed, 1 the checkpoint cannot be read, 2 usage error.\n" },
-	{ "export", "ptfs export CHECKPOINT --to safetensors|pt|npy [--shard-size SIZE]\n"
+	{ "export", "ptfs export CHECKPOINT --to " TARGETS_BAR " [--shard-size SIZE]\n"
 	  "                   [--skip-unsupported] [--no-fsync] OUT\n"
+	  "       ptfs export --list-targets\n"
 	  "Write every tensor in another form, never running the pickle; OUT\n"
 	  "appears whole or not at all.\n\n"
-	  "    --to FORM            safetensors, pt or npy\n"
+	  "    --to FORM            " TARGETS_OR "\n"
+	  "    --list-targets       print the targets, one a line: name, extension,\n"
+	  "                         what OUT becomes\n"
 	  "    --shard-size SIZE    safetensors shards of at most SIZE (5GB = 5*10^9,\n"
 	  "                         500MiB = 500*2^20, 500M = 500MiB, bytes)\n"
 	  "    --skip-unsupported   leave out tensors the form cannot hold\n"
@@ -120,9 +131,28 @@ static const struct cmd_help helps[] = {
 
 #define NHELPS (sizeof(helps) / sizeof(helps[0]))
 
+/* @text to @f with the marks TARGETS_BAR and TARGETS_OR filled in. */
+static void put_text(const char *text, FILE *f)
+{
+	char names[256];
+	const char *p;
+
+	for (p = text; *p; p++) {
+		if (*p == TARGETS_BAR[0] || *p == TARGETS_OR[0]) {
+			if (*p == TARGETS_BAR[0])
+				pt_exporter_names(0, "|", "|", names, sizeof(names));
+			else
+				pt_exporter_names(0, ", ", " or ", names, sizeof(names));
+			fputs(names, f);
+		} else {
+			fputc(*p, f);
+		}
+	}
+}
+
 void ptfs_usage_full(FILE *f)
 {
-	fputs("usage: ptfs [options] CHECKPOINT MOUNTPOINT\n"
+	put_text("usage: ptfs [options] CHECKPOINT MOUNTPOINT\n"
 	      "       ptfs ls [-a] [--max N] [--nested] [-o OPTS] CHECKPOINT [PATH]\n"
 	      "       ptfs cat [--nested] [-o OPTS] CHECKPOINT PATH\n"
 	      "       ptfs info [-o OPTS] CHECKPOINT\n"
@@ -131,8 +161,9 @@ void ptfs_usage_full(FILE *f)
 	      "       ptfs umount MOUNTPOINT       (also: ptfs -u MOUNTPOINT)\n"
 	      "       ptfs recover [--discard | --force] CHECKPOINT\n"
 	      "       ptfs tree --json [--max N] CHECKPOINT\n"
-	      "       ptfs export CHECKPOINT --to safetensors|pt|npy [--shard-size SIZE]\n"
+	      "       ptfs export CHECKPOINT --to " TARGETS_BAR " [--shard-size SIZE]\n"
 	      "                   [--skip-unsupported] [--no-fsync] OUT\n"
+	      "       ptfs export --list-targets\n"
 	      "       ptfs stat [--json] [-j N] CHECKPOINT [PATH]\n"
 	      "       ptfs diff [--json] [-j N] [-q] [--tensors-only] CHECKPOINT_A CHECKPOINT_B\n"
 	      "       ptfs preview [-v] [-s SIDE] CHECKPOINT PATH [--output FILE.png]\n"
@@ -204,7 +235,8 @@ bool ptfs_usage_cmd(const char *cmd, FILE *f)
 
 	for (i = 0; i < NHELPS; i++) {
 		if (strcmp(helps[i].name, cmd) == 0) {
-			fprintf(f, "usage: %s", helps[i].text);
+			fputs("usage: ", f);
+			put_text(helps[i].text, f);
 			return true;
 		}
 	}

@@ -64,6 +64,50 @@ struct pt_export_opts {
 };
 
 /*
+ * One target of `ptfs export --to NAME`, an entry of pt_exporters[]
+ * (exporters.c).  The command line (fs/export.c: --to, the options each
+ * target accepts, its messages), the usage texts (fs/usage.c) and the
+ * mount's /.ptfs/export (vfiles.c) read the table; docs/ARCHITECTURE.md,
+ * "How to add an exporter", says what else a new target needs.
+ */
+struct pt_exporter {
+	const char *name;       /* the word after --to: "safetensors" */
+	const char *ext;        /* extension of the files it writes:
+				 * ".safetensors" */
+	const char *summary;    /* what OUT becomes, one line (`ptfs export
+				 * --list-targets`) */
+	unsigned accepts;       /* PT_XOPT_*: the options beyond --no-fsync
+				 * it takes (every target writes through
+				 * out.c, which honours --no-fsync) */
+	/* Write every tensor of @ck to @out; 0 or a negative errno with @err
+	 * set, lines worth saying in @notes. */
+	int (*write)(struct pt_ckpt *ck, const char *out,
+		     const struct pt_export_opts *opts, struct pt_buf *notes,
+		     struct pt_error *err);
+	/* Its generated form in a mount: add its files to /.ptfs/export @d
+	 * with pt_vdir_add() for the tensors @xl (NULL: it has none).  A
+	 * file it cannot make is left out; only a failure such as -ENOMEM
+	 * is returned. */
+	int (*mount_files)(struct pt_ckpt *ck, struct pt_vdir *d,
+			   const struct pt_xlist *xl, struct pt_error *err);
+};
+
+#define PT_XOPT_SHARD_SIZE       (1u << 0)      /* --shard-size */
+#define PT_XOPT_SKIP_UNSUPPORTED (1u << 1)      /* --skip-unsupported */
+
+/* The targets, NULL-terminated, in the order the usage names them. */
+extern const struct pt_exporter *const pt_exporters[];
+
+/* The target called @name, or NULL. */
+const struct pt_exporter *pt_exporter_find(const char *name);
+
+/* The names of the targets that accept all of @xopts (PT_XOPT_*; 0: every
+ * target) into @out: joined by @sep, the last two by @last ("|", "|":
+ * "safetensors|pt|npy"; ", ", " or ": "safetensors, pt or npy"). */
+void pt_exporter_names(unsigned xopts, const char *sep, const char *last,
+		       char *out, size_t cap);
+
+/*
  * safetensors: @out is the file to write, or with opts->shard_size the
  * directory to write model-0000N-of-0000M.safetensors and
  * model.safetensors.index.json into (model.safetensors alone when one
@@ -131,8 +175,16 @@ void pt__st_header(const struct pt_xlist *xl, const size_t *idx, size_t n,
 void pt__npy_json(struct pt_ckpt *ck, struct pt_node *n,
 		  const struct pt_npy *np, struct pt_buf *out);
 
-/* vfiles.c: /.ptfs/export/model.safetensors and /.ptfs/export/npy/...
- * in the mount (call right after opening; see pt_tree_set_vdir). */
+/* The generated forms (struct pt_exporter's mount_files):
+ * /.ptfs/export/model.safetensors (safetensors.c) and
+ * /.ptfs/export/npy/PATH.npy with PATH.json (npytree.c). */
+int pt__st_mount_files(struct pt_ckpt *ck, struct pt_vdir *d,
+		       const struct pt_xlist *xl, struct pt_error *err);
+int pt__npy_mount_files(struct pt_ckpt *ck, struct pt_vdir *d,
+			const struct pt_xlist *xl, struct pt_error *err);
+
+/* vfiles.c: /.ptfs/export in the mount, every target's generated form
+ * (call right after opening; see pt_tree_set_vdir). */
 int pt_export_mount_files(struct pt_ckpt *ck);
 
 /* ---- output files (out.c) ---- */
@@ -177,6 +229,11 @@ void pt_xout_abort(struct pt_xout *o);
 int pt_view_read(struct pt_ckpt *ck, struct pt_node *node,
 		 const struct pt_tinfo *ti, void *dst, size_t n, uint64_t rel,
 		 struct pt_error *err);
+/* pt_view_read(), byte-swapped per element when @swap (complex: per
+ * half). */
+int pt__view_read_swapped(struct pt_ckpt *ck, struct pt_node *node,
+			  const struct pt_tinfo *ti, uint8_t *dst, size_t n,
+			  uint64_t rel, bool swap, struct pt_error *err);
 /* Output chunk for views in the CLI writers: fewer passes over a view's
  * storage range (each chunk reads it once). */
 #define PT_VIEW_CHUNK (16u << 20)

@@ -424,3 +424,32 @@ int pt_view_read(struct pt_ckpt *ck, struct pt_node *node,
 	free(tmp);
 	return rc;
 }
+
+/* What pt_view_read() reads, byte-swapped per element when @swap
+ * (complex: per half): the element order a little-endian reader expects
+ * of a big-endian tensor. */
+int pt__view_read_swapped(struct pt_ckpt *ck, struct pt_node *node,
+			  const struct pt_tinfo *ti, uint8_t *dst, size_t n,
+			  uint64_t rel, bool swap, struct pt_error *err)
+{
+	unsigned es = ti->itemsize, unit = es;
+	uint64_t a = rel - rel % es, b = rel + n;
+	uint8_t *tmp;
+	int rc;
+
+	if (!swap)
+		return pt_view_read(ck, node, ti, dst, n, rel, err);
+	if (strncmp(ti->dtype, "complex", 7) == 0)
+		unit /= 2;
+	b = b + (es - b % es) % es;
+	tmp = malloc((size_t)(b - a));
+	if (!tmp)
+		return -ENOMEM;
+	rc = pt_view_read(ck, node, ti, tmp, (size_t)(b - a), a, err);
+	if (!rc) {
+		pt_swap_elems(tmp, (size_t)(b - a) / unit, unit);
+		memcpy(dst, tmp + (rel - a), n);
+	}
+	free(tmp);
+	return rc;
+}

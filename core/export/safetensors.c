@@ -17,6 +17,9 @@
  * others, which a plain load_file() or a strict load_state_dict() then
  * misses.  We write every key with its own copy, so that the file holds
  * exactly the checkpoint's keys, and say which keys were tied on stderr.
+ *
+ * The last section makes the same file as a generated file of the mount,
+ * /.ptfs/export/model.safetensors.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -403,5 +406,150 @@ int pt_export_safetensors(struct pt_ckpt *ck, const char *out,
 	}
 	free(idx);
 	pt_export_list_free(&xl);
+	return rc;
+}
+
+/* ---- the generated form: /.ptfs/export/model.safetensors ----
+ * The same bytes `ptfs export --to safetensors --skip-unsupported`
+ * writes.  Its size is exact before any read; a read is served from the
+ * header in memory and the tensors' bytes through pt__view_read_swapped(),
+ * and a range that lies in one contiguous tensor is offered as an extent
+ * (zero copy). */
+
+struct st_item {
+	struct pt_node *node;
+	struct pt_tinfo ti;
+	uint64_t start;                 /* offset in the generated file */
+};
+
+struct st_vf {
+	struct pt_ckpt *ck;
+	uint8_t *head;                  /* 8-byte length + header */
+	size_t hlen;
+	struct st_item *it;
+	size_t n;
+};
+
+/* The last item starting at or before @off. */
+static size_t st_find(const struct st_vf *v, uint64_t off)
+{
+	size_t lo = 0, hi = v->n;
+
+	while (hi - lo > 1) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (v->it[mid].start <= off)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+static int st_read(void *ctx, void *buf, size_t n, uint64_t off,
+		   struct pt_error *err)
+{
+	const struct st_vf *v = ctx;
+	uint8_t *p = buf;
+	int rc;
+
+	if (off < v->hlen) {
+		size_t k = v->hlen - off < n ? (size_t)(v->hlen - off) : n;
+		memcpy(p, v->head + off, k);
+		p += k;
+		n -= k;
+		off += k;
+	}
+	while (n > 0) {
+		const struct st_item *it = &v->it[st_find(v, off)];
+		uint64_t rel = off - it->start, left = it->ti.nbytes - rel;
+		size_t k = left < n ? (size_t)left : n;
+
+		if (rel >= it->ti.nbytes)
+			return pt_fail(err, -EIO, "generated safetensors: offset %llu outside its tensors",
+				       (unsigned long long)off);
+		rc = pt__view_read_swapped(v->ck, it->node, &it->ti, p, k, rel,
+				it->ti.byteorder == '>', err);
+		if (rc)
+			return rc;
+		p += k;
+		n -= k;
+		off += k;
+	}
+	return 0;
+}
+
+static bool st_extent(void *ctx, uint64_t off, uint64_t n, int *fd,
+		      uint64_t *file_off)
+{
+	const struct st_vf *v = ctx;
+	const struct st_item *it;
+
+	if (off < v->hlen || v->n == 0)
+		return false;
+	it = &v->it[st_find(v, off)];
+	if (it->ti.byteorder == '>' || off - it->start + n > it->ti.nbytes)
+		return false;
+	return pt_node_extent(v->ck, it->node, off - it->start, n, fd, file_off);
+}
+
+static void st_free(void *ctx)
+{
+	struct st_vf *v = ctx;
+
+	free(v->head);
+	free(v->it);
+	free(v);
+}
+
+int pt__st_mount_files(struct pt_ckpt *ck, struct pt_vdir *d,
+		       const struct pt_xlist *xl, struct pt_error *err)
+{
+	struct pt_export_opts o = { .skip_unsupported = true };
+	struct pt_vfile vf = { 0 };
+	struct pt_buf notes, h;
+	struct st_vf *v = NULL;
+	size_t *idx = NULL, n = 0, i;
+	uint64_t at;
+	int rc;
+
+	pt_buf_init(&notes);
+	pt_buf_init(&h);
+	rc = pt__st_plan(xl, &o, &idx, &n, &notes, err);
+	pt_buf_free(&notes);
+	if (rc) {                       /* colliding keys: no such file */
+		pt_error_clear(err);
+		return rc == -ENOMEM ? rc : 0;
+	}
+	pt_buf_add(&h, "\0\0\0\0\0\0\0\0", 8);
+	pt__st_header(xl, idx, n, &h);
+	v = calloc(1, sizeof(*v));
+	if (h.oom || !v || !(v->it = calloc(n ? n : 1, sizeof(*v->it)))) {
+		rc = -ENOMEM;
+		goto fail;
+	}
+	for (i = 0; i < 8; i++)
+		h.p[i] = (char)((uint64_t)(h.len - 8) >> (8 * i));
+	v->ck = ck;
+	v->n = n;
+	v->hlen = h.len;
+	v->head = (uint8_t *)pt_buf_take(&h, NULL);
+	for (i = 0, at = v->hlen; i < n; i++) {
+		v->it[i].node = xl->v[idx[i]].node;
+		v->it[i].ti = xl->v[idx[i]].ti;
+		v->it[i].start = at;
+		at += v->it[i].ti.nbytes;
+	}
+	free(idx);
+	vf = (struct pt_vfile){ at, st_read, st_extent, st_free, v, NULL };
+	rc = pt_vdir_add(d, "model.safetensors", &vf);
+	if (rc)
+		st_free(v);
+	return rc;
+fail:
+	pt_buf_free(&h);
+	if (v)
+		free(v->it);
+	free(v);
+	free(idx);
 	return rc;
 }
