@@ -31,6 +31,16 @@ for c in $cmds; do
 	n=$((n + 1))
 	grep -qE -- "ptfs $c " <<<"$text" || { echo "FAIL: command ptfs $c of --help is not in $page"; status=1; }
 done
+# every list of export targets (--to a|b|c) is the exporter table's, in
+# its order: the table is what `ptfs export --list-targets` prints
+targets=$("$ptfs" export --list-targets | awk '{print $1}' | paste -sd'|')
+[ -n "$targets" ] || { echo "FAIL: ptfs export --list-targets printed no target"; status=1; }
+lists=$(grep -oE -- '--to [a-z0-9_]+(\|[a-z0-9_]+)+' <<<"$text" | cut -c6- | sort -u)
+[ -n "$lists" ] || { echo "FAIL: $page lists no export targets (--to a|b|c)"; status=1; }
+for l in $lists; do
+	n=$((n + 1))
+	[ "$l" = "$targets" ] || { echo "FAIL: $page lists --to $l, ptfs export --list-targets $targets"; status=1; }
+done
 # the page's header names the version the binary reports
 version=$("$ptfs" --version | head -1)
 grep -q "^\.TH PTFS 1 \"[^\"]*\" \"$version\"" "$page" ||

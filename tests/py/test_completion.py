@@ -56,6 +56,18 @@ def test_commands_and_options(ck):
     assert complete(PTFS, "tree", "--j") == ["--json"]
 
 
+def test_export_targets_are_the_table():
+    # the completion cannot read the exporter table: it must list the
+    # targets `ptfs export --list-targets` prints, in its order
+    r = subprocess.run([PTFS, "export", "--list-targets"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    targets = [line.split()[0] for line in r.stdout.splitlines()]
+    assert targets, r.stdout
+    assert complete(PTFS, "export", "--to", "") == targets
+    assert "--list-targets" in complete(PTFS, "export", "--l")
+
+
 def test_o_names():
     assert complete(PTFS, "-o", "allow") == ["allow_other"]
     assert complete(PTFS, "-o", "ro,max_de") == ["ro,max_depth="]
