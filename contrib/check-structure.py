@@ -83,9 +83,9 @@ POINTER_EDGES = {
         "previews of a tensor read its bytes through the caller",
     ("pt_remote_opts.log", "fs/remote.c"):
         "the remote engine's log lines go to the daemon's log",
-    ("pt_vfile.*", "core/export/vfiles.c"):
-        "the tree serves /.ptfs/export/ through the exporter that makes "
-        "those files",
+    ("pt_vfile.*", "core/export"):
+        "the tree serves /.ptfs/export/ through each exporter's generated "
+        "form (pt_exporters[])",
     ("pt_vfile.*", "fs/view_mount.c"):
         "the tree serves the stat view's generated files through it",
     ("pt_tree.pic_fn", "fs/view_mount.c"):
