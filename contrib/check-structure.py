@@ -83,7 +83,7 @@ POINTER_EDGES = {
         "previews of a tensor read its bytes through the caller",
     ("pt_remote_opts.log", "fs/remote.c"):
         "the remote engine's log lines go to the daemon's log",
-    ("pt_vfile.*", "core/export"):
+    ("pt_vfile.*", "core/export/"):
         "the tree serves /.ptfs/export/ through each exporter's generated "
         "form (pt_exporters[])",
     ("pt_vfile.*", "fs/view_mount.c"):
