@@ -147,6 +147,17 @@ void ptfs_op_open(fuse_req_t req, fuse_ino_t ino,
 			fuse_reply_err(req, EACCES);
 			return;
 		}
+		if (write && (fi->flags & O_APPEND)) {
+			/* every write would land at the end and grow it; the
+			 * write would say so too, unless a writer before it left
+			 * the file short and its RELEASE (sent after close(2)
+			 * returns) is still on its way: then the kernel's size
+			 * is that short one, and `>>` would write inside */
+			log_err(fs, n, "open for appending",
+				"a tensor file cannot grow: write it whole, or in place (dd conv=notrunc)");
+			fuse_reply_err(req, EINVAL);
+			return;
+		}
 	}
 	h = calloc(1, sizeof(*h));
 	if (!h) {
