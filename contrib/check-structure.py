@@ -8,7 +8,7 @@
    ptfs executable is read with nm: a file that uses (undefined symbol) what
    another defines depends on it.  A strongly connected component of more
    than one file is a cycle; a file that depends on a file of a higher
-   layer (layers(), lowest first) is an upward call; an object or source
+   layer (core/LAYERS, lowest first) is an upward call; an object or source
    file (.c, .h) whose folder is in no layer is an error, never skipped.
 2. Calls through function pointers, which nm cannot see.  A struct member
    of function-pointer type (written out, or a typedef of one) in core/ or
@@ -42,12 +42,33 @@ import subprocess
 import sys
 
 
+SCRIPT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_layers = []    # [(folder, layer index)] of the tree being checked
+
+
+def read_layers(root):
+    """core/LAYERS of @root (else of this script's tree): one layer a line,
+    lowest first, its name then its folders; '#' starts a comment.
+    Returns [(folder, layer index)]: a file may depend on files of its own
+    layer or a lower one."""
+    path = os.path.join(root, "core", "LAYERS")
+    if not os.path.exists(path):
+        path = os.path.join(SCRIPT_ROOT, "core", "LAYERS")
+    out, index = [], 0
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            words = line.split("#", 1)[0].split()
+            if words:
+                out += [(folder.rstrip("/"), index) for folder in words[1:]]
+                index += 1
+    return out
+
+
 def layers():
-    """The layer folders, lowest first.  A file may depend on files of its
-    own layer or a lower one."""
-    return ["core/base", "core/io", "core/container", "core/decode",
-            "core/fmt", "core/ckpt", "core/export", "core/view",
-            "core/remote", "fs"]
+    """The layer folders of the tree being checked, as (folder, index)."""
+    if not _layers:
+        _layers.extend(read_layers(SCRIPT_ROOT))
+    return _layers
 
 
 # Calls from a lower layer up into a higher one through a pointer table or
@@ -99,8 +120,8 @@ TOPS = ("core", "fs")
 def layer_of(path):
     """Index in layers() of the folder holding @path, or None."""
     best = None
-    for i, layer in enumerate(layers()):
-        if path.startswith(layer + "/"):
+    for folder, i in layers():
+        if path.startswith(folder + "/"):
             best = i
     return best
 
@@ -188,8 +209,7 @@ def check_layers(build, root):
     for src in sorted(set(objs) | set(sources(root, (".c", ".h")))):
         if layer_of(src) is None:
             unknown += 1
-            print(f"unknown folder: {src} is in no layer (layers() in "
-                  f"{os.path.basename(__file__)})")
+            print(f"unknown folder: {src} is in no layer (core/LAYERS)")
     defs, undefs = {}, {}
     for src, obj in objs.items():
         defs[src], undefs[src] = symbols(obj)
@@ -661,9 +681,10 @@ def main(argv):
     limit = 120
     if "--max-lines" in argv:
         limit = int(argv[argv.index("--max-lines") + 1])
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = SCRIPT_ROOT
     if "--root" in argv:
         root = os.path.abspath(argv[argv.index("--root") + 1])
+    _layers[:] = read_layers(root)
     funcs = ctags(root, sources(root, (".c", ".h")))
     rc = check_layers(build, root)
     defined = {}

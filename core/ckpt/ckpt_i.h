@@ -43,7 +43,7 @@ enum pt_stkind {
  * file.  The format that builds it checks, before anyone reads, that the
  * boxes tile the shape exactly (inside it, no overlap, nothing missing),
  * that none is empty, that each lies inside its file, and sorts them by
- * offsets in C order; torch.c (storage_read) maps each read to runs of
+ * offsets in C order; chunks.c maps each read to runs of
  * the boxes.  Owned by the checkpoint; immutable after open.
  */
 struct pt_chunk {
@@ -230,7 +230,7 @@ struct pt_ckpt {
 					 * records (ZIP64 rewriter): reindex */
 	uint32_t commits;               /* that succeeded (pt_ckpt_commits) */
 	uint64_t bytes_gen;             /* pt_ckpt_bytes_changed() calls */
-	struct pt_gathered *gathered;   /* decode/torch.c, made on first use */
+	struct pt_gathered *gathered;   /* gathered.c, made on first use */
 	uint64_t layout_gen;            /* the number of the last one that
 					 * moved records or changed the size,
 					 * 0: none (pt_ckpt_layout_gen) */
@@ -264,8 +264,32 @@ void *pt__own(struct pt_ckpt *ck, void *p);
 void *pt__alloc(struct pt_ckpt *ck, size_t n);
 /* Free every pt__alloc() block (ckpt.c, at close). */
 void pt__alloc_free(struct pt_ckpt *ck);
-/* decode/torch.c: the gathered non-contiguous tensors' cache. */
+/*
+ * gathered.c: non-contiguous tensors kept gathered whole, for
+ * tensor_read.c.  pt__gathered_copy(): [@off, @off + @n) of @t from its
+ * kept copy, false when there is none as of now.  A fill runs alone:
+ * pt__gathered_fill_begin() (false when out of memory) ...
+ * pt__gathered_fill_end(); in between, pt__gathered_keep() takes @bytes,
+ * all of @t as of generation @gen, taken with pt__gathered_gen() before
+ * they were read (kept only if still current).  pt__gathered_free(): at
+ * close.  At most PT_GATHERED_MAX_BYTES are kept; a bigger tensor is
+ * gathered per read.
+ */
+#define PT_GATHERED_MAX_BYTES ((uint64_t)256 << 20)
+bool pt__gathered_copy(struct pt_ckpt *ck, const struct pt_tensor *t,
+		       void *buf, size_t n, uint64_t off);
+bool pt__gathered_fill_begin(struct pt_ckpt *ck);
+void pt__gathered_fill_end(struct pt_ckpt *ck);
+uint64_t pt__gathered_gen(const struct pt_ckpt *ck, const struct pt_tensor *t);
+void pt__gathered_keep(struct pt_ckpt *ck, const struct pt_tensor *t,
+		       uint64_t gen, uint8_t *bytes);
 void pt__gathered_free(struct pt_ckpt *ck);
+
+/* chunks.c: bytes [@off, @off + @n) of PT_ST_CHUNKS storage @cs of @ck
+ * (the caller keeps the range inside the storage): @n or -errno. */
+ssize_t pt__chunks_read(const struct pt_ckpt *ck, const struct pt_chunks *cs,
+			uint8_t *buf, size_t n, uint64_t off,
+			struct pt_error *err);
 /*
  * The checkpoint's storages by key (ck->st_list[0 .. ck->n_st), in the
  * order they were added).  pt__storage_add() takes @st (its key must not
@@ -297,7 +321,7 @@ int pt__add_meta_dir(struct pt_ckpt *ck, const char *name,
 		     struct pt_value *root, const char *records);
 
 /*
- * decode/synth.c: value trees made outside any pickle, owned by @ck (NULL
+ * synth.c: value trees made outside any pickle, owned by @ck (NULL
  * when out of memory).
  * pt__value_dict(): a PT_V_DICT of @n entries whose keys are str nodes
  * (classified PT_C_SCALAR, "" until set) and whose values are spare
@@ -321,7 +345,7 @@ struct pt_value *pt__tensor_value(struct pt_ckpt *ck, struct pt_tensor *t);
 struct pt_value *pt__numbered_dict(struct pt_ckpt *ck,
 				   struct pt_value *const *vals, size_t n);
 
-/* decode/ckstate.c: hand the string buffer of JSON scanner @j to @ck
+/* ckstate.c: hand the string buffer of JSON scanner @j to @ck
  * (its strings live until close).  0 or -ENOMEM with a message in j->err. */
 int pt__js_keep(struct pt_js *j, struct pt_ckpt *ck);
 
@@ -382,7 +406,7 @@ int pt__legacy_refs(struct pt_value *root, uint32_t count,
  * @cls, which is what torch's persistent_load returns for it. */
 void pt__legacy_to_global(struct pt_value *v, const struct pt_value *cls);
 
-/* decode/ckstate.c: list a global in the summary, warn when it is dangerous (a
+/* ckstate.c: list a global in the summary, warn when it is dangerous (a
  * scanner's view of what a full unpickler would import). */
 void pt__note_global(struct pt_ckpt *ck, const struct pt_value *g);
 
@@ -443,7 +467,8 @@ bool pt__dense_strides(uint32_t rank, const int64_t *shape, bool fortran,
  * PT_C_SCALAR, unreachable values are classified on the fly. */
 enum pt_vclass pt__vclass(const struct pt_value *v);
 
-/* torch.c: read tensor bytes in C order. */
+/* tensor_read.c: bytes [@off, @off + @n) of tensor @t in C order (cut at
+ * its end): the count read, or -errno with one line. */
 ssize_t pt__tensor_read(struct pt_ckpt *ck, const struct pt_tensor *t,
 			void *buf, size_t n, uint64_t off,
 			struct pt_error *err);
@@ -470,7 +495,7 @@ struct pt_storage *pt__record_storage(struct pt_ckpt *ck,
 				      const char *key, const char *location,
 				      size_t loc_len, const struct pt_dtype *dt);
 
-/* decode/ckstate.c: a bare checkpoint over @src (owned from here on, also
+/* ckstate.c: a bare checkpoint over @src (owned from here on, also
  * on failure) with @parent's options: only path and src set (no format,
  * pickle or tree), for a format that serves data from files beside its
  * own (the .distcp files of a DCP directory, from
@@ -479,7 +504,7 @@ struct pt_storage *pt__record_storage(struct pt_ckpt *ck,
 int pt__ckpt_open_raw(struct pt_ckpt *parent, struct pt_ckpt **out,
 		      struct pt_source *src, struct pt_error *err);
 
-/* decode/ckstate.c: open the checkpoint whose bytes @src holds (a shard of
+/* ckstate.c: open the checkpoint whose bytes @src holds (a shard of
  * a sharded index, from pt_source_open_sibling()) with @parent's options:
  * probed and opened as pt_ckpt_open() does a file.  @src is owned by the
  * checkpoint from here on, also on failure.  Close it with
@@ -487,7 +512,7 @@ int pt__ckpt_open_raw(struct pt_ckpt *parent, struct pt_ckpt **out,
 int pt__ckpt_open_source(struct pt_ckpt *parent, struct pt_ckpt **out,
 			 struct pt_source *src, struct pt_error *err);
 
-/* decode/ckstate.c: close a checkpoint opened by one of the two above
+/* ckstate.c: close a checkpoint opened by one of the two above
  * (NULL is ignored). */
 void pt__ckpt_close(struct pt_ckpt *child);
 

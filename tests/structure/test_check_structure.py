@@ -324,7 +324,7 @@ def test_slot_in_a_header_not_included_is_not_called(tmp_path):
 
 
 def test_real_tree_layers_are_one_list():
-    """layers() is the one place the order is written: every folder of
+    """core/LAYERS is the one place the order is written: every folder of
     core/ holding a source file is in it."""
     mod = load()
     root = os.path.join(HERE, "..", "..")
