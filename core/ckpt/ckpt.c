@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ckpt.c -- open a checkpoint: detect its container from its bytes, hand it
- * to that format's module, interpret the result and build the tree root.
+ * ckpt.c -- the checkpoint a front end opens: a path (a file, or the
+ * directory of a distributed or sharded checkpoint), memory or a source,
+ * loaded against every format (open.c, fmt.c's pt_formats) and given its
+ * tree (tree.c); its reads, checks and commits.
  */
 #include "ckpt/ckpt_i.h"
 
@@ -15,111 +17,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-void pt_ckpt_opts_default(struct pt_ckpt_opts *o)
-{
-	memset(o, 0, sizeof(*o));
-	pt_limits_default(&o->limits);
-}
-
-static char *make_stem(const char *path)
-{
-	const char *base = strrchr(path, '/');
-	const char *dot;
-	char *s;
-
-	base = base ? base + 1 : path;
-	dot = strrchr(base, '.');
-	if (!dot || dot == base)
-		dot = base + strlen(base);
-	s = strndup(base, (size_t)(dot - base));
-	return s;
-}
-
-static int ckpt_of_source(struct pt_ckpt **out, struct pt_source *src,
-			  bool load, const struct pt_ckpt_opts *opts,
-			  struct pt_error *err);
-
-/* What the formats may call back up for (ckpt_i.h). */
-static const struct pt_ckpt_host ckpt_host = {
-	.open = ckpt_of_source,
-	.close = pt_ckpt_close,
-};
-
-static int ckpt_init(struct pt_ckpt **out, const char *path,
-		     const struct pt_ckpt_opts *opts, struct pt_error *err)
-{
-	struct pt_ckpt *ck = calloc(1, sizeof(*ck));
-
-	*out = NULL;
-	if (!ck)
-		return pt_fail(err, -ENOMEM, "out of memory");
-	ck->host = &ckpt_host;
-	ck->byteorder = '<';
-	if (opts)
-		ck->opts = *opts;
-	else
-		pt_ckpt_opts_default(&ck->opts);
-	pt_buf_init(&ck->warnings);
-	pt_buf_init(&ck->notes);
-	pt_buf_init(&ck->globals);
-	/* absolute: the daemon chdir()s to / when it detaches, and a commit
-	 * must still find the file (a memory source keeps its name) */
-	ck->path = path[0] == '/' ? strdup(path) : realpath(path, NULL);
-	if (!ck->path)
-		ck->path = strdup(path);
-	ck->stem = make_stem(path);
-	if (!ck->path || !ck->stem) {
-		pt_ckpt_close(ck);
-		return pt_fail(err, -ENOMEM, "out of memory");
-	}
-	*out = ck;
-	return 0;
-}
-
-static int ckpt_load(struct pt_ckpt *ck, struct pt_error *err)
-{
-	uint8_t head[PT_PROBE_HEAD];
-	size_t n = ck->src->size < sizeof(head) ? (size_t)ck->src->size : sizeof(head);
-	size_t i;
-	int rc;
-
-	if (ck->src->size == 0)
-		return pt_fail(err, -EBADMSG, "empty file, not a checkpoint");
-	rc = pt_source_read(ck->src, head, n, 0, err);
-	if (rc)
-		return rc;
-	for (i = 0; pt_formats[i]; i++) {
-		rc = pt_formats[i]->probe(ck, head, n, err);
-		if (rc < 0)
-			return rc;
-		if (rc > 0) {
-			ck->fmt = pt_formats[i];
-			break;
-		}
-	}
-	if (!ck->fmt)
-		return pt_fail(err, -ENOTSUP,
-			       "not a PyTorch checkpoint (unrecognised format, first bytes %02x %02x %02x %02x)",
-			       head[0], n > 1 ? head[1] : 0, n > 2 ? head[2] : 0,
-			       n > 3 ? head[3] : 0);
-	rc = ck->fmt->open(ck, err);
-	if (rc)
-		return rc;
-	rc = pt__classify(ck, err);
-	if (rc)
-		return rc;
-	for (i = 0; i < (size_t)ck->n_meta_dirs; i++) {
-		if (!ck->meta_dirs[i].root)
-			continue;
-		rc = pt__classify_value(ck, ck->meta_dirs[i].root, err);
-		if (rc) {
-			pt_error_prefix(err, "/.ptfs/%s", ck->meta_dirs[i].name);
-			return rc;
-		}
-	}
-	return pt__tree_new(ck, err);
-}
 
 /* The file to open for directory @dir, from the first format whose
  * probe_dir() claims it (malloc()ed in *@out). */
@@ -139,35 +36,34 @@ static int probe_dir(const char *dir, char **out, struct pt_error *err)
 	return pt_fail(err, -EISDIR, "is a directory, not a checkpoint");
 }
 
-/* A checkpoint over @src (owned from here on, also on failure): bare, or
- * loaded (probed and opened) when @load. */
-static int ckpt_of_source(struct pt_ckpt **out, struct pt_source *src,
-			  bool load, const struct pt_ckpt_opts *opts,
-			  struct pt_error *err)
+/* A checkpoint of a front end: a tree over the loaded checkpoint. */
+static int ckpt_load(struct pt_ckpt *ck, struct pt_error *err)
+{
+	int rc = pt__ckpt_load(ck, err);
+
+	return rc ? rc : pt__tree_new(ck, err);
+}
+
+int pt_ckpt_open_source(struct pt_ckpt **out, struct pt_source *src,
+			const struct pt_ckpt_opts *opts, struct pt_error *err)
 {
 	struct pt_ckpt *ck = NULL;
 	int rc;
 
 	*out = NULL;
-	rc = ckpt_init(&ck, src->name, opts, err);
+	rc = pt__ckpt_new(&ck, src->name, opts, pt_formats, 0, err);
 	if (rc) {
 		pt_source_close(src);
 		return rc;
 	}
 	ck->src = src;
-	rc = load ? ckpt_load(ck, err) : 0;
+	rc = ckpt_load(ck, err);
 	if (rc) {
 		pt_ckpt_close(ck);
 		return rc;
 	}
 	*out = ck;
 	return 0;
-}
-
-int pt_ckpt_open_source(struct pt_ckpt **out, struct pt_source *src,
-			const struct pt_ckpt_opts *opts, struct pt_error *err)
-{
-	return ckpt_of_source(out, src, true, opts, err);
 }
 
 int pt_ckpt_open(struct pt_ckpt **out, const char *path,
@@ -178,7 +74,7 @@ int pt_ckpt_open(struct pt_ckpt **out, const char *path,
 	int rc;
 
 	*out = NULL;
-	rc = ckpt_init(&ck, path, opts, err);
+	rc = pt__ckpt_new(&ck, path, opts, pt_formats, 0, err);
 	if (rc)
 		return rc;
 	if (stat(ck->path, &st) == 0 && S_ISDIR(st.st_mode)) {
@@ -227,7 +123,7 @@ int pt_ckpt_open_mem(struct pt_ckpt **out, const void *mem, size_t len,
 	int rc;
 
 	*out = NULL;
-	rc = ckpt_init(&ck, name, opts, err);
+	rc = pt__ckpt_new(&ck, name, opts, pt_formats, 0, err);
 	if (rc)
 		return rc;
 	rc = pt_source_mem(mem, len, ck->path, &ck->src, err);
@@ -243,34 +139,10 @@ int pt_ckpt_open_mem(struct pt_ckpt **out, const void *mem, size_t len,
 
 void pt_ckpt_close(struct pt_ckpt *ck)
 {
-	size_t i;
-	int k;
-
 	if (!ck)
 		return;
 	pt__tree_free(ck);
-	pt__gathered_free(ck);
-	if (ck->fmt && ck->fmt->close)
-		ck->fmt->close(ck);
-	for (k = 0; k < ck->n_pickles; k++) {
-		pt_pickle_free(ck->pickles[k].pk);
-		if (!ck->pickles[k].borrowed)
-			free(ck->pickles[k].buf);
-	}
-	pt__storages_free(ck);
-	pt_zip_close(ck->zip);
-	for (i = 0; i < ck->n_owned; i++)
-		free(ck->owned[i]);
-	free(ck->owned);
-	pt__alloc_free(ck);
-	pt_vstack_free(&ck->lean_stack);
-	pt_buf_free(&ck->warnings);
-	pt_buf_free(&ck->notes);
-	pt_buf_free(&ck->globals);
-	pt_source_close(ck->src);
-	free(ck->path);
-	free(ck->stem);
-	free(ck);
+	pt__ckpt_free(ck);
 }
 
 int pt_ckpt_read(const struct pt_ckpt *ck, void *buf, size_t n,

@@ -178,23 +178,16 @@ struct pt_meta_dir {
 
 struct pt_tree;
 
-/*
- * What ckpt.c (above the formats) lends to the layers below it, so that a
- * format can open and close other checkpoints (the shards of a sharded
- * index, the .distcp files of a DCP directory) without calling upward.
- * Set on every checkpoint by ckpt.c; use it through pt__ckpt_open_raw(),
- * pt__ckpt_open_source() and pt__ckpt_close() (decode/ckstate.c).
- */
-struct pt_ckpt_host {
-	/* a checkpoint over @src (owned from here on, also on failure):
-	 * bare (path and src only) or, when @load, probed and opened */
-	int (*open)(struct pt_ckpt **out, struct pt_source *src, bool load,
-		    const struct pt_ckpt_opts *opts, struct pt_error *err);
-	void (*close)(struct pt_ckpt *ck);      /* pt_ckpt_close() */
-};
+/* How deep checkpoints nest: a front end's is at depth 0, one a format
+ * opens inside it (pt__ckpt_open_child) at 1, and that one opens none. */
+#define PT_CKPT_MAX_DEPTH 1u
 
 struct pt_ckpt {
-	const struct pt_ckpt_host *host; /* ckpt.c's open and close */
+	/* the formats it is probed against, in order, NULL-terminated: fmt.c's
+	 * pt_formats for a front end's, its parent's for a child (open.c) */
+	const struct pt_format *const *formats;
+	unsigned depth;                 /* 0: a front end's; else its
+					 * parent's + 1 (PT_CKPT_MAX_DEPTH) */
 	char *path;                     /* as given */
 	char *stem;                     /* file name minus last extension */
 	struct pt_source *src;          /* the bytes (io/source.h) */
@@ -495,25 +488,33 @@ struct pt_storage *pt__record_storage(struct pt_ckpt *ck,
 				      const char *key, const char *location,
 				      size_t loc_len, const struct pt_dtype *dt);
 
-/* ckstate.c: a bare checkpoint over @src (owned from here on, also
- * on failure) with @parent's options: only path and src set (no format,
- * pickle or tree), for a format that serves data from files beside its
- * own (the .distcp files of a DCP directory, from
- * pt_source_open_sibling(), through struct pt_storage.home or struct
- * pt_chunk.home).  Close it with pt__ckpt_close().  Returns 0 or -errno. */
-int pt__ckpt_open_raw(struct pt_ckpt *parent, struct pt_ckpt **out,
-		      struct pt_source *src, struct pt_error *err);
+/*
+ * open.c: the checkpoint object's life below its tree.
+ * pt__ckpt_new(): a bare checkpoint named @path (made absolute) with
+ * @opts (NULL: the defaults), probed against @formats when loaded, at
+ * @depth; no source yet.  pt__ckpt_load(): probe ck->src's first bytes
+ * against ck->formats, open with the format that claims them, classify
+ * the values (ck->root, /.ptfs folders); no tree.  pt__ckpt_free():
+ * everything but the tree (NULL is ignored).
+ */
+int pt__ckpt_new(struct pt_ckpt **out, const char *path,
+		 const struct pt_ckpt_opts *opts,
+		 const struct pt_format *const *formats, unsigned depth,
+		 struct pt_error *err);
+int pt__ckpt_load(struct pt_ckpt *ck, struct pt_error *err);
+void pt__ckpt_free(struct pt_ckpt *ck);
 
-/* ckstate.c: open the checkpoint whose bytes @src holds (a shard of
- * a sharded index, from pt_source_open_sibling()) with @parent's options:
- * probed and opened as pt_ckpt_open() does a file.  @src is owned by the
- * checkpoint from here on, also on failure.  Close it with
- * pt__ckpt_close(). */
-int pt__ckpt_open_source(struct pt_ckpt *parent, struct pt_ckpt **out,
-			 struct pt_source *src, struct pt_error *err);
-
-/* ckstate.c: close a checkpoint opened by one of the two above
- * (NULL is ignored). */
-void pt__ckpt_close(struct pt_ckpt *child);
+/*
+ * open.c: a checkpoint a format opens inside @parent over @src (owned
+ * from here on, also on failure), with @parent's options and formats at
+ * @parent's depth + 1: loaded (a shard of a sharded index, probed and
+ * opened as a file is) or, unless @load, bare (only path and src: the
+ * .distcp files of a DCP directory, read through struct pt_storage.home
+ * or struct pt_chunk.home).  -EBADMSG when @parent is at
+ * PT_CKPT_MAX_DEPTH already.  No tree is built; free it with
+ * pt__ckpt_free().  Returns 0 or -errno with one line.
+ */
+int pt__ckpt_open_child(struct pt_ckpt *parent, struct pt_source *src,
+			bool load, struct pt_ckpt **out, struct pt_error *err);
 
 #endif /* PTFS_CORE_CKPT_I_H */

@@ -30,7 +30,7 @@
  *     anything else shows the blob's bytes.
  *
  * Each .distcp file is opened once, as a bare byte source
- * (pt__ckpt_open_raw), and kept until close.  DCP mounts are read-only
+ * (pt__ckpt_open_child, bare), and kept until close.  DCP mounts are read-only
  * (pt_ckpt_writable() is false for every format but torch.save zips).
  */
 #include "ckpt/ckpt_i.h"
@@ -53,7 +53,7 @@
 
 struct dcp_file {                       /* one .distcp file */
 	char *name;                     /* relative_path, NUL-terminated */
-	struct pt_ckpt *ck;             /* bare source (pt__ckpt_open_raw) */
+	struct pt_ckpt *ck;             /* bare child (pt__ckpt_open_child) */
 	UT_hash_handle hh;
 };
 
@@ -379,7 +379,7 @@ static int dcp_file(struct pt_ckpt *ck, struct dcp_state *s,
 	if (rc)
 		pt_error_prefix(err, "%s/%s", s->dir, f->name);
 	else
-		rc = pt__ckpt_open_raw(ck, &f->ck, src, err);
+		rc = pt__ckpt_open_child(ck, src, false, &f->ck, err);
 	if (rc) {
 		free(f->name);
 		free(f);
@@ -1101,7 +1101,7 @@ static void dcp_close(struct pt_ckpt *ck)
 		return;
 	HASH_ITER(hh, s->files, f, tmp) {
 		HASH_DEL(s->files, f);
-		pt__ckpt_close(f->ck);
+		pt__ckpt_free(f->ck);
 		free(f->name);
 		free(f);
 	}

@@ -58,10 +58,6 @@ struct tkey {                           /* a shard's tensors by key */
 	UT_hash_handle hh;
 };
 
-/* Opening a shard never opens another index: an index naming itself (or
- * another index) as a shard would otherwise recurse without end. */
-static _Thread_local int sh_opening;
-
 static int sh_probe(struct pt_ckpt *ck, const uint8_t *head, size_t n,
 		     struct pt_error *err)
 {
@@ -328,11 +324,8 @@ static int open_shard(struct pt_ckpt *ck, struct shard *sh,
 		return pt_fail(err, -ENOMEM, "out of memory");
 	rc = pt_source_open_sibling(ck->src, name, &src, err);
 	free(name);
-	if (!rc) {
-		sh_opening = 1;
-		rc = pt__ckpt_open_source(ck, &sh->ck, src, err);
-		sh_opening = 0;
-	}
+	if (!rc)
+		rc = pt__ckpt_open_child(ck, src, true, &sh->ck, err);
 	if (rc)
 		pt_error_prefix(err, "shard '%s'",
 				printable(sh->name, sh->name_len, nb, sizeof(nb)));
@@ -377,7 +370,7 @@ static void sh_close(struct pt_ckpt *ck)
 	if (!s)
 		return;
 	for (i = 0; i < s->n; i++)
-		pt__ckpt_close(s->shards[i].ck);
+		pt__ckpt_free(s->shards[i].ck);
 	free(s->shards);
 	free(s);
 	ck->fmt_state = NULL;
@@ -396,7 +389,9 @@ static int sh_open(struct pt_ckpt *ck, struct pt_error *err)
 	int rc;
 
 	memset(&j, 0, sizeof(j));
-	if (sh_opening)
+	/* a shard is opened as a child (depth 1): an index naming itself, or
+	 * another index, as a shard would otherwise nest without end */
+	if (ck->depth > 0)
 		return pt_fail(err, -EBADMSG,
 			       "is itself a sharded index (an index may only name weights files)");
 	if (!pt_source_has_siblings(ck->src))

@@ -1,0 +1,187 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * open.c -- the life of a checkpoint object below its tree: made, loaded
+ * (its bytes probed against a table of formats, opened by the one that
+ * claims them, its values classified) and freed; and the checkpoints a
+ * format opens inside its own (the shards of a sharded index, the
+ * .distcp files of a DCP directory).
+ *
+ * A checkpoint carries the format table it was probed against and its
+ * depth: 0 when a front end opened it (ckpt.c, with fmt.c's pt_formats),
+ * its parent's plus one when a format opened it here.  A child is probed
+ * against its parent's table, so no file here names a format: the
+ * recursion of a format that holds checkpoints is data (ck->formats), not
+ * a call back up, and its depth is capped (PT_CKPT_MAX_DEPTH), so an index
+ * naming itself, or a chain of them, ends at the first step.  The tree
+ * (ckpt.c, tree.c) is built only for a checkpoint a front end opened.
+ */
+#include "ckpt/ckpt_i.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+void pt_ckpt_opts_default(struct pt_ckpt_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	pt_limits_default(&o->limits);
+}
+
+static char *make_stem(const char *path)
+{
+	const char *base = strrchr(path, '/');
+	const char *dot;
+
+	base = base ? base + 1 : path;
+	dot = strrchr(base, '.');
+	if (!dot || dot == base)
+		dot = base + strlen(base);
+	return strndup(base, (size_t)(dot - base));
+}
+
+int pt__ckpt_new(struct pt_ckpt **out, const char *path,
+		 const struct pt_ckpt_opts *opts,
+		 const struct pt_format *const *formats, unsigned depth,
+		 struct pt_error *err)
+{
+	struct pt_ckpt *ck = calloc(1, sizeof(*ck));
+
+	*out = NULL;
+	if (!ck)
+		return pt_fail(err, -ENOMEM, "out of memory");
+	ck->formats = formats;
+	ck->depth = depth;
+	ck->byteorder = '<';
+	if (opts)
+		ck->opts = *opts;
+	else
+		pt_ckpt_opts_default(&ck->opts);
+	pt_buf_init(&ck->warnings);
+	pt_buf_init(&ck->notes);
+	pt_buf_init(&ck->globals);
+	/* absolute: the daemon chdir()s to / when it detaches, and a commit
+	 * must still find the file (a memory source keeps its name) */
+	ck->path = path[0] == '/' ? strdup(path) : realpath(path, NULL);
+	if (!ck->path)
+		ck->path = strdup(path);
+	ck->stem = make_stem(path);
+	if (!ck->path || !ck->stem) {
+		pt__ckpt_free(ck);
+		return pt_fail(err, -ENOMEM, "out of memory");
+	}
+	*out = ck;
+	return 0;
+}
+
+/* The first format of ck->formats that claims ck's first bytes. */
+static int probe(struct pt_ckpt *ck, struct pt_error *err)
+{
+	uint8_t head[PT_PROBE_HEAD];
+	size_t n = ck->src->size < sizeof(head) ? (size_t)ck->src->size : sizeof(head);
+	size_t i;
+	int rc;
+
+	if (ck->src->size == 0)
+		return pt_fail(err, -EBADMSG, "empty file, not a checkpoint");
+	rc = pt_source_read(ck->src, head, n, 0, err);
+	if (rc)
+		return rc;
+	for (i = 0; ck->formats[i]; i++) {
+		rc = ck->formats[i]->probe(ck, head, n, err);
+		if (rc < 0)
+			return rc;
+		if (rc > 0) {
+			ck->fmt = ck->formats[i];
+			return 0;
+		}
+	}
+	return pt_fail(err, -ENOTSUP,
+		       "not a PyTorch checkpoint (unrecognised format, first bytes %02x %02x %02x %02x)",
+		       head[0], n > 1 ? head[1] : 0, n > 2 ? head[2] : 0,
+		       n > 3 ? head[3] : 0);
+}
+
+int pt__ckpt_load(struct pt_ckpt *ck, struct pt_error *err)
+{
+	int i, rc;
+
+	rc = probe(ck, err);
+	if (rc)
+		return rc;
+	rc = ck->fmt->open(ck, err);
+	if (rc)
+		return rc;
+	rc = pt__classify(ck, err);
+	if (rc)
+		return rc;
+	for (i = 0; i < ck->n_meta_dirs; i++) {
+		if (!ck->meta_dirs[i].root)
+			continue;
+		rc = pt__classify_value(ck, ck->meta_dirs[i].root, err);
+		if (rc) {
+			pt_error_prefix(err, "/.ptfs/%s", ck->meta_dirs[i].name);
+			return rc;
+		}
+	}
+	return 0;
+}
+
+void pt__ckpt_free(struct pt_ckpt *ck)
+{
+	size_t i;
+	int k;
+
+	if (!ck)
+		return;
+	pt__gathered_free(ck);
+	if (ck->fmt && ck->fmt->close)
+		ck->fmt->close(ck);
+	for (k = 0; k < ck->n_pickles; k++) {
+		pt_pickle_free(ck->pickles[k].pk);
+		if (!ck->pickles[k].borrowed)
+			free(ck->pickles[k].buf);
+	}
+	pt__storages_free(ck);
+	pt_zip_close(ck->zip);
+	for (i = 0; i < ck->n_owned; i++)
+		free(ck->owned[i]);
+	free(ck->owned);
+	pt__alloc_free(ck);
+	pt_vstack_free(&ck->lean_stack);
+	pt_buf_free(&ck->warnings);
+	pt_buf_free(&ck->notes);
+	pt_buf_free(&ck->globals);
+	pt_source_close(ck->src);
+	free(ck->path);
+	free(ck->stem);
+	free(ck);
+}
+
+int pt__ckpt_open_child(struct pt_ckpt *parent, struct pt_source *src,
+			bool load, struct pt_ckpt **out, struct pt_error *err)
+{
+	struct pt_ckpt *ck = NULL;
+	int rc;
+
+	*out = NULL;
+	if (parent->depth >= PT_CKPT_MAX_DEPTH) {
+		pt_source_close(src);
+		return pt_fail(err, -EBADMSG,
+			       "would open a checkpoint at depth %u (at most %u: a checkpoint opened by another opens none)",
+			       parent->depth + 1, PT_CKPT_MAX_DEPTH);
+	}
+	rc = pt__ckpt_new(&ck, src->name, &parent->opts, parent->formats,
+			  parent->depth + 1, err);
+	if (rc) {
+		pt_source_close(src);
+		return rc;
+	}
+	ck->src = src;
+	rc = load ? pt__ckpt_load(ck, err) : 0;
+	if (rc) {
+		pt__ckpt_free(ck);
+		return rc;
+	}
+	*out = ck;
+	return 0;
+}
