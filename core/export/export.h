@@ -2,10 +2,13 @@
 /*
  * export.h -- writing a checkpoint's tensors in the forms other tools read
  * (issue 14): safetensors (one file or hub-style shards), a tree of .npy
- * files.  Built only on the public checkpoint API (ckpt.h): every tensor
- * is read through pt_node_read() (views come out materialised in C order)
- * or, where its bytes lie contiguous in a local file, copied with
- * copy_file_range() from pt_node_extent().  Memory stays bounded by one
+ * files.  These are built only on the public checkpoint API (ckpt.h):
+ * every tensor is read through pt_node_read() (views come out
+ * materialised in C order) or, where its bytes lie contiguous in a local
+ * file, copied with copy_file_range() from pt_node_extent().  Two writers
+ * read further down: ptsave.c (--to pt) re-pickles the value graph and
+ * wonly.c scans the kept pickles, both through the checkpoint layer's
+ * internal contract, ckpt_i.h.  Memory stays bounded by one
  * copy buffer plus the headers, whatever the checkpoint's size.
  *
  * Every output file is written to a temporary file in its directory,

@@ -35,7 +35,7 @@
 
 #include <uthash.h>
 
-#include "ckpt/ckpt_i.h"
+#include "ckpt/ckpt_i.h"        /* the value graph, tensors and storages */
 #include "export/export.h"
 #include "export/pickle_out.h"
 #include "ckpt/names.h"

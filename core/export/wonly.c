@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ckpt/ckpt_i.h"
+#include "ckpt/ckpt_i.h"        /* the kept pickles and the format */
 #include "export/export.h"
 
 static bool in_list(const char *s, const char *const *list)
