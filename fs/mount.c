@@ -404,47 +404,6 @@ static void ptfs_op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
 	do_readdir(req, &g, ino, size, off, true);
 }
 
-/* Reply to a read of a tensor whose storage has pending writes: file
- * segments spliced, overlay segments copied. */
-static void read_overlay(fuse_req_t req, struct ptfs *fs, struct fh *h,
-			 size_t size, off_t off)
-{
-	struct ov_st *ov = h->ov; /* @h may be freed once we have replied */
-	struct ov_seg segs[40];
-	struct fuse_bufvec *bv;
-	size_t i, n;
-
-	bv = calloc(1, sizeof(*bv) + 40 * sizeof(struct fuse_buf));
-	if (!bv) {
-		fuse_reply_err(req, ENOMEM);
-		return;
-	}
-	n = ov_read_begin(ov, h->lo + (uint64_t)off, size, segs, 40);
-	bv->count = n;
-	for (i = 0; i < n; i++) {
-		int fd;
-		uint64_t pos;
-
-		bv->buf[i].size = segs[i].len;
-		if (segs[i].mem) {
-			bv->buf[i].mem = (void *)(uintptr_t)segs[i].mem;
-		} else if (pt_ckpt_extent(fs->ck, segs[i].file_off,
-					  segs[i].len, &fd, &pos)) {
-			bv->buf[i].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
-			bv->buf[i].fd = fd;
-			bv->buf[i].pos = (off_t)pos;
-		} else {
-			break;  /* writable checkpoints are local files */
-		}
-	}
-	if (i < n)
-		fuse_reply_err(req, EIO);
-	else
-		fuse_reply_data(req, bv, 0);
-	ov_read_done(ov);
-	free(bv);
-}
-
 /*
  * The checkpoint must not change under the mount: another program that
  * truncates or rewrites it in place would make us serve bytes that do not
@@ -523,14 +482,14 @@ static void do_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 	struct pt_node *n = h->node;
 	struct pt_nattr a;
 	struct pt_error err;
-	uint64_t file_off, lo;
-	bool busy = ov_busy(h->ov);
+	uint64_t file_off;
+	bool extent;
 	int fd;
 	ssize_t got;
 	char *buf;
 
 	pt_node_attr(n, &a);
-	if (busy && a.writable)
+	if (ov_busy(h->ov) && a.writable)
 		a.size = file_size(fs, n, a.size);
 	if ((uint64_t)off >= a.size) {
 		fuse_reply_buf(req, NULL, 0);
@@ -538,19 +497,16 @@ static void do_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 	}
 	if (size > a.size - (uint64_t)off)
 		size = (size_t)(a.size - (uint64_t)off);
-	if ((a.tensor || pt_node_extent(fs->ck, n, (uint64_t)off, size, &fd, &file_off)) &&
-	    checkpoint_changed(fs)) {
+	/* bytes in one piece of the checkpoint's file, with no uncommitted
+	 * write among them (the overlay's source refuses those extents):
+	 * spliced; every other read of tensor bytes goes through the same
+	 * source (pt_node_read), which lays the writes over the file */
+	extent = pt_node_extent(fs->ck, n, (uint64_t)off, size, &fd, &file_off);
+	if ((a.tensor || extent) && checkpoint_changed(fs)) {
 		fuse_reply_err(req, EIO);
 		return;
 	}
-	if (busy && pt_node_writable_storage(n, &lo)) {
-		read_overlay(req, fs, h, size, off);
-		return;
-	}
-	/* a generated file's extent is the checkpoint's bytes: not while
-	 * uncommitted writes are pending (reads apply them) */
-	if (!busy && !(pt_node_generated(n) && ov_any_dirty(fs->ov)) &&
-	    pt_node_extent(fs->ck, n, (uint64_t)off, size, &fd, &file_off)) {
+	if (extent) {
 		struct fuse_bufvec bv = FUSE_BUFVEC_INIT(size);
 
 		bv.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;

@@ -28,18 +28,6 @@
 #include "ptfs.h"
 #include "push.h"
 
-/* Reads of views (gathered by core) see the overlay too. */
-static int storage_hook(void *ctx, const struct pt_storage *st, void *buf,
-			size_t n, uint64_t off)
-{
-	struct ptfs *fs = ctx;
-	struct ov_st *s = ov_get(fs->ov, st, false);
-
-	if (!ov_dirty(s))
-		return 1;
-	return ov_read_copy(fs->ov, s, buf, n, off);
-}
-
 /* ---- command line ---- */
 
 struct cmdline {
@@ -575,7 +563,8 @@ int ptfs_mount_main(int argc, char **argv)
 	fs.ov = ov_new(fs.ck);
 	if (!fs.ov)
 		goto out;
-	pt_ckpt_set_storage_hook(fs.ck, storage_hook, &fs);
+	/* every read of tensor bytes sees the uncommitted writes */
+	pt_ckpt_set_layer(fs.ck, ov_source(fs.ov));
 	if (take_permissions(&fs, c.checkpoint, &args) != 0)
 		goto out;
 	/* /.ptfs/export: the export forms as generated files */

@@ -1,8 +1,13 @@
 /* SPDX-License-Identifier: MIT */
-/* overlay.c -- uncommitted writes, per storage, in 64 KiB chunks. */
+/*
+ * overlay.c -- uncommitted writes, per storage, in 64 KiB chunks, and the
+ * source that lays them over the checkpoint's file (ov_source): every
+ * read of tensor bytes in core goes through it (pt_ckpt_set_layer).
+ */
 #include "overlay.h"
 
 #include "ckpt/pending.h"
+#include "io/source.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -31,6 +36,7 @@ struct ov_st {
 	uint8_t **chunks;               /* (size + OV_CHUNK - 1) / OV_CHUNK */
 	size_t nchunks;
 	bool dirty;                     /* some chunk is set (atomic) */
+	bool live;                      /* in ov.live (atomic) */
 	int writers;                    /* handles open for writing (atomic) */
 	uint64_t writes;                /* changes of its bytes (atomic) */
 	pthread_mutex_t open_lock;
@@ -46,7 +52,14 @@ struct ov {
 	pthread_mutex_t lock;           /* creation of slots */
 	pthread_mutex_t commit_lock;    /* one commit at a time */
 	pthread_rwlock_t gate;          /* writers shared, a commit alone */
+	/* the storages ever written, which reads look at: live[0 .. nlive)
+	 * (appended under lock, nlive published last; never removed) */
+	struct ov_st **live;
+	size_t nlive;
+	struct pt_source src;           /* ov_source() */
 };
+
+static const struct pt_source_ops ov_source_ops;
 
 struct ov *ov_new(struct pt_ckpt *ck)
 {
@@ -57,10 +70,20 @@ struct ov *ov_new(struct pt_ckpt *ck)
 	o->ck = ck;
 	o->n = pt_ckpt_storage_count(ck);
 	o->by_index = calloc(o->n ? o->n : 1, sizeof(*o->by_index));
-	if (!o->by_index) {
+	o->live = calloc(o->n ? o->n : 1, sizeof(*o->live));
+	if (!o->by_index || !o->live) {
+		free(o->by_index);
+		free(o->live);
 		free(o);
 		return NULL;
 	}
+	o->src = (struct pt_source){
+		.ops = &ov_source_ops,
+		.size = pt_ckpt_size(ck),
+		.name = pt_ckpt_source(ck)->name,
+		.mtime = pt_ckpt_mtime(ck),
+		.priv = o,
+	};
 	pthread_mutex_init(&o->lock, NULL);
 	pthread_mutex_init(&o->commit_lock, NULL);
 	pthread_rwlock_init(&o->gate, NULL);
@@ -96,9 +119,11 @@ void ov_free(struct ov *o)
 
 	if (!o)
 		return;
+	pt_ckpt_set_layer(o->ck, NULL);
 	for (i = 0; i < o->n; i++)
 		st_free(o->by_index[i]);
 	free(o->by_index);
+	free(o->live);
 	pthread_mutex_destroy(&o->lock);
 	pthread_mutex_destroy(&o->commit_lock);
 	pthread_rwlock_destroy(&o->gate);
@@ -146,6 +171,20 @@ bool ov_any_dirty(struct ov *o)
 		if (ov_dirty(__atomic_load_n(&o->by_index[i], __ATOMIC_ACQUIRE)))
 			return true;
 	return false;
+}
+
+/* List @s among the storages reads look at: before its first chunk. */
+static void note_live(struct ov *o, struct ov_st *s)
+{
+	if (__atomic_load_n(&s->live, __ATOMIC_ACQUIRE))
+		return;
+	pthread_mutex_lock(&o->lock);
+	if (!s->live) {
+		o->live[o->nlive] = s;
+		__atomic_store_n(&o->nlive, o->nlive + 1, __ATOMIC_RELEASE);
+		__atomic_store_n(&s->live, true, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&o->lock);
 }
 
 /* @n bytes at @off of the checkpoint's file; 0 or -errno. */
@@ -196,6 +235,7 @@ static int each_chunk(struct ov *o, struct ov_st *s, uint64_t off, uint64_t n,
 
 	if (off > s->size || n > s->size - off)
 		return -EFBIG;
+	note_live(o, s);
 	pthread_rwlock_rdlock(&o->gate);
 	pthread_rwlock_wrlock(&s->lock);
 	while (n > 0) {
@@ -326,6 +366,8 @@ static int restore(struct ov *o, struct ov_st *s, uint64_t off, uint64_t n,
 
 	if (off > s->size || n > s->size - off)
 		return -EINVAL;
+	if (sn)
+		note_live(o, s);
 	pthread_rwlock_rdlock(&o->gate);
 	pthread_rwlock_wrlock(&s->lock);
 	if (sn && !s->chunks) {
@@ -414,8 +456,20 @@ int ov_restore(struct ov *o, struct ov_st *s, const struct ov_snap *sn)
 	return restore(o, s, sn->off, sn->n, sn);
 }
 
-size_t ov_read_begin(struct ov_st *s, uint64_t off, size_t n,
-		     struct ov_seg *segs, size_t max)
+/* One piece of a read: either file bytes (mem == NULL) or memory. */
+struct ov_seg {
+	const uint8_t *mem;     /* overlay bytes, or NULL for the file */
+	uint64_t file_off;      /* file offset when mem == NULL */
+	size_t len;
+};
+
+/*
+ * Describe bytes [@off, @off + @n) of the storage as up to @max segments
+ * and hold the storage's read lock until read_done(): the memory
+ * segments stay valid meanwhile.  Returns the segment count.
+ */
+static size_t read_begin(struct ov_st *s, uint64_t off, size_t n,
+			 struct ov_seg *segs, size_t max)
 {
 	size_t count = 0;
 
@@ -444,13 +498,15 @@ size_t ov_read_begin(struct ov_st *s, uint64_t off, size_t n,
 	return count;
 }
 
-void ov_read_done(struct ov_st *s)
+static void read_done(struct ov_st *s)
 {
 	pthread_rwlock_unlock(&s->lock);
 }
 
-int ov_read_copy(struct ov *o, struct ov_st *s, void *buf, size_t n,
-		 uint64_t off)
+/* Bytes [@off, @off + @n) of the storage into @buf: the written chunks,
+ * the file's bytes between.  0 or -errno. */
+static int read_copy(struct ov *o, struct ov_st *s, void *buf, size_t n,
+		     uint64_t off)
 {
 	struct ov_seg segs[64];
 	uint8_t *p = buf;
@@ -458,7 +514,7 @@ int ov_read_copy(struct ov *o, struct ov_st *s, void *buf, size_t n,
 
 	while (n > 0 && rc == 0) {
 		size_t k = n < 32 * OV_CHUNK ? n : 32 * OV_CHUNK;
-		size_t i, cnt = ov_read_begin(s, off, k, segs, 64);
+		size_t i, cnt = read_begin(s, off, k, segs, 64);
 
 		for (i = 0; i < cnt && rc == 0; i++) {
 			if (segs[i].mem)
@@ -468,7 +524,7 @@ int ov_read_copy(struct ov *o, struct ov_st *s, void *buf, size_t n,
 						segs[i].file_off);
 			p += segs[i].len;
 		}
-		ov_read_done(s);
+		read_done(s);
 		off += k;
 		n -= k;
 	}
@@ -516,7 +572,7 @@ static int commit_read(void *ctx, void *buf, size_t n, uint64_t off)
 {
 	struct commit_src *c = ctx;
 
-	return ov_read_copy(c->o, c->s, buf, n, off);
+	return read_copy(c->o, c->s, buf, n, off);
 }
 
 /* The dirty storages as commits, in @cs/@src (o->n slots each); the
@@ -605,6 +661,8 @@ static int commit_dirty(struct ov *o, struct pt_commit *cs, struct commit_src *s
 	rc = pt_ckpt_commit(o->ck, cs, n, err);
 	if (rc)
 		return rc;
+	/* a rewrite may have grown or shrunk the file */
+	__atomic_store_n(&o->src.size, pt_ckpt_size(o->ck), __ATOMIC_RELEASE);
 	/* a rewrite may have moved storages (an archive not in torch's
 	 * layout): take their new offsets */
 	for (i = 0; i < o->n; i++) {
@@ -716,4 +774,116 @@ void ov_commit_barrier(struct ov *o)
 {
 	pthread_mutex_lock(&o->commit_lock);
 	pthread_mutex_unlock(&o->commit_lock);
+}
+
+/* ---- the overlay as a source over the checkpoint's file ---- */
+
+/*
+ * The written storage holding byte @off of the file, else NULL and in
+ * *@next where the first one after @off starts (or @end).  Storages that
+ * can be written overlap no other (struct pt_storage.writable).
+ */
+static struct ov_st *live_at(struct ov *o, uint64_t off, uint64_t end,
+			     uint64_t *next)
+{
+	size_t i, n = __atomic_load_n(&o->nlive, __ATOMIC_ACQUIRE);
+
+	*next = end;
+	for (i = 0; i < n; i++) {
+		struct ov_st *s = o->live[i];
+		uint64_t lo = s->file_off;
+
+		if (!ov_dirty(s))
+			continue;
+		if (lo <= off && off - lo < s->size)
+			return s;
+		if (lo > off && lo < *next)
+			*next = lo;
+	}
+	return NULL;
+}
+
+/* The file's bytes with the written chunks in place: storage by storage
+ * through read_copy(), the bytes between from the file. */
+static int ovs_read(const struct pt_source *src, void *buf, size_t n,
+		    uint64_t off, struct pt_error *err)
+{
+	struct ov *o = src->priv;
+	const struct pt_source *file = pt_ckpt_source(o->ck);
+	uint8_t *p = buf;
+
+	if (__atomic_load_n(&o->nlive, __ATOMIC_ACQUIRE) == 0)
+		return pt_source_read(file, buf, n, off, err);
+	while (n > 0) {
+		uint64_t next;
+		struct ov_st *s = live_at(o, off, off + n, &next);
+		size_t k;
+		int rc;
+
+		if (s) {
+			k = (size_t)(s->file_off + s->size - off < n ?
+				     s->file_off + s->size - off : n);
+			rc = read_copy(o, s, p, k, off - s->file_off);
+			if (rc)
+				return pt_fail(err, rc,
+					       "read of %zu bytes at 0x%llx with the uncommitted writes",
+					       k, (unsigned long long)off);
+		} else {
+			k = (size_t)(next - off);
+			rc = pt_source_read(file, p, k, off, err);
+			if (rc)
+				return rc;
+		}
+		p += k;
+		off += k;
+		n -= k;
+	}
+	return 0;
+}
+
+static void ovs_prefetch(const struct pt_source *src, uint64_t off, uint64_t n)
+{
+	struct ov *o = src->priv;
+
+	pt_source_prefetch(pt_ckpt_source(o->ck), off, n);
+}
+
+/* The file's extent, unless a written storage overlaps the range: those
+ * bytes are not in the file yet. */
+static bool ovs_extent(const struct pt_source *src, uint64_t off, uint64_t n,
+		       int *fd, uint64_t *file_off)
+{
+	struct ov *o = src->priv;
+	uint64_t next;
+
+	if (live_at(o, off, off + n, &next) || next < off + n)
+		return false;
+	return pt_source_extent(pt_ckpt_source(o->ck), off, n, fd, file_off);
+}
+
+static int ovs_check(const struct pt_source *src, enum pt_check how,
+		     struct pt_error *err)
+{
+	struct ov *o = src->priv;
+
+	return pt_source_check(pt_ckpt_source(o->ck), how, err);
+}
+
+/* Part of struct ov: ov_free() frees it. */
+static void ovs_close(struct pt_source *src)
+{
+	(void)src;
+}
+
+static const struct pt_source_ops ov_source_ops = {
+	.read = ovs_read,
+	.prefetch = ovs_prefetch,
+	.extent = ovs_extent,
+	.check = ovs_check,
+	.close = ovs_close,
+};
+
+struct pt_source *ov_source(struct ov *o)
+{
+	return &o->src;
 }

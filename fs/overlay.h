@@ -22,15 +22,20 @@
 struct ov;
 struct ov_st;
 
-/* One piece of a read: either file bytes (mem == NULL) or memory. */
-struct ov_seg {
-	const uint8_t *mem;     /* overlay bytes, or NULL for the file */
-	uint64_t file_off;      /* file offset when mem == NULL */
-	size_t len;
-};
-
 struct ov *ov_new(struct pt_ckpt *ck);
+/* Takes the overlay's source off the checkpoint (pt_ckpt_set_layer). */
 void ov_free(struct ov *o);
+
+/*
+ * The checkpoint's file with the uncommitted writes in place, as a source
+ * (io/source.h) over pt_ckpt_source(): the layer the mount lays over the
+ * checkpoint (pt_ckpt_set_layer), so that every read of tensor bytes --
+ * a tensor file, a view gathered from its storage, a generated file made
+ * of tensor bytes -- sees them, through one path.  Its extents refuse a
+ * range that overlaps a storage with uncommitted writes (those reads are
+ * copied).  Lives as long as @o.
+ */
+struct pt_source *ov_source(struct ov *o);
 
 /* The overlay of a storage: NULL when it has none and @create is false.
  * Lock-free when it exists. */
@@ -59,19 +64,6 @@ struct ov_snap *ov_snapshot(struct ov *o, struct ov_st *s, uint64_t off,
 			    uint64_t n, int *rc);
 int ov_restore(struct ov *o, struct ov_st *s, const struct ov_snap *sn);
 void ov_snap_free(struct ov_snap *sn);
-
-/*
- * Describe bytes [@off, @off + @n) of the storage as up to @max segments
- * and hold the storage's read lock until ov_read_done(): the memory
- * segments stay valid meanwhile.  Returns the segment count.
- */
-size_t ov_read_begin(struct ov_st *s, uint64_t off, size_t n,
-		     struct ov_seg *segs, size_t max);
-void ov_read_done(struct ov_st *s);
-
-/* Copy bytes into @buf (file bytes through pread), for the slow path. */
-int ov_read_copy(struct ov *o, struct ov_st *s, void *buf, size_t n,
-		 uint64_t off);
 
 /* Commit every dirty storage; on success the overlays are emptied. */
 int ov_commit(struct ov *o, struct pt_error *err);

@@ -76,7 +76,7 @@ ssize_t pt__chunks_read(const struct pt_ckpt *ck, const struct pt_chunks *cs,
 		if (take > n - done)
 			take = n - done;
 		h = c->home ? c->home : ck;
-		rc = pt_source_read(h->src, buf + done, (size_t)take,
+		rc = pt_source_read(pt__tensor_source(h), buf + done, (size_t)take,
 				    c->file_off + lin * es + skip, err);
 		if (rc)
 			return rc;

@@ -189,11 +189,14 @@ size_t pt_ckpt_storage_count(const struct pt_ckpt *ck)
 	return (size_t)ck->n_storages;
 }
 
-void pt_ckpt_set_storage_hook(struct pt_ckpt *ck, pt_storage_hook fn,
-			      void *ctx)
+const struct pt_source *pt_ckpt_source(const struct pt_ckpt *ck)
 {
-	ck->hook_ctx = ctx;
-	ck->hook = fn;
+	return ck->src;
+}
+
+void pt_ckpt_set_layer(struct pt_ckpt *ck, struct pt_source *layer)
+{
+	ck->layer = layer;
 }
 
 void pt_ckpt_set_progress(struct pt_ckpt *ck, pt_progress_fn fn, void *ctx)

@@ -326,14 +326,20 @@ int pt_ckpt_commit(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
 const struct pt_storage *pt_node_viewed_storage(const struct pt_node *n);
 
 /*
- * A hook through which every read of a storage's bytes goes first (the
- * mount's overlay of uncommitted writes).  It returns 0 when it filled
- * @buf, 1 to let the file be read, or a negative errno.
+ * The source the checkpoint's own file is read from (io/source.h), and a
+ * layer over it.  After pt_ckpt_set_layer(), every read of tensor bytes
+ * in that file goes through @layer: contiguous tensors, views gathered
+ * from their storages, and the zero-copy extents of pt_node_extent() (a
+ * tensor file, a generated file made of tensor bytes).  @layer is a
+ * source of the same size over pt_ckpt_source() that changes the bytes
+ * it must and reads the rest from below (the mount's uncommitted writes,
+ * fs/overlay.c); its extent op must refuse ranges it changes.  Records
+ * (/.ptfs/records), headers and pickles are read from the file itself.
+ * Set it once, before the first read; it stays the caller's, to close
+ * after pt_ckpt_close().  NULL: no layer.
  */
-typedef int (*pt_storage_hook)(void *ctx, const struct pt_storage *st,
-			       void *buf, size_t n, uint64_t off);
-void pt_ckpt_set_storage_hook(struct pt_ckpt *ck, pt_storage_hook fn,
-			      void *ctx);
+const struct pt_source *pt_ckpt_source(const struct pt_ckpt *ck);
+void pt_ckpt_set_layer(struct pt_ckpt *ck, struct pt_source *layer);
 
 /*
  * Progress of long work on @ck (statistics, diffs, exports, applying kept

@@ -234,10 +234,9 @@ struct pt_ckpt {
 	struct pt_meta_dir meta_dirs[PT_MAX_META_DIRS]; /* extra /.ptfs dirs */
 	int n_meta_dirs;
 
-	pt_storage_hook hook;           /* see pt_ckpt_set_storage_hook() */
+	struct pt_source *layer;        /* pt_ckpt_set_layer(), or NULL */
 	pt_progress_fn progress;        /* see pt_ckpt_set_progress() */
 	void *progress_ctx;
-	void *hook_ctx;
 
 	struct pt_tree *tree;
 	/* memory owned by the checkpoint, freed at close */
@@ -245,6 +244,13 @@ struct pt_ckpt {
 	size_t n_owned, cap_owned;
 	struct pt_blk *blks;            /* pt__alloc() blocks */
 };
+
+/* Where the tensor bytes of @ck's own file are read: through its layer
+ * (pt_ckpt_set_layer), else from its source. */
+static inline const struct pt_source *pt__tensor_source(const struct pt_ckpt *ck)
+{
+	return ck->layer ? ck->layer : ck->src;
+}
 
 /* Keep @p (malloc()ed) until close; returns @p, or NULL (and frees it) when
  * out of memory. */

@@ -122,7 +122,7 @@ bool pt_node_extent(struct pt_ckpt *ck, const struct pt_node *node,
 
 		if (!t->contiguous || t->st->kind != PT_ST_FILE)
 			return false;
-		return pt_source_extent(home->src,
+		return pt_source_extent(pt__tensor_source(home),
 					t->st->file_off + t->byte_lo + off, n,
 					fd, file_off);
 	}

@@ -20,6 +20,7 @@ static ssize_t storage_read(struct pt_ckpt *ck, const struct pt_storage *st,
 			    void *buf, size_t n, uint64_t off,
 			    struct pt_error *err)
 {
+	const struct pt_source *src;
 	const uint8_t *mem;
 	int rc;
 
@@ -31,16 +32,12 @@ static ssize_t storage_read(struct pt_ckpt *ck, const struct pt_storage *st,
 		ck = st->home;  /* a shard's storage: its file, its zip */
 	switch (st->kind) {
 	case PT_ST_FILE:
-		if (ck->hook) {
-			rc = ck->hook(ck->hook_ctx, st, buf, n, off);
-			if (rc <= 0)
-				return rc ? rc : (ssize_t)n;
-		}
-		/* the rest of the storage is likely read next (a source
-		 * that gains from it fetches ahead; a no-op for files) */
-		pt_source_prefetch(ck->src, st->file_off + off,
-				   st->nbytes - off);
-		rc = pt_source_read(ck->src, buf, n, st->file_off + off, err);
+		/* through the layer (uncommitted writes); the rest of the
+		 * storage is likely read next (a source that gains from it
+		 * fetches ahead; a no-op for files) */
+		src = pt__tensor_source(ck);
+		pt_source_prefetch(src, st->file_off + off, st->nbytes - off);
+		rc = pt_source_read(src, buf, n, st->file_off + off, err);
 		return rc ? rc : (ssize_t)n;
 	case PT_ST_MEM:
 		memcpy(buf, st->mem + off, n);
