@@ -3,11 +3,12 @@
 option parser, errors that reach the user, text that is never mangled."""
 import errno
 import os
+import re
 
 import pytest
 import torch
 
-from conftest import mounted, needs_fuse, run
+from conftest import ROOT, mounted, needs_fuse, run
 
 LIMITS = ["max_records", "max_pickle_bytes", "max_inflate_bytes",
           "max_values", "max_memo", "max_memory", "max_depth", "max_rank",
@@ -109,3 +110,39 @@ def test_text_past_latin1_is_refused(tmp_path, text):
     r = run("cat", p, "b")
     assert r.returncode == 1
     assert b"latin-1" in r.stderr
+
+
+def _architecture_section(title):
+    text = open(os.path.join(ROOT, "docs", "ARCHITECTURE.md"), encoding="utf-8").read()
+    start = text.index("## " + title)
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end > 0 else len(text)]
+
+
+def test_architecture_describes_the_layer_file():
+    """ARCHITECTURE's layers are core/LAYERS's folders, in its order (one
+    bold heading per layer, naming its folders)."""
+    folders = []
+    with open(os.path.join(ROOT, "core", "LAYERS"), encoding="utf-8") as fh:
+        for line in fh:
+            words = line.split("#", 1)[0].split()
+            folders += [w.rstrip("/").split("/")[-1] for w in words[1:]]
+    named = []
+    for bold in re.findall(r"^\*\*(.+?)\*\*", _architecture_section("The layers"), re.M):
+        named += re.findall(r"(\w+)/", bold)
+    assert named == folders
+
+
+def test_architecture_read_walk_names_real_functions():
+    """Every function the read walk names is defined in core/ or fs/."""
+    sources = []
+    for top in ("core", "fs"):
+        for d, _dirs, files in os.walk(os.path.join(ROOT, top)):
+            sources += [open(os.path.join(d, f), encoding="utf-8").read()
+                        for f in files if f.endswith((".c", ".h"))]
+    code = "\n".join(sources)
+    names = set(re.findall(r"`((?:pt_|pt__|ptfs_|ov_)\w+|do_read|checkpoint_changed|storage_read)(?:\(\))?`",
+                           _architecture_section("How a FUSE read travels")))
+    assert len(names) > 10
+    for name in sorted(names):
+        assert re.search(r"^[a-z].*\b%s\(" % name, code, re.M), name
