@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* test_tree.c -- ckpt/tree.c (lookups, counts, errors, pt_tree_walk) and
- * the torch values of decode/torch.c (pt__tensor_make over a table of
+ * the torch values of ckpt/torch.c (pt__tensor_make over a table of
  * corrupt tensor specs), on checkpoints built in memory. */
 #include <errno.h>
 #include <setjmp.h>

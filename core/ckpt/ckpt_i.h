@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ckpt_i.h -- internals shared by the checkpoint, its formats, the torch
- * interpreter and the tree.  Not part of the front ends' API.
+ * ckpt_i.h -- the internal contract of the checkpoint layer, fmt/ and
+ * ckpt/ (one layer, core/LAYERS): the checkpoint object, its storages,
+ * tensors and values, and the services the files of the layer share.
+ * Not part of the front ends' API (ckpt.h); above the layer, only
+ * export's ptsave.c and wonly.c read it.
  *
  * The format plug-in contract (struct pt_format, the list of formats)
  * lives in fmt/fmt.h.

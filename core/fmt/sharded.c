@@ -456,7 +456,7 @@ static int sh_open(struct pt_ckpt *ck, struct pt_error *err)
 				     printable(sh->name, sh->name_len, sb, sizeof(sb)));
 			goto out;
 		}
-		/* served from the shard's file (torch.c storage_read) */
+		/* served from the shard's file (tensor_read.c storage_read) */
 		k->t->st->home = sh->ck;
 		pt__value_dict_set_tensor(root, i, e->name, e->name_len, k->t);
 		ck->n_tensors++;
