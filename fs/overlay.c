@@ -848,16 +848,43 @@ static void ovs_prefetch(const struct pt_source *src, uint64_t off, uint64_t n)
 	pt_source_prefetch(pt_ckpt_source(o->ck), off, n);
 }
 
-/* The file's extent, unless a written storage overlaps the range: those
- * bytes are not in the file yet. */
+/* Does a written chunk of @s hold a byte of [@off, @off + @n) of the
+ * file? */
+static bool written_in(struct ov_st *s, uint64_t off, uint64_t n)
+{
+	uint64_t lo = off > s->file_off ? off - s->file_off : 0;
+	uint64_t hi = off + n - s->file_off < s->size ?
+		      off + n - s->file_off : s->size;
+	bool hit = false;
+	size_t ci;
+
+	pthread_rwlock_rdlock(&s->lock);
+	for (ci = (size_t)(lo / OV_CHUNK); s->chunks && !hit &&
+	     (uint64_t)ci * OV_CHUNK < hi; ci++)
+		hit = s->chunks[ci] != NULL;
+	pthread_rwlock_unlock(&s->lock);
+	return hit;
+}
+
+/*
+ * The file's extent, unless a written chunk lies in the range: those
+ * bytes are not in the file yet.  A write landing after this answer is
+ * ordered after the read (the file's bytes do not change before a
+ * commit, and a commit writes the chunks' own bytes).
+ */
 static bool ovs_extent(const struct pt_source *src, uint64_t off, uint64_t n,
 		       int *fd, uint64_t *file_off)
 {
 	struct ov *o = src->priv;
-	uint64_t next;
+	size_t i, nlive = __atomic_load_n(&o->nlive, __ATOMIC_ACQUIRE);
 
-	if (live_at(o, off, off + n, &next) || next < off + n)
-		return false;
+	for (i = 0; i < nlive; i++) {
+		struct ov_st *s = o->live[i];
+
+		if (ov_dirty(s) && s->file_off < off + n &&
+		    off < s->file_off + s->size && written_in(s, off, n))
+			return false;
+	}
 	return pt_source_extent(pt_ckpt_source(o->ck), off, n, fd, file_off);
 }
 

@@ -32,8 +32,8 @@ void ov_free(struct ov *o);
  * checkpoint (pt_ckpt_set_layer), so that every read of tensor bytes --
  * a tensor file, a view gathered from its storage, a generated file made
  * of tensor bytes -- sees them, through one path.  Its extents refuse a
- * range that overlaps a storage with uncommitted writes (those reads are
- * copied).  Lives as long as @o.
+ * range that holds a written chunk (those reads are copied).  Lives as
+ * long as @o.
  */
 struct pt_source *ov_source(struct ov *o);
 
