@@ -151,12 +151,6 @@ int pt_ckpt_read(const struct pt_ckpt *ck, void *buf, size_t n,
 	return pt_source_read(ck->src, buf, n, off, err);
 }
 
-bool pt_ckpt_extent(const struct pt_ckpt *ck, uint64_t off, uint64_t n,
-		    int *fd, uint64_t *file_off)
-{
-	return pt_source_extent(ck->src, off, n, fd, file_off);
-}
-
 int pt_ckpt_check(const struct pt_ckpt *ck, struct pt_error *err)
 {
 	return pt_source_check(ck->src, PT_CHECK_READS, err);

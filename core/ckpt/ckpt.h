@@ -106,12 +106,6 @@ const char *pt_ckpt_format(const struct pt_ckpt *ck);
 int pt_ckpt_read(const struct pt_ckpt *ck, void *buf, size_t n,
 		 uint64_t off, struct pt_error *err);
 
-/* Where bytes [@off, @off + @n) of the checkpoint's file lie in a local
- * file, for zero copy: descriptor (owned by the checkpoint) and offset,
- * and true; false when they are not in a local file (memory, remote). */
-bool pt_ckpt_extent(const struct pt_ckpt *ck, uint64_t off, uint64_t n,
-		    int *fd, uint64_t *file_off);
-
 /* 0 while the bytes the checkpoint reads are those it opened (or last
  * committed); -ESTALE when another program rewrote or truncated the file
  * in place; another -errno when that cannot be told.  One fstat. */
@@ -499,9 +493,6 @@ int pt_vdir_add(struct pt_vdir *d, const char *rel, const struct pt_vfile *vf);
  * per failure (the front end logs it once); false otherwise. */
 bool pt_tree_take_error(struct pt_ckpt *ck, const struct pt_node *dir,
 			char *buf, size_t n);
-
-/* Is @n a generated file? */
-bool pt_node_generated(const struct pt_node *n);
 
 /* ---- pictures beside tensors (-o previews) ---- */
 

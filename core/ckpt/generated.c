@@ -174,11 +174,6 @@ bool pt_tree_take_error(struct pt_ckpt *ck, const struct pt_node *dir,
 	return got;
 }
 
-bool pt_node_generated(const struct pt_node *n)
-{
-	return n->role == R_VFILE;
-}
-
 /* Generated files with a remake op make their contents again; under
  * vlock, so that a fill begun before the commit has added its files. */
 void pt__vfiles_remake(struct pt_tree *t)
