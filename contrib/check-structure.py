@@ -75,25 +75,20 @@ def layers():
 # a stored callback, allowed by name: (struct.member, or struct.* for a
 # whole table; the file, or folder/, defining the function called) -> why.
 POINTER_EDGES = {
+    ("pt_source_ops.*", "fs/overlay.c"):
+        "the mount's uncommitted writes are a source layered over the "
+        "checkpoint's (pt_ckpt_set_layer): one READ path for every tensor",
+    ("pt_vm.reduce", "core/ckpt/torch.c"):
+        "the lean load of data.pkl hands each REDUCE to the checkpoint's "
+        "classifier of torch values as it is decoded",
     ("pt_source_ops.*", "core/remote/source.c"):
         "a remote object is one more pt_source: io reads it through the "
         "same vtable as a local file",
-    ("pt_ckpt_host.*", "core/ckpt/ckpt.c"):
-        "formats open child checkpoints (shards, DCP blobs) through "
-        "ckpt.c's open and close",
-    ("pt_format.storage", "core/fmt/"):
-        "decode/torch.c resolves a pickle's persistent ids through the "
-        "format that opened it",
-    ("pt_ckpt.hook", "fs/mount_main.c"):
-        "decode/ merges uncommitted writes into views through the "
-        "daemon's storage hook",
     ("pt_ckpt.progress", "fs/progress.c"):
         "the progress bar of the command line, fed by the checkpoint",
     ("pt_commit.read", "fs/"):
         "a commit's new bytes come from its caller: a file named on the "
         "command line, the daemon's uncommitted writes",
-    ("pt_commit.read", "core/ckpt/pending.c"):
-        "the same, for writes pending beside the checkpoint",
     ("pt_zp_change.read", "core/fmt/zip.c"):
         "an in-place ZIP patch reads the new bytes from the commit",
     ("pt_zw_change.read", "core/fmt/zip.c"):

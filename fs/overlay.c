@@ -79,7 +79,7 @@ struct ov *ov_new(struct pt_ckpt *ck)
 	}
 	o->src = (struct pt_source){
 		.ops = &ov_source_ops,
-		.size = pt_ckpt_size(ck),
+		.size = pt_ckpt_source(ck)->size,
 		.name = pt_ckpt_source(ck)->name,
 		.mtime = pt_ckpt_mtime(ck),
 		.priv = o,
@@ -662,7 +662,7 @@ static int commit_dirty(struct ov *o, struct pt_commit *cs, struct commit_src *s
 	if (rc)
 		return rc;
 	/* a rewrite may have grown or shrunk the file */
-	__atomic_store_n(&o->src.size, pt_ckpt_size(o->ck), __ATOMIC_RELEASE);
+	__atomic_store_n(&o->src.size, pt_ckpt_source(o->ck)->size, __ATOMIC_RELEASE);
 	/* a rewrite may have moved storages (an archive not in torch's
 	 * layout): take their new offsets */
 	for (i = 0; i < o->n; i++) {
