@@ -2,13 +2,13 @@
 /*
  * test_zipwrite.c -- pt_zip_rewrite() and pt_crc32().
  *
- * Archives come from the system Python at test time: torch.save() output
- * when torch is installed (byte identity with torch is the strongest check
- * of FORMAT.md §1.3-§1.5), Python zipfile otherwise (ZIP64 extras, deflate,
- * 70,000 records).  Results are checked with our own reader, with Python's
- * zipfile.testzip() and, where torch exists, with torch.load().  Tests that
- * need Python or torch are skipped without them, with one "skipped:" line,
- * or fail when PTFS_REQUIRE_PYTHON=1 (tests/require.h).
+ * Archives come from the system Python at test time: torch.save() output when
+ * torch is installed (byte identity with torch is the strongest check of
+ * docs/FORMATS.md, "Record layout"), Python zipfile otherwise (ZIP64 extras,
+ * deflate, 70,000 records).  Results are checked with our own reader, with
+ * Python's zipfile.testzip() and, where torch exists, with torch.load().
+ * Tests that need Python or torch are skipped without them, with one
+ * "skipped:" line, or fail when PTFS_REQUIRE_PYTHON=1 (tests/require.h).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -847,9 +847,9 @@ static int zero_read(void *ctx, void *buf, size_t n, uint64_t off)
 }
 
 /*
- * ZIP64 per record (FORMAT.md §1.5): a record >= 4 GiB, and a record whose
- * header lies beyond 4 GiB.  Growing a 5-byte tensor to 4 GiB + 5 bytes
- * must give exactly what torch.save writes.  Needs ~13 GB of disk and
+ * ZIP64 per record (docs/FORMATS.md, "ZIP64"): a record >= 4 GiB, and a
+ * record whose header lies beyond 4 GiB.  Growing a 5-byte tensor to 4 GiB +
+ * 5 bytes must give exactly what torch.save writes.  Needs ~13 GB of disk and
  * ~5 GB of memory, so it runs only with PTFS_BIG_TESTS=1.
  */
 static void test_big_zip64_torch(void **state)

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * zip.c -- read-only index of a ZIP archive (APPNOTE.TXT 6.3.x, §4.3).
+ * zip.c -- read-only index of a ZIP archive (APPNOTE.TXT 6.3.x, 4.3).
  *
  * pt_zip_open() finds the end of central directory record (§4.3.16) by
  * scanning back over at most a 64 KiB comment, follows the ZIP64 locator
@@ -10,8 +10,8 @@
  * (§4.3.7), checks it against its central-directory entry, locates the
  * optional data descriptor (§4.3.9) and rejects records that overlap one
  * another or the central directory.  Everything later (lookups, reads) runs
- * on data validated here.  FORMAT.md §1-§2 describes how torch writes these
- * archives.
+ * on data validated here.  docs/FORMATS.md, "The ZIP container" describes
+ * how torch writes these archives.
  *
  * The file is read with pread() through struct pt_source, never mapped.
  */
@@ -838,7 +838,8 @@ static const struct pt_zip_entry *zip_find_join(const struct pt_zip *z,
 }
 
 /*
- * Choose the archive prefix (FORMAT.md §1.1), first rule that applies:
+ * Choose the archive prefix (docs/FORMATS.md, "Archive prefix"), first rule
+ * that applies:
  *  1. torch's rule, when it leads to a data.pkl: the first CD entry's name
  *     up to its first '/', if "<that>/data.pkl" exists;
  *  2. "" if "data.pkl" sits at the root;
@@ -903,7 +904,8 @@ static int zip_set_prefix(struct pt_zip *z, struct pt_error *err)
 /*
  * Sources whose every read costs a round trip (src->costly_reads, a remote
  * object) should not have every local header read at open.  When a stored
- * entry's place fits torch's layout exactly (FORMAT.md §1.4: payload at the
+ * entry's place fits torch's layout exactly (docs/FORMATS.md, "Record
+ * alignment": payload at the
  * first multiple of 64 after the name, the optional ZIP64 block and the FB
  * block; a data descriptor of 16 or 24 bytes; the next record or the
  * central directory right after it), take data_off from that layout and

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * zip.h -- read-only index of a ZIP archive (APPNOTE.TXT 6.3.x), as torch
- * writes it (FORMAT.md §1-§2) and as other tools re-zip it.
+ * writes it (docs/FORMATS.md, "The ZIP container") and as other tools
+ * re-zip it.
  *
  * pt_zip_open() reads the end records (classic and ZIP64), the central
  * directory and every local header once, validates all of it against the

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * zipwrite.c -- commit changed records by writing a whole new archive beside
- * the original and renaming it over (FORMAT.md §1.3-§1.5, §2.4).
+ * the original and renaming it over (docs/FORMATS.md, "Rewriting a ZIP").
  *
  * Records are emitted in local-header order.  One that is unchanged and
  * still starts where it started is copied verbatim (copy_file_range(), so
@@ -9,8 +9,9 @@
  * fresh header exactly as miniz writes it for torch, so that a torch file
  * whose records keep their sizes comes out with the same layout, and one
  * whose sizes change comes out as torch itself would have written it (which
- * is what the ".format_version" offset calculation of §2.3 assumes).  The
- * central directory and the ZIP64 end records are always regenerated.
+ * is what torch's computed offsets assume: docs/FORMATS.md, "Computed
+ * storage offsets").  The central directory and the ZIP64 end records are
+ * always regenerated.
  */
 #include "container/zipwrite.h"
 #include "container/replace.h"
@@ -31,7 +32,7 @@
 #define ZW_HBUF_SIZE (1u << 20)         /* buffered headers and directory */
 #define ZW_PBUF_SIZE (4u << 20)         /* payload chunks, bounce buffer */
 #define ZW_COPY_CHUNK (64ull << 20)     /* one copy_file_range() call */
-#define ZW_LIMIT32 0xFFFFFFFFull        /* ZIP64 from here on (>=, §1.4) */
+#define ZW_LIMIT32 0xFFFFFFFFull        /* ZIP64 from here on (>=) */
 #define ZW_ALIGN_DEFAULT 64u
 #define ZW_ALIGN_MAX 32768u             /* keeps the FB block < 64 KiB */
 
@@ -308,9 +309,10 @@ static int zw_stream(struct zw *w, const struct pt_zip_entry *e,
 
 /*
  * Write one record with a fresh, torch-style local header at the current
- * offset (FORMAT.md §1.3-§1.5): zero CRC and sizes, bit 3, the ZIP64 extra
- * as miniz writes it, the FB padding block, the payload (the change, or the
- * original stored/deflated bytes) and a data descriptor when non-empty.
+ * offset (docs/FORMATS.md, "Record layout"): zero CRC and sizes, bit 3, the
+ * ZIP64 extra as miniz writes it, the FB padding block, the payload (the
+ * change, or the original stored/deflated bytes) and a data descriptor when
+ * non-empty.
  */
 static int zw_fresh(struct zw *w, const struct pt_zip_entry *e,
 		    const struct pt_zw_change *ch, struct zw_rec *r)
@@ -421,7 +423,8 @@ static int zw_verbatim(struct zw *w, const struct pt_zip_entry *e,
 	return zw_copy(w, e->lho, e->end - e->lho);
 }
 
-/* One central directory entry (§1.5): the ZIP64 extra is the only extra. */
+/* One central directory entry (docs/FORMATS.md, "ZIP64"): the ZIP64
+ * extra is the only extra. */
 static int zw_cd_entry(struct zw *w, const struct pt_zip_entry *e,
 		       const struct zw_rec *r)
 {
@@ -477,7 +480,8 @@ static int zw_cd_entry(struct zw *w, const struct pt_zip_entry *e,
 	return rc;
 }
 
-/* ZIP64 EOCD + locator + classic EOCD, as torch writes them (§1.5). */
+/* ZIP64 EOCD + locator + classic EOCD, as torch writes them
+ * (docs/FORMATS.md, "ZIP64"). */
 static int zw_end(struct zw *w, uint64_t n, uint64_t cd_off, uint64_t cd_size)
 {
 	uint8_t b[56 + 20 + 22];
@@ -578,7 +582,8 @@ static uint32_t zw_parse_align(const uint8_t *s, size_t n)
 
 /*
  * The payload alignment: the value of "<prefix>/.storage_alignment" (the
- * new value if that record is being changed), else 64 (FORMAT.md §1.2).
+ * new value if that record is being changed), else 64 (docs/FORMATS.md,
+ * "Records and their order").
  */
 static uint32_t zw_alignment(struct zw *w, const struct pt_zw_change **chg)
 {

@@ -16,8 +16,9 @@
  * copy_file_range() (so copy-on-write filesystems can share extents),
  * including its local header, FB padding and data descriptor.  A changed
  * record, or one whose offset moved, gets a torch-style local header
- * (FORMAT.md §1.3-§1.5: zero CRC/sizes, bit 3 + data descriptor, ZIP64
- * extra when size or offset >= 0xFFFFFFFF, FB padding to the alignment) and
+ * (docs/FORMATS.md, "Record layout": zero CRC/sizes, bit 3 + data
+ * descriptor, ZIP64 extra when size or offset >= 0xFFFFFFFF, FB padding to
+ * the alignment) and
  * is written stored.  The central directory is regenerated with correct
  * CRC-32s (computed with libdeflate) and sizes, and the archive always ends
  * with ZIP64 EOCD + locator + EOCD, as torch writes it.  When every changed

@@ -2,8 +2,9 @@
 /*
  * legacy.c -- the legacy pickle-stream format of torch.save
  * (_use_new_zipfile_serialization=False, the default before torch 1.6;
- * FORMAT.md §4.1-§4.4), and plain pickles whose storages are embedded as
- * torch.storage._load_from_bytes(bytes) calls (§3.7), each of which holds
+ * docs/FORMATS.md, "Legacy stream layout"), and plain pickles whose
+ * storages are embedded as torch.storage._load_from_bytes(bytes) calls
+ * (docs/FORMATS.md, "Storages pickled inside bytes"), each of which holds
  * a complete legacy stream.
  *
  * A legacy file is five pickles (magic number, protocol version 1001,
@@ -408,7 +409,8 @@ static int lg_new_storage(struct pt_ckpt *ck, const char *key,
 
 /*
  * The storage a legacy pid stands for: its root storage, or with
- * view_metadata (view_key, offset, numel) the slice of it (§4.4).  Pids
+ * view_metadata (view_key, offset, numel) the slice of it (docs/FORMATS.md,
+ * "Storage views in legacy streams").  Pids
  * that share a key share the storage, as in torch (one table for root
  * and view keys); with @fresh a new storage is made under a key not used
  * yet (blobs of _load_from_bytes are independent of each other).

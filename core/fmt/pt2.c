@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * pt2.c -- torch.export archives (FORMAT.md §6).
+ * pt2.c -- torch.export archives (docs/FORMATS.md, "torch.export archives").
  *
  * PT2 archive (archive_format = "pt2", ~2.6+), one folder <prefix>/:
  *   models/<model>.json                       the serialized program

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * safetensors.c -- safetensors files (FORMAT.md §8).
+ * safetensors.c -- safetensors files (docs/FORMATS.md, "safetensors header").
  *
  * A file is [u64le N][N bytes of JSON][data].  The header is one object:
  * "name": {"dtype", "shape", "data_offsets": [begin, end]} per tensor, in
@@ -23,7 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The reference implementation's cap on the header (FORMAT.md §8). */
+/* The reference implementation's cap on the header (docs/FORMATS.md,
+ * "safetensors header"). */
 #define ST_MAX_HEADER 100000000u
 /* ---- safetensors ---- */
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tar.c -- the tar container of torch <= 0.1.9 (FORMAT.md §4.5),
- * which torch.load still reads.
+ * tar.c -- the tar container of torch <= 0.1.9 (docs/FORMATS.md,
+ * "Tar layout"), which torch.load still reads.
  *
  * An uncompressed tar with the members sys_info (a pickle), pickle (the
  * object; tensors and storages are persistent ids str(id), module classes

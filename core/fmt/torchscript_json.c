@@ -2,8 +2,8 @@
 /*
  * torchscript_json.c -- TorchScript archives in the 2019 layout
  * (torch 1.0/1.1: <prefix>/model.json + tensors/<n> + code/<name>.py +
- * attributes.pkl; no data.pkl).  FORMAT.md §5.3 calls it out of scope for
- * torch; it is shown here because current torch cannot read it at all.
+ * attributes.pkl; no data.pkl: docs/FORMATS.md, "The 2019 TorchScript layout").
+ * Current torch cannot read it at all; it is shown here all the same.
  *
  * model.json is a protobuf message written as JSON (proto3 mapping, so
  * 64-bit integers are strings):

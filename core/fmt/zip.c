@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * zip.c -- the torch.save ZIP container (FORMAT.md §1-§3), and the
- * TorchScript archives that share it (§5: data.pkl + data/<key>).
+ * zip.c -- the torch.save ZIP container (docs/FORMATS.md, "torch.save ZIP
+ * archives"), and the TorchScript archives that share it (data.pkl +
+ * data/<key>).
  *
  * The object is the pickle in <prefix>/data.pkl; each persistent id
  * ('storage', <class>, key, location, numel) names the record
@@ -10,12 +11,12 @@
  *
  * A TorchScript archive (constants.pkl present) also has constants.pkl and,
  * for the lite interpreter (.ptl), bytecode.pkl, whose persistent ids name
- * records under constants/ (FORMAT.md §5.2).  Those two pickles are
- * classified here, during open, with the record folder set to constants/,
- * and shown as /.ptfs/constants (c0, c1, ... per §5.3) and /.ptfs/bytecode;
- * ckpt.c then classifies data.pkl with the folder back at data/.  Storage
- * keys outside data/ are hashed as "constants/<key>" so the two folders'
- * "0" do not collide.
+ * records under constants/ (docs/FORMATS.md, "TorchScript records and
+ * constants").  Those two pickles are classified here, during open, with the
+ * record folder set to constants/, and shown as /.ptfs/constants (c0, c1,
+ * ...) and /.ptfs/bytecode; ckpt.c then classifies data.pkl with the folder
+ * back at data/.  Storage keys outside data/ are hashed as "constants/<key>"
+ * so the two folders' "0" do not collide.
  */
 #include "ckpt/ckpt_i.h"
 #include "container/zippatch.h"
@@ -147,8 +148,8 @@ static int ts_pickle(struct pt_ckpt *ck, struct zip_state *zs,
 	return rc;
 }
 
-/* constants.pkl's tuple as a dict c0, c1, ... (FORMAT.md §5.3); other
- * roots as they are. */
+/* constants.pkl's tuple as a dict c0, c1, ... (docs/FORMATS.md, 
+ * "TorchScript records and constants"); other roots as they are. */
 static struct pt_value *ts_constants_dict(struct pt_ckpt *ck,
 					  struct pt_value *tup)
 {

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: MIT
 """Distributed checkpoints (DCP): a directory of .metadata + *.distcp.
 
-Two sources of test data (FORMAT.md §7):
+Two sources of test data (docs/FORMATS.md, "Distributed checkpoint files"):
 
 * Debian's torch 1.13 prototype, torch.distributed._shard.checkpoint, run
   in a subprocess (its dataclasses need a shim on Python 3.11, and its

@@ -207,7 +207,8 @@ class _View:
 
 
 def save_tar(obj, path, views=(), protocol=2):
-    """Write @obj the way torch 0.1.x's _save did (FORMAT.md §4.5)."""
+    """Write @obj the way torch 0.1.x's _save did (docs/FORMATS.md,
+    "Tar layout")."""
     tensors, storages, skeys = {}, {}, {}
     counter = iter(range(1000, 10 ** 9))
 

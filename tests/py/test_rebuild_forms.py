@@ -2,7 +2,8 @@
 """Every torch._utils._rebuild_* form that carries a storage, including
 the ones torch 1.13 cannot write (v3 with float8 / uint16, parameter with
 state, device tensors from numpy or from a CPU tensor): the pickles are
-assembled opcode by opcode here (FORMAT.md §3.2, §3.6), packed the way
+assembled opcode by opcode here (docs/FORMATS.md, "Pickle opcodes" and
+"Tensor rebuild functions"), packed the way
 torch.save packs them, and read back through `ptfs cat`."""
 import io
 import json

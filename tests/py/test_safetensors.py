@@ -1,10 +1,11 @@
 # SPDX-License-Identifier: MIT
 """safetensors files and sharded checkpoints (*.index.json).
 
-There is no safetensors package here, so files are written by hand: the
-format is [u64le N][N bytes of JSON][data] (FORMAT.md §8).  The mount and
-`ptfs cat` must give each tensor's bytes, the tree must list tensors in
-header order, and hostile headers must fail with one line naming the file.
+There is no safetensors package here, so files are written by hand: the format
+is [u64le N][N bytes of JSON][data] (docs/FORMATS.md, "safetensors header").
+The mount and `ptfs cat` must give each tensor's bytes, the tree must list
+tensors in header order, and hostile headers must fail with one line naming
+the file.
 """
 import json
 import os

@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: MIT
-"""TorchScript archives (torch.jit.save, .ptl; FORMAT.md §5) and torch.export
-archives (.pt2, §6): generated modules through the CLI and the mount, and
+"""TorchScript archives (torch.jit.save, .ptl; docs/FORMATS.md,
+"TorchScript archives") and torch.export archives (.pt2; docs/FORMATS.md,
+"torch.export archives"): generated modules through the CLI and the mount, and
 every torchscript-zip / pt2 fixture.  Foreign files are only ever loaded
 with torch.load(..., weights_only=True)."""
 import json
