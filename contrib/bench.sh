@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The benchmark command (issue 6): build a Release ptfs, generate the
+# The benchmark command: build a Release ptfs, generate the
 # checkpoints with torch.save in a temp dir, run every measurement
 # (alternating contenders, 7 repetitions, medians and ratios), print the
 # table, remove the temp dir and leave no mount behind.

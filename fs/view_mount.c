@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * view_mount.c -- the mount's pictures and statistics (issue 15):
+ * view_mount.c -- the mount's pictures and statistics:
  * NAME.png beside every tensor (-o previews), made by the generator the
  * tree calls on a picture's first stat or read, and /.ptfs/stats/PATH.json
  * per tensor file, generated files (pt_vfile) whose size is known up front

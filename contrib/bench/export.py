@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""Issue 14 benchmarks: export and the pickle-free loader.
+"""Benchmarks of export and the pickle-free loader.
 
     /usr/bin/python3 contrib/bench/export.py [--ptfs build/ptfs] [--reps 5]
                                              [--gib 1.25] [--train-gb 1.5]

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: MIT
-"""A file manager's first visit of a 200-tensor folder (issue 15): pcmanfm
+"""A file manager's first visit of a 200-tensor folder with previews: pcmanfm
 under Xvfb opens a ptfs mount (-o previews) in thumbnail view, with the
 MIME package and thumbnailer of contrib/desktop/ in a private XDG tree and
 $HOME; prints when the first and the last tensor thumbnails landed in the

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: MIT
-"""Remote checkpoints (issue 16), measured side by side in one run.
+"""Remote checkpoints, measured side by side in one run.
 
 nginx serves checkpoints made here by torch.save on 127.0.0.1; every client
 goes through tests/py/remote_servers.FaultProxy (its own process) with DELAY added each way

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""The ptfs benchmark suite (issue 6; the perf parts of issues 3 and 4).
+"""The ptfs benchmark suite: reads, opening, memory, commits, settings.
 
 Run it through contrib/bench.sh, which builds a Release ptfs first:
 
@@ -567,7 +567,7 @@ def bench_commit(ctx, R):
           ref="cp of the checkpoint (same fs)", target=("speed", 0.8))
 
 
-# ---- 6b. commit ways (issue 13) --------------------------------------------
+# ---- 6b. commit ways ------------------------------------------------------
 
 def make_commit_ck(path, nbytes):
     """nbytes of float32 "w" plus a 12 KiB tensor "t" (3072 float32)."""

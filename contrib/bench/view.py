@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: MIT
-"""Benchmarks of issue 15, side by side in one run (docs/BENCHMARKS.md,
+"""Benchmarks of statistics, diffs and previews, side by side in one run (docs/BENCHMARKS.md,
 "Statistics, diff, previews"):
 
   stat     ptfs stat of a >= 1 GiB checkpoint against the same statistics

@@ -1330,7 +1330,7 @@ long long pt_zip_pread(struct pt_zip *z, const struct pt_zip_entry *e,
 	return (long long)m;
 }
 
-/* ---- after a commit rewrote the archive (issue 13) ---- */
+/* ---- after a commit rewrote the archive ---- */
 
 static int remap_cmp(const void *a, const void *b, void *arg)
 {

@@ -1,14 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * export.h -- writing a checkpoint's tensors in the forms other tools read
- * (issue 14): safetensors (one file or hub-style shards), a tree of .npy
- * files.  These are built only on the public checkpoint API (ckpt.h):
- * every tensor is read through pt_node_read() (views come out
- * materialised in C order) or, where its bytes lie contiguous in a local
- * file, copied with copy_file_range() from pt_node_extent().  Two writers
- * read further down: ptsave.c (--to pt) re-pickles the value graph and
- * wonly.c scans the kept pickles, both through the checkpoint layer's
- * internal contract, ckpt_i.h.  Memory stays bounded by one
+ * export.h -- writing a checkpoint's tensors in the forms other tools read:
+ * safetensors (one file or hub-style shards), a tree of .npy files, a
+ * torch.save archive.  The safetensors and .npy writers use only the
+ * public checkpoint API (ckpt.h); two files reach below it through
+ * ckpt/ckpt_i.h: ptsave.c (`--to pt`) reads the decoded values and whole
+ * storages (pt__vclass, pt__tensor_read) to re-pickle them, and wonly.c
+ * the kept pickles (pt__pickle_input) to scan them as torch's weights-only
+ * unpickler would.  Through the public API every tensor is read with
+ * pt_node_read() (views come out materialised in C order)
+ * or, where its bytes lie contiguous in a local file, copied with
+ * copy_file_range() from pt_node_extent().  Memory stays bounded by one
  * copy buffer plus the headers, whatever the checkpoint's size.
  *
  * Every output file is written to a temporary file in its directory,

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""Commits that cannot hurt (issue 13).
+"""Commits that cannot hurt.
 
 - the Hugging Face cache layout (snapshots/REV/FILE -> ../../blobs/HASH,
   relative and absolute symlinks) for .pt and safetensors, through

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""`ptfs tree --json` and `ptfs export --to safetensors|npy` (issue 14).
+"""`ptfs tree --json` and `ptfs export --to safetensors|npy`.
 
 Every exported tensor is compared with what torch.load says the original
 holds.  The safetensors output is checked by an independent reader written

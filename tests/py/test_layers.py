@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""Behaviour fixed by the core-in-layers redesign (issue 11): the shared
+"""Behaviour fixed when core/ was split into layer folders: the shared
 option parser, errors that reach the user, text that is never mangled."""
 import errno
 import os

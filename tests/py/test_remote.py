@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""Remote checkpoints (issue 16): http(s)://, hf:// (and s3:// signing, in
+"""Remote checkpoints: http(s)://, hf:// (and s3:// signing, in
 tests/remote/test_sigv4.c) against real servers on 127.0.0.1: nginx (HTTP,
 HTTPS with a certificate made here), a fault proxy in front of it, a
 stand-in for the hub's resolve endpoint.  Request counts come from nginx's

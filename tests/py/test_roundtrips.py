@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""FUSE round trips for browsing (issue 17): the requests the daemon sees
+"""FUSE round trips for browsing: the requests the daemon sees
 (counted in its -d log) for `ls -l` and for reading every NAME.json, on
 writable and read-only mounts, and that the cheaper answers keep the
 contents and the errors users expect."""
