@@ -148,7 +148,7 @@ static int ts_pickle(struct pt_ckpt *ck, struct zip_state *zs,
 	return rc;
 }
 
-/* constants.pkl's tuple as a dict c0, c1, ... (docs/FORMATS.md, 
+/* constants.pkl's tuple as a dict c0, c1, ... (docs/FORMATS.md,
  * "TorchScript records and constants"); other roots as they are. */
 static struct pt_value *ts_constants_dict(struct pt_ckpt *ck,
 					  struct pt_value *tup)
