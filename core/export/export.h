@@ -8,10 +8,10 @@
  * storages (pt__vclass, pt__tensor_read) to re-pickle them, and wonly.c
  * the kept pickles (pt__pickle_input) to scan them as torch's weights-only
  * unpickler would.  Through the public API every tensor is read with
- * pt_node_read() (views come out materialised in C order)
- * or, where its bytes lie contiguous in a local file, copied with
- * copy_file_range() from pt_node_extent().  Memory stays bounded by one
- * copy buffer plus the headers, whatever the checkpoint's size.
+ * pt_node_read() (views come out materialised in C order) or, where its
+ * bytes lie contiguous in a local file, copied with copy_file_range() from
+ * pt_node_extent().  Memory stays bounded by one copy buffer plus the
+ * headers, whatever the checkpoint's size.
  *
  * Every output file is written to a temporary file in its directory,
  * fsync()ed, checked against a change of the checkpoint, and renamed into
