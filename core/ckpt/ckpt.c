@@ -78,8 +78,9 @@ int pt_ckpt_open(struct pt_ckpt **out, const char *path,
 	if (rc)
 		return rc;
 	if (stat(ck->path, &st) == 0 && S_ISDIR(st.st_mode)) {
-		/* a distributed checkpoint (a .metadata file, FORMAT.md §0,
-		 * §7) opens its .metadata (fmt/dcp.c), a directory of shards
+		/* a distributed checkpoint (a .metadata file: docs/FORMATS.md,
+		 * "Recognition" and "Distributed checkpoint files") opens its
+		 * .metadata (fmt/dcp.c), a directory of shards
 		 * its *.index.json (fmt/sharded.c); ck->path names that file
 		 * from here on */
 		char *index = NULL;

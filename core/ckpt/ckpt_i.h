@@ -335,7 +335,7 @@ int pt__add_meta_dir(struct pt_ckpt *ck, const char *name,
  * tensor @t.  pt__tensor_value(): a new node showing tensor @t (a
  * PT_V_PERSID with a NULL pid, classified PT_C_TENSOR).
  * pt__numbered_dict(): a dict c0, c1, ... of @vals[0..@n) (TorchScript
- * constants, FORMAT.md §5.3).
+ * constants, docs/FORMATS.md, "TorchScript records and constants").
  */
 struct pt_value *pt__value_dict(struct pt_ckpt *ck, size_t n);
 void pt__value_dict_set(struct pt_value *d, size_t i, const uint8_t *name,

@@ -6,8 +6,9 @@
  * visited once, so a pickle whose references multiply costs its size, not
  * its expansion) and decides how each value appears in the tree: tensors
  * from every torch._utils._rebuild_* form that carries a storage
- * (FORMAT.md §3.6), numpy arrays (§3.8), mappings, sequences, bytes, names
- * of globals and opaque objects (LAYOUT.md "Values").  Every tensor's byte
+ * (docs/FORMATS.md, "Tensor rebuild functions"), numpy arrays
+ * (docs/FORMATS.md, "numpy arrays in pickles"), mappings, sequences,
+ * bytes, names of globals and opaque objects (LAYOUT.md "Values").  Every tensor's byte
  * window is checked against its storage here, so later reads need no
  * checks on untrusted numbers.
  */
@@ -131,7 +132,7 @@ bool pt__dense_strides(uint32_t rank, const int64_t *shape, bool fortran,
 }
 
 /* The byte range of @t (shape, strides, offset set) inside its storage,
- * and whether it is C-contiguous (FORMAT.md §3.6, "Deriving the byte
+ * and whether it is C-contiguous (docs/FORMATS.md, "A tensor's byte
  * range"). */
 static int tensor_range(struct pt_tensor *t, struct pt_error *err)
 {
@@ -157,7 +158,7 @@ static int tensor_range(struct pt_tensor *t, struct pt_error *err)
 			       t->numel, t->offset, hi, st->key, st->nbytes);
 	if (t->dtype->packed) {
 		/* quint4x2 and friends: sizes do not describe bytes; serve
-		 * the whole storage opaquely (FORMAT.md §10.8) */
+		 * the whole storage opaquely (docs/FORMATS.md, "Packed dtypes") */
 		t->byte_lo = 0;
 		t->byte_hi = t->nbytes = st->nbytes;
 		t->contiguous = true;

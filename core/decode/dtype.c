@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* dtype.c -- the dtype table; see dtype.h and FORMAT.md §3.5. */
+/* dtype.c -- the dtype table; see dtype.h and docs/FORMATS.md, "Storage
+ * types and dtypes". */
 #include "decode/dtype.h"
 
 #include <string.h>

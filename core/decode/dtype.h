@@ -5,7 +5,8 @@
  * One table maps every storage class torch pickles (FloatStorage, ...,
  * UntypedStorage), every dtype global (torch.float32, torch.half, ...), the
  * TorchScript "<Name>Storage" spellings and numpy dtype strings ("<f4") to
- * one struct pt_dtype (FORMAT.md §3.5, §3.8).
+ * one struct pt_dtype (docs/FORMATS.md, "Storage types and dtypes" and
+ * "numpy arrays in pickles").
  */
 #ifndef PTFS_CORE_DTYPE_H
 #define PTFS_CORE_DTYPE_H

@@ -2,7 +2,8 @@
 /*
  * dcp.c -- distributed checkpoints (torch.distributed.checkpoint, and
  * 1.13's prototype torch.distributed._shard.checkpoint): a directory
- * holding `.metadata` and `*.distcp` files (FORMAT.md §7).
+ * holding `.metadata` and `*.distcp` files (docs/FORMATS.md,
+ * "Distributed checkpoint files").
  *
  * `.metadata` is a plain pickle of a Metadata dataclass.  The safe pickle
  * machine gives its inert graph, and this file reads three things from it
@@ -1253,7 +1254,7 @@ static int dcp_open(struct pt_ckpt *ck, struct pt_error *err)
 }
 
 /* struct pt_format.probe_dir: a directory with a regular file .metadata
- * (FORMAT.md §0, §7) opens that file. */
+ * (docs/FORMATS.md, "Recognition") opens that file. */
 static int dcp_probe_dir(const char *dir, char **file, struct pt_error *err)
 {
 	struct stat st;

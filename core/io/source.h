@@ -3,10 +3,12 @@
  * source.h -- the input: where a checkpoint's bytes come from.
  *
  * A source is a small vtable (struct pt_source_ops) so that a local file,
- * a memory buffer, a byte range of another source and, later, an HTTP
- * range reader are interchangeable.  Nothing above core/io knows which one
- * it holds: bytes are read with pt_source_read(), zero copy asks for an
- * extent (a local fd range, or nothing), "has it changed?" is a check.
+ * a memory buffer, a byte range of another source, an HTTP(S) range
+ * reader (core/remote/source.c, over a block cache on disk) and the
+ * mount's overlay of uncommitted writes are interchangeable.  Nothing
+ * above core/io knows which one it holds: bytes are read with
+ * pt_source_read(), zero copy asks for an extent (a local fd range, or
+ * nothing), "has it changed?" is a check.
  *
  * Local files are read with pread() into our own buffers and never mapped:
  * a file truncated under a mount then gives a short read (-EIO), not a
