@@ -10,6 +10,7 @@
    than one file is a cycle; a file that depends on a file of a higher
    layer (core/LAYERS, lowest first) is an upward call; an object or source
    file (.c, .h) whose folder is in no layer is an error, never skipped.
+   An #include of a header of a higher layer is an error too.
 2. Calls through function pointers, which nm cannot see.  A struct member
    of function-pointer type (written out, or a typedef of one) in core/ or
    fs/ is a slot.  A function put into a slot -- by a designated or
@@ -234,6 +235,31 @@ def check_layers(build, root):
     print(f"files: {len(objs)}; cycles: {bad}; upward calls: {upward}; "
           f"in no layer: {unknown}")
     return 1 if bad or upward or unknown else 0
+
+
+def check_includes(root):
+    """No file includes a header of a higher layer: a lower layer that
+    sees a higher one's types is one edit away from calling it."""
+    files = sources(root, (".c", ".h"))
+    fileset = set(files)
+    upward = 0
+    for f in files:
+        lf = layer_of(f)
+        for inc in INCLUDE.findall(read(root, f)):
+            # resolved as the compiler would: beside the file, then the
+            # include path (core/, fs/)
+            for d in (os.path.dirname(f), "core", "fs"):
+                target = os.path.normpath(os.path.join(d, inc))
+                if target in fileset:
+                    break
+            else:
+                continue
+            lt = layer_of(target)
+            if lf is not None and lt is not None and lt > lf:
+                upward += 1
+                print(f"upward include: {f} includes {target}")
+    print(f"includes of a higher layer's header: {upward}")
+    return 1 if upward else 0
 
 
 # ---- calls through function pointers --------------------------------------
@@ -682,6 +708,7 @@ def main(argv):
     _layers[:] = read_layers(root)
     funcs = ctags(root, sources(root, (".c", ".h")))
     rc = check_layers(build, root)
+    rc |= check_includes(root)
     defined = {}
     for path, name, _first, _last in funcs:
         defined.setdefault(name, set()).add(path)

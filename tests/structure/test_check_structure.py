@@ -1,9 +1,10 @@
 # SPDX-License-Identifier: MIT
 """Tests of contrib/check-structure.py: tiny synthetic source trees, built
 with cc into the object layout CMake makes, that the checker must reject
-(a call up a layer, a cycle, a folder in no layer, a call up through a
-function pointer, a long function whatever its brace style, a long static
-inline function in a header) and the ones it must pass.
+(a call up a layer, an include of a higher layer's header, a cycle, a
+folder in no layer, a call up through a function pointer, a long
+function whatever its brace style, a long static inline function in a
+header) and the ones it must pass.
 
     /usr/bin/python3 -m pytest tests/structure
 """
@@ -73,6 +74,19 @@ def test_call_up_a_layer(tmp_path):
         "core/io/b.c": "int b(void)\n{\n\treturn 2;\n}\n"})
     assert rc == 1
     assert "upward call: core/base/a.c -> core/io/b.c" in out
+
+
+def test_include_of_a_higher_layer(tmp_path):
+    """A header of a higher layer included by a lower one fails, even when
+    nothing of it is called."""
+    rc, out = tree(tmp_path, dict(BASE, **{
+        "core/io/b.h": "struct b { int x; };\n",
+        "core/base/c.c": '#include "io/b.h"\nint c(struct b *p)\n{\n\treturn p->x;\n}\n'}))
+    assert rc == 1
+    assert "upward include: core/base/c.c includes core/io/b.h" in out
+    rc, out = tree(tmp_path / "ok", dict(BASE, **{
+        "core/io/b.h": '#include "base/a.h"\nstruct b { int x; };\n'}))
+    assert rc == 0, out
 
 
 def test_cycle(tmp_path):
