@@ -12,6 +12,7 @@ const struct pt_format *const pt_formats[] = {
 	&pt_fmt_tar,
 	&pt_fmt_legacy,
 	&pt_fmt_safetensors,
+	&pt_fmt_onnx,           /* a protobuf ModelProto: ir_version first */
 	&pt_fmt_sharded,        /* directories: any without a .metadata */
 	&pt_fmt_dcp,            /* before pickle: a DCP .metadata is one;
 				 * directories: those with a .metadata */

@@ -88,6 +88,7 @@ extern const struct pt_format pt_fmt_pickle;      /* legacy.c */
 extern const struct pt_format pt_fmt_safetensors; /* safetensors.c */
 extern const struct pt_format pt_fmt_sharded;     /* sharded.c */
 extern const struct pt_format pt_fmt_dcp;         /* dcp.c */
+extern const struct pt_format pt_fmt_onnx;        /* onnx.c */
 
 /*
  * zip.c: the first step of every ZIP-family probe.  0 when @head is not a

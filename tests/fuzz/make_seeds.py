@@ -6,7 +6,9 @@
 
 creates OUTDIR/ckpt/*.pt (torch.save files: zip format with pickle
 protocols 2 and 4, and the legacy non-zip format), OUTDIR/zip/*.pt (the zip
-ones), OUTDIR/http/*.txt (response heads and URLs) and OUTDIR/pickle/*.pkl (each zip's data.pkl, the legacy streams, and
+ones), OUTDIR/http/*.txt (response heads and URLs), OUTDIR/onnx/*.onnx (ONNX
+models: hand-built protobuf of every tensor encoding, hostile ones, and
+torch.onnx.export's when torch and onnx are there) and OUTDIR/pickle/*.pkl (each zip's data.pkl, the legacy streams, and
 plain pickles of every protocol made by the pickle module).  Everything is
 deterministic and small (a few KiB each).  Without torch only the plain
 pickles are written.  Run by CTest (fixture fuzz-seeds) and contrib/fuzz.sh.
@@ -123,21 +125,124 @@ def http_seeds(out):
             f.write(text)
 
 
+def pb_varint(n):
+    """A protobuf varint (n >= 0)."""
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def pb_field(num, value):
+    """Field @num: an int is a varint, bytes are length-delimited."""
+    if isinstance(value, int):
+        return pb_varint(num << 3) + pb_varint(value)
+    return pb_varint(num << 3 | 2) + pb_varint(len(value)) + value
+
+
+def onnx_model(initializers, nodes=b""):
+    """A ModelProto: ir_version 8, opset 17, a graph of these TensorProtos."""
+    graph = nodes + b"".join(pb_field(5, t) for t in initializers)
+    graph += pb_field(2, b"g")
+    return (pb_field(1, 8) + pb_field(2, b"seed") + pb_field(7, graph) +
+            pb_field(8, pb_field(1, b"") + pb_field(2, 17)))
+
+
+def onnx_tensor(name, dtype, dims, **fields):
+    """A TensorProto; fields: raw=bytes, or number=payload bytes."""
+    t = b"".join(pb_field(1, d) for d in dims) + pb_field(2, dtype)
+    t += pb_field(8, name.encode())
+    for num, payload in fields.items():
+        t += pb_field(9 if num == "raw" else int(num[1:]), payload)
+    return t
+
+
+def onnx_seeds(out):
+    """ONNX models without torch: raw_data, packed float/double, varints,
+    a Constant node, a subgraph, a sparse initializer, and hostile ones."""
+    import struct
+    f32 = struct.pack("<4f", 1, 2, 3, 4)
+    varints = b"".join(pb_varint(v) for v in (1, 127, 128, 255))
+    tensors = [
+        onnx_tensor("w.raw", 1, [2, 2], raw=f32),
+        onnx_tensor("w.packed", 1, [4], f4=f32),
+        onnx_tensor("d.packed", 11, [2], f10=struct.pack("<2d", 1.5, -2)),
+        onnx_tensor("i8", 3, [4], f5=varints),
+        onnx_tensor("i64", 7, [4], f7=varints),
+        onnx_tensor("u32", 12, [4], f11=varints),
+        onnx_tensor("s", 8, [1], f6=b"ab"),
+    ]
+    attr = pb_field(1, b"value") + pb_field(5, onnx_tensor("", 1, [1], raw=f32[:4]))
+    const = (pb_field(2, b"c0") + pb_field(3, b"const0") +
+             pb_field(4, b"Constant") + pb_field(5, attr))
+    sub = pb_field(5, onnx_tensor("inner", 1, [1], raw=f32[:4]))
+    if_node = (pb_field(3, b"if0") + pb_field(4, b"If") +
+               pb_field(5, pb_field(1, b"then_branch") + pb_field(6, sub)))
+    sparse = pb_field(1, onnx_tensor("sp", 1, [2], raw=f32[:8]))
+    sparse += pb_field(2, onnx_tensor("sp.i", 7, [2], raw=struct.pack("<2q", 0, 3)))
+    sparse += pb_field(3, 4)
+    models = {
+        "typed": onnx_model(tensors),
+        "nodes": onnx_model(tensors[:1], pb_field(1, const) + pb_field(1, if_node)),
+        "sparse": onnx_model([]) + pb_field(7, pb_field(15, sparse)),
+        "external": onnx_model([onnx_tensor("e", 1, [4], f13=pb_field(1, b"location") +
+                                            pb_field(2, b"w.bin"), f14=1)]),
+        "short": onnx_model([onnx_tensor("w", 1, [4], raw=f32)])[:-9],
+        "varint11": pb_field(1, 8) + pb_varint(7 << 3 | 2) + b"\xff" * 10 + b"\x01",
+        "deep": pb_field(1, 8) + deep_graph(400),
+        "overflow": onnx_model([onnx_tensor("o", 1, [2**40, 2**40], raw=f32)]),
+    }
+    for name, data in models.items():
+        with open(os.path.join(out, name + ".onnx"), "wb") as f:
+            f.write(data)
+
+
+def deep_graph(depth):
+    """A graph whose node's attribute holds a graph whose node's ... @depth
+    levels (built inside out)."""
+    g = b""
+    for _ in range(depth):
+        attr = pb_field(1, b"body") + pb_field(6, g)
+        g = pb_field(1, pb_field(4, b"Loop") + pb_field(5, attr))
+    return pb_field(7, g)
+
+
+def torch_onnx_seeds(out):
+    """A small MLP and a convolution as torch.onnx.export writes them."""
+    import torch
+    try:
+        import onnx  # noqa: F401  (torch.onnx.export needs it)
+    except ImportError:
+        return
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(),
+                              torch.nn.Linear(3, 2))
+    torch.onnx.export(mlp, torch.randn(1, 4), os.path.join(out, "mlp.onnx"))
+    cnn = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.BatchNorm2d(2))
+    torch.onnx.export(cnn.eval(), torch.randn(1, 1, 5, 5),
+                      os.path.join(out, "cnn.onnx"), do_constant_folding=False)
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit("usage: make_seeds.py OUTDIR")
     root = sys.argv[1]
     dirs = [os.path.join(root, t) for t in ("ckpt", "zip", "pickle")]
-    for d in dirs + [os.path.join(root, "http")]:
+    for d in dirs + [os.path.join(root, "http"), os.path.join(root, "onnx")]:
         os.makedirs(d, exist_ok=True)
     plain_pickles(dirs[2])
     http_seeds(os.path.join(root, "http"))
+    onnx_seeds(os.path.join(root, "onnx"))
     try:
         import torch  # noqa: F401
     except ImportError:
         print("make_seeds.py: no torch, plain pickles only", file=sys.stderr)
         return
     torch_seeds(*dirs)
+    torch_onnx_seeds(os.path.join(root, "onnx"))
 
 
 if __name__ == "__main__":
