@@ -34,6 +34,7 @@ if [ ${#pkgs[@]} -eq 0 ]; then
 	pkgs+=(xfsprogs btrfs-progs util-linux)          # reflink commit tests
 	pkgs+=(libcurl4-openssl-dev nginx-light openssl)  # remote sources and their tests
 	pkgs+=(xvfb pcmanfm)                              # the file-manager test
+	pkgs+=(python3-onnx)                              # tests/py/test_onnx.py
 	pkgs+=(lintian)                                   # contrib/deb-check.sh
 	pkgs+=(hyperfine fuse-zip archivemount)           # contrib/bench.sh's peers
 fi

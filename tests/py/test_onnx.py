@@ -1,0 +1,364 @@
+# SPDX-License-Identifier: MIT
+"""ONNX models (docs/FORMATS.md, ONNX).
+
+Models are written by torch.onnx.export (torch 1.13) and by Debian's onnx
+package (onnx.helper.make_tensor for the typed fields, save_model for
+external data).  Every tensor ptfs shows must be byte for byte what
+onnx.numpy_helper.to_array gives; writes through a mount must leave a model
+onnx.checker accepts with the new values; hostile models must fail with one
+line naming the file and the problem.
+"""
+import os
+import struct
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import mounted, needs_fuse, run
+
+try:
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+except ImportError:
+    onnx = None
+# every test: a skip that PTFS_REQUIRE_PYTHON=1 turns into a failure
+pytestmark = pytest.mark.skipif(
+    onnx is None, reason="needs torch 1.13 with python3-onnx (contrib/setup.sh)")
+
+
+# ---- models ----
+
+def export(model, args, path, **kw):
+    torch.onnx.export(model.eval(), args, path, **kw)
+    return path
+
+
+def mlp(tmp_path, **kw):
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    return m, export(m, torch.randn(1, 4), str(tmp_path / "mlp.onnx"), **kw)
+
+
+def cnn(tmp_path):
+    torch.manual_seed(1)
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4),
+                            torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(144, 3))
+    m.train()
+    m(torch.randn(2, 3, 8, 8))      # running statistics that are not 0 and 1
+    return m, export(m, torch.randn(1, 3, 8, 8), str(tmp_path / "cnn.onnx"))
+
+
+def transformer(tmp_path):
+    torch.manual_seed(2)
+    layer = torch.nn.TransformerEncoderLayer(d_model=16, nhead=2, dim_feedforward=32,
+                                             batch_first=True)
+    m = torch.nn.TransformerEncoder(layer, num_layers=2)
+    return m, export(m, torch.randn(1, 5, 16), str(tmp_path / "tr.onnx"))
+
+
+MODELS = {
+    "mlp": mlp,
+    "cnn": cnn,
+    "transformer": transformer,
+    "no_folding": lambda p: mlp(p, do_constant_folding=False),
+}
+
+
+def cat(model, name):
+    r = run("cat", model, name)
+    assert r.returncode == 0, r.stderr.decode()
+    return r.stdout
+
+
+def listing(model, *path):
+    r = run("ls", "-a", model, *path)
+    assert r.returncode == 0, r.stderr.decode()
+    return [line.split()[2] for line in r.stdout.decode().splitlines()]
+
+
+def file_name(name):
+    """A tensor's name in the tree ('/' is %2F, LAYOUT.md)."""
+    return name.replace("%", "%25").replace("/", "%2F")
+
+
+def expected_bytes(t):
+    # onnx 1.12's to_array fails on complex typed fields: the pairs as
+    # python-protobuf decoded them
+    if t.data_type == TensorProto.COMPLEX64 and not t.raw_data:
+        return np.array(t.float_data, "<f4").tobytes()
+    if t.data_type == TensorProto.COMPLEX128 and not t.raw_data:
+        return np.array(t.double_data, "<f8").tobytes()
+    a = numpy_helper.to_array(t)
+    if t.data_type == TensorProto.BFLOAT16 and a.dtype == np.float32:
+        return (a.view(np.uint32) >> 16).astype("<u2").tobytes()  # onnx 1.12
+    return a.astype(a.dtype.newbyteorder("<")).tobytes()
+
+
+def check_all(path, model=None):
+    """Every initializer and Constant tensor of @path against to_array."""
+    model = model or onnx.load(path)
+    names = listing(path)
+    n = 0
+    for t in model.graph.initializer:
+        assert file_name(t.name) in names
+        assert cat(path, file_name(t.name)) == expected_bytes(t), t.name
+        n += 1
+    for node in model.graph.node:
+        if node.op_type != "Constant":
+            continue
+        for a in node.attribute:
+            if a.name == "value":
+                got = cat(path, ".ptfs/constants/" + file_name(node.name))
+                assert got == expected_bytes(a.t), node.name
+                n += 1
+    return n
+
+
+@pytest.mark.parametrize("kind", sorted(MODELS))
+def test_torch_exports(tmp_path, kind):
+    _, path = MODELS[kind](tmp_path)
+    model = onnx.load(path)
+    assert check_all(path, model) >= len(model.graph.initializer) > 0
+    meta = cat(path, ".ptfs/metadata.json").decode()
+    assert '"producer_name": "pytorch"' in meta and '"ir_version": %d' % model.ir_version in meta
+    graph = cat(path, ".ptfs/graph.txt").decode()
+    for node in model.graph.node:
+        assert "%s %s:" % (node.op_type, node.name) in graph
+    info = run("info", path).stdout.decode()
+    assert "format: ONNX" in info
+
+
+def test_constants_and_sidecar(tmp_path):
+    _, path = transformer(tmp_path)
+    model = onnx.load(path)
+    consts = [n for n in model.graph.node if n.op_type == "Constant"]
+    assert consts
+    assert check_all(path) > len(model.graph.initializer)
+    t = model.graph.initializer[0]
+    side = cat(path, file_name(t.name) + ".json").decode()
+    assert '"dtype": "float32"' in side and '"zero_copy": true' in side
+    assert '"byteorder": "little"' in side and "ONNX FLOAT (data_type 1), raw_data" in side
+    off = open(path, "rb").read().index(t.raw_data)
+    assert '"file_offset": %d' % off in side
+
+
+@pytest.mark.parametrize("one_file", [True, False])
+def test_external_data(tmp_path, one_file):
+    _, path = transformer(tmp_path)
+    model = onnx.load(path)
+    ext = str(tmp_path / "ext.onnx")
+    onnx.save_model(model, ext, save_as_external_data=True,
+                    all_tensors_to_one_file=one_file, location="weights.bin",
+                    size_threshold=0)
+    assert os.path.getsize(ext) < os.path.getsize(path)
+    check_all(ext, onnx.load(ext))
+    t = model.graph.initializer[0]
+    side = cat(ext, file_name(t.name) + ".json").decode()
+    assert '"file": "' in side and "external data in" in side
+
+
+# every TensorProto data type onnx 1.12 knows (its code), in its typed field
+TYPED = [
+    (1, np.float32, [1.5, -2, 3.25, 0]),                    # FLOAT
+    (2, np.uint8, [0, 1, 200, 255]),                        # UINT8
+    (3, np.int8, [-128, -1, 0, 127]),                       # INT8
+    (4, np.uint16, [0, 1, 40000, 65535]),                   # UINT16
+    (5, np.int16, [-32768, -1, 0, 32767]),                  # INT16
+    (6, np.int32, [-2**31, -1, 0, 2**31 - 1]),              # INT32
+    (7, np.int64, [-2**63, -1, 0, 2**63 - 1]),              # INT64
+    (9, np.bool_, [True, False, True, True]),               # BOOL
+    (10, np.float16, [0.5, -1, 65504, 0]),                  # FLOAT16
+    (11, np.float64, [1e300, -1, 0.5, 0]),                  # DOUBLE
+    (12, np.uint32, [0, 1, 2**31, 2**32 - 1]),              # UINT32
+    (13, np.uint64, [0, 1, 2**63, 2**64 - 1]),              # UINT64
+    (14, np.complex64, [1 + 2j, -1j, 0, 3]),                # COMPLEX64
+    (15, np.complex128, [1 + 2j, -1j, 0, 3]),               # COMPLEX128
+    (16, np.float32, [1.0, -2.0, 0.5, 0]),                  # BFLOAT16
+]
+
+
+def typed_model(path, raw=False):
+    tensors = []
+    for code, dt, vals in TYPED:
+        name = "t_" + TensorProto.DataType.Name(code).lower()
+        arr = np.array(vals, dt)
+        tensors.append(helper.make_tensor(name, code, [2, 2],
+                                          arr if code == 10 else arr.tolist()))
+    tensors.append(helper.make_tensor("t_string", TensorProto.STRING, [2],
+                                      [b"hello", b"\xffbytes"]))
+    graph = helper.make_graph([], "typed", [], [], initializer=tensors)
+    model = helper.make_model(graph, producer_name="test_onnx")
+    onnx.save(model, path)
+    return onnx.load(path)
+
+
+def test_typed_fields(tmp_path):
+    path = str(tmp_path / "typed.onnx")
+    model = typed_model(path)
+    for t in model.graph.initializer:
+        if t.data_type == TensorProto.STRING:
+            assert cat(path, t.name + "/0") == b"hello"
+            assert cat(path, t.name + "/1") == b"\xffbytes"
+            continue
+        assert not t.raw_data
+        assert cat(path, t.name) == expected_bytes(t), t.name
+        side = cat(path, t.name + ".json").decode()
+        name = TensorProto.DataType.Name(t.data_type)
+        assert "ONNX %s (data_type %d)" % (name, t.data_type) in side
+        fixed = t.data_type in (TensorProto.FLOAT, TensorProto.DOUBLE,
+                                TensorProto.COMPLEX64, TensorProto.COMPLEX128)
+        assert ('"zero_copy": true' in side) == fixed, side
+        if not fixed:
+            assert "decoded to" in side and "read-only" in side
+
+
+def write_file(mnt, name, data):
+    with open(os.path.join(mnt, name), "r+b") as f:
+        f.write(data)
+
+
+@needs_fuse
+def test_write_through_mount(tmp_path):
+    _, path = mlp(tmp_path)
+    typed = str(tmp_path / "typed.onnx")
+    typed_model(typed)
+    new_w = np.arange(32, dtype=np.float32).reshape(8, 4) / 7
+    new_f = np.array([[9, 8], [7, 6]], np.float32)
+    with mounted(path) as mnt:
+        write_file(mnt, "0.weight", new_w.tobytes())
+        assert open(os.path.join(mnt, "0.weight"), "rb").read() == new_w.tobytes()
+    with mounted(typed) as mnt:
+        write_file(mnt, "t_float", new_f.tobytes())        # packed float_data
+        with pytest.raises(OSError):
+            write_file(mnt, "t_int8", b"\x05")              # varints: read-only
+    model = onnx.load(path)
+    onnx.checker.check_model(model)
+    w = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    assert np.array_equal(w["0.weight"], new_w)
+    model = onnx.load(typed)
+    onnx.checker.check_model(model)
+    w = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer
+         if t.name in ("t_float", "t_int8")}
+    assert np.array_equal(w["t_float"], new_f)
+    assert w["t_int8"].ravel().tolist() == [-128, -1, 0, 127]
+    r = run("set", typed, "t_int8", input=b"\x01\x02\x03\x04")
+    assert r.returncode != 0 and b"not a writable tensor" in r.stderr
+
+
+def test_export_stat_diff(tmp_path):
+    m, path = mlp(tmp_path)
+    pt = str(tmp_path / "mlp.pt")
+    torch.save(m.state_dict(), pt)
+    out = str(tmp_path / "mlp.safetensors")
+    r = run("export", path, "--to", "safetensors", out)
+    assert r.returncode == 0, r.stderr.decode()
+    for t in onnx.load(path).graph.initializer:
+        assert cat(out, t.name) == expected_bytes(t)
+    r = run("stat", path)
+    assert r.returncode == 0 and b"0.weight  float32 [8, 4]" in r.stdout, r.stderr
+    r = run("diff", path, pt)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert b"4 tensors, 4 same" in r.stdout
+
+
+# ---- hostile models, written by hand ----
+
+def varint(n):
+    out = bytearray()
+    while True:
+        b, n = n & 0x7F, n >> 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def field(num, value):
+    if isinstance(value, int):
+        return varint(num << 3) + varint(value)
+    return varint(num << 3 | 2) + varint(len(value)) + value
+
+
+def model_of(*tensors, graph_extra=b""):
+    graph = b"".join(field(5, t) for t in tensors) + graph_extra + field(2, b"g")
+    return field(1, 8) + field(2, b"hostile") + field(7, graph)
+
+
+def tensor(name, dims, dtype=1, **kw):
+    t = b"".join(field(1, d) for d in dims) + field(2, dtype) + field(8, name)
+    if "raw" in kw:
+        t += field(9, kw["raw"])
+    if "location" in kw:
+        t += field(13, field(1, b"location") + field(2, kw["location"]))
+        t += field(14, 1)
+    return t
+
+
+def deep(levels):
+    g = b""
+    for _ in range(levels):
+        g = field(1, field(4, b"Loop") + field(5, field(1, b"body") + field(6, g)))
+    return field(1, 8) + field(7, g)
+
+
+HOSTILE = {
+    "past_end": (lambda: model_of(tensor(b"w", [4], raw=b"\0" * 16))[:-12],
+                 "past the end"),
+    "varint11": (lambda: field(1, 8) + varint(7 << 3 | 2) + b"\xff" * 10 + b"\x01",
+                 "longer than 10 bytes"),
+    "deep": (lambda: deep(10000), "nest more than"),
+    "overflow": (lambda: model_of(tensor(b"w", [2**40, 2**40, 2**40], raw=b"\0" * 4)),
+                 "product of its dims overflows"),
+    "raw_size": (lambda: model_of(tensor(b"w", [4], raw=b"\0" * 15)),
+                 "raw_data holds 15 bytes"),
+    "escape": (lambda: model_of(tensor(b"w", [1], location=b"../../etc/passwd")),
+               "leaves the model's directory"),
+    "absolute": (lambda: model_of(tensor(b"w", [1], location=b"/etc/passwd")),
+                 "absolute path"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(HOSTILE))
+def test_hostile(tmp_path, kind):
+    make, what = HOSTILE[kind]
+    path = str(tmp_path / (kind + ".onnx"))
+    with open(path, "wb") as f:
+        f.write(make())
+    for cmd in (["ls"], ["cat"], ["info"]):
+        args = cmd + [path] + (["w"] if cmd == ["cat"] else [])
+        r = run(*args)
+        err = r.stderr.decode()
+        assert r.returncode == 1, (r.returncode, err)
+        assert err.count("\n") == 1 and err.startswith("ptfs"), err
+        assert path in err and what in err, err
+
+
+def test_sparse_and_subgraphs(tmp_path):
+    """A sparse initializer as values/indices; an If node's branches'
+    initializers under NODE/ATTRIBUTE; a tensor attribute of another node
+    under /.ptfs/constants/NODE/ATTRIBUTE."""
+    path = str(tmp_path / "sub.onnx")
+    vals = helper.make_tensor("sp", TensorProto.FLOAT, [2], [1.5, -3])
+    idx = helper.make_tensor("sp_idx", TensorProto.INT64, [2], [1, 7])
+    sparse = helper.make_sparse_tensor(vals, idx, [3, 4])
+    inner = numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(2, 3), "inner.w")
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    then_g = helper.make_graph([helper.make_node("Identity", ["inner.w"], ["y"])],
+                               "then", [], [out], initializer=[inner])
+    else_w = numpy_helper.from_array(np.ones((2, 3), np.float32), "else.w")
+    else_g = helper.make_graph([helper.make_node("Identity", ["else.w"], ["y"])],
+                               "else", [], [out], initializer=[else_w])
+    cond = helper.make_tensor_value_info("c", TensorProto.BOOL, [])
+    fill = helper.make_tensor("value", TensorProto.INT32, [1], [5])
+    nodes = [helper.make_node("If", ["c"], ["y"], name="branch",
+                              then_branch=then_g, else_branch=else_g),
+             helper.make_node("ConstantOfShape", ["s"], ["z"], name="fill", value=fill)]
+    graph = helper.make_graph(nodes, "g", [cond], [out], sparse_initializer=[sparse])
+    onnx.save(helper.make_model(graph), path)
+    assert cat(path, "sp/values") == np.array([1.5, -3], "<f4").tobytes()
+    assert cat(path, "sp/indices") == np.array([1, 7], "<i8").tobytes()
+    assert cat(path, "branch/then_branch/inner.w") == inner.raw_data
+    assert cat(path, "branch/else_branch/else.w") == else_w.raw_data
+    assert cat(path, ".ptfs/constants/fill/value") == np.array([5], "<i4").tobytes()
+    graph_txt = cat(path, ".ptfs/graph.txt").decode()
+    assert "If branch: (c) -> (y)" in graph_txt and "  then_branch: graph" in graph_txt
