@@ -115,7 +115,7 @@ struct ox {
 /* What pass one of a TensorProto found. */
 struct ox_tp {
 	char *name;                     /* owned by ck, or NULL */
-	int64_t *dims;                  /* max_rank entries */
+	int64_t *dims;                  /* max_rank entries (malloc()ed) */
 	uint32_t rank;
 	uint64_t data_type;
 	bool has_type;
@@ -448,21 +448,21 @@ static int ox_ext_home(struct ox *ox, const char *tname, const char *loc,
 		}
 	if (!ox_grow((void **)&st->ext, &st->cap_ext, st->n_ext, sizeof(*st->ext)))
 		return ox_oom(ox);
-	st->ext[st->n_ext].location = strdup(loc);
-	if (!st->ext[st->n_ext].location)
-		return ox_oom(ox);
-	st->ext[st->n_ext].home = NULL;
-	st->n_ext++;
 	rc = pt_source_open_sibling(ox->ck->src, loc, &src, ox->err);
 	if (rc == 0)
-		rc = pt__ckpt_open_raw(ox->ck, &st->ext[st->n_ext - 1].home, src,
-				       ox->err);
+		rc = pt__ckpt_open_raw(ox->ck, home, src, ox->err);
 	if (rc) {
 		pt_error_prefix(ox->err, "ONNX model: tensor '%s': external data '%.200s'",
 				tname, loc);
 		return rc;
 	}
-	*home = st->ext[st->n_ext - 1].home;
+	st->ext[st->n_ext].home = *home;
+	st->ext[st->n_ext].location = strdup(loc);
+	if (!st->ext[st->n_ext].location) {
+		pt__ckpt_close(*home);
+		return ox_oom(ox);
+	}
+	st->n_ext++;
 	return 0;
 }
 
@@ -693,11 +693,12 @@ static int ox_tensor(struct ox *ox, struct pt_pb *m, struct pt_value **out,
 
 	memset(&tp, 0, sizeof(tp));
 	*out = NULL;
-	tp.dims = pt__alloc(ox->ck, (ox->ck->opts.limits.max_rank + 1) *
-				    sizeof(*tp.dims));
+	/* pt__tensor_new() copies the dims */
+	tp.dims = malloc((ox->ck->opts.limits.max_rank + 1) * sizeof(*tp.dims));
 	if (!tp.dims)
 		return ox_oom(ox);
 	rc = ox_tensor_body(ox, m, &tp, out);
+	free(tp.dims);
 	free(tp.ext_location);
 	*name = tp.name;
 	return rc;
@@ -760,19 +761,23 @@ static int ox_value_name(struct ox *ox, struct pt_pb *m, char **out)
 	return rc;
 }
 
-/* One string field of a node appended to its graph.txt line. */
+/* One string field of a node appended to its graph.txt line; the first
+ * kept in *@keep when @keep is not NULL. */
 static int ox_line_str(struct ox *ox, const struct pt_pb_field *f,
 		       struct pt_buf *b, const char *sep, char **keep)
 {
 	char *s;
-	int rc = ox_str(ox, f, OX_MAX_NAME, "a node field", &s);
+	int rc = pt_pb_dup(&ox->s, f, OX_MAX_NAME, "a node field", &s);
 
 	if (rc)
 		return rc;
 	pt_buf_puts(b, sep);
 	pt_buf_puts(b, s);
-	if (keep && !*keep)
-		*keep = s;
+	if (keep && !*keep) {
+		*keep = pt__own(ox->ck, s);
+		return *keep ? 0 : ox_oom(ox);
+	}
+	free(s);
 	return 0;
 }
 
