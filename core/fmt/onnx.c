@@ -24,6 +24,7 @@
  */
 #include "ckpt/ckpt_i.h"
 #include "decode/pb.h"
+#include "io/lazy.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -81,6 +82,9 @@ static const struct ox_type {
 struct ox_ext {
 	char *location;
 	struct pt_ckpt *home;
+	bool lazy;                      /* opened on first read (a remote
+					 * model): its size is what the
+					 * tensors need */
 };
 
 /* ck->fmt_state */
@@ -418,9 +422,11 @@ static int ox_decode(struct ox *ox, struct pt_pb *m, const struct ox_type *ty,
 }
 
 /* The ckpt over external file @loc (opened once per location), after
- * checking that @loc stays inside the model's directory. */
+ * checking that @loc stays inside the model's directory.  Beside a remote
+ * model the file is opened on the first read of one of its tensors, so
+ * that listing costs no request for it (*@lazy). */
 static int ox_ext_home(struct ox *ox, const char *tname, const char *loc,
-		       struct pt_ckpt **home)
+		       struct pt_ckpt **home, bool *lazy)
 {
 	struct ox_state *st = ox->st;
 	struct pt_source *src;
@@ -444,11 +450,16 @@ static int ox_ext_home(struct ox *ox, const char *tname, const char *loc,
 	for (i = 0; i < st->n_ext; i++)
 		if (!strcmp(st->ext[i].location, loc)) {
 			*home = st->ext[i].home;
+			*lazy = st->ext[i].lazy;
 			return 0;
 		}
 	if (!ox_grow((void **)&st->ext, &st->cap_ext, st->n_ext, sizeof(*st->ext)))
 		return ox_oom(ox);
-	rc = pt_source_open_sibling(ox->ck->src, loc, &src, ox->err);
+	*lazy = ox->ck->src->costly_reads;
+	if (*lazy)
+		rc = pt_source_lazy_sibling(ox->ck->src, loc, &src, ox->err);
+	else
+		rc = pt_source_open_sibling(ox->ck->src, loc, &src, ox->err);
 	if (rc == 0)
 		rc = pt__ckpt_open_raw(ox->ck, home, src, ox->err);
 	if (rc) {
@@ -457,6 +468,7 @@ static int ox_ext_home(struct ox *ox, const char *tname, const char *loc,
 		return rc;
 	}
 	st->ext[st->n_ext].home = *home;
+	st->ext[st->n_ext].lazy = *lazy;
 	st->ext[st->n_ext].location = strdup(loc);
 	if (!st->ext[st->n_ext].location) {
 		pt__ckpt_close(*home);
@@ -472,17 +484,22 @@ static int ox_external(struct ox *ox, struct ox_tp *tp, uint64_t nbytes,
 {
 	const char *name = tp->name ? tp->name : "";
 	struct pt_ckpt *home = NULL;
+	bool lazy = false;
 	int rc;
 
 	rc = ox_ext_home(ox, name, tp->ext_location ? tp->ext_location : "",
-			 &home);
+			 &home, &lazy);
 	if (rc)
 		return rc;
 	if (tp->has_ext_length && tp->ext_length != nbytes)
 		return pt_fail(ox->err, -EBADMSG,
 			       "ONNX model: tensor '%s': external data length %" PRIu64 " does not match its dims and type (%" PRIu64 " bytes)",
 			       name, tp->ext_length, nbytes);
-	if (tp->ext_offset > home->src->size ||
+	if (lazy && tp->ext_offset <= UINT64_MAX - nbytes) {
+		/* checked against the file when it is opened */
+		if (home->src->size < tp->ext_offset + nbytes)
+			home->src->size = tp->ext_offset + nbytes;
+	} else if (tp->ext_offset > home->src->size ||
 	    nbytes > home->src->size - tp->ext_offset)
 		return pt_fail(ox->err, -EBADMSG,
 			       "ONNX model: tensor '%s': external data [%" PRIu64 ", +%" PRIu64 ") runs past the end of '%.200s' (%" PRIu64 " bytes)",

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import mounted, needs_fuse, run
+from conftest import mounted, needs_curl, needs_fuse, run
 
 try:
     import onnx
@@ -362,3 +362,45 @@ def test_sparse_and_subgraphs(tmp_path):
     assert cat(path, ".ptfs/constants/fill/value") == np.array([5], "<i4").tobytes()
     graph_txt = cat(path, ".ptfs/graph.txt").decode()
     assert "If branch: (c) -> (y)" in graph_txt and "  then_branch: graph" in graph_txt
+
+
+@needs_curl
+def test_remote_external_data(tmp_path):
+    """Over http, a model whose weights are external data lists from the
+    model alone (at most 3 requests, none for the data files); a tensor's
+    file is fetched when the tensor is read."""
+    import shutil
+    import tempfile
+
+    import remote_servers as rs
+    d = tempfile.mkdtemp(prefix="ptfs-served-")     # nginx's worker reads it
+    os.chmod(d, 0o755)
+    try:
+        _, path = mlp(tmp_path)
+        onnx.save_model(onnx.load(path), os.path.join(d, "one.onnx"),
+                        save_as_external_data=True, location="one.data",
+                        size_threshold=0)
+        onnx.save_model(onnx.load(path), os.path.join(d, "per.onnx"),
+                        save_as_external_data=True, all_tensors_to_one_file=False,
+                        size_threshold=0)
+        want = {t.name: expected_bytes(t) for t in onnx.load(path).graph.initializer}
+        with rs.Nginx(d) as n:
+            for name in ("one.onnx", "per.onnx"):
+                cache = ["-o", "cache_dir=" + str(tmp_path / ("cache-" + name))]
+                m = n.mark()
+                r = run("ls", *cache, n.url(name))
+                assert r.returncode == 0, r.stderr.decode()
+                reqs = n.since(m)
+                assert 1 <= len(reqs) <= 3, reqs
+                assert all(e["path"] == "/" + name for e in reqs), reqs
+                for key, raw in want.items():
+                    c = run("cat", *cache, n.url(name), key)
+                    assert c.returncode == 0 and c.stdout == raw, c.stderr.decode()
+            os.unlink(os.path.join(d, "one.data"))
+            r = run("cat", "-o", "cache_dir=" + str(tmp_path / "cache-gone"),
+                    n.url("one.onnx"), "0.weight")
+            err = r.stderr.decode()
+            assert r.returncode == 1 and err.count("\n") == 1, err
+            assert "one.data" in err and "404" in err, err
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
