@@ -156,6 +156,13 @@ def test_external_data(tmp_path, one_file):
     t = model.graph.initializer[0]
     side = cat(ext, file_name(t.name) + ".json").decode()
     assert '"file": "' in side and "external data in" in side
+    # read-only (docs/FORMATS.md, ONNX): refused, nothing written
+    before = {n: open(os.path.join(tmp_path, n), "rb").read() for n in os.listdir(tmp_path)
+              if os.path.isfile(os.path.join(tmp_path, n))}
+    size = len(expected_bytes(onnx.load(path).graph.initializer[0]))
+    r = run("set", ext, file_name(t.name), input=b"\0" * size)
+    assert r.returncode != 0 and b"not a writable tensor" in r.stderr, r.stderr
+    assert before == {n: open(os.path.join(tmp_path, n), "rb").read() for n in before}
 
 
 # every TensorProto data type onnx 1.12 knows (its code), in its typed field
