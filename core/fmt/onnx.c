@@ -121,8 +121,7 @@ struct ox_tp {
 	char *name;                     /* owned by ck, or NULL */
 	int64_t *dims;                  /* max_rank entries (malloc()ed) */
 	uint32_t rank;
-	uint64_t data_type;
-	bool has_type;
+	uint64_t data_type;             /* 0 (UNDEFINED) when absent */
 	struct pt_pb_field raw;
 	bool has_raw;
 	unsigned n_typed[16];           /* occurrences of typed field i */
@@ -318,7 +317,6 @@ static int ox_tp_scan(struct ox *ox, struct pt_pb *m, struct ox_tp *tp)
 			break;
 		case 2:
 			tp->data_type = f.v;
-			tp->has_type = true;
 			break;
 		case 3:
 			return pt_fail(ox->err, -ENOTSUP,
@@ -860,6 +858,7 @@ static int ox_attr(struct ox *ox, struct pt_pb *a, const char *key,
 	struct pt_pb_field f;
 	char *aname = NULL;
 	const char *an;
+	size_t gi = 0;                  /* position in a graphs list */
 	int rc;
 
 	while ((rc = pt_pb_next(&probe, &f)) == 1)
@@ -891,8 +890,10 @@ static int ox_attr(struct ox *ox, struct pt_pb *a, const char *key,
 		}
 		pt_buf_printf(&ox->graph, "%*s%s: graph\n", indent + 2, "", an);
 		rc = ox_graph(ox, &sub, &gl, indent + 4);
-		if (rc == 0 && gl.n && f.num == 11) {
-			const char *k = ox_printf(ox, "%zu", many.n);
+		if (f.num == 11)
+			gi++;
+		if (rc == 0 && f.num == 11 && gl.n) {
+			const char *k = ox_printf(ox, "%zu", gi - 1);
 
 			v = ox_dict(ox, &gl);
 			rc = v && k ? ox_add(ox, &many, k, v) : ox_oom(ox);
