@@ -10,6 +10,7 @@
 #include <string.h>
 
 #define PB_WIN (64u << 10)      /* bytes of the source kept in memory */
+#define PB_JUMP (4u << 10)      /* read after a jump (a skipped payload) */
 #define PB_VARINT_MAX 10        /* bytes of a 64-bit varint */
 
 int pt_pb_src_init(struct pt_pb_src *s, const struct pt_source *src,
@@ -51,8 +52,15 @@ static int pb_window(struct pt_pb_src *s, uint64_t off, size_t want,
 		*have = s->len - (size_t)(off - s->at);
 		return 0;
 	}
+	/* reading on from the window: a whole window; after a jump over a
+	 * payload (a tensor's bytes) the next field is most often a few
+	 * bytes of header before the next jump: a page */
+	n = off >= s->at && off <= s->at + s->len ? PB_WIN : PB_JUMP;
+	if (n < want)
+		n = want;
 	left = off < s->src->size ? s->src->size - off : 0;
-	n = left < PB_WIN ? (size_t)left : PB_WIN;
+	if (n > left)
+		n = (size_t)left;
 	rc = n ? pt_source_read(s->src, s->win, n, off, s->err) : 0;
 	if (rc)
 		return rc;
