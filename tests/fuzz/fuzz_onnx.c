@@ -9,8 +9,8 @@
  * reader moves forward on every field, a failure leaves a message and
  * sub-messages never nest past the cap.  Then the input is opened as a
  * checkpoint from memory (ONNX claims what starts like a ModelProto), and
- * when it opens every file of the tree is read through pt_tree_walk: the
- * reads return exactly what the sizes say.
+ * when it opens every file of the tree is read through pt_tree_walk (up
+ * to 16 MiB in all): the reads return exactly what the sizes say.
  */
 #include <string.h>
 
@@ -22,8 +22,10 @@
 #define FUZZ_DEPTH 24
 #define FUZZ_FIELDS 200000
 #define FUZZ_READ (64u << 10)
+#define FUZZ_TOTAL_READ (16u << 20)     /* per input */
 
 static uint8_t fuzz_buf[FUZZ_READ];
+static uint64_t fuzz_budget;
 
 static void walk_pb(const uint8_t *data, size_t size)
 {
@@ -87,6 +89,9 @@ static int read_entry(void *ctx, const struct pt_walk *w)
 	pt_node_attr(w->node, &a);
 	if (a.type == PT_NT_DIR)
 		return 0;
+	if (fuzz_budget < FUZZ_READ)
+		return PT_WALK_STOP;
+	fuzz_budget -= FUZZ_READ;
 	got = pt_node_read(ck, w->node, fuzz_buf, FUZZ_READ, 0, &err);
 	if (got < 0)
 		FUZZ_CHECK(err.msg[0] != '\0' || got == -ENOMEM);
@@ -109,6 +114,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		FUZZ_CHECK(rc < 0 && ck == NULL && err.msg[0] != '\0');
 		return 0;
 	}
+	fuzz_budget = FUZZ_TOTAL_READ;
 	rc = pt_tree_walk(ck, pt_tree_root(ck), "", PT_WALK_ALL, read_entry, ck,
 			  NULL);
 	FUZZ_CHECK(rc <= 0);
