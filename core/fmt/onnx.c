@@ -459,7 +459,7 @@ static int ox_ext_home(struct ox *ox, const char *tname, const char *loc,
 	else
 		rc = pt_source_open_sibling(ox->ck->src, loc, &src, ox->err);
 	if (rc == 0)
-		rc = pt__ckpt_open_raw(ox->ck, home, src, ox->err);
+		rc = pt__ckpt_open_child(ox->ck, src, false, home, ox->err);
 	if (rc) {
 		pt_error_prefix(ox->err, "ONNX model: tensor '%s': external data '%.200s'",
 				tname, loc);
@@ -469,7 +469,7 @@ static int ox_ext_home(struct ox *ox, const char *tname, const char *loc,
 	st->ext[st->n_ext].lazy = *lazy;
 	st->ext[st->n_ext].location = strdup(loc);
 	if (!st->ext[st->n_ext].location) {
-		pt__ckpt_close(*home);
+		pt__ckpt_free(*home);
 		return ox_oom(ox);
 	}
 	st->n_ext++;
@@ -1204,7 +1204,7 @@ static void ox_close(struct pt_ckpt *ck)
 	if (!st)
 		return;
 	for (i = 0; i < st->n_ext; i++) {
-		pt__ckpt_close(st->ext[i].home);
+		pt__ckpt_free(st->ext[i].home);
 		free(st->ext[i].location);
 	}
 	free(st->ext);
