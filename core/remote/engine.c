@@ -118,31 +118,29 @@ static const char *rm_env(const char *name)
 }
 
 /*
- * AWS SigV4 by libcurl (CURLOPT_AWS_SIGV4) with the keys of AWS_ACCESS_KEY_ID
- * and AWS_SECRET_ACCESS_KEY (anonymous without them), AWS_SESSION_TOKEN as
- * x-amz-security-token.  For S3 the payload hash header is signed too (a
- * GET's body is empty).  Custom headers, the Range header among them, are
- * signed; libcurl takes X-Amz-Date from the headers when one is given.
+ * AWS SigV4 by libcurl (CURLOPT_AWS_SIGV4) with @a's keys (aws.c: the
+ * environment's, else the profile's; anonymous without them), a session
+ * token as x-amz-security-token.  For S3 the payload hash header is signed
+ * too (a GET's body is empty).  Custom headers, the Range header among
+ * them, are signed; libcurl takes X-Amz-Date from the headers when one is
+ * given.
  */
-void rm_sigv4(CURL *h, const char *region, const char *service,
+void rm_sigv4(CURL *h, const struct rm_aws *a, const char *service,
 	      struct curl_slist **hdrs)
 {
-	const char *id = rm_env("AWS_ACCESS_KEY_ID");
-	const char *secret = rm_env("AWS_SECRET_ACCESS_KEY");
-	const char *token = rm_env("AWS_SESSION_TOKEN");
-	char buf[4096];
+	char buf[4200];
 
-	if (!id || !secret)
+	if (!a || !a->id[0] || !a->secret[0])
 		return;
-	snprintf(buf, sizeof(buf), "aws:amz:%s:%s", region, service);
+	snprintf(buf, sizeof(buf), "aws:amz:%s:%s", a->region, service);
 	curl_easy_setopt(h, CURLOPT_AWS_SIGV4, buf);
-	curl_easy_setopt(h, CURLOPT_USERNAME, id);
-	curl_easy_setopt(h, CURLOPT_PASSWORD, secret);
+	curl_easy_setopt(h, CURLOPT_USERNAME, a->id);
+	curl_easy_setopt(h, CURLOPT_PASSWORD, a->secret);
 	if (!strcmp(service, "s3"))
 		*hdrs = curl_slist_append(*hdrs, "x-amz-content-sha256: "
 			"e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-	if (token) {
-		snprintf(buf, sizeof(buf), "x-amz-security-token: %s", token);
+	if (a->token[0]) {
+		snprintf(buf, sizeof(buf), "x-amz-security-token: %s", a->token);
 		*hdrs = curl_slist_append(*hdrs, buf);
 	}
 }
@@ -194,7 +192,7 @@ int rm_http_setup(CURL *h, const struct pt_remote *r, const char *url,
 	if (ca)
 		curl_easy_setopt(h, CURLOPT_CAINFO, ca);
 	if (r->u.kind == RM_S3 && pt_url_same_origin(url, r->u.prefix))
-		rm_sigv4(h, r->u.region, "s3", hdrs);
+		rm_sigv4(h, r->u.aws, "s3", hdrs);
 	else if (r->u.kind == RM_HF)
 		rm_setup_hf(r, url, hdrs);
 	return 0;
@@ -259,8 +257,14 @@ static size_t rm_on_body(char *p, size_t size, size_t nmemb, void *ud)
 	long code = 0;
 
 	curl_easy_getinfo(j->h, CURLINFO_RESPONSE_CODE, &code);
-	if (code != 200 && code != 206)
-		return size * nmemb;    /* an error page: dropped */
+	if (code != 200 && code != 206) {
+		/* an error page: its start kept (S3 says why in <Code>) */
+		size_t n = size * nmemb, room = sizeof(j->errbody) - j->errlen;
+
+		memcpy(j->errbody + j->errlen, p, n < room ? n : room);
+		j->errlen += n < room ? n : room;
+		return size * nmemb;
+	}
 	j->status = code;
 	return j->on_body(j, p, size * nmemb);
 }
@@ -310,6 +314,7 @@ static int rm_job_start(struct rm_job *j)
 		j->deadline = rm_now() + j->r->o.timeout_s;
 	j->cerr[0] = '\0';
 	j->status = 0;
+	j->errlen = 0;
 	j->got0 = j->got + j->mem_len;
 	if (!j->redirect)   /* a redirect's X-Repo-Commit stays */
 		j->linked[0] = j->commit[0] = '\0';

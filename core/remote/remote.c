@@ -639,20 +639,29 @@ static int rm_open_fail(struct pt_remote *r, const struct rm_job *j,
 			struct pt_error *err)
 {
 	const char *hint = "";
-	char at[2048], shown[2048];
+	char at[2048], shown[2048], code[48], s3[800];
 	int rc = j->rc;
 
-	if (rc == -EACCES && r->u.kind == RM_HF)
+	if (rc == -EACCES && r->u.kind == RM_HF) {
 		hint = getenv("HF_TOKEN") ? " (HF_TOKEN has no access to it)" :
 		       " (gated or private? set HF_TOKEN)";
-	else if (rc == -EACCES && r->u.kind == RM_S3)
-		hint = getenv("AWS_ACCESS_KEY_ID") ?
-			" (check the AWS_* credentials and region)" :
-			" (no AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY set)";
+	} else if (rc == -EACCES && r->u.kind == RM_S3) {
+		snprintf(s3, sizeof(s3), " (check the keys: %s; and the region "
+			 "%s)", r->u.aws->source, r->u.aws->region);
+		hint = s3;
+	}
 	if (rc == -ENOENT)
 		hint = " (not found)";
 	else if (rc == -ENXIO)
 		hint = " (an empty object: not a checkpoint)";
+	if (r->u.kind == RM_S3) {
+		/* S3 says which: a bad key id, a bad secret, no bucket... */
+		rm_s3_code(j->errbody, j->errlen, code, sizeof(code));
+		if (*rm_s3_hint(code, r->u.aws, s3 + 1, sizeof(s3) - 1)) {
+			s3[0] = ' ';
+			hint = s3;
+		}
+	}
 	if (r->u.kind == RM_HTTP)
 		return pt_fail(err, rc, "%s: %s%s", r->u.display, j->msg, hint);
 	snprintf(at, sizeof(at), "%s%s", r->u.prefix, r->u.rel);

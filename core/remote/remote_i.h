@@ -13,6 +13,7 @@
 
 #include "remote/curl_dl.h"
 
+#include "remote/aws.h"
 #include "remote/remote.h"
 
 #define RM_BLOCK ((uint64_t)64 << 10)      /* cache granule */
@@ -35,6 +36,7 @@ struct rm_url {
 	char *key;      /* cache identity (no revision, no query) */
 	char *display;  /* the URL for messages: pt_url_redact() of it */
 	char *region;   /* s3: signing region */
+	struct rm_aws *aws; /* s3: keys and settings (aws.c) */
 	char *hf_base;  /* hf: "<endpoint>/[datasets/]ORG/REPO/resolve/" */
 	char *hf_api;   /* hf: "<endpoint>/api/models/ORG/REPO/revision/" */
 	char *rev;      /* hf: revision as given, then its commit */
@@ -85,6 +87,8 @@ struct rm_job {
 	uint64_t mem_len;
 	int rc;                 /* result: 0, -errno */
 	char msg[320];
+	char errbody[1024];     /* the start of an error answer's body */
+	size_t errlen;
 	CURL *h;
 	struct curl_slist *hdrs;
 	char cerr[CURL_ERROR_SIZE];
@@ -109,7 +113,7 @@ void rm_engine_cancel(struct pt_remote *r);
 int rm_http_setup(CURL *h, const struct pt_remote *r, const char *url,
 		  struct curl_slist **hdrs);
 double rm_now(void);
-void rm_sigv4(CURL *h, const char *region, const char *service,
+void rm_sigv4(CURL *h, const struct rm_aws *a, const char *service,
 	      struct curl_slist **hdrs);
 
 /* The block cache of one object (cache.c). */

@@ -4,9 +4,11 @@
  *
  *   http(s)://HOST/PATH[?QUERY]   as given (a query, e.g. a presigned
  *                                 URL, is sent but never shown)
- *   s3://BUCKET/KEY               https://BUCKET.s3.REGION.amazonaws.com/KEY,
- *                                 or ENDPOINT/BUCKET/KEY (path style) for an
- *                                 S3-compatible store
+ *   s3://BUCKET/KEY               https://BUCKET.s3.REGION.amazonaws.com/KEY
+ *                                 (virtual-hosted) or ENDPOINT/BUCKET/KEY
+ *                                 (path style, the default for an
+ *                                 S3-compatible store); the profile's
+ *                                 s3.addressing_style chooses (aws.c)
  *   hf://[datasets/]ORG/REPO[@REV]/PATH
  *                                 ENDPOINT/ORG/REPO/resolve/REV/PATH (the
  *                                 hub's resolve URL); REV defaults to main
@@ -130,14 +132,42 @@ static int rm_parse_http(struct rm_url *u, const char *url,
 	return 0;
 }
 
+/* The bucket's prefix at @ep ("" for AWS itself), in @style. */
+static void rm_s3_prefix(char *buf, size_t cap, const struct rm_aws *a,
+			 const char *ep, const char *bucket)
+{
+	bool path = a->style == RM_S3_PATH ||
+		    (a->style == RM_S3_AUTO && (*ep || strchr(bucket, '.')));
+	size_t el = strlen(ep);
+	const char *host;
+
+	while (el && ep[el - 1] == '/')
+		el--;
+	if (!*ep && path)
+		snprintf(buf, cap, "https://s3.%s.amazonaws.com/%s/", a->region,
+			 bucket);
+	else if (!*ep)
+		snprintf(buf, cap, "https://%s.s3.%s.amazonaws.com/", bucket,
+			 a->region);
+	else if (path)
+		snprintf(buf, cap, "%.*s/%s/", (int)el, ep, bucket);
+	else {  /* virtual-hosted at an endpoint: BUCKET. before its host */
+		host = strstr(ep, "://");
+		host = host ? host + 3 : ep;
+		snprintf(buf, cap, "%.*s%s.%.*s/", (int)(host - ep), ep, bucket,
+			 (int)(el - (size_t)(host - ep)), host);
+	}
+}
+
 static int rm_parse_s3(struct rm_url *u, const char *url, const char *ep,
 		       const char *shown, struct pt_error *err)
 {
 	const char *b = url + 5;
 	const char *slash = strchr(b, '/');
-	char *bucket;
-	char buf[512];
+	char bucket[64];
+	char buf[1024];
 	size_t blen;
+	int rc;
 
 	if (!slash || slash == b || !rm_path_ok(slash + 1))
 		return pt_fail(err, -EINVAL,
@@ -145,35 +175,26 @@ static int rm_parse_s3(struct rm_url *u, const char *url, const char *ep,
 	blen = (size_t)(slash - b);
 	if (blen > 63)
 		return pt_fail(err, -EINVAL, "%s: bucket name too long", shown);
-	bucket = rm_ndup(b, blen);
-	if (!bucket)
-		return -ENOMEM;
+	memcpy(bucket, b, blen);
+	bucket[blen] = '\0';
 	u->kind = RM_S3;
-	if (!ep)
-		ep = rm_env("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL");
-	u->region = strdup(rm_env("AWS_REGION", "AWS_DEFAULT_REGION") ?
-				   rm_env("AWS_REGION", "AWS_DEFAULT_REGION") :
-				   "us-east-1");
-	if (ep) {
-		size_t el = strlen(ep);
-
-		while (el && ep[el - 1] == '/')
-			el--;
-		snprintf(buf, sizeof(buf), "%.*s/%s/", (int)el, ep, bucket);
-	} else if (strchr(bucket, '.')) {
-		snprintf(buf, sizeof(buf), "https://s3.%s.amazonaws.com/%s/",
-			 u->region ? u->region : "", bucket);
-	} else {
-		snprintf(buf, sizeof(buf), "https://%s.s3.%s.amazonaws.com/",
-			 bucket, u->region ? u->region : "");
-	}
-	free(bucket);
+	u->aws = malloc(sizeof(*u->aws));
+	if (!u->aws)
+		return -ENOMEM;
+	rc = rm_aws_load(u->aws, err);
+	if (rc)
+		return rc;
+	if (ep)
+		snprintf(u->aws->endpoint, sizeof(u->aws->endpoint), "%s", ep);
+	ep = u->aws->endpoint;
+	u->region = strdup(u->aws->region);
+	rm_s3_prefix(buf, sizeof(buf), u->aws, ep, bucket);
 	u->prefix = strdup(buf);
 	u->rel = rm_escape_path(slash + 1);
 	u->query = strdup("");
 	u->display = strdup(shown);
-	u->key = ep ? rm_cat(ep, " ", url) : strdup(url);
-	if (u->key && ep) {     /* the endpoint's credentials, if any, go */
+	u->key = *ep ? rm_cat(ep, " ", url) : strdup(url);
+	if (u->key && *ep) {    /* the endpoint's credentials, if any, go */
 		pt_url_redact(u->key, buf, sizeof(buf));
 		free(u->key);
 		u->key = strdup(buf);
@@ -318,6 +339,9 @@ int rm_url_sibling(struct rm_url *out, const struct rm_url *u,
 	out->display = rm_beside(u->display, rel);
 	out->key = rm_beside(u->key, rel);
 	out->region = u->region ? strdup(u->region) : NULL;
+	out->aws = u->aws ? malloc(sizeof(*out->aws)) : NULL;
+	if (out->aws)
+		memcpy(out->aws, u->aws, sizeof(*out->aws));
 	out->hf_base = u->hf_base ? strdup(u->hf_base) : NULL;
 	out->hf_api = u->hf_api ? strdup(u->hf_api) : NULL;
 	out->rev = u->rev ? strdup(u->rev) : NULL;
@@ -325,6 +349,7 @@ int rm_url_sibling(struct rm_url *out, const struct rm_url *u,
 	free(esc);
 	if (!out->prefix || !out->rel || !out->query || !out->display ||
 	    !out->key || (u->region && !out->region) ||
+	    (u->aws && !out->aws) ||
 	    (u->hf_base && (!out->hf_base || !out->hf_api || !out->rev))) {
 		rm_url_free(out);
 		return pt_fail(err, -ENOMEM, "out of memory");
@@ -369,5 +394,8 @@ void rm_url_free(struct rm_url *u)
 	free(u->hf_base);
 	free(u->hf_api);
 	free(u->rev);
+	if (u->aws)
+		rm_aws_clear(u->aws);
+	free(u->aws);
 	memset(u, 0, sizeof(*u));
 }

@@ -6,7 +6,8 @@
 
 creates OUTDIR/ckpt/*.pt (torch.save files: zip format with pickle
 protocols 2 and 4, and the legacy non-zip format), OUTDIR/zip/*.pt (the zip
-ones), OUTDIR/http/*.txt (response heads and URLs), OUTDIR/onnx/*.onnx (ONNX
+ones), OUTDIR/http/*.txt (response heads and URLs), OUTDIR/ini/*.txt (AWS
+profile files, S3 error bodies), OUTDIR/onnx/*.onnx (ONNX
 models: hand-built protobuf of every tensor encoding, hostile ones, and
 torch.onnx.export's when torch and onnx are there) and OUTDIR/pickle/*.pkl (each zip's data.pkl, the legacy streams, and
 plain pickles of every protocol made by the pickle module).  Everything is
@@ -125,6 +126,27 @@ def http_seeds(out):
             f.write(text)
 
 
+INI_SEEDS = {
+    "credentials": "[default]\naws_access_key_id = AKIDEXAMPLE\n"
+                   "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY\n"
+                   "\n[dev]\r\naws_access_key_id: AKID2\r\naws_session_token = FQoG==\r\n",
+    "config": "# comment\n[default]\nregion = eu-west-1\ns3 =\n"
+              "  addressing_style = virtual\n  endpoint_url = http://localhost:9000\n"
+              "[profile dev]\n; x\nregion=us-east-2\nendpoint_url = http://e\n"
+              "  continued\n",
+    "errors": "<?xml version=\"1.0\"?>\n<Error><Code>NoSuchKey</Code>"
+              "<Message>The specified key does not exist.</Message></Error>\n"
+              "[bad\nkey before = section\n<Code>a b</Code>\n",
+}
+
+
+def ini_seeds(out):
+    """AWS credentials and config files and S3 error bodies for fuzz_ini."""
+    for name, text in INI_SEEDS.items():
+        with open(os.path.join(out, name + ".txt"), "w") as f:
+            f.write(text)
+
+
 def pb_varint(n):
     """A protobuf varint (n >= 0)."""
     out = bytearray()
@@ -231,10 +253,11 @@ def main():
         sys.exit("usage: make_seeds.py OUTDIR")
     root = sys.argv[1]
     dirs = [os.path.join(root, t) for t in ("ckpt", "zip", "pickle")]
-    for d in dirs + [os.path.join(root, "http"), os.path.join(root, "onnx")]:
+    for d in dirs + [os.path.join(root, t) for t in ("http", "onnx", "ini")]:
         os.makedirs(d, exist_ok=True)
     plain_pickles(dirs[2])
     http_seeds(os.path.join(root, "http"))
+    ini_seeds(os.path.join(root, "ini"))
     onnx_seeds(os.path.join(root, "onnx"))
     try:
         import torch  # noqa: F401

@@ -57,6 +57,18 @@ static void *listen_once(void *arg)
 }
 
 /* The Authorization header libcurl sends for @url, into @out. */
+/* rm_sigv4() with the keys rm_aws_load() finds (the environment's here),
+ * signing for us-east-1. */
+static void sign(CURL *h, const char *service, struct curl_slist **hdrs)
+{
+	struct rm_aws a;
+	struct pt_error err = { 0 };
+
+	assert_int_equal(rm_aws_load(&a, &err), 0);
+	snprintf(a.region, sizeof(a.region), "us-east-1");
+	rm_sigv4(h, &a, service, hdrs);
+}
+
 static void signed_request(const char *host, const char *url,
 			   const char *service, const char *date,
 			   const char *extra, char *out, size_t cap)
@@ -85,7 +97,7 @@ static void signed_request(const char *host, const char *url,
 	hdrs = curl_slist_append(hdrs, buf);
 	if (extra)
 		hdrs = curl_slist_append(hdrs, extra);
-	rm_sigv4(h, "us-east-1", service, &hdrs);
+	sign(h, service, &hdrs);
 	curl_easy_setopt(h, CURLOPT_URL, url);
 	curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
 	snprintf(buf, sizeof(buf), "%s:80:127.0.0.1:%d", host, l.port);
@@ -173,7 +185,7 @@ static void test_anonymous(void **state)
 	(void)state;
 	unsetenv("AWS_ACCESS_KEY_ID");
 	unsetenv("AWS_SECRET_ACCESS_KEY");
-	rm_sigv4(h, "us-east-1", "s3", &hdrs);
+	sign(h, "s3", &hdrs);
 	assert_null(hdrs);
 	curl_easy_cleanup(h);
 }
@@ -205,6 +217,21 @@ static void test_urls(void **state)
 	assert_string_equal(req, "http://127.0.0.1:9000/bkt/k.pt");  /* path style */
 	free(req);
 	rm_url_free(&u);
+	setenv("PTFS_S3_ADDRESSING_STYLE", "virtual", 1);
+	assert_int_equal(rm_url_parse(&u, "s3://bkt/k.pt", "http://localhost:9000/", &err), 0);
+	req = rm_url_request(&u);
+	assert_string_equal(req, "http://bkt.localhost:9000/k.pt");
+	free(req);
+	rm_url_free(&u);
+	setenv("PTFS_S3_ADDRESSING_STYLE", "path", 1);
+	assert_int_equal(rm_url_parse(&u, "s3://bkt/k.pt", NULL, &err), 0);
+	req = rm_url_request(&u);
+	assert_string_equal(req, "https://s3.eu-west-1.amazonaws.com/bkt/k.pt");
+	free(req);
+	rm_url_free(&u);
+	setenv("PTFS_S3_ADDRESSING_STYLE", "sideways", 1);
+	assert_int_not_equal(rm_url_parse(&u, "s3://bkt/k.pt", NULL, &err), 0);
+	unsetenv("PTFS_S3_ADDRESSING_STYLE");
 
 	setenv("HF_ENDPOINT", "http://127.0.0.1:1", 1);
 	assert_int_equal(rm_url_parse(&u, "hf://org/repo@v1.0/sub/model.bin", NULL, &err), 0);
@@ -243,6 +270,11 @@ int main(void)
 
 	struct pt_error err = { 0 };
 
+	/* no profile of the machine's own ~/.aws takes part */
+	setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/credentials", 1);
+	setenv("AWS_CONFIG_FILE", "/nonexistent/config", 1);
+	unsetenv("AWS_PROFILE");
+	unsetenv("AWS_DEFAULT_PROFILE");
 	if (rm_curl_load(&err)) {
 		fprintf(stderr, "test_sigv4: %s\n", err.msg);
 		return 1;

@@ -1,0 +1,59 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fuzz_ini.c -- libFuzzer target for what a user's files and a server's
+ * error answer make of core/remote/aws.c: the INI parser of
+ * ~/.aws/credentials and ~/.aws/config, and the <Code> reader of S3 error
+ * bodies.
+ *
+ * Checked: every section, key and value handed over is terminated, shorter
+ * than a line, free of '\n' and of blanks at its ends; a key is lower case;
+ * a failure has a message naming the file; a code read is a plain word
+ * found in the input.
+ */
+#include <ctype.h>
+#include <string.h>
+
+#include "fuzz.h"
+#include "remote/aws.h"
+
+static int on_pair(void *ctx, const char *section, const char *key,
+		   const char *value, unsigned line)
+{
+	const char *const parts[] = { section, key, value };
+	unsigned *lines = ctx;
+	size_t i, n;
+
+	FUZZ_CHECK(line > *lines || line == *lines);
+	*lines = line;
+	for (i = 0; i < 3; i++) {
+		n = strlen(parts[i]);
+		FUZZ_CHECK(n < RM_INI_MAX_LINE * 2 + 2);
+		FUZZ_CHECK(!strchr(parts[i], '\n'));
+		FUZZ_CHECK(n == 0 || (parts[i][0] != ' ' && parts[i][0] != '\t'));
+		FUZZ_CHECK(n == 0 || (parts[i][n - 1] != ' ' &&
+				      parts[i][n - 1] != '\t'));
+	}
+	FUZZ_CHECK(*key);
+	for (i = 0; key[i]; i++)
+		FUZZ_CHECK(!isupper((unsigned char)key[i]));
+	return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	const char *p = (const char *)data;
+	struct pt_error err = { 0 };
+	unsigned lines = 0;
+	char code[48];
+	int rc;
+
+	rc = rm_ini_parse(p, size, "fuzz", on_pair, &lines, &err);
+	FUZZ_CHECK(rc <= 0);
+	FUZZ_CHECK(rc == 0 || !strncmp(err.msg, "fuzz", 4));
+	rm_s3_code(p, size, code, sizeof(code));
+	FUZZ_CHECK(strlen(code) < sizeof(code));
+	for (size_t i = 0; code[i]; i++)
+		FUZZ_CHECK(isalnum((unsigned char)code[i]));
+	FUZZ_CHECK(!code[0] || memmem(p, size, code, strlen(code)));
+	return 0;
+}
