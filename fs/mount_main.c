@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/url.h"
 #include "ckpt/pending.h"
 #include "export/export.h"
 #include "log.h"
@@ -204,7 +205,9 @@ static unsigned raise_readahead(const char *mountpoint)
 /*
  * Name the mount after the checkpoint (-o fsname=/abs/model.pt), as
  * sshfs names it after the remote path: mount(8), findmnt and df then show
- * which file is mounted.  The user's own fsname= wins.
+ * which file is mounted.  A URL is shown redacted and without its query
+ * (s3://bucket/run/model.pt, https://host/x.pt).  The user's own fsname=
+ * wins.
  */
 static int add_fsname(struct fuse_args *args, const char *checkpoint)
 {
@@ -212,8 +215,12 @@ static int add_fsname(struct fuse_args *args, const char *checkpoint)
 	char *opts = NULL;
 	int rc;
 
-	if (!realpath(checkpoint, real + 7))
+	if (ptfs_is_url(checkpoint)) {
+		pt_url_redact(checkpoint, real + 7, sizeof(real) - 7);
+		real[7 + strcspn(real + 7, "?#")] = '\0';
+	} else if (!realpath(checkpoint, real + 7)) {
 		return 0; /* pt_ckpt_open reports the problem */
+	}
 	rc = fuse_opt_add_opt_escaped(&opts, real);
 	if (rc == 0)
 		rc = fuse_opt_add_arg(args, "-o");

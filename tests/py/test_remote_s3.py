@@ -1,0 +1,203 @@
+# SPDX-License-Identifier: MIT
+"""s3:// the way the AWS CLI does it, against a server that checks SigV4
+(s3_server.py): keys and region from the profiles of a temporary HOME's
+~/.aws files, path-style and virtual-hosted requests, a distinct line for
+each of S3's error codes (never a secret in it), and the mount's source in
+findmnt (the URL without its query).
+"""
+import os
+import shutil
+import subprocess
+import tempfile
+
+import pytest
+import torch
+
+import oracle
+import s3_server
+from conftest import PTFS, mounted, needs_curl, needs_fuse
+
+pytestmark = needs_curl
+
+SECRET = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"
+
+
+@pytest.fixture(scope="module")
+def store():
+    """ROOT/bkt/run/model.pt (and the public bucket pub), served by the
+    checking server, region eu-west-3."""
+    d = tempfile.mkdtemp(prefix="ptfs-s3-")
+    g = torch.Generator().manual_seed(3)
+    obj = {"w": torch.randn(64, 33, generator=g), "b": torch.arange(9)}
+    for b in ("bkt", "pub"):
+        os.makedirs(os.path.join(d, b, "run"))
+        torch.save(obj, os.path.join(d, b, "run", "model.pt"))
+    keys = {"AKIDDEV": SECRET, "AKIDTMP": ("SECRETTMP", "SESSIONTOK"),
+            "AKIDOLD": ("SECRETOLD", "EXPIRED")}
+    try:
+        with s3_server.S3Checker(d, keys, region="eu-west-3",
+                                 public=("pub",)) as s:
+            yield s, obj
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def home(tmp_path):
+    """A HOME of its own, whose ~/.aws the test writes; no AWS_* from
+    the caller's environment."""
+    h = tmp_path / "home"
+    (h / ".aws").mkdir(parents=True)
+    return h
+
+
+def ptfs(home, *args, env=None):
+    e = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    e["HOME"] = str(home)
+    e["XDG_CACHE_HOME"] = str(home / "cache")
+    e.update(env or {})
+    return subprocess.run([PTFS, *args], capture_output=True, timeout=120, env=e)
+
+
+def write_aws(home, credentials, config):
+    (home / ".aws" / "credentials").write_text(credentials)
+    (home / ".aws" / "config").write_text(config)
+
+
+def profiles(s, style="path", endpoint=None):
+    creds = ("[default]\naws_access_key_id = AKIDDEF\naws_secret_access_key = nope\n\n"
+             "[dev]\naws_access_key_id = AKIDDEV\n"
+             "aws_secret_access_key = %s\n" % SECRET)
+    conf = ("[default]\nregion = us-east-1\n\n[profile dev]\nregion = eu-west-3\n"
+            "s3 =\n  addressing_style = %s\n  endpoint_url = %s\n"
+            % (style, endpoint or s.endpoint))
+    return creds, conf
+
+
+def test_profile_signs_path_style(store, home):
+    """AWS_PROFILE=dev: the keys of [dev] in ~/.aws/credentials, the region
+    and endpoint of [profile dev] in ~/.aws/config; the server checks
+    every signature."""
+    s, obj = store
+    write_aws(home, *profiles(s))
+    n = len(s.seen)
+    r = ptfs(home, "cat", "s3://bkt/run/model.pt", "w", env={"AWS_PROFILE": "dev"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == oracle.tensor_bytes(obj["w"])
+    seen = s.seen[n:]
+    assert seen and all(e[1].startswith("/bkt/run/model.pt") and e[2] == "AKIDDEV"
+                        and e[3] == "OK" for e in seen), seen
+
+
+def test_virtual_hosted(store, home):
+    """s3.addressing_style = virtual: BUCKET.HOST, the key as the path."""
+    s, obj = store
+    write_aws(home, *profiles(s, "virtual", "http://localhost:%d" % s.port))
+    n = len(s.seen)
+    r = ptfs(home, "cat", "s3://bkt/run/model.pt", "b", env={"AWS_PROFILE": "dev"})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == oracle.tensor_bytes(obj["b"])
+    seen = s.seen[n:]
+    assert seen and all(e[0] == "bkt.localhost:%d" % s.port and
+                        e[1].startswith("/run/model.pt") and e[3] == "OK"
+                        for e in seen), seen
+
+
+def test_environment_before_profile(store, home):
+    """AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (and a session token) win
+    over the profile's keys, as for the AWS CLI."""
+    s, obj = store
+    write_aws(home, *profiles(s))
+    r = ptfs(home, "cat", "s3://bkt/run/model.pt", "b",
+             env={"AWS_PROFILE": "dev", "AWS_ACCESS_KEY_ID": "AKIDTMP",
+                  "AWS_SECRET_ACCESS_KEY": "SECRETTMP",
+                  "AWS_SESSION_TOKEN": "SESSIONTOK"})
+    assert r.returncode == 0, r.stderr
+    assert s.seen[-1][2] == "AKIDTMP"
+
+
+def fails(home, url, env, *want):
+    r = ptfs(home, "ls", url, env=env)
+    err = r.stderr.decode()
+    assert r.returncode == 1, err
+    assert len(err.strip().splitlines()) == 1, err
+    for w in want:
+        assert w in err, err
+    for secret in (SECRET, "nope", "SECRETOLD", "SECRETTMP"):
+        assert secret not in err, err
+    return err
+
+
+def test_error_codes_have_their_own_lines(store, home):
+    s, _ = store
+    creds, conf = profiles(s)
+    cred_file = str(home / ".aws" / "credentials")
+    dev = {"AWS_PROFILE": "dev"}
+    write_aws(home, creds.replace(SECRET, SECRET[:-1] + "X"), conf)
+    fails(home, "s3://bkt/run/model.pt", dev, "SignatureDoesNotMatch",
+          "check the secret access key", "profile 'dev' of " + cred_file)
+    write_aws(home, creds.replace("AKIDDEV", "AKIDWHO"), conf)
+    fails(home, "s3://bkt/run/model.pt", dev, "InvalidAccessKeyId",
+          "no such access key id", "profile 'dev' of " + cred_file)
+    write_aws(home, creds, conf)
+    fails(home, "s3://nobkt/run/model.pt", dev, "NoSuchBucket", "no such bucket")
+    fails(home, "s3://bkt/run/gone.pt", dev, "NoSuchKey", "no such key")
+    fails(home, "s3://bkt/run/model.pt",
+          {"AWS_ACCESS_KEY_ID": "AKIDOLD", "AWS_SECRET_ACCESS_KEY": "SECRETOLD",
+           "AWS_SESSION_TOKEN": "EXPIRED", "AWS_REGION": "eu-west-3",
+           "AWS_ENDPOINT_URL": s.endpoint},
+          "ExpiredToken", "renew the keys", "the environment's AWS_ACCESS_KEY_ID")
+    # no keys anywhere: S3 says AccessDenied, and we say where we looked
+    (home / ".aws" / "credentials").unlink()
+    fails(home, "s3://bkt/run/model.pt", {"AWS_REGION": "eu-west-3",
+                                          "AWS_ENDPOINT_URL": s.endpoint},
+          "AccessDenied", "none (not in the environment, nor in profile 'default'")
+
+
+def test_profile_problems(store, home):
+    """A profile named but found nowhere, a malformed file: one line that
+    names it (the file and line), no secret."""
+    s, _ = store
+    creds, conf = profiles(s)
+    write_aws(home, creds, conf)
+    fails(home, "s3://bkt/run/model.pt", {"AWS_PROFILE": "ghost"},
+          "no profile 'ghost' in ")
+    write_aws(home, creds + "aws_session_token %s\n" % SECRET, conf)
+    fails(home, "s3://bkt/run/model.pt", {"AWS_PROFILE": "dev"},
+          str(home / ".aws" / "credentials") + ":8: expected [SECTION] or KEY = VALUE")
+    # AWS_SHARED_CREDENTIALS_FILE and AWS_CONFIG_FILE move them
+    other = home / "elsewhere"
+    other.mkdir()
+    (other / "c").write_text(creds)
+    (other / "f").write_text(conf)
+    (home / ".aws" / "credentials").unlink()
+    (home / ".aws" / "config").unlink()
+    r = ptfs(home, "ls", "s3://bkt/run/model.pt",
+             env={"AWS_PROFILE": "dev", "AWS_SHARED_CREDENTIALS_FILE": str(other / "c"),
+                  "AWS_CONFIG_FILE": str(other / "f")})
+    assert r.returncode == 0, r.stderr
+
+
+def findmnt_source(mnt):
+    return subprocess.run(["findmnt", "-n", "-o", "SOURCE", mnt],
+                          capture_output=True, text=True).stdout.strip()
+
+
+@needs_fuse
+def test_findmnt_shows_the_url(store, home, monkeypatch):
+    """findmnt/df show a URL mount's source as the URL without its query
+    (not "ptfs")."""
+    s, obj = store
+    write_aws(home, *profiles(s))
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / "cache"))
+    monkeypatch.setenv("AWS_PROFILE", "dev")
+    with mounted("s3://bkt/run/model.pt") as mnt:
+        assert findmnt_source(mnt) == "s3://bkt/run/model.pt"
+        assert sorted(os.listdir(mnt))
+    url = "%s/pub/run/model.pt?X-Amz-Signature=QUERYSECRET" % s.endpoint
+    with mounted(url) as mnt:
+        src = findmnt_source(mnt)
+        assert src == "%s/pub/run/model.pt" % s.endpoint, src
+        with open(os.path.join(mnt, "b"), "rb") as f:
+            assert f.read() == oracle.tensor_bytes(obj["b"])
