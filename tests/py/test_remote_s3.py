@@ -142,6 +142,8 @@ def test_error_codes_have_their_own_lines(store, home):
     write_aws(home, creds, conf)
     fails(home, "s3://nobkt/run/model.pt", dev, "NoSuchBucket", "no such bucket")
     fails(home, "s3://bkt/run/gone.pt", dev, "NoSuchKey", "no such key")
+    fails(home, "s3://bkt/run/model.pt", dict(dev, AWS_REGION="us-west-1"),
+          "AuthorizationHeaderMalformed", "signed for the wrong region")
     fails(home, "s3://bkt/run/model.pt",
           {"AWS_ACCESS_KEY_ID": "AKIDOLD", "AWS_SECRET_ACCESS_KEY": "SECRETOLD",
            "AWS_SESSION_TOKEN": "EXPIRED", "AWS_REGION": "eu-west-3",
