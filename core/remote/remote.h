@@ -35,8 +35,8 @@ struct pt_remote_opts {
 	uint64_t cache_size;     /* LRU bound of the cache in bytes */
 	unsigned timeout_s;      /* retry deadline of one read, seconds */
 	const char *cafile;      /* CA bundle (NULL: $CURL_CA_BUNDLE, system) */
-	const char *s3_endpoint; /* NULL: $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL
-				  * or AWS itself */
+	const char *s3_endpoint; /* NULL: $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL,
+				  * the AWS profile's (aws.h) or AWS itself */
 	/* Where warnings and trace lines go (core never prints): @level is
 	 * a syslog level (4 warning, 7 trace), @line one line without a
 	 * "ptfs: " prefix nor newline; NULL drops them.  May be called from
