@@ -216,16 +216,17 @@ static int rm_profile_kv(void *ctx, const char *section, const char *key,
 static int rm_profile_read(struct rm_profile *pr, const char *path,
 			   struct pt_error *err)
 {
-	FILE *f = fopen(path, "rb");
+	FILE *f;
 	char *text;
 	size_t n;
 	int rc;
 
+	pr->file = path;
+	pr->err = err;
+	f = fopen(path, "rb");
 	if (!f)
 		return errno == ENOENT || errno == ENOTDIR ? 0 :
 		       pt_fail(err, -errno, "%s: %s", path, strerror(errno));
-	pr->file = path;
-	pr->err = err;
 	text = malloc(RM_INI_MAX_FILE + 1);
 	if (!text) {
 		fclose(f);
@@ -257,7 +258,7 @@ static void rm_pick(char *dst, size_t cap, const char *a, const char *b,
 		snprintf(dst, cap, "%s", v);
 }
 
-static int rm_path(char *out, size_t cap, const char *env, const char *name)
+static void rm_path(char *out, size_t cap, const char *env, const char *name)
 {
 	const char *v = rm_getenv(env);
 	const char *home = rm_getenv("HOME");
@@ -268,7 +269,6 @@ static int rm_path(char *out, size_t cap, const char *env, const char *name)
 		snprintf(out, cap, "%s/.aws/%s", home, name);
 	else
 		out[0] = '\0';
-	return 0;
 }
 
 /* The keys of a profile that has both, with where they came from. */
