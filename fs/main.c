@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * main.c -- ptfs entry point: the subcommands that need no FUSE (ls, cat,
- * info, set, recover...), umount, or the mount.  The conventions of the
+ * info, set, recover...), umount, open and close, or the mount.  The conventions of the
  * command line (usage errors, --help, "did you mean") are in usage.c.
  */
 #include "ptfs.h"
@@ -56,6 +56,10 @@ int main(int argc, char **argv)
 	}
 	if (strcmp(argv[1], "umount") == 0)
 		return ptfs_cmd_umount(argc - 1, argv + 1);
+	if (strcmp(argv[1], "open") == 0)
+		return ptfs_cmd_open(argc - 1, argv + 1);
+	if (strcmp(argv[1], "close") == 0)
+		return ptfs_cmd_close(argc - 1, argv + 1);
 	if (ptfs_is_command(argv[1]))
 		return ptfs_cli(argc - 1, argv + 1);
 	if (mistyped(argv[1]))

@@ -58,6 +58,10 @@ void ptfs_view_changed(struct pt_ckpt *ck, void (*drop)(void *ctx, struct pt_nod
  * unmounted.  Returns one of the codes above. */
 int ptfs_mount_main(int argc, char **argv);
 int ptfs_cmd_umount(int argc, char **argv);     /* umount.c */
+/* open.c: `ptfs open CHECKPOINT` (mount read-only for browsing and show
+ * the folder) and `ptfs close CHECKPOINT` (unmount it). */
+int ptfs_cmd_open(int argc, char **argv);
+int ptfs_cmd_close(int argc, char **argv);
 /* mountpoint.c: @mp must be a directory, empty unless @nonempty, and not
  * a ptfs mount already: 0, or -1 with one line on stderr. */
 int ptfs_mountpoint_check(const char *mp, bool nonempty);

@@ -120,6 +120,19 @@ static const struct cmd_help helps[] = {
 	  "Unmount a ptfs mount and wait until its changes are in the checkpoint.\n"
 	  "\nExit status: 0 every change is in the checkpoint, 1 not (the reason is\n"
 	  "printed: a failed commit, a busy mount, not a ptfs mount), 2 usage error.\n" },
+	{ "open", "ptfs open [-n] CHECKPOINT\n"
+	  "Open a checkpoint as a folder, as a file manager opens an archive: mount\n"
+	  "it read-only with -o nested,previews on $XDG_RUNTIME_DIR/ptfs/HASH/NAME\n"
+	  "(reused when it is open already), print that path and show it with\n"
+	  "xdg-open, else gio open.  'ptfs close CHECKPOINT' unmounts it.\n\n"
+	  "    -n, --no-browse      mount and print the path, do not show it\n"
+	  "\nExit status: 0 open, 1 not mounted, or not shown (the mount stays),\n"
+	  "2 usage error.\n" },
+	{ "close", "ptfs close CHECKPOINT|FOLDER\n"
+	  "Unmount what 'ptfs open CHECKPOINT' mounted (ptfs umount) and remove its\n"
+	  "folder.\n"
+	  "\nExit status: 0 unmounted, 1 not open or not unmounted (a program may\n"
+	  "still use it), 2 usage error.\n" },
 	{ "recover", "ptfs recover [--discard | --force] CHECKPOINT\n"
 	  "Apply (or drop) the writes a mount could not commit, kept beside the\n"
 	  "checkpoint as NAME.ptfs-pending; roll back an interrupted commit.\n\n"
@@ -159,6 +172,7 @@ void ptfs_usage_full(FILE *f)
 	      "       ptfs info --weights-only CHECKPOINT\n"
 	      "       ptfs set [-v] [-o commit=WAY] CHECKPOINT PATH < BYTES\n"
 	      "       ptfs umount MOUNTPOINT       (also: ptfs -u MOUNTPOINT)\n"
+	      "       ptfs open [-n] CHECKPOINT    ptfs close CHECKPOINT|FOLDER\n"
 	      "       ptfs recover [--discard | --force] CHECKPOINT\n"
 	      "       ptfs tree --json [--max N] CHECKPOINT\n"
 	      "       ptfs export CHECKPOINT --to " TARGETS_BAR " [--shard-size SIZE]\n"

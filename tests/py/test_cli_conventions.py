@@ -37,6 +37,8 @@ FULL = {
     "thumbnail": ["in", "out.png"],
     "umount": ["mnt"],
     "recover": ["CK"],
+    "open": ["CK"],
+    "close": ["CK"],
 }
 
 

@@ -34,10 +34,12 @@ def ck(tmp_path_factory):
 
 def test_commands_and_options(ck):
     # the first word: a subcommand, or the checkpoint of a mount
-    assert sorted(complete(PTFS, "", cwd=ck)) == ["cat", "diff", "export", "info", "ls", "mnt",
-                                                   "model.pt", "preview", "recover", "set", "stat",
-                                                   "thumbnail", "tree", "umount"]
-    assert complete(PTFS, "c", cwd=ck) == ["cat"]
+    assert sorted(complete(PTFS, "", cwd=ck)) == ["cat", "close", "diff", "export", "info", "ls",
+                                                   "mnt", "model.pt", "open", "preview", "recover",
+                                                   "set", "stat", "thumbnail", "tree", "umount"]
+    assert sorted(complete(PTFS, "c", cwd=ck)) == ["cat", "close"]
+    assert set(complete(PTFS, "open", "-")) == {"-n", "--no-browse"}
+    assert complete(PTFS, "open", "mod", cwd=ck) == ["model.pt"]
     assert sorted(complete(PTFS, "m", cwd=ck)) == ["mnt", "model.pt"]
     assert complete(PTFS, "--v") == ["--version"]
     assert set(complete(PTFS, "-")) == {"-f", "-d", "-s", "-o", "-u", "-h", "--help",
