@@ -33,7 +33,8 @@ if [ ${#pkgs[@]} -eq 0 ]; then
 	pkgs+=(universal-ctags)                           # contrib/check-structure.py
 	pkgs+=(xfsprogs btrfs-progs util-linux)          # reflink commit tests
 	pkgs+=(libcurl4-openssl-dev nginx-light openssl)  # remote sources and their tests
-	pkgs+=(xvfb pcmanfm libglib2.0-bin)               # the file-manager tests (gio open)
+	pkgs+=(xvfb pcmanfm x11-utils)                    # the file-manager tests
+	pkgs+=(libglib2.0-bin desktop-file-utils)         # gio open, update-desktop-database
 	pkgs+=(python3-onnx)                              # tests/py/test_onnx.py
 	pkgs+=(lintian)                                   # contrib/deb-check.sh
 	pkgs+=(hyperfine fuse-zip archivemount)           # contrib/bench.sh's peers

@@ -3,18 +3,22 @@
 mount in thumbnail view, with the MIME package and the thumbnailer of
 contrib/desktop/ installed under the test's own XDG directories; the
 thumbnails must land in the test's $HOME cache, drawn by `ptfs thumbnail`
-from the tensor bytes the mount serves."""
+from the tensor bytes the mount serves.  And a checkpoint opened as a file
+manager opens it: `gio open model.pt` runs the desktop entry
+(contrib/desktop/ptfs.desktop, `ptfs open`), which mounts it under
+$XDG_RUNTIME_DIR and has pcmanfm show the folder; `ptfs close` unmounts."""
 import hashlib
 import os
 import shutil
 import signal
 import subprocess
 import time
+import uuid
 
 import pytest
 import torch
 
-from conftest import PTFS, ROOT, mounted, needs_fuse
+from conftest import PTFS, ROOT, is_mounted, mounted, needs_fuse
 from viewutil import png_decode
 
 REQUIRE = os.environ.get("PTFS_REQUIRE_FUSE") == "1"
@@ -85,3 +89,163 @@ def test_pcmanfm_thumbnails(tmp_path):
         w, h, rows = png_decode(open(found["head.weight"], "rb").read())
         assert w == h and w >= 64
         assert rows[0][0] == (178, 24, 43) and rows[0][w - 1] == (255, 255, 255)
+
+
+HAVE_OPEN = (HAVE and shutil.which("gio") and shutil.which("Xvfb") and shutil.which("xwininfo")
+             and shutil.which("update-desktop-database"))
+
+
+def install_opener(env, tmp):
+    """The checkpoint MIME types and the desktop entry in XDG_DATA_HOME, as
+    `cmake --install` puts them in share/; pcmanfm the folder handler."""
+    data = env["XDG_DATA_HOME"]
+    for d in ("mime/packages", "applications"):
+        os.makedirs(os.path.join(data, d), exist_ok=True)
+    for x in ("ptfs-checkpoint.xml", "ptfs-tensor.xml"):
+        shutil.copy(os.path.join(ROOT, "contrib/desktop", x), os.path.join(data, "mime/packages"))
+    subprocess.run(["update-mime-database", os.path.join(data, "mime")],
+                   check=True, capture_output=True)
+    with open(os.path.join(ROOT, "contrib/desktop/ptfs.desktop")) as f:
+        entry = f.read().replace("TryExec=ptfs", "TryExec=" + PTFS)
+        entry = entry.replace("Exec=ptfs", "Exec=" + PTFS)
+    with open(os.path.join(data, "applications/ptfs.desktop"), "w") as f:
+        f.write(entry)
+    # GLib looks the handlers of a type up in mimeinfo.cache
+    subprocess.run(["update-desktop-database", os.path.join(data, "applications")],
+                   check=True, capture_output=True)
+    with open(os.path.join(env["XDG_CONFIG_HOME"], "mimeapps.list"), "w") as f:
+        f.write("[Default Applications]\ninode/directory=pcmanfm.desktop\n")
+    run = os.path.join(tmp, "run")
+    os.mkdir(run, 0o700)
+    env["XDG_RUNTIME_DIR"] = run
+    return run
+
+
+def mounts_below(run):
+    with open("/proc/self/mountinfo") as f:
+        return [line.split()[4] for line in f if line.split()[4].startswith(run + "/")]
+
+
+def marked(mark, comm=None):
+    """The processes started with PTFS_TEST_MARK=@mark in their
+    environment (those named @comm): what gio, ptfs open and pcmanfm left
+    running, and the ptfs daemon."""
+    pids = []
+    for p in os.listdir("/proc"):
+        try:
+            with open("/proc/%s/environ" % p, "rb") as f:
+                env = f.read().split(b"\0")
+            with open("/proc/%s/comm" % p) as f:
+                name = f.read().strip()
+        except (OSError, ValueError):
+            continue
+        if ("PTFS_TEST_MARK=" + mark).encode() in env and comm in (None, name):
+            pids.append(int(p))
+    return pids
+
+
+def start_xvfb(env):
+    r, w = os.pipe()
+    xvfb = subprocess.Popen(["Xvfb", "-displayfd", str(w), "-screen", "0", "1280x1024x24",
+                             "-nolisten", "tcp"], pass_fds=(w,), env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    os.close(w)
+    num = b""
+    while not num.endswith(b"\n"):
+        c = os.read(r, 16)
+        if not c:
+            break
+        num += c
+    os.close(r)
+    assert num.strip().isdigit(), "Xvfb did not start"
+    env["DISPLAY"] = ":" + num.decode().strip()
+    return xvfb
+
+
+def wait_for(cond, seconds):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        v = cond()
+        if v:
+            return v
+        time.sleep(0.3)
+    return cond()
+
+
+def window_titles(env):
+    r = subprocess.run(["xwininfo", "-root", "-tree"], env=env, capture_output=True, text=True)
+    return r.stdout
+
+
+@pytest.mark.skipif(not HAVE_OPEN and not REQUIRE, reason="gio, Xvfb, xwininfo, update-desktop-database or pcmanfm not installed")
+@needs_fuse
+def test_gio_open_mounts_and_pcmanfm_shows(tmp_path):
+    assert HAVE_OPEN, "PTFS_REQUIRE_FUSE=1: gio, Xvfb, xwininfo, update-desktop-database and pcmanfm must be installed (contrib/setup.sh)"
+    torch.manual_seed(0)
+    ck = str(tmp_path / "model.pt")
+    sd = {"enc.0.weight": torch.randn(64, 32), "enc.0.bias": torch.randn(32),
+          "head.weight": torch.eye(16)}
+    torch.save(sd, ck)
+    env, cache = desktop_env(str(tmp_path))
+    run = install_opener(env, str(tmp_path))
+    mark = uuid.uuid4().hex
+    env["PTFS_TEST_MARK"] = mark
+    xvfb = start_xvfb(env)
+    try:
+        # the file manager's double-click: the default application of the file
+        r = subprocess.run(["gio", "mime", "application/x-ptfs-pytorch"], env=env,
+                           capture_output=True, text=True, timeout=60)
+        assert "ptfs.desktop" in r.stdout, r.stdout + r.stderr
+        # to a file, not a pipe: pcmanfm inherits it and keeps it open
+        log = open(str(tmp_path / "gio.log"), "w+")
+        r = subprocess.run(["gio", "open", ck], env=env, stdout=log, stderr=log, timeout=60)
+        assert r.returncode == 0, log.seek(0) or log.read()
+        mps = wait_for(lambda: mounts_below(run), 60)
+        assert len(mps) == 1, mps
+        mp = mps[0]
+        assert os.path.basename(mp) == "model.pt" and os.path.dirname(os.path.dirname(mp)) == run + "/ptfs"
+        # the browsing layout, read-only: module folders, a picture beside every tensor
+        assert sorted(os.listdir(mp)) == [".ptfs", "enc", "head"]
+        assert sorted(os.listdir(os.path.join(mp, "enc/0"))) == ["bias", "bias.json", "bias.png",
+                                                                  "weight", "weight.json", "weight.png"]
+        with open(os.path.join(mp, "head/weight"), "rb") as f:
+            assert f.read() == sd["head.weight"].numpy().tobytes()
+        with pytest.raises(OSError):
+            open(os.path.join(mp, "head/weight"), "r+b")
+        # pcmanfm shows the folder: its window is titled by it, and it
+        # thumbnails the tensor files in it
+        assert wait_for(lambda: '"model.pt"' in window_titles(env), 60), window_titles(env)
+        # a second open finds the mount
+        r = subprocess.run([PTFS, "open", "-n", ck], env=env, capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 0 and r.stdout == mp + "\n", (r.stdout, r.stderr)
+        with open(str(tmp_path / "open.out"), "w+") as out:
+            r = subprocess.run([PTFS, "open", ck], env=env, stdout=out, stderr=log, timeout=60)
+            out.seek(0)
+            assert r.returncode == 0 and out.read() == mp + "\n"
+        assert mounts_below(run) == [mp]
+        # closing unmounts and removes the folder; a second close says so
+        fms = marked(mark, "pcmanfm")
+        assert fms
+        for p in fms:
+            os.kill(p, signal.SIGTERM)   # pcmanfm lets go of the folder
+        wait_for(lambda: not marked(mark, "pcmanfm"), 20)
+        r = subprocess.run([PTFS, "close", ck], env=env, capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert mounts_below(run) == [] and not os.path.exists(os.path.dirname(mp))
+        r = subprocess.run([PTFS, "close", ck], env=env, capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 1 and "not open" in r.stderr, r.stderr
+    finally:
+        for m in reversed(mounts_below(run)):
+            if is_mounted(m):
+                subprocess.run(["fusermount3", "-u", "-z", m], capture_output=True)
+        for p in marked(mark):
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        xvfb.kill()
+        xvfb.wait()
