@@ -47,7 +47,9 @@ grep -qE "(^|, )libcurl4( |,|$)" <<<"$depends, $recommends" || fail "neither Dep
 files=$(dpkg-deb -c "$deb" | awk '{print $NF}')
 for f in ./usr/bin/ptfs ./usr/share/man/man1/ptfs.1.gz \
 	./usr/share/bash-completion/completions/ptfs ./usr/share/doc/ptfs/README.md \
-	./usr/share/doc/ptfs/copyright ./usr/share/doc/ptfs/changelog.Debian.gz; do
+	./usr/share/doc/ptfs/copyright ./usr/share/doc/ptfs/changelog.Debian.gz \
+	./usr/share/applications/ptfs.desktop ./usr/share/mime/packages/ptfs-checkpoint.xml \
+	./usr/share/mime/packages/ptfs-tensor.xml ./usr/share/thumbnailers/ptfs.thumbnailer; do
 	grep -qx -- "$f" <<<"$files" || fail "package lacks $f"
 done
 # what the README links or names, where its relative links lead
@@ -74,6 +76,12 @@ MANWIDTH=80 man ptfs 2>/dev/null | grep -q "mount a PyTorch checkpoint" || fail 
 bash -c 'source /usr/share/bash-completion/bash_completion
 	_completion_loader ptfs; complete -p ptfs' | grep -q "complete -F _ptfs ptfs" ||
 	fail "bash-completion does not load the ptfs completion"
+# "Open with ptfs": the triggers of shared-mime-info and desktop-file-utils
+# made the caches GLib reads
+if command -v gio >/dev/null && command -v update-desktop-database >/dev/null; then
+	gio mime application/x-ptfs-pytorch | grep -q ptfs.desktop ||
+		fail "gio mime application/x-ptfs-pytorch does not name ptfs.desktop"
+fi
 
 echo "== demo with the installed ptfs"
 PTFS=/usr/bin/ptfs PTFS_DEMO_DIR="$mnt/demo" contrib/demo.sh --umount

@@ -185,7 +185,7 @@ def test_gio_open_mounts_and_pcmanfm_shows(tmp_path):
     torch.manual_seed(0)
     ck = str(tmp_path / "model.pt")
     sd = {"enc.0.weight": torch.randn(64, 32), "enc.0.bias": torch.randn(32),
-          "head.weight": torch.eye(16)}
+          "head.weight": torch.eye(16), "weight": torch.eye(16)}
     torch.save(sd, ck)
     env, cache = desktop_env(str(tmp_path))
     run = install_opener(env, str(tmp_path))
@@ -206,7 +206,8 @@ def test_gio_open_mounts_and_pcmanfm_shows(tmp_path):
         mp = mps[0]
         assert os.path.basename(mp) == "model.pt" and os.path.dirname(os.path.dirname(mp)) == run + "/ptfs"
         # the browsing layout, read-only: module folders, a picture beside every tensor
-        assert sorted(os.listdir(mp)) == [".ptfs", "enc", "head"]
+        assert sorted(os.listdir(mp)) == [".ptfs", "enc", "head", "weight", "weight.json",
+                                          "weight.png"]
         assert sorted(os.listdir(os.path.join(mp, "enc/0"))) == ["bias", "bias.json", "bias.png",
                                                                   "weight", "weight.json", "weight.png"]
         with open(os.path.join(mp, "head/weight"), "rb") as f:
@@ -216,6 +217,10 @@ def test_gio_open_mounts_and_pcmanfm_shows(tmp_path):
         # pcmanfm shows the folder: its window is titled by it, and it
         # thumbnails the tensor files in it
         assert wait_for(lambda: '"model.pt"' in window_titles(env), 60), window_titles(env)
+        thumb = hashlib.md5(("file://" + os.path.join(mp, "weight")).encode()).hexdigest() + ".png"
+        found = wait_for(lambda: [d for d in ("normal", "large")
+                                  if os.path.exists(os.path.join(cache, d, thumb))], 60)
+        assert found, "no thumbnail of the folder's tensor file"
         # a second open finds the mount
         r = subprocess.run([PTFS, "open", "-n", ck], env=env, capture_output=True, text=True,
                            timeout=60)
