@@ -6,6 +6,7 @@
  * the same directory; each is almost always a slip (the checkpoint named
  * twice, a mount that is already up), so each is refused with one line
  * and exit status 1.  -o nonempty allows a directory that has files.
+ * Also the reading of mountinfo's paths, which umount.c and open.c share.
  */
 #include "ptfs.h"
 
@@ -17,25 +18,44 @@
 #include <string.h>
 #include <sys/stat.h>
 
+/* mountinfo writes a space, tab, newline or backslash in a path as \NNN. */
+void ptfs_mountinfo_unescape(const char *in, char *out, size_t cap)
+{
+	size_t n = 0;
+
+	while (*in && n + 1 < cap) {
+		if (in[0] == '\\' && in[1] >= '0' && in[1] <= '3' && in[2] >= '0' &&
+		    in[2] <= '7' && in[3] >= '0' && in[3] <= '7') {
+			out[n++] = (char)((in[1] - '0') * 64 + (in[2] - '0') * 8 + (in[3] - '0'));
+			in += 4;
+		} else {
+			out[n++] = *in++;
+		}
+	}
+	out[n] = '\0';
+}
+
 /* Whether a ptfs mount sits on @real (mountinfo's fstype fuse.ptfs, or
  * fuse with the source ptfs names the checkpoint by); its source in @src. */
 static bool ptfs_mount_at(const char *real, char *src, size_t cap)
 {
-	char line[8192], mp[PATH_MAX], type[64], source[PATH_MAX];
+	char line[8192], field[PATH_MAX], mp[PATH_MAX], type[64], source[PATH_MAX];
 	bool found = false;
 	FILE *f = fopen("/proc/self/mountinfo", "r");
 
 	while (f && fgets(line, sizeof(line), f)) {
 		const char *dash = strstr(line, " - ");
 
-		if (!dash || sscanf(line, "%*u %*u %*u:%*u %*s %4095s", mp) != 1 ||
-		    strcmp(mp, real) != 0 ||
+		if (!dash || sscanf(line, "%*u %*u %*u:%*u %*s %4095s", field) != 1)
+			continue;
+		ptfs_mountinfo_unescape(field, mp, sizeof(mp));
+		if (strcmp(mp, real) != 0 ||
 		    sscanf(dash + 3, "%63s %4095s", type, source) != 2)
 			continue;
 		/* the last one wins: it is on top */
 		found = strcmp(type, "fuse.ptfs") == 0;
 		if (found)
-			snprintf(src, cap, "%s", source);
+			ptfs_mountinfo_unescape(source, src, cap);
 	}
 	if (f)
 		fclose(f);

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -58,24 +59,6 @@ static int run(char *const *args, bool quiet_stdout)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-/* mountinfo's field @in with its octal escapes (\040 for a space) undone,
- * into @out. */
-static void unescape(const char *in, char *out, size_t cap)
-{
-	size_t n = 0;
-
-	while (*in && n + 1 < cap) {
-		if (in[0] == '\\' && in[1] >= '0' && in[1] <= '3' && in[2] >= '0' &&
-		    in[2] <= '7' && in[3] >= '0' && in[3] <= '7') {
-			out[n++] = (char)((in[1] - '0') * 64 + (in[2] - '0') * 8 + (in[3] - '0'));
-			in += 4;
-		} else {
-			out[n++] = *in++;
-		}
-	}
-	out[n] = '\0';
-}
-
 /* Whether a ptfs mount of checkpoint @ck sits on @mp (the top one);
  * @ck NULL: of any checkpoint. */
 static bool mounted_at(const char *mp, const char *ck)
@@ -91,10 +74,10 @@ static bool mounted_at(const char *mp, const char *ck)
 		if (!dash || sscanf(line, "%*u %*u %*u:%*u %*s %4095s", f_mp) != 1 ||
 		    sscanf(dash + 3, "%63s %4095s", type, f_src) != 2)
 			continue;
-		unescape(f_mp, m, sizeof(m));
+		ptfs_mountinfo_unescape(f_mp, m, sizeof(m));
 		if (strcmp(m, mp) != 0)
 			continue;
-		unescape(f_src, src, sizeof(src));
+		ptfs_mountinfo_unescape(f_src, src, sizeof(src));
 		found = strcmp(type, "fuse.ptfs") == 0 && (!ck || strcmp(src, ck) == 0);
 	}
 	if (f)
@@ -190,14 +173,15 @@ static int show(const char *mp)
 }
 
 /* Drop a mount on @mp whose daemon is gone ("transport endpoint is not
- * connected"), so that it can be mounted again. */
+ * connected"), so that it can be mounted again.  statfs asks the daemon
+ * every time; stat may be answered from the kernel's attribute cache. */
 static void drop_dead_mount(const char *mp)
 {
 	char f[] = "fusermount3", u[] = "-uz", m[PATH_MAX];
 	char *args[] = { f, u, m, NULL };
-	struct stat st;
+	struct statvfs sv;
 
-	if (stat(mp, &st) == 0 || errno != ENOTCONN)
+	if (statvfs(mp, &sv) == 0 || errno != ENOTCONN)
 		return;
 	snprintf(m, sizeof(m), "%s", mp);
 	run(args, true);

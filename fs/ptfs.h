@@ -65,6 +65,9 @@ int ptfs_cmd_close(int argc, char **argv);
 /* mountpoint.c: @mp must be a directory, empty unless @nonempty, and not
  * a ptfs mount already: 0, or -1 with one line on stderr. */
 int ptfs_mountpoint_check(const char *mp, bool nonempty);
+/* mountinfo's field @in with its octal escapes (\040 for a space) undone,
+ * into @out (mountpoint.c). */
+void ptfs_mountinfo_unescape(const char *in, char *out, size_t cap);
 
 /* Print the version, the formats this build reads and its libraries to @f
  * (fs/version.c). */

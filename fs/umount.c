@@ -34,7 +34,7 @@ extern char **environ;
 /* Whether @real is a FUSE mount point, and its user_id= in *@uid. */
 static bool fuse_mount_at(const char *real, long *uid)
 {
-	char line[8192], mp[PATH_MAX];
+	char line[8192], field[PATH_MAX], mp[PATH_MAX];
 	bool found = false;
 	FILE *f = fopen("/proc/self/mountinfo", "r");
 
@@ -42,8 +42,10 @@ static bool fuse_mount_at(const char *real, long *uid)
 		const char *dash = strstr(line, " - ");
 		const char *u = dash ? strstr(dash, "user_id=") : NULL;
 
-		if (sscanf(line, "%*u %*u %*u:%*u %*s %4095s", mp) != 1 ||
-		    strcmp(mp, real) != 0 || !dash || strncmp(dash + 3, "fuse", 4) != 0)
+		if (sscanf(line, "%*u %*u %*u:%*u %*s %4095s", field) != 1)
+			continue;
+		ptfs_mountinfo_unescape(field, mp, sizeof(mp));
+		if (strcmp(mp, real) != 0 || !dash || strncmp(dash + 3, "fuse", 4) != 0)
 			continue;
 		found = true;   /* the last one wins: it is on top */
 		*uid = u ? strtol(u + 8, NULL, 10) : -1;

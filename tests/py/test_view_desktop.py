@@ -9,6 +9,7 @@ manager opens it: `gio open model.pt` runs the desktop entry
 $XDG_RUNTIME_DIR and has pcmanfm show the folder; `ptfs close` unmounts."""
 import hashlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -18,7 +19,7 @@ import uuid
 import pytest
 import torch
 
-from conftest import PTFS, ROOT, is_mounted, mounted, needs_fuse
+from conftest import PTFS, ROOT, mounted, needs_fuse
 from viewutil import png_decode
 
 REQUIRE = os.environ.get("PTFS_REQUIRE_FUSE") == "1"
@@ -121,9 +122,15 @@ def install_opener(env, tmp):
     return run
 
 
-def mounts_below(run):
+def mount_points():
+    """Every mount point, mountinfo's octal escapes (\\040) undone."""
     with open("/proc/self/mountinfo") as f:
-        return [line.split()[4] for line in f if line.split()[4].startswith(run + "/")]
+        return [re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), line.split()[4])
+                for line in f]
+
+
+def mounts_below(run):
+    return [m for m in mount_points() if m.startswith(run + "/")]
 
 
 def marked(mark, comm=None):
@@ -245,8 +252,7 @@ def test_gio_open_mounts_and_pcmanfm_shows(tmp_path):
         assert r.returncode == 1 and "not open" in r.stderr, r.stderr
     finally:
         for m in reversed(mounts_below(run)):
-            if is_mounted(m):
-                subprocess.run(["fusermount3", "-u", "-z", m], capture_output=True)
+            subprocess.run(["fusermount3", "-u", "-z", m], capture_output=True)
         for p in marked(mark):
             try:
                 os.kill(p, signal.SIGKILL)
@@ -254,3 +260,50 @@ def test_gio_open_mounts_and_pcmanfm_shows(tmp_path):
                 pass
         xvfb.kill()
         xvfb.wait()
+
+
+@needs_fuse
+def test_open_without_runtime_dir_reuse_and_dead_daemon(tmp_path):
+    """`ptfs open -n` (no Xvfb): the folder below the state directory when
+    there is no XDG_RUNTIME_DIR, a name with a space, a safetensors file,
+    a second open that finds the mount, a mount whose daemon was killed
+    made again, and close by folder."""
+    from test_safetensors import write_st
+    import numpy as np
+    ck = str(tmp_path / "my model.safetensors")
+    write_st(ck, [("enc.0.weight", "F32", [2, 3], np.arange(6, dtype=np.float32).tobytes())])
+    env = dict(os.environ, XDG_STATE_HOME=str(tmp_path / "state"))
+    env.pop("XDG_RUNTIME_DIR", None)
+    mps = []
+    try:
+        r = subprocess.run([PTFS, "open", "-n", ck], env=env, capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 0, r.stderr
+        mp = r.stdout.rstrip("\n")
+        mps.append(mp)
+        assert mp.startswith(str(tmp_path / "state/ptfs/open") + "/")
+        assert os.path.basename(mp) == "my model.safetensors" and mp in mount_points()
+        with open(os.path.join(mp, "enc/0/weight"), "rb") as f:
+            assert f.read() == np.arange(6, dtype=np.float32).tobytes()
+        r = subprocess.run([PTFS, "open", "-n", ck], env=env, capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 0 and r.stdout == mp + "\n", r.stderr
+        assert mount_points().count(mp) == 1
+        # the daemon dies: the next open mounts again
+        pid = int(os.getxattr(mp, "user.ptfs.daemon").split()[0])
+        os.kill(pid, signal.SIGKILL)
+        assert wait_for(lambda: not os.path.exists("/proc/%d" % pid), 10)
+        with pytest.raises(OSError):
+            os.listdir(mp)
+        r = subprocess.run([PTFS, "open", "-n", ck], env=env, capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 0 and r.stdout == mp + "\n", r.stderr
+        assert "enc" in os.listdir(mp)
+        r = subprocess.run([PTFS, "close", mp], env=env, capture_output=True, text=True,
+                           timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert mp not in mount_points()
+    finally:
+        for m in mps:
+            if m in mount_points():
+                subprocess.run(["fusermount3", "-u", "-z", m], capture_output=True)
