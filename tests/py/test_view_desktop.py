@@ -187,7 +187,11 @@ def window_titles(env):
 
 @pytest.mark.skipif(not HAVE_OPEN and not REQUIRE, reason="gio, Xvfb, xwininfo, update-desktop-database or pcmanfm not installed")
 @needs_fuse
-def test_gio_open_mounts_and_pcmanfm_shows(tmp_path):
+@pytest.mark.parametrize("opener", ["gio", "pcmanfm"])
+def test_gio_open_mounts_and_pcmanfm_shows(tmp_path, opener):
+    """@opener opens model.pt: `gio open` (what GNOME Files and most
+    launchers do) or `pcmanfm model.pt` (libfm's own launch of a file with
+    its default application, as on a double-click)."""
     assert HAVE_OPEN, "PTFS_REQUIRE_FUSE=1: gio, Xvfb, xwininfo, update-desktop-database and pcmanfm must be installed (contrib/setup.sh)"
     torch.manual_seed(0)
     ck = str(tmp_path / "model.pt")
@@ -206,8 +210,12 @@ def test_gio_open_mounts_and_pcmanfm_shows(tmp_path):
         assert "ptfs.desktop" in r.stdout, r.stdout + r.stderr
         # to a file, not a pipe: pcmanfm inherits it and keeps it open
         log = open(str(tmp_path / "gio.log"), "w+")
-        r = subprocess.run(["gio", "open", ck], env=env, stdout=log, stderr=log, timeout=60)
-        assert r.returncode == 0, log.seek(0) or log.read()
+        if opener == "gio":
+            r = subprocess.run(["gio", "open", ck], env=env, stdout=log, stderr=log, timeout=60)
+            assert r.returncode == 0, log.seek(0) or log.read()
+        else:
+            subprocess.Popen(["pcmanfm", "--no-desktop", ck], env=env, stdout=log, stderr=log,
+                             start_new_session=True)
         mps = wait_for(lambda: mounts_below(run), 60)
         assert len(mps) == 1, mps
         mp = mps[0]
