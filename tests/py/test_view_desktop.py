@@ -205,9 +205,18 @@ def test_gio_open_mounts_and_pcmanfm_shows(tmp_path, opener):
     xvfb = start_xvfb(env)
     try:
         # the file manager's double-click: the default application of the file
-        r = subprocess.run(["gio", "mime", "application/x-ptfs-pytorch"], env=env,
-                           capture_output=True, text=True, timeout=60)
-        assert "ptfs.desktop" in r.stdout, r.stdout + r.stderr
+        for name, mime in (("model.pt", "pytorch"), ("m.pth", "pytorch"),
+                           ("pytorch_model.bin", "pytorch"), ("m.safetensors", "safetensors"),
+                           ("m.onnx", "onnx")):
+            p = tmp_path / "types" / name
+            p.parent.mkdir(exist_ok=True)
+            p.write_bytes(b"\0" * 64)
+            r = subprocess.run(["gio", "info", "-a", "standard::content-type", str(p)], env=env,
+                               capture_output=True, text=True, timeout=60)
+            assert "application/x-ptfs-" + mime in r.stdout, (name, r.stdout, r.stderr)
+            r = subprocess.run(["gio", "mime", "application/x-ptfs-" + mime], env=env,
+                               capture_output=True, text=True, timeout=60)
+            assert "ptfs.desktop" in r.stdout, r.stdout + r.stderr
         # to a file, not a pipe: pcmanfm inherits it and keeps it open
         log = open(str(tmp_path / "gio.log"), "w+")
         if opener == "gio":
