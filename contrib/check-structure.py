@@ -107,6 +107,8 @@ POINTER_EDGES = {
         "the tree serves the stat view's generated files through it",
     ("pt_tree.pic_fn", "fs/view_mount.c"):
         "NAME.png previews are drawn by the front end that asked for them",
+    ("pt_tree.pic_size_fn", "fs/view_mount.c"):
+        "and sized by it, from the tensor's shape",
 }
 
 TARGETS = ("ptfs_core.dir", "ptfs_remote.dir", "ptfs.dir")

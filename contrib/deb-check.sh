@@ -36,9 +36,9 @@ maint=$(dpkg-deb -f "$deb" Maintainer)
 grep -qE '^[^<]+ <[^@ ]+@[^@ ]+\.[a-z]+>$' <<<"$maint" || fail "Maintainer '$maint' is not 'Name <address>'"
 depends=$(dpkg-deb -f "$deb" Depends)
 echo "Depends: $depends"
-# libarchive13, libssl3 and libpng16-16 are loaded with dlopen: declared by
+# libarchive13 and libssl3 are loaded with dlopen: declared by
 # CMakeLists.txt, not found by dpkg-shlibdeps
-for d in fuse3 libfuse3-3 libdeflate0 libarchive13 libssl3 libpng16-16 libc6; do
+for d in fuse3 libfuse3-3 libdeflate0 libarchive13 libssl3 libc6; do
 	grep -qE "(^|, )$d( |,|$)" <<<"$depends" || fail "Depends lacks $d"
 done
 recommends=$(dpkg-deb -f "$deb" Recommends)

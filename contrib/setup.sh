@@ -13,7 +13,7 @@ set -euo pipefail
 # to build ptfs (libarchive and libcurl are optional: the tar format of
 # torch <= 0.1.9 and remote checkpoints)
 build=(build-essential cmake pkg-config libfuse3-dev fuse3 uthash-dev
-       libdeflate-dev zlib1g-dev libssl-dev libpng-dev)
+       libdeflate-dev zlib1g-dev libssl-dev)
 # the demo: torch saves the checkpoint, numpy reads a tensor file
 demo=(python3-torch python3-numpy)
 pkgs=()

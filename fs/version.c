@@ -13,7 +13,6 @@
 #include <fuse_lowlevel.h>
 #include <libdeflate.h>
 #include <openssl/opensslv.h>
-#include <png.h>
 #ifdef PTFS_HAVE_LIBARCHIVE
 #include <archive.h>
 #endif
@@ -46,8 +45,6 @@ void ptfs_version(FILE *f)
 #endif
 	fprintf(f, ",\n           libcrypto %s (loaded on the first sha256)",
 		OPENSSL_FULL_VERSION_STR);
-	fprintf(f, ",\n           libpng %s (loaded on the first preview)",
-		PNG_LIBPNG_VER_STRING);
 #ifdef PTFS_HAVE_REMOTE
 	/* libcurl is loaded on the first URL (core/remote/curl_dl.c), not
 	 * for --version: the version it was built against */

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * view_mount.c -- the mount's pictures and statistics:
- * NAME.png beside every tensor (-o previews), made by the generator the
- * tree calls on a picture's first stat or read, and /.ptfs/stats/PATH.json
+ * NAME.png beside every tensor (-o previews), sized from the tensor's
+ * shape on its first stat and drawn on its first read, and /.ptfs/stats/PATH.json
  * per tensor file, generated files (pt_vfile) whose size is known up front
  * (fixed-width JSON) and whose numbers are computed on first read.
  */
@@ -32,6 +32,18 @@ static int make_preview(void *ctx, struct pt_ckpt *ck, struct pt_node *tensor,
 	*data = pv.png;
 	*len = pv.len;
 	return 0;
+}
+
+static int preview_size(void *ctx, struct pt_node *tensor, uint64_t *size)
+{
+	struct pt_error err;
+	struct pt_tinfo ti;
+
+	(void)ctx;
+	if (!pt_node_tinfo(tensor, &ti))
+		return -EINVAL;
+	pt_error_clear(&err);
+	return pt_preview_size(&ti, PT_PREVIEW_SIDE, size, &err);
 }
 
 /* One /.ptfs/stats file: made on first read, kept, forgotten on writes. */
@@ -184,7 +196,7 @@ static int stats_fill(void *ctx, struct pt_ckpt *ck, struct pt_vdir *d, struct p
 
 void ptfs_view_attach(struct pt_ckpt *ck)
 {
-	pt_ckpt_set_picture_maker(ck, make_preview, NULL);
+	pt_ckpt_set_picture_maker(ck, make_preview, preview_size, NULL);
 	if (pt_tree_set_vdir(ck, "stats", stats_fill, NULL) != 0)
 		fprintf(stderr, "ptfs: /.ptfs/stats not available\n");
 }

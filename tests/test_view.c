@@ -157,8 +157,10 @@ static void test_preview_geometry(void **state)
 	assert_true(pv.width == 119 && pv.height == 512);
 	assert_true(pv.bytes_read <= 512 * 700 * 4);
 	pt_preview_free(&pv);
+	/* [2, 3, 4, 5]: conv weights, 2 x 3 tiles of 4 x 5 elements at 3 px
+	 * each with a 1 px gap between tiles */
 	render("int8", 1, s4, 4, 120, &pv);
-	assert_true(pv.rows == 24 && pv.cols == 5 && pv.width == 16 && pv.height == 48);
+	assert_true(pv.rows == 2 && pv.cols == 3 && pv.width == 47 && pv.height == 25);
 	pt_preview_free(&pv);
 	/* rows of 256 KiB: element reads, one per pixel */
 	render("float32", 4, wide, 2, 64ull * 65536, &pv);

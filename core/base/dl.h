@@ -2,23 +2,22 @@
 /*
  * dl.h -- shared libraries that only some commands need, loaded with
  * dlopen() on first use: libarchive for tar checkpoints (fmt/tar.c),
- * libcrypto for sha256 (view/stats.c), libpng for previews (view/png.c),
- * libcurl for remote checkpoints (remote/curl_dl.h).
+ * libcrypto for sha256 (view/stats.c), libcurl for remote checkpoints (remote/curl_dl.h).
  * Linked, they and what they pull in (libxml2, ICU, libstdc++, lzma, zstd,
  * ...) are mapped and relocated by every ptfs process, `ptfs ls` of a
  * safetensors file as much as a mount; loaded on demand, only the process
- * that meets a tar checkpoint or draws a preview pays for them.
+ * that meets a tar checkpoint or hashes a tensor pays for them.
  *
  * A user lists the library's functions once, gets a table of pointers
  * typed from the library's own header, and then redirects the names to
  * the table, so the code calls them as usual:
  *
- *	#define PNG_FNS(X) X(png_create_write_struct) X(png_write_row)
- *	PT_DL_DEFINE(png, PNG_FNS, "libpng16.so.16",
- *		     "previews need libpng (Debian: libpng16-16)");
- *	#define png_write_row png_fn.png_write_row      (after the above)
+ *	#define ARC_FNS(X) X(archive_read_new) X(archive_read_free)
+ *	PT_DL_DEFINE(arc, ARC_FNS, "libarchive.so.13",
+ *		     "tar checkpoints need libarchive (Debian: libarchive13)");
+ *	#define archive_read_new arc_fn.archive_read_new      (after the above)
  *	...
- *	if (pt_dl_load(&png_dl, err)) return err->code;
+ *	if (pt_dl_load(&arc_dl, err)) return err->code;
  *
  * The build needs the library's headers only; the package still depends
  * on the library (CMakeLists.txt, CPACK_DEBIAN_PACKAGE_DEPENDS).

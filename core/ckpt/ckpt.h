@@ -497,19 +497,23 @@ bool pt_tree_take_error(struct pt_ckpt *ck, const struct pt_node *dir,
 /* ---- pictures beside tensors (-o previews) ---- */
 
 /*
- * With opts.previews, NAME.png beside every tensor file of at least 2
- * elements (a tensor claims NAME, NAME.json and NAME.png together).  A
- * picture's size is only known once it is drawn, so unlike a pt_vfile it
- * is made by @fn on its first stat or read (*@data malloc'ed, *@len), then
- * kept; listings never make it.  @fn gets the tensor file; a negative
- * errno with one line in @err when it cannot be drawn.
+ * With opts.previews, NAME.png beside every tensor file of at least one
+ * element (a tensor claims NAME, NAME.json and NAME.png together).  Its
+ * size comes from @size_fn, which must answer from the tensor's shape and
+ * dtype without reading an element (a stat never draws); the picture is
+ * made by @fn on its first read (*@data malloc'ed, *@len, which must be
+ * the size promised), then kept.  Both get the tensor file; @fn a
+ * negative errno with one line in @err when it cannot be drawn, @size_fn
+ * a negative errno when there is no picture.
  */
 typedef int (*pt_picture_fn)(void *ctx, struct pt_ckpt *ck, struct pt_node *tensor,
 			     uint8_t **data, size_t *len, struct pt_error *err);
-void pt_ckpt_set_picture_maker(struct pt_ckpt *ck, pt_picture_fn fn, void *ctx);
+typedef int (*pt_picture_size_fn)(void *ctx, struct pt_node *tensor, uint64_t *size);
+void pt_ckpt_set_picture_maker(struct pt_ckpt *ck, pt_picture_fn fn,
+			       pt_picture_size_fn size_fn, void *ctx);
 
-/* Whether @n is such a picture (its size is not known until it is made:
- * listings should not ask for it). */
+/* Whether @n is such a picture (its size takes a lookup of the tensor
+ * file by name, which a listing leaves to the kernel's lookup). */
 bool pt_node_lazy_size(const struct pt_node *n);
 
 /* Tensor bytes changed (writes through the mount): every picture made so

@@ -268,7 +268,7 @@ static bool wants_png(const struct dtab *d, const struct pt_value *val)
 {
 	const struct pt_tensor *t = val->aux;
 
-	return d->t->previews && t && t->numel >= 2;
+	return d->t->previews && t && t->numel >= 1;
 }
 
 /* Claim a name for one value (LAYOUT.md rule 5): NAME, or NAME and

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * pictures.c -- NAME.png beside tensors (-o previews): drawn by the front
- * end's maker on the picture's first stat or read, kept until close or
- * until tensor bytes change (pt_ckpt_pictures_reset()).
+ * pictures.c -- NAME.png beside tensors (-o previews): sized by the front
+ * end from the tensor's shape on the first stat, drawn by its maker on the
+ * first read, kept until close or until tensor bytes change
+ * (pt_ckpt_pictures_reset()).
  */
 #include "ckpt/tree_i.h"
 
@@ -12,9 +13,11 @@
 
 #include "base/cancel.h"
 
-void pt_ckpt_set_picture_maker(struct pt_ckpt *ck, pt_picture_fn fn, void *ctx)
+void pt_ckpt_set_picture_maker(struct pt_ckpt *ck, pt_picture_fn fn,
+			       pt_picture_size_fn size_fn, void *ctx)
 {
 	ck->tree->pic_fn = fn;
+	ck->tree->pic_size_fn = size_fn;
 	ck->tree->pic_ctx = ctx;
 }
 
@@ -23,15 +26,42 @@ bool pt_node_lazy_size(const struct pt_node *n)
 	return node_pic(n) != NULL;
 }
 
+/* The tensor file NAME of picture @n (NAME.png), or NULL. */
+static struct pt_node *pic_tensor(const struct pt_node *n)
+{
+	struct pt_pic *g = node_pic(n);
+	size_t len = strlen(n->name);
+	char name[4096];
+	int rc = 0;
+
+	if (len <= 4 || len - 4 >= sizeof(name))
+		return NULL;
+	memcpy(name, n->name, len - 4);
+	name[len - 4] = '\0';
+	return pt_tree_lookup(g->ck, g->parent, name, &rc);
+}
+
+/* The size promised for the picture; called with g->mu held. */
+static void pic_size_locked(const struct pt_node *n)
+{
+	struct pt_pic *g = node_pic(n);
+	struct pt_tree *t = g->ck->tree;
+	struct pt_node *tn;
+
+	if (g->sized)
+		return;
+	tn = pic_tensor(n);
+	if (!t->pic_size_fn || !tn || t->pic_size_fn(t->pic_ctx, tn, &g->size) != 0)
+		g->size = 0;
+	g->sized = true;
+}
+
 /* Make the picture if it is not made; called with g->mu held. */
 static void pic_make_locked(const struct pt_node *n, struct pt_error *err)
 {
 	struct pt_pic *g = node_pic(n);
 	struct pt_tree *t = g->ck->tree;
-	struct pt_node *tn = NULL;
-	size_t len = strlen(n->name);
-	char name[4096];
-	int rc = 0;
+	struct pt_node *tn;
 
 	if (g->done)
 		return;
@@ -39,30 +69,33 @@ static void pic_make_locked(const struct pt_node *n, struct pt_error *err)
 		g->rc = pt_fail(err, -EINTR, "interrupted");
 		return;         /* not done: made on the next use */
 	}
-	if (len > 4 && len - 4 < sizeof(name)) {
-		memcpy(name, n->name, len - 4);         /* NAME of NAME.png */
-		name[len - 4] = '\0';
-		tn = pt_tree_lookup(g->ck, g->parent, name, &rc);
-	}
+	pic_size_locked(n);
+	tn = pic_tensor(n);
 	if (!t->pic_fn || !tn)
 		g->rc = pt_fail(err, -EIO, "%s: nothing draws it", n->name);
 	else
 		g->rc = t->pic_fn(t->pic_ctx, g->ck, tn, &g->data, &g->len, err);
+	if (g->rc == 0 && g->len != g->size) {
+		g->rc = pt_fail(err, -EIO, "%s: drawn in %zu bytes, %llu promised", n->name,
+				g->len, (unsigned long long)g->size);
+		free(g->data);
+		g->data = NULL;
+		g->len = 0;
+	}
 	/* an interrupted drawing is made again on the next use */
 	g->done = g->rc != -EINTR;
 }
 
-/* 0 when the picture cannot be made (a read then says why). */
+/* From the tensor's shape, never by drawing; 0 when there is no picture
+ * (a read then says why). */
 uint64_t pt__pic_size(const struct pt_node *n)
 {
 	struct pt_pic *g = node_pic(n);
-	struct pt_error err;
 	uint64_t size;
 
-	pt_error_clear(&err);
 	pthread_mutex_lock(&g->mu);
-	pic_make_locked(n, &err);
-	size = g->rc ? 0 : g->len;
+	pic_size_locked(n);
+	size = g->size;
 	pthread_mutex_unlock(&g->mu);
 	return size;
 }
@@ -119,6 +152,7 @@ void pt_ckpt_pictures_reset(struct pt_ckpt *ck,
 		g->len = 0;
 		g->rc = 0;
 		g->done = false;
+		g->sized = false;
 		pthread_mutex_unlock(&g->mu);
 		if (made && fn)
 			fn(ctx, pics[i]);

@@ -189,6 +189,7 @@ struct pt_tree {
 	pthread_mutex_t glock;          /* R_GEN contents and sizes, which
 					 * pt_tree_committed() swaps */
 	pt_picture_fn pic_fn;           /* makes NAME.png (pictures.c) */
+	pt_picture_size_fn pic_size_fn; /* and tells its size */
 	void *pic_ctx;
 	bool previews;                  /* NAME.png beside tensors */
 	struct pt_vfile **vfiles;       /* every generated file, for freeing */
@@ -196,15 +197,18 @@ struct pt_tree {
 };
 
 /*
- * A picture is made whole by the front end's maker on its first stat or
- * read, under the node's own mutex (other lookups never wait for it), and
- * kept until close or a reset.  Lock order: a picture's, then the tree's
+ * A picture's size is told by the front end from the tensor's shape on
+ * its first stat; the picture is made whole by the front end's maker on
+ * its first read, under the node's own mutex (other lookups never wait
+ * for it), and kept until close or a reset.  Lock order: a picture's, then the tree's
  * (finding the tensor file takes the tree lock).
  */
 struct pt_pic {
 	pthread_mutex_t mu;
 	struct pt_ckpt *ck;
 	struct pt_node *parent;         /* the tensor's folder */
+	bool sized;                     /* size known (or 0: no picture) */
+	uint64_t size;
 	bool done;
 	int rc;
 	uint8_t *data;

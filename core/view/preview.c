@@ -18,10 +18,23 @@
 /* Elements closer than this (bytes) are read together. */
 #define GAP_MAX 64u
 
-struct geom {
-	uint64_t rows, cols;
-	uint32_t w, h;
+/* How the tensor is laid out in the picture. */
+enum layout {
+	L_FOLD,         /* rows x cols, sampled */
+	L_GRID,         /* conv weights: tiles of kh x kw, a gap between */
+	L_SWATCH,       /* one element: one colour */
 };
+
+struct geom {
+	enum layout lay;
+	uint64_t rows, cols;    /* L_FOLD: the folded tensor; L_GRID: out, in */
+	uint32_t w, h;
+	/* L_GRID: tiles shown (the first to x ti), kernel, px per element */
+	uint32_t to, ti, kh, kw, k;
+};
+
+#define GRID_KERNEL_MAX 16      /* kh, kw: a conv kernel, not an image */
+#define SWATCH_SIDE 64
 
 static uint32_t clamp_side(double v, unsigned max_side)
 {
@@ -30,12 +43,69 @@ static uint32_t clamp_side(double v, unsigned max_side)
 	return v > max_side ? max_side : (uint32_t)(v + 0.5);
 }
 
+static uint32_t min32(uint64_t a, uint32_t b)
+{
+	return a < b ? (uint32_t)a : b;
+}
+
+/* [out, in, kh, kw] with a small kernel of more than one element */
+static bool is_conv(const struct pt_tinfo *ti, unsigned max_side)
+{
+	int64_t kh, kw;
+
+	if (ti->rank != 4 || !ti->numel)
+		return false;
+	kh = ti->shape[2];
+	kw = ti->shape[3];
+	return kh * kw >= 2 && kh <= GRID_KERNEL_MAX && kw <= GRID_KERNEL_MAX &&
+	       2 * (kh + 1) <= (int64_t)max_side && 2 * (kw + 1) <= (int64_t)max_side;
+}
+
+/* Grid: at most as many tiles as fit at 1 px an element with 1 px gaps,
+ * scaled up by a whole factor to about 64 px, no side under 16 (the
+ * rest is gap). */
+static void grid_geometry(const struct pt_tinfo *ti, unsigned max_side, struct geom *g)
+{
+	uint32_t side, kfit_h, kfit_w;
+
+	g->lay = L_GRID;
+	g->rows = (uint64_t)ti->shape[0];
+	g->cols = (uint64_t)ti->shape[1];
+	g->kh = (uint32_t)ti->shape[2];
+	g->kw = (uint32_t)ti->shape[3];
+	g->to = min32(g->rows, (max_side + 1) / (g->kh + 1));
+	g->ti = min32(g->cols, (max_side + 1) / (g->kw + 1));
+	kfit_h = ((max_side + 1) / g->to - 1) / g->kh;
+	kfit_w = ((max_side + 1) / g->ti - 1) / g->kw;
+	side = g->to * (g->kh + 1) > g->ti * (g->kw + 1) ?
+	       g->to * (g->kh + 1) - 1 : g->ti * (g->kw + 1) - 1;
+	g->k = side < 64 ? 64 / side : 1;
+	g->k = g->k < kfit_h ? g->k : kfit_h;
+	g->k = g->k < kfit_w ? g->k : kfit_w;
+	g->h = g->to * (g->kh * g->k + 1) - 1;
+	g->w = g->ti * (g->kw * g->k + 1) - 1;
+	g->h = g->h < 16 ? 16 : g->h;
+	g->w = g->w < 16 ? 16 : g->w;
+}
+
 static void geometry(const struct pt_tinfo *ti, unsigned max_side, struct geom *g)
 {
 	uint64_t big;
 	double s;
 	uint32_t k;
 
+	memset(g, 0, sizeof(*g));
+	if (ti->numel == 1) {
+		g->lay = L_SWATCH;
+		g->rows = g->cols = 1;
+		g->w = g->h = SWATCH_SIDE < max_side ? SWATCH_SIDE : max_side;
+		return;
+	}
+	if (is_conv(ti, max_side)) {
+		grid_geometry(ti, max_side, g);
+		return;
+	}
+	g->lay = L_FOLD;
 	g->cols = ti->rank ? (uint64_t)ti->shape[ti->rank - 1] : 1;
 	g->rows = g->cols ? ti->numel / g->cols : 0;
 	big = g->rows > g->cols ? g->rows : g->cols;
@@ -59,6 +129,7 @@ struct sampler {
 	uint64_t *col;          /* sampled column per x */
 	uint8_t *raw;           /* one row's bytes (span or runs) */
 	double *val;            /* sampled values, h * w */
+	uint8_t *gap;           /* L_GRID: 1 where a pixel is between tiles */
 	double tmp[8];
 	struct pt_preview *out;
 };
@@ -154,8 +225,9 @@ static double kth(double *a, size_t n, size_t k)
 	return a[k];
 }
 
-/* s of the colour scale: 99.5th percentile of |x| (finite), else max. */
-static double robust_scale(const double *v, size_t n)
+/* s of the colour scale: 99.5th percentile of |x| (finite, not in a
+ * gap), else max; 0 when every such value is 0, -1 when there is none. */
+static double robust_scale(const double *v, const uint8_t *gap, size_t n)
 {
 	double *a = malloc((n ? n : 1) * sizeof(*a)), s = 0, mx = 0;
 	size_t m = 0, i;
@@ -163,7 +235,7 @@ static double robust_scale(const double *v, size_t n)
 	if (!a)
 		return 1;
 	for (i = 0; i < n; i++) {
-		if (isfinite(v[i])) {
+		if (isfinite(v[i]) && !(gap && gap[i])) {
 			a[m] = fabs(v[i]);
 			mx = a[m] > mx ? a[m] : mx;
 			m++;
@@ -175,7 +247,7 @@ static double robust_scale(const double *v, size_t n)
 			s = mx;
 	}
 	free(a);
-	return s > 0 ? s : 1;
+	return m ? s : -1;
 }
 
 static void colour(double x, double s, uint8_t *px)
@@ -203,7 +275,7 @@ static void colour(double x, double s, uint8_t *px)
 		px[c] = (uint8_t)lround(255.0 + (end[c] - 255.0) * t);
 }
 
-static int sample_all(struct sampler *s, struct pt_error *err)
+static int sample_fold(struct sampler *s, struct pt_error *err)
 {
 	uint64_t prev = UINT64_MAX;
 	uint32_t x, y;
@@ -228,26 +300,181 @@ static int sample_all(struct sampler *s, struct pt_error *err)
 	return 0;
 }
 
+/* The kernels of output channel @o, inputs 0..ti-1, into @dst (ti tiles
+ * of kh * kw values): one read when they are short, else a read a tile. */
+static int read_tile_row(struct sampler *s, uint32_t o, double *dst, struct pt_error *err)
+{
+	const struct geom *g = &s->g;
+	uint64_t es = s->el.size, kern = (uint64_t)g->kh * g->kw;
+	uint64_t base = (uint64_t)o * g->cols * kern * es;
+	uint64_t span = g->ti * kern * es, step = span <= ROW_SPAN_MAX ? span : kern * es;
+	uint64_t done, e;
+	int rc;
+
+	for (done = 0; done < span; done += step) {
+		if ((rc = rd(s, s->raw, step, base + done, err)))
+			return rc;
+		for (e = 0; e < step / es; e++)
+			dst[done / es + e] = value_at(s, s->raw + e * es);
+	}
+	return 0;
+}
+
+/* Pixel (x, y) of the grid: tile (y / (kh k + 1), x / (kw k + 1)), a gap
+ * on each tile's last row and column and beyond the last tile. */
+static int sample_grid(struct sampler *s, struct pt_error *err)
+{
+	const struct geom *g = &s->g;
+	uint32_t ch = g->kh * g->k + 1, cw = g->kw * g->k + 1, x, y;
+	size_t kern = (size_t)g->kh * g->kw;
+	double *tiles = malloc((size_t)g->ti * kern * sizeof(*tiles));
+	int rc = 0;
+
+	if (!tiles)
+		return pt_fail(err, -ENOMEM, "out of memory");
+	for (y = 0; y < g->h && rc == 0; y++) {
+		uint32_t o = y / ch, py = y % ch;
+		double *dst = s->val + (size_t)y * g->w;
+		uint8_t *gap = s->gap + (size_t)y * g->w;
+
+		if (py == 0 && o < g->to) {
+			if (pt_cancelled())
+				rc = pt_fail(err, -EINTR, "interrupted");
+			else
+				rc = read_tile_row(s, o, tiles, err);
+		}
+		for (x = 0; x < g->w && rc == 0; x++) {
+			uint32_t i = x / cw, px = x % cw;
+
+			gap[x] = o >= g->to || i >= g->ti || py == ch - 1 || px == cw - 1;
+			dst[x] = gap[x] ? 0 : tiles[i * kern + (py / g->k) * g->kw + px / g->k];
+		}
+	}
+	free(tiles);
+	return rc;
+}
+
+/* The Description: what the shape makes (@head) then what the values
+ * make, padded to a fixed width so that the length, and with it the
+ * PNG's, is known before the values are. */
+#define DESC_DATA_WIDTH 96
+
+static void desc_head(const struct pt_tinfo *ti, const struct geom *g, char *buf, size_t cap)
+{
+	if (g->lay == L_SWATCH)
+		snprintf(buf, cap, "%s tensor of one element; ", ti->dtype);
+	else if (g->lay == L_GRID)
+		snprintf(buf, cap, "%s conv weights %llu x %llu of %u x %u kernels, "
+			 "the first %u x %u shown, a tile each; ", ti->dtype,
+			 (unsigned long long)g->rows, (unsigned long long)g->cols,
+			 g->kh, g->kw, g->to, g->ti);
+	else
+		snprintf(buf, cap, "%s tensor folded to %llu x %llu; ", ti->dtype,
+			 (unsigned long long)g->rows, (unsigned long long)g->cols);
+}
+
+static void desc_data(struct sampler *s, bool zero, char *buf, size_t cap)
+{
+	size_t n;
+
+	if (zero)
+		snprintf(buf, cap, "every value drawn is 0 (grey hatching)");
+	else if (s->g.lay == L_SWATCH)
+		snprintf(buf, cap, "value %.9g; blue < 0, red > 0", s->val[0]);
+	else
+		snprintf(buf, cap, "blue -%.6e .. white 0 .. red +%.6e",
+			 s->out->scale, s->out->scale);
+	n = strlen(buf);
+	memset(buf + n, ' ', DESC_DATA_WIDTH - n);
+	buf[DESC_DATA_WIDTH] = '\0';
+}
+
+#define DESC_TAIL "; NaN green, +Inf yellow, -Inf cyan"
+
+/* All-zero: a grey frame two pixels wide and diagonal hatching, so that
+ * a fresh bias or a running mean is not a blank square. */
+static void hatch(uint8_t *px, uint32_t x, uint32_t y, const struct geom *g)
+{
+	bool frame = x < 2 || y < 2 || x + 2 >= g->w || y + 2 >= g->h;
+
+	if (frame || (x + y) % 8 < 2)
+		px[0] = px[1] = px[2] = frame ? 150 : 205;
+}
+
 static int paint(struct sampler *s, struct pt_error *err)
 {
 	size_t n = (size_t)s->g.w * s->g.h, i;
 	uint8_t *rgb = malloc(n * 3);
-	char desc[160];
+	char head[256], data[DESC_DATA_WIDTH + 1], desc[sizeof(head) + sizeof(data) + 40];
+	struct pt_png_text txt[8];
+	double sc;
+	bool zero;
 	int rc;
 
 	if (!rgb)
 		return pt_fail(err, -ENOMEM, "out of memory");
-	s->out->scale = robust_scale(s->val, n);
-	for (i = 0; i < n; i++)
-		colour(s->val[i], s->out->scale, rgb + 3 * i);
-	snprintf(desc, sizeof(desc),
-		 "%s tensor folded to %llu x %llu; blue -%.6g .. white 0 .. red +%.6g; "
-		 "NaN green, +Inf yellow, -Inf cyan",
-		 s->src->ti.dtype, (unsigned long long)s->g.rows,
-		 (unsigned long long)s->g.cols, s->out->scale, s->out->scale);
-	rc = pt_png_encode(rgb, s->g.w, s->g.h, desc, &s->out->png, &s->out->len, err);
+	if (s->src->nextra > 7) {
+		free(rgb);
+		return pt_fail(err, -EINVAL, "too many text chunks");
+	}
+	sc = robust_scale(s->val, s->gap, n);
+	zero = sc == 0;
+	s->out->scale = sc > 0 ? sc : 1;
+	for (i = 0; i < n; i++) {
+		uint8_t *px = rgb + 3 * i;
+
+		if (s->gap && s->gap[i]) {
+			px[0] = px[1] = px[2] = 96;
+			continue;
+		}
+		colour(s->val[i], s->out->scale, px);
+		if (zero && s->val[i] == 0)
+			hatch(px, (uint32_t)(i % s->g.w), (uint32_t)(i / s->g.w), &s->g);
+	}
+	desc_head(&s->src->ti, &s->g, head, sizeof(head));
+	desc_data(s, zero, data, sizeof(data));
+	snprintf(desc, sizeof(desc), "%s%s%s", head, data, DESC_TAIL);
+	txt[0] = (struct pt_png_text){ "Description", desc };
+	for (i = 0; i < s->src->nextra; i++)
+		txt[i + 1] = s->src->extra[i];
+	rc = pt_png_encode(rgb, s->g.w, s->g.h, txt, 1 + s->src->nextra,
+			   &s->out->png, &s->out->len, err);
 	free(rgb);
 	return rc;
+}
+
+/* Whether @ti can be drawn; its element decoder in @el. */
+static int drawable(const struct pt_tinfo *ti, unsigned max_side, struct pt_elem *el,
+		    struct pt_error *err)
+{
+	if (max_side < 16 || max_side > 4096)
+		return pt_fail(err, -EINVAL, "picture size %u not in 16..4096", max_side);
+	if (pt_elem_init(el, ti) != 0)
+		return pt_fail(err, -ENOTSUP, "no picture for dtype %s", ti->dtype);
+	if (ti->numel < 1 || ti->nbytes < ti->numel * el->size)
+		return pt_fail(err, -EINVAL, "no picture for a tensor of %llu elements",
+			       (unsigned long long)ti->numel);
+	return 0;
+}
+
+int pt_preview_size(const struct pt_tinfo *ti, unsigned max_side, uint64_t *size,
+		    struct pt_error *err)
+{
+	char head[256], desc[sizeof(head) + DESC_DATA_WIDTH + 40];
+	struct pt_png_text txt;
+	struct pt_elem el;
+	struct geom g;
+	int rc;
+
+	*size = 0;
+	if ((rc = drawable(ti, max_side, &el, err)))
+		return rc;
+	geometry(ti, max_side, &g);
+	desc_head(ti, &g, head, sizeof(head));
+	snprintf(desc, sizeof(desc), "%s%*s%s", head, DESC_DATA_WIDTH, "", DESC_TAIL);
+	txt = (struct pt_png_text){ "Description", desc };
+	*size = pt_png_size(g.w, g.h, &txt, 1);
+	return 0;
 }
 
 int pt_preview_render_src(const struct pt_preview_src *src, unsigned max_side,
@@ -260,13 +487,8 @@ int pt_preview_render_src(const struct pt_preview_src *src, unsigned max_side,
 	memset(&s, 0, sizeof(s));
 	s.src = src;
 	s.out = out;
-	if (max_side < 16 || max_side > 4096)
-		return pt_fail(err, -EINVAL, "picture size %u not in 16..4096", max_side);
-	if (pt_elem_init(&s.el, &src->ti) != 0)
-		return pt_fail(err, -ENOTSUP, "no picture for dtype %s", src->ti.dtype);
-	if (src->ti.numel < 2 || src->ti.nbytes < src->ti.numel * s.el.size)
-		return pt_fail(err, -EINVAL, "no picture for a tensor of %llu elements",
-			       (unsigned long long)src->ti.numel);
+	if ((rc = drawable(&src->ti, max_side, &s.el, err)))
+		return rc;
 	geometry(&src->ti, max_side, &s.g);
 	out->width = s.g.w;
 	out->height = s.g.h;
@@ -275,10 +497,13 @@ int pt_preview_render_src(const struct pt_preview_src *src, unsigned max_side,
 	s.col = malloc(s.g.w * sizeof(*s.col));
 	s.raw = malloc(ROW_SPAN_MAX + 16);
 	s.val = malloc((size_t)s.g.w * s.g.h * sizeof(*s.val));
-	if (!s.col || !s.raw || !s.val)
+	if (s.g.lay == L_GRID)
+		s.gap = malloc((size_t)s.g.w * s.g.h);
+	if (!s.col || !s.raw || !s.val || (s.g.lay == L_GRID && !s.gap))
 		rc = pt_fail(err, -ENOMEM, "out of memory");
-	else if ((rc = sample_all(&s, err)) == 0)
+	else if ((rc = s.g.lay == L_GRID ? sample_grid(&s, err) : sample_fold(&s, err)) == 0)
 		rc = paint(&s, err);
+	free(s.gap);
 	free(s.col);
 	free(s.raw);
 	free(s.val);
@@ -310,6 +535,8 @@ int pt_preview_render(struct pt_ckpt *ck, struct pt_node *node,
 		return pt_fail(err, -EINVAL, "not a tensor");
 	src.read = node_read;
 	src.ctx = &ns;
+	src.extra = NULL;
+	src.nextra = 0;
 	return pt_preview_render_src(&src, max_side, out, err);
 }
 

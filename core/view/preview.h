@@ -33,6 +33,10 @@
 
 #define PT_PREVIEW_SIDE 512
 
+struct pt_png_text {
+	const char *key, *text;
+};
+
 /* Where the bytes of the tensor come from: C-order bytes of @ti. */
 struct pt_preview_src {
 	struct pt_tinfo ti;
@@ -40,6 +44,9 @@ struct pt_preview_src {
 	ssize_t (*read)(void *ctx, void *buf, size_t n, uint64_t off,
 			struct pt_error *err);
 	void *ctx;
+	/* tEXt chunks after "Description" (a thumbnail's Thumb::URI...) */
+	const struct pt_png_text *extra;
+	size_t nextra;
 };
 
 struct pt_preview {
@@ -56,6 +63,12 @@ struct pt_preview {
 int pt_preview_render_src(const struct pt_preview_src *src, unsigned max_side,
 			  struct pt_preview *out, struct pt_error *err);
 
+/* The byte size of the PNG pt_preview_render*() makes of a tensor @ti
+ * with no extra text, from its shape and dtype alone (no element read):
+ * 0, or -EINVAL / -ENOTSUP when it has no picture. */
+int pt_preview_size(const struct pt_tinfo *ti, unsigned max_side, uint64_t *size,
+		    struct pt_error *err);
+
 /* Render tensor file @node of @ck with the longer side at most @max_side
  * (PT_PREVIEW_SIDE for the mount's pictures); -EINVAL "not a tensor". */
 int pt_preview_render(struct pt_ckpt *ck, struct pt_node *node,
@@ -67,8 +80,11 @@ void pt_preview_free(struct pt_preview *p);
 /* ---- png.c ---- */
 
 /* Encode @w x @h RGB8 pixels (rows top-down) as PNG into *@out, *@len
- * (malloc'ed), with tEXt "Description" @desc when not NULL. */
-int pt_png_encode(const uint8_t *rgb, uint32_t w, uint32_t h, const char *desc,
+ * (malloc'ed), with a tEXt chunk per @txt (Latin-1), in that order.  The
+ * length is pt_png_size() of the same arguments, whatever the pixels. */
+int pt_png_encode(const uint8_t *rgb, uint32_t w, uint32_t h,
+		  const struct pt_png_text *txt, size_t ntxt,
 		  uint8_t **out, size_t *len, struct pt_error *err);
+uint64_t pt_png_size(uint32_t w, uint32_t h, const struct pt_png_text *txt, size_t ntxt);
 
 #endif /* PTFS_CORE_VIEW_PREVIEW_H */

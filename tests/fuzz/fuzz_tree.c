@@ -46,6 +46,17 @@ static int draw(void *ctx, struct pt_ckpt *ck, struct pt_node *tensor,
 	return 0;
 }
 
+static int draw_size(void *ctx, struct pt_node *tensor, uint64_t *size)
+{
+	struct pt_error err;
+	struct pt_tinfo ti;
+
+	(void)ctx;
+	if (!pt_node_tinfo(tensor, &ti))
+		return -EINVAL;
+	return pt_preview_size(&ti, 64, size, &err);
+}
+
 /* The stats directory: one empty file per tensor, as the mount names it;
  * what matters here is the bounded walk behind it. */
 static int stat_read(void *ctx, void *buf, size_t n, uint64_t off,
@@ -153,7 +164,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		FUZZ_CHECK(rc < 0 && ck == NULL && err.msg[0] != '\0');
 		return 0;
 	}
-	pt_ckpt_set_picture_maker(ck, draw, NULL);
+	pt_ckpt_set_picture_maker(ck, draw, draw_size, NULL);
 	FUZZ_CHECK(pt_tree_set_vdir(ck, "stats", stats_fill, NULL) == 0);
 	(void)pt_export_mount_files(ck);
 	f.ck = ck;

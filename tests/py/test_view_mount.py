@@ -30,10 +30,12 @@ def test_previews(ck):
         assert names == ["enc", "step", "w", "w.json", "w.png", "w.png~2",
                          "w.png~2.json", "w.png~2.png"], names
         enc = sorted(os.listdir(os.path.join(m, "enc")))
-        assert enc == ["b", "b.json", "b.png", "one", "one.json", "w", "w.json", "w.png"]
+        assert enc == ["b", "b.json", "b.png", "one", "one.json", "one.png", "w", "w.json",
+                       "w.png"]
         # picture in the mount -> the tensor's path without previews
         for rel, tensor_path in (("w.png", "w"), ("enc/w.png", "enc/w"),
-                                 ("enc/b.png", "enc/b"), ("w.png~2.png", "w.png")):
+                                 ("enc/b.png", "enc/b"), ("w.png~2.png", "w.png"),
+                                 ("enc/one.png", "enc/one")):
             path = os.path.join(m, rel)
             size = os.stat(path).st_size            # before any read
             with open(path, "rb") as f:
@@ -79,8 +81,8 @@ def test_pictures_and_stats_follow_writes(tmp_path):
     with mounted(p, "-o", "previews") as m:
         png = os.path.join(m, "w.png")
         st = os.path.join(m, ".ptfs", "stats", "w.json")
-        white = png_decode(open(png, "rb").read())[2]
-        assert white[0][0] == (255, 255, 255)
+        zero = png_decode(open(png, "rb").read())[2]
+        assert zero[0][0] == (150, 150, 150) and zero[4][6] == (255, 255, 255)
         assert json.load(open(st))["max"] == 0
         with open(os.path.join(m, "w"), "r+b") as f:
             f.write(torch.ones(1).numpy().tobytes())      # w[0, 0] = 1
