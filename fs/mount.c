@@ -630,6 +630,16 @@ static void ptfs_op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 		reply_xattr(req, val, vlen, size);
 		return;
 	}
+	/* how many reads of tensor bytes the daemon has served, a count
+	 * for tests ("ls -l reads no tensor"); not listed */
+	if (ino == FUSE_ROOT_ID && strcmp(name, "user.ptfs.tensor_reads") == 0) {
+		char val[32];
+		size_t vlen = (size_t)snprintf(val, sizeof(val), "%llu",
+					       (unsigned long long)pt_ckpt_tensor_reads(fs->ck));
+
+		reply_xattr(req, val, vlen, size);
+		return;
+	}
 	pt_buf_init(&b);
 	count = pt_node_xattrs(fs->ck, node_of(fs, ino), &b);
 	p = b.p;

@@ -110,10 +110,13 @@ static const struct cmd_help helps[] = {
 	  "    -s SIDE              at most SIDE pixels a side (16-4096, default 512)\n"
 	  "    --output FILE.png    where to write it (- for stdout)\n" CK_OPTS
 	  "\nExit status: 0 written, 1 cannot be drawn or written, 2 usage error.\n" },
-	{ "thumbnail", "ptfs thumbnail [-s SIZE] TENSOR_FILE_IN_A_MOUNT OUTPUT.png\n"
+	{ "thumbnail", "ptfs thumbnail [-s SIZE] [--uri URI] TENSOR_FILE_IN_A_MOUNT OUTPUT.png\n"
 	  "The file managers' thumbnailer: a mounted tensor file's picture, from\n"
-	  "its bytes and its user.ptfs.* attributes.\n\n"
+	  "its bytes and its user.ptfs.* attributes, with the Thumb::URI and\n"
+	  "Thumb::MTime of the freedesktop thumbnail specification.\n\n"
 	  "    -s SIZE              at most SIZE pixels a side (default 256)\n"
+	  "    --uri URI            the file's URI for Thumb::URI (default: its\n"
+	  "                         file:// URI)\n"
 	  "\nExit status: 0 written, 1 not a ptfs tensor file or not written,\n"
 	  "2 usage error.\n" },
 	{ "umount", "ptfs umount MOUNTPOINT       (also: ptfs -u MOUNTPOINT)\n"
@@ -181,7 +184,7 @@ void ptfs_usage_full(FILE *f)
 	      "       ptfs stat [--json] [-j N] CHECKPOINT [PATH]\n"
 	      "       ptfs diff [--json] [-j N] [-q] [--tensors-only] CHECKPOINT_A CHECKPOINT_B\n"
 	      "       ptfs preview [-v] [-s SIDE] CHECKPOINT PATH [--output FILE.png]\n"
-	      "       ptfs thumbnail [-s SIZE] TENSOR_FILE_IN_A_MOUNT OUTPUT.png\n"
+	      "       ptfs thumbnail [-s SIZE] [--uri URI] TENSOR_FILE_IN_A_MOUNT OUTPUT.png\n"
 	      "       (stat, diff, export, set and recover take --progress, --no-progress)\n", f);
 	fputs("\n"
 	      "Mount a PyTorch checkpoint as a directory tree: every tensor is a file\n"

@@ -5,6 +5,7 @@
  * between two checkpoints) and `ptfs preview` (a tensor's picture as PNG).
  * The work is in core/view/; this file parses arguments and prints.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -14,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/stat.h>
 #include <sys/xattr.h>
 
 #include "base/json.h"
@@ -787,12 +789,12 @@ static int parse_side(const char *s, unsigned *side)
 }
 
 /* The arguments of preview (-v, -s, --output) or thumbnail (@outp NULL:
- * -s only): 0, or PTFS_EXIT_USAGE once said. */
+ * -s and --uri, in *@verbose's stead): 0, or PTFS_EXIT_USAGE once said. */
 static int picture_args(int argc, char **argv, const char **arg, unsigned *side,
-			const char **outp, bool *verbose)
+			const char **outp, bool *verbose, const char **uri)
 {
 	static const char *const pv_names[] = { "-s=", "-v", "--output=", NULL };
-	static const char *const th_names[] = { "-s=", NULL };
+	static const char *const th_names[] = { "-s=", "--uri=", NULL };
 	static const char *const pv_what[] = { "CHECKPOINT", "PATH" };
 	static const char *const th_what[] = { "TENSOR_FILE", "OUTPUT.png" };
 	struct ptfs_args a;
@@ -805,7 +807,9 @@ static int picture_args(int argc, char **argv, const char **arg, unsigned *side,
 			return PTFS_EXIT_USAGE;
 		if (k == 0 && parse_side(v, side))
 			return ptfs_usage_error(argv[0], "-s takes a size from 16 to 4096, not '%s'", v);
-		if (k == 1)
+		if (k == 1 && !outp)
+			*uri = v;
+		else if (k == 1)
 			*verbose = true;
 		if (k == 2)
 			*outp = v;
@@ -841,7 +845,7 @@ static int cmd_preview(int argc, char **argv)
 	bool verbose = false;
 	int i, status = PTFS_EXIT_ERROR;
 
-	if (picture_args(argc, argv, arg, &side, &outp, &verbose))
+	if (picture_args(argc, argv, arg, &side, &outp, &verbose, NULL))
 		return PTFS_EXIT_USAGE;
 	if (open_ck(arg[0], &ck))
 		return PTFS_EXIT_ERROR;
@@ -943,26 +947,72 @@ static int thumb_info(const char *in, struct pt_tinfo *ti, int64_t *shape,
 	return 0;
 }
 
+/* file:// and @path made absolute, percent-encoded but for RFC 3986's
+ * unreserved characters and '/': the URI a file manager names it by. */
+static int file_uri(const char *path, struct pt_buf *out)
+{
+	char *abs = realpath(path, NULL);
+	const unsigned char *p;
+
+	if (!abs)
+		return -errno;
+	pt_buf_printf(out, "file://");
+	for (p = (const unsigned char *)abs; *p; p++) {
+		if (isalnum(*p) || strchr("-._~/", *p))
+			pt_buf_add(out, p, 1);
+		else
+			pt_buf_printf(out, "%%%02X", *p);
+	}
+	free(abs);
+	return out->oom ? -ENOMEM : 0;
+}
+
+/* Thumb::URI and Thumb::MTime of the freedesktop thumbnail specification:
+ * the thumbnail says which file, as of when, it shows. */
+static int thumb_texts(const char *in, const char *uri, int fd, struct pt_buf *ubuf,
+		       char *mtime, size_t cap, struct pt_png_text *txt)
+{
+	struct stat st;
+	int rc;
+
+	if (fstat(fd, &st) != 0)
+		return -errno;
+	snprintf(mtime, cap, "%lld", (long long)st.st_mtime);
+	if (!uri) {
+		if ((rc = file_uri(in, ubuf)))
+			return rc;
+		uri = ubuf->p;
+	}
+	txt[0] = (struct pt_png_text){ "Thumb::URI", uri };
+	txt[1] = (struct pt_png_text){ "Thumb::MTime", mtime };
+	return 0;
+}
+
 /*
- * `ptfs thumbnail [-s SIZE] INPUT OUTPUT`: the freedesktop thumbnailer
+ * `ptfs thumbnail [-s SIZE] [--uri URI] INPUT OUTPUT`: the freedesktop thumbnailer
  * entry point (share/thumbnailers/ptfs.thumbnailer).  INPUT is a tensor
  * file of a ptfs mount: its dtype, shape and byte order come from the
  * user.ptfs.* extended attributes, its bytes from the file itself, so the
- * command needs neither the checkpoint nor the daemon's help.
+ * command needs neither the checkpoint nor the daemon's help.  The
+ * picture carries Thumb::URI (--uri, the file manager's %u, else the
+ * file:// URI of INPUT) and Thumb::MTime (INPUT's mtime).
  */
 static int cmd_thumbnail(int argc, char **argv)
 {
-	const char *arg[2] = { NULL, NULL };
+	const char *arg[2] = { NULL, NULL }, *uri = NULL;
 	struct pt_preview pv = { 0 };
 	struct pt_preview_src src;
+	struct pt_png_text txt[2];
 	struct fd_src fs = { -1 };
+	struct pt_buf ubuf;
+	char mtime[32];
 	unsigned side = 256;
 	int64_t shape[64];
 	char dtype[64];
 	struct pt_error err;
 	int rc, status = PTFS_EXIT_ERROR;
 
-	if (picture_args(argc, argv, arg, &side, NULL, NULL))
+	if (picture_args(argc, argv, arg, &side, NULL, NULL, &uri))
 		return PTFS_EXIT_USAGE;
 	memset(&src, 0, sizeof(src));
 	rc = thumb_info(arg[0], &src.ti, shape, dtype, sizeof(dtype));
@@ -978,11 +1028,17 @@ static int cmd_thumbnail(int argc, char **argv)
 	}
 	src.read = fd_read;
 	src.ctx = &fs;
+	src.extra = txt;
+	src.nextra = 2;
+	pt_buf_init(&ubuf);
 	pt_error_clear(&err);
-	if (pt_preview_render_src(&src, side, &pv, &err) != 0)
+	if ((rc = thumb_texts(arg[0], uri, fs.fd, &ubuf, mtime, sizeof(mtime), txt)))
+		fprintf(stderr, "ptfs: %s: %s\n", arg[0], strerror(-rc));
+	else if (pt_preview_render_src(&src, side, &pv, &err) != 0)
 		fprintf(stderr, "ptfs: %s: %s\n", arg[0], err.msg);
 	else if (write_out(arg[1], pv.png, pv.len) == 0)
 		status = PTFS_EXIT_OK;
+	pt_buf_free(&ubuf);
 	pt_preview_free(&pv);
 	close(fs.fd);
 	return status;

@@ -361,6 +361,12 @@ void pt_ckpt_bytes_changed(struct pt_ckpt *ck, const struct pt_storage *st);
  * bytes written"), or "" before any. */
 const char *pt_ckpt_last_commit(const struct pt_ckpt *ck);
 
+/* How many reads of tensor bytes the checkpoint has served: pt_node_read()
+ * of a tensor file (a picture's sampling, statistics, a gathered tensor)
+ * and pt_node_extent() of one (a mount's spliced reads).  A test's count
+ * of what a listing costs. */
+uint64_t pt_ckpt_tensor_reads(const struct pt_ckpt *ck);
+
 /* How many pt_ckpt_commit() calls succeeded so far: taken before a
  * commit, it tells pt_tree_committed() what came after. */
 uint32_t pt_ckpt_commits(const struct pt_ckpt *ck);

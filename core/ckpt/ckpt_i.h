@@ -226,6 +226,7 @@ struct pt_ckpt {
 					 * records (ZIP64 rewriter): reindex */
 	uint32_t commits;               /* that succeeded (pt_ckpt_commits) */
 	uint64_t bytes_gen;             /* pt_ckpt_bytes_changed() calls */
+	uint64_t tensor_reads;          /* pt_ckpt_tensor_reads() */
 	struct pt_gathered *gathered;   /* gathered.c, made on first use */
 	uint64_t layout_gen;            /* the number of the last one that
 					 * moved records or changed the size,

@@ -22,6 +22,11 @@ uint64_t pt_ckpt_layout_gen(const struct pt_ckpt *ck)
 	return __atomic_load_n(&ck->layout_gen, __ATOMIC_ACQUIRE);
 }
 
+uint64_t pt_ckpt_tensor_reads(const struct pt_ckpt *ck)
+{
+	return __atomic_load_n(&ck->tensor_reads, __ATOMIC_RELAXED);
+}
+
 uint32_t pt_ckpt_commits(const struct pt_ckpt *ck)
 {
 	return __atomic_load_n(&ck->commits, __ATOMIC_ACQUIRE);

@@ -120,11 +120,13 @@ bool pt_node_extent(struct pt_ckpt *ck, const struct pt_node *node,
 	if (node->role == R_VALUE && t) {
 		const struct pt_ckpt *home = t->st->home ? t->st->home : ck;
 
-		if (!t->contiguous || t->st->kind != PT_ST_FILE)
+		if (!t->contiguous || t->st->kind != PT_ST_FILE ||
+		    !pt_source_extent(pt__tensor_source(home),
+				      t->st->file_off + t->byte_lo + off, n, fd, file_off))
 			return false;
-		return pt_source_extent(pt__tensor_source(home),
-					t->st->file_off + t->byte_lo + off, n,
-					fd, file_off);
+		/* the caller reads them: counted as pt__tensor_read() counts */
+		__atomic_add_fetch(&ck->tensor_reads, 1, __ATOMIC_RELAXED);
+		return true;
 	}
 	if (node->role == R_RECORD && node_entry(node)->method == PT_ZIP_STORED)
 		return pt_source_extent(ck->src, node_entry(node)->data_off + off,

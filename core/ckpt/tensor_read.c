@@ -186,6 +186,7 @@ ssize_t pt__tensor_read(struct pt_ckpt *ck, const struct pt_tensor *t,
 	ssize_t got;
 	int rc;
 
+	__atomic_add_fetch(&ck->tensor_reads, 1, __ATOMIC_RELAXED);
 	if (off >= t->nbytes)
 		return 0;
 	if (n > t->nbytes - off)
