@@ -351,15 +351,9 @@ static void do_readdir(fuse_req_t req, struct req_guard *g, fuse_ino_t ino,
 				break;
 			name = pt_node_name(n);
 		}
-		if (i >= 2 && pt_node_lazy_size(n)) {
-			/* made on first lookup, not by a listing: no
-			 * attributes here (ino 0: the kernel looks it up) */
-			e.attr.st_mode = S_IFREG;
-			e.attr.st_ino = (ino_t)pt_node_id(n);
-			n = NULL;
-		} else {
-			fill_stat(fs, n, &e.attr);
-		}
+		/* a NAME.png too: its size follows from the tensor's
+		 * shape, nothing is drawn (core/view/png.c) */
+		fill_stat(fs, n, &e.attr);
 		if (plus) {
 			e.ino = i < 2 || !n ? 0 : ino_of(fs, n);
 			e.attr_timeout = PTFS_TIMEOUT;

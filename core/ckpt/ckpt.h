@@ -518,18 +518,12 @@ typedef int (*pt_picture_size_fn)(void *ctx, struct pt_node *tensor, uint64_t *s
 void pt_ckpt_set_picture_maker(struct pt_ckpt *ck, pt_picture_fn fn,
 			       pt_picture_size_fn size_fn, void *ctx);
 
-/* Whether @n is such a picture (its size takes a lookup of the tensor
- * file by name, which a listing leaves to the kernel's lookup). */
-bool pt_node_lazy_size(const struct pt_node *n);
-
 /* Tensor bytes changed (writes through the mount): every picture made so
  * far is forgotten and made again on its next use; @fn(@ctx, n) is called
  * for each of them (the front end drops the kernel's caches). */
 void pt_ckpt_pictures_reset(struct pt_ckpt *ck,
 			    void (*fn)(void *ctx, struct pt_node *n), void *ctx);
 
-/* pt_nattr.id of any node, without making a picture. */
-uint64_t pt_node_id(const struct pt_node *n);
 
 /* ---- the tree after a commit ---- */
 

@@ -207,11 +207,6 @@ void pt_node_describe(struct pt_ckpt *ck, struct pt_node *node,
 		pt_buf_puts(out, " (view)");
 }
 
-uint64_t pt_node_id(const struct pt_node *n)
-{
-	return n->id;
-}
-
 const struct pt_storage *pt_node_writable_storage(const struct pt_node *n, uint64_t *lo)
 {
 	const struct pt_tensor *t = node_tensor(n);

@@ -21,11 +21,6 @@ void pt_ckpt_set_picture_maker(struct pt_ckpt *ck, pt_picture_fn fn,
 	ck->tree->pic_ctx = ctx;
 }
 
-bool pt_node_lazy_size(const struct pt_node *n)
-{
-	return node_pic(n) != NULL;
-}
-
 /* The tensor file NAME of picture @n (NAME.png), or NULL. */
 static struct pt_node *pic_tensor(const struct pt_node *n)
 {
