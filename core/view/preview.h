@@ -11,16 +11,24 @@
  * elements are read, whole sampled rows when they are short, element by
  * element when they are long: at most 32 MiB for any tensor (512 rows of at
  * most 64 KiB), about 1 MiB in element reads for a multi-GB one.
+ * Conv weights [out, in, kh, kw] (a kernel of 2 to 16 x 16 elements) are a
+ * grid instead: out rows of in tiles, kh x kw pixels each, scaled up by a
+ * whole factor to about 64 px, a 1 px dark grey gap after each tile; only
+ * the first tiles that fit at 1 px an element are drawn.  One element is a
+ * 64 px swatch.
  *
  * Colours: diverging blue - white - red, white at 0, full blue/red at
  * -s/+s where s is the 99.5th percentile of |x| over the sampled finite
  * values (the largest |x| when that is 0); beyond s the colour saturates.
  * NaN is green (0, 200, 0), +Inf yellow (255, 220, 0), -Inf cyan
  * (0, 220, 255).  Complex tensors show |z| (white to red); packed types
- * their first value per byte; bool 0/1.
+ * their first value per byte; bool 0/1.  When every value drawn is 0 the
+ * picture gets a grey frame and grey hatching instead of pure white.
  *
- * The output is deterministic: the same tensor gives the same bytes, so a
- * mount can promise st_size once it has rendered.
+ * The PNG's length follows from the geometry alone (pt_preview_size(),
+ * png.c: pixels stored uncompressed, the Description padded to a fixed
+ * length), so a mount promises st_size without reading the tensor; the
+ * same tensor gives the same bytes.
  */
 #ifndef PTFS_CORE_VIEW_PREVIEW_H
 #define PTFS_CORE_VIEW_PREVIEW_H
