@@ -120,6 +120,7 @@ static void render(const char *dtype, unsigned es, int64_t *shape, uint32_t rank
 	struct mem m = { data, numel * es };
 	struct pt_preview_src src;
 	struct pt_error err;
+	uint64_t size;
 
 	memset(&src, 0, sizeof(src));
 	src.ti.dtype = dtype;
@@ -136,11 +137,42 @@ static void render(const char *dtype, unsigned es, int64_t *shape, uint32_t rank
 	pt_error_clear(&err);
 	assert_int_equal(pt_preview_render_src(&src, PT_PREVIEW_SIDE, pv, &err), 0);
 	free(data);
+	/* the size promised from the shape alone is the size drawn */
+	assert_int_equal(pt_preview_size(&src.ti, PT_PREVIEW_SIDE, &size, &err), 0);
+	assert_int_equal(size, pv->len);
 	/* a PNG whose IHDR says what the preview says */
 	assert_memory_equal(pv->png, "\x89PNG\r\n\x1a\n", 8);
 	assert_memory_equal(pv->png + 12, "IHDR", 4);
 	assert_int_equal(be32(pv->png + 16), pv->width);
 	assert_int_equal(be32(pv->png + 20), pv->height);
+}
+
+/* pt_png_size() is the encoder's length, at stored-block boundaries too:
+ * 28 x 771 px is exactly one block of 65535 bytes, 21845 x 1 one byte
+ * more. */
+static void test_png_sizes(void **state)
+{
+	static const uint32_t wh[][2] = { { 1, 1 }, { 16, 16 }, { 28, 771 },
+					  { 21845, 1 }, { 512, 512 } };
+	const struct pt_png_text txt[2] = { { "Thumb::URI", "file:///a%20b" },
+					    { "Thumb::MTime", "1700000000" } };
+	struct pt_error err;
+	size_t i, len;
+	uint8_t *rgb, *png;
+
+	(void)state;
+	for (i = 0; i < sizeof(wh) / sizeof(wh[0]); i++) {
+		rgb = calloc((size_t)wh[i][0] * wh[i][1], 3);
+		assert_non_null(rgb);
+		assert_int_equal(pt_png_encode(rgb, wh[i][0], wh[i][1], txt, 2, &png, &len,
+					       &err), 0);
+		assert_int_equal(len, pt_png_size(wh[i][0], wh[i][1], txt, 2));
+		assert_memory_equal(png + len - 8, "IEND\xae\x42\x60\x82", 8);
+		free(png);
+		free(rgb);
+	}
+	/* the raw stream of 28 x 771: 2 + 65535 + 5 + 4 bytes of zlib */
+	assert_int_equal(pt_png_size(28, 771, NULL, 0), 8 + 25 + 12 + 65546 + 12);
 }
 
 static void test_preview_geometry(void **state)
@@ -175,6 +207,7 @@ int main(void)
 		cmocka_unit_test(test_float16_bfloat16),
 		cmocka_unit_test(test_float8),
 		cmocka_unit_test(test_ints_packed_complex),
+		cmocka_unit_test(test_png_sizes),
 		cmocka_unit_test(test_preview_geometry),
 	};
 

@@ -57,8 +57,9 @@ static bool is_conv(const struct pt_tinfo *ti, unsigned max_side)
 		return false;
 	kh = ti->shape[2];
 	kw = ti->shape[3];
-	return kh * kw >= 2 && kh <= GRID_KERNEL_MAX && kw <= GRID_KERNEL_MAX &&
-	       2 * (kh + 1) <= (int64_t)max_side && 2 * (kw + 1) <= (int64_t)max_side;
+	return kh >= 1 && kw >= 1 && kh <= GRID_KERNEL_MAX && kw <= GRID_KERNEL_MAX &&
+	       kh * kw >= 2 && 2 * (kh + 1) <= (int64_t)max_side &&
+	       2 * (kw + 1) <= (int64_t)max_side;
 }
 
 /* Grid: at most as many tiles as fit at 1 px an element with 1 px gaps,
