@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zlib.h>
 
 #include "container/zipwrite.h"
 #include "view/preview.h"
@@ -68,9 +69,11 @@ static uint8_t *chunk_close(uint8_t *p, const char *type, uint32_t len)
 /* The zlib stream of the rows at @p; the end. */
 static uint8_t *idat_data(uint8_t *p, const uint8_t *rgb, uint32_t w, uint32_t h)
 {
+	static const uint8_t no_filter = 0;
 	uint64_t raw = raw_len(w, h), left = raw, in_block = 0;
-	uint32_t a = 1, b = 0, y;
+	uLong adler = adler32(0L, Z_NULL, 0);
 	size_t row = 3 * (size_t)w;
+	uint32_t y;
 
 	*p++ = 0x78;                    /* deflate, 32 KiB window */
 	*p++ = 0x01;                    /* no dictionary, fastest; 0x7801 % 31 == 0 */
@@ -78,6 +81,9 @@ static uint8_t *idat_data(uint8_t *p, const uint8_t *rgb, uint32_t w, uint32_t h
 		const uint8_t *src = rgb + (size_t)y * row;
 		size_t i;
 
+		/* zlib's checksum of what the stored blocks hold */
+		adler = adler32(adler, &no_filter, 1);
+		adler = adler32(adler, src, (uInt)row);
 		for (i = 0; i <= row; i++) {
 			uint8_t c = i ? src[i - 1] : 0; /* filter byte 0: none */
 
@@ -94,11 +100,9 @@ static uint8_t *idat_data(uint8_t *p, const uint8_t *rgb, uint32_t w, uint32_t h
 			*p++ = c;
 			in_block--;
 			left--;
-			a = (a + c) % 65521;
-			b = (b + a) % 65521;
 		}
 	}
-	return be32(p, b << 16 | a);
+	return be32(p, (uint32_t)adler);
 }
 
 int pt_png_encode(const uint8_t *rgb, uint32_t w, uint32_t h,
