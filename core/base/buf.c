@@ -197,3 +197,21 @@ char *pt_buf_take(struct pt_buf *b, size_t *len)
 	pt_buf_init(b);
 	return p;
 }
+
+bool pt_grow(void **arr, size_t *cap, size_t n, size_t elem)
+{
+	size_t nc;
+	void *q;
+
+	if (n < *cap)
+		return true;
+	nc = *cap ? *cap * 2 : 16;
+	if (nc < *cap || nc > SIZE_MAX / elem)
+		return false;
+	q = realloc(*arr, nc * elem);
+	if (!q)
+		return false;
+	*arr = q;
+	*cap = nc;
+	return true;
+}

@@ -31,6 +31,12 @@ void pt_buf_free(struct pt_buf *b);
 /* pt_buf_add() when the bytes do not fit: grow, then append. */
 void pt__buf_add_grow(struct pt_buf *b, const void *p, size_t n);
 
+/* Room for element @n of the array *@arr, of *@cap elements of @elem
+ * bytes: when it is full, its capacity doubles (16 at first), checked
+ * against overflow.  False when out of memory; the array is then as it
+ * was. */
+bool pt_grow(void **arr, size_t *cap, size_t n, size_t elem);
+
 /* Append @n bytes at @p, a NUL-terminated string, one byte, or printf()
  * output.  Cannot fail: out of memory sets b->oom and later appends do
  * nothing.  Inline: bytes go in place while there is room, and the

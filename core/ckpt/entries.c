@@ -19,22 +19,6 @@
 #include "base/hash.h"
 #include "ckpt/names.h"
 
-bool pt__tree_grow(void **arr, size_t *cap, size_t n, size_t elem)
-{
-	void *q;
-	size_t nc;
-
-	if (n < *cap)
-		return true;
-	nc = *cap ? *cap * 2 : 64;
-	q = realloc(*arr, nc * elem);
-	if (!q)
-		return false;
-	*arr = q;
-	*cap = nc;
-	return true;
-}
-
 /* @n zeroed bytes (8-byte aligned) that live as long as the tree, or
  * NULL when out of memory.  Call under the lock. */
 static void *pool_alloc(struct pt_tree *t, size_t n)
@@ -75,7 +59,7 @@ struct dtab *pt__tab_new(struct pt_tree *t)
 
 	if (!d)
 		return NULL;
-	if (!pt__tree_grow((void **)&t->tabs, &t->cap_tabs, t->n_tabs, sizeof(*t->tabs))) {
+	if (!pt_grow((void **)&t->tabs, &t->cap_tabs, t->n_tabs, sizeof(*t->tabs))) {
 		free(d);
 		return NULL;
 	}
@@ -217,7 +201,7 @@ static struct dent *tab_add_h(struct dtab *d, const char *name, size_t len,
 	struct dent *e;
 	char *nm;
 
-	if (!pt__tree_grow((void **)&d->ents, &d->cap, d->n, sizeof(*d->ents)) ||
+	if (!pt_grow((void **)&d->ents, &d->cap, d->n, sizeof(*d->ents)) ||
 	    !tab_reserve(d) || len == SIZE_MAX ||
 	    !(e = pool_alloc(d->t, sizeof(*e))) ||
 	    !(nm = pool_alloc(d->t, len + 1)))

@@ -83,7 +83,7 @@ static int vdir_add(struct pt_vdir *b, const char *rel,
 	if (pt__tab_has(d, p, strlen(p)))
 		return -EEXIST;
 	copy = malloc(sizeof(*copy));
-	if (!copy || !pt__tree_grow((void **)&b->t->vfiles, &b->t->cap_vfiles,
+	if (!copy || !pt_grow((void **)&b->t->vfiles, &b->t->cap_vfiles,
 				    b->t->n_vfiles, sizeof(*b->t->vfiles))) {
 		free(copy);
 		return -ENOMEM;

@@ -44,7 +44,7 @@ static char *keep_text(struct pt_tree *t, char *s)
 {
 	if (!s)
 		return NULL;
-	if (!pt__tree_grow((void **)&t->texts, &t->cap_texts, t->n_texts, sizeof(char *))) {
+	if (!pt_grow((void **)&t->texts, &t->cap_texts, t->n_texts, sizeof(char *))) {
 		free(s);
 		return NULL;
 	}
@@ -611,7 +611,7 @@ int pt_tree_walk(struct pt_ckpt *ck, struct pt_node *top, const char *top_path,
 		return -ENOTDIR;
 	pt_buf_init(&path);
 	pt_buf_puts(&path, top_path ? top_path : "");
-	if (!pt__tree_grow((void **)&st, &cap, n, sizeof(*st)) ||
+	if (!pt_grow((void **)&st, &cap, n, sizeof(*st)) ||
 	    walk_enters(ck, top, flags, &seen) < 0) {
 		rc = -ENOMEM;
 		goto out;
@@ -684,7 +684,7 @@ int pt_tree_walk(struct pt_ckpt *ck, struct pt_node *top, const char *top_path,
 		r = walk_enters(ck, c, flags, &seen);
 		if (r == 0)
 			continue;
-		if (r < 0 || !pt__tree_grow((void **)&st, &cap, n, sizeof(*st))) {
+		if (r < 0 || !pt_grow((void **)&st, &cap, n, sizeof(*st))) {
 			rc = -ENOMEM;
 			break;
 		}

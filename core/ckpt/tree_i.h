@@ -217,9 +217,6 @@ struct pt_pic {
 
 /* ---- entries.c ---- */
 
-/* Room for entry @n of the array *@arr of *@cap elements of @elem bytes
- * (doubling); false when out of memory. */
-bool pt__tree_grow(void **arr, size_t *cap, size_t n, size_t elem);
 /* A new empty table of @t (freed with the tree), or NULL. */
 struct dtab *pt__tab_new(struct pt_tree *t);
 /* Drop every entry of @d / free @d (NULL is fine). */

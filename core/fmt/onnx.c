@@ -135,24 +135,6 @@ struct ox_tp {
 
 /* ---- small helpers ---- */
 
-static bool ox_grow(void **arr, size_t *cap, size_t n, size_t elem)
-{
-	size_t nc;
-	void *q;
-
-	if (n < *cap)
-		return true;
-	nc = *cap ? *cap * 2 : 16;
-	if (nc > SIZE_MAX / elem)
-		return false;
-	q = realloc(*arr, nc * elem);
-	if (!q)
-		return false;
-	*arr = q;
-	*cap = nc;
-	return true;
-}
-
 static int ox_oom(struct ox *ox)
 {
 	return pt_fail(ox->err, -ENOMEM, "out of memory");
@@ -200,7 +182,7 @@ static int ox_add(struct ox *ox, struct ox_list *l, const char *name,
 		return pt_fail(ox->err, -EFBIG,
 			       "ONNX model: more than %" PRIu64 " entries in one directory",
 			       lim->max_dir_entries);
-	if (!ox_grow((void **)&l->v, &l->cap, l->n, sizeof(*l->v)))
+	if (!pt_grow((void **)&l->v, &l->cap, l->n, sizeof(*l->v)))
 		return ox_oom(ox);
 	l->v[l->n].name = name;
 	l->v[l->n].val = val;
@@ -451,7 +433,7 @@ static int ox_ext_home(struct ox *ox, const char *tname, const char *loc,
 			*lazy = st->ext[i].lazy;
 			return 0;
 		}
-	if (!ox_grow((void **)&st->ext, &st->cap_ext, st->n_ext, sizeof(*st->ext)))
+	if (!pt_grow((void **)&st->ext, &st->cap_ext, st->n_ext, sizeof(*st->ext)))
 		return ox_oom(ox);
 	*lazy = ox->ck->src->costly_reads;
 	if (*lazy)

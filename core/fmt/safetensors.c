@@ -80,24 +80,6 @@ struct st_parse {
 	size_t n_meta;
 };
 
-static bool grow_arr(void **arr, size_t *cap, size_t n, size_t elem)
-{
-	size_t nc;
-	void *q;
-
-	if (n < *cap)
-		return true;
-	nc = *cap ? *cap * 2 : 16;
-	if (nc > SIZE_MAX / elem)
-		return false;
-	q = realloc(*arr, nc * elem);
-	if (!q)
-		return false;
-	*arr = q;
-	*cap = nc;
-	return true;
-}
-
 static const char *ent_name(const struct st_ent *e, char *buf, size_t cap)
 {
 	return pt__js_printable(e->name, e->name_len, buf, cap);
@@ -224,7 +206,7 @@ static int st_tensor(struct pt_js *j, struct st_parse *ps, struct st_ent *e,
 				rc = pt__js_uint(j, INT64_MAX, &d);
 				if (rc)
 					break;
-				if (!grow_arr((void **)&ps->dims, &ps->capdims,
+				if (!pt_grow((void **)&ps->dims, &ps->capdims,
 					      ps->ndims, sizeof(*ps->dims)))
 					return pt_fail(j->err, -ENOMEM, "out of memory");
 				ps->dims[ps->ndims++] = (int64_t)d;
@@ -291,7 +273,7 @@ static int st_header(struct pt_js *j, struct st_parse *ps,
 				return pt_fail(j->err, -EFBIG,
 					       "%s: more than %" PRIu64 " tensors",
 					       j->what, lim->max_dir_entries);
-			if (!grow_arr((void **)&ps->ents, &ps->cap, ps->n,
+			if (!pt_grow((void **)&ps->ents, &ps->cap, ps->n,
 				      sizeof(*ps->ents)))
 				return pt_fail(j->err, -ENOMEM, "out of memory");
 			e = &ps->ents[ps->n++];

@@ -81,23 +81,11 @@ struct tj {
 	bool have_main;
 };
 
+/* pt_grow(), within the format's own cap @max of elements. */
 static bool tj_grow(void **arr, size_t *cap, size_t n, size_t elem,
 		    uint64_t max)
 {
-	void *q;
-	size_t nc;
-
-	if (n < *cap)
-		return true;
-	if (n >= max)
-		return false;
-	nc = *cap ? *cap * 2 : 16;
-	q = realloc(*arr, nc * elem);
-	if (!q)
-		return false;
-	*arr = q;
-	*cap = nc;
-	return true;
+	return n < max && pt_grow(arr, cap, n, elem);
 }
 
 static bool key_is(const uint8_t *k, size_t n, const char *s)
