@@ -35,7 +35,9 @@ verdict() {
 # (the build failed) counts as one failure.
 ctest_verdict() {
 	local total failed skipped
-	total=$(sed -n 's/.*tests passed, [0-9]* tests\{0,1\} failed out of \([0-9]*\).*/\1/p' "$2" 2>/dev/null | tail -n 1)
+	# no log at all (the build failed) must not end the script: sed's
+	# status 2 under set -e and pipefail did
+	total=$({ sed -n 's/.*tests passed, [0-9]* tests\{0,1\} failed out of \([0-9]*\).*/\1/p' "$2" 2>/dev/null || true; } | tail -n 1)
 	if [ -z "$total" ]; then
 		verdict "$1" 0 1 0
 		return

@@ -138,9 +138,11 @@ int pt_png_encode(const uint8_t *rgb, uint32_t w, uint32_t h,
 	p = chunk_close(p, "IDAT", (uint32_t)zlen);
 	p = chunk_close(p, "IEND", 0);
 	if ((uint64_t)(p - buf) != size) {
+		size_t wrote = (size_t)(p - buf);
+
 		free(buf);
 		return pt_fail(err, -EIO, "png: %zu bytes written, %llu computed",
-			       (size_t)(p - buf), (unsigned long long)size);
+			       wrote, (unsigned long long)size);
 	}
 	*out = buf;
 	*len = (size_t)size;
