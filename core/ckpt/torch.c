@@ -679,6 +679,18 @@ static int numpy_spec(struct pt_ckpt *ck, const struct pt_value *dtype,
 
 /* ---- other values ---- */
 
+/* Is @g one of the globals @names[0..@n) (module, name)? */
+static bool is_global_of(const struct pt_value *g,
+			 const char *const (*names)[2], size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		if (pt__is_global(g, names[i][0], names[i][1]))
+			return true;
+	return false;
+}
+
 static bool is_mapping_class(const struct pt_value *g)
 {
 	static const char *const names[][2] = {
@@ -689,12 +701,8 @@ static bool is_mapping_class(const struct pt_value *g)
 		{ "__builtin__", "dict" },
 		{ "torch.nn.modules.container", "ParameterDict" },
 	};
-	size_t i;
 
-	for (i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-		if (pt__is_global(g, names[i][0], names[i][1]))
-			return true;
-	return false;
+	return is_global_of(g, names, sizeof(names) / sizeof(names[0]));
 }
 
 static bool is_seq_class(const struct pt_value *g)
@@ -706,12 +714,8 @@ static bool is_seq_class(const struct pt_value *g)
 		{ "__builtin__", "frozenset" }, { "__builtin__", "list" },
 		{ "__builtin__", "tuple" },
 	};
-	size_t i;
 
-	for (i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-		if (pt__is_global(g, names[i][0], names[i][1]))
-			return true;
-	return false;
+	return is_global_of(g, names, sizeof(names) / sizeof(names[0]));
 }
 
 /* _codecs.encode(str, 'latin1'): each code point of the str is a byte. */

@@ -1,11 +1,11 @@
 # SPDX-License-Identifier: MIT
 """The documentation tells the truth about the sources it names.
 
-- No reference to a tracker issue number ("issue 14") anywhere a reader of
-  the repository looks: a reader cannot see the tracker.
+- No reference to a tracker's numbered items anywhere a reader of the
+  repository looks: a reader cannot see the tracker.
 - Comments cite format facts as docs/FORMATS.md, "HEADING", and every such
-  heading exists; the reference the repository does not ship (FORMAT.md,
-  "§N") is cited nowhere.
+  heading exists; the outside format reference the repository does not
+  ship, and its numbered sections, are cited nowhere.
 - Every function the walks of docs/ARCHITECTURE.md name (the sections
   "How a ...": a FUSE read, a FUSE write, a remote checkpoint) is defined
   in core/ or fs/.
@@ -27,8 +27,9 @@ SCANNED = ["core", "fs", "tests", "contrib", "docs", "README.md",
 TEXT_EXT = {".c", ".h", ".py", ".sh", ".md", ".txt", ".cmake", ".1",
             ".json", ".in", ".xml", ".desktop", ".thumbnailer", ""}
 
-# "issue 14", "issues 13 and 16", "Issue 6", "issue #3" (spelt in two
-# pieces so that this file does not match itself)
+# a tracker's item numbers in any of the usual spellings: singular or
+# plural, capitalised or not, with or without '#' (the pattern is spelt
+# in two pieces so that this file does not match itself)
 TRACKER = re.compile(r"\b[Ii]ss" r"ues?\s+#?\d+")
 OLD_REF = re.compile(r"(?<![\w/])FORMAT\.md")
 # §N or §N.M; the ZIP specification's sections (APPNOTE §4.3.16) have three
