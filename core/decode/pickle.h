@@ -64,6 +64,12 @@ enum pt_vkind {
 #define PT_VF_LEAN 0x2     /* a call classified while loading (see
 			    * pt_pickle_load_lean): its arguments were
 			    * dropped, u.call.args is an empty tuple */
+#define PT_VF_INST 0x4     /* a PT_V_OBJ made by INST or OBJ (CPython's
+			    * _instantiate: cls(*args), or cls.__new__(cls)
+			    * when there are none and cls is a class), not
+			    * by NEWOBJ (cls.__new__(cls, *args)) */
+#define PT_VF_NEWOBJ_EX 0x8 /* a PT_V_OBJ made by NEWOBJ_EX (its keyword
+			     * dict may be empty) */
 
 struct pt_value;
 
@@ -113,6 +119,11 @@ struct pt_value {
 		struct {
 			const char *module; /* NUL-terminated (arena) */
 			const char *name;   /* NUL-terminated (arena) */
+			/* NULL, or when a pickle below protocol 3 named a
+			 * Python 2 global that module/name translate (as
+			 * CPython's Lib/_compat_pickle.py does): its own
+			 * spelling, "module\0name\0" (arena) */
+			const char *py2;
 		} global;
 		struct {
 			struct pt_value *callable; /* REDUCE: the callable;
@@ -216,7 +227,8 @@ struct pt_value *pt_pickle_root(const struct pt_pickle *pk);
 /* Number of nodes created (ids are 0 .. count-1). */
 uint32_t pt_pickle_count(const struct pt_pickle *pk);
 
-/* The highest protocol seen (PROTO opcode), 0 when there was none. */
+/* The highest protocol seen (PROTO opcode), 0 when there was none: what
+ * pt_pickle_emit() (pickle_emit.h) writes it back with. */
 int pt_pickle_protocol(const struct pt_pickle *pk);
 
 /*
