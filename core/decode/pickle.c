@@ -32,6 +32,11 @@
 
 const struct pt_vseq pt_vseq_empty;
 
+#if UINTPTR_MAX == UINT64_MAX
+/* pickle.h: a node is 40 bytes (a state dict has ~10 per tensor). */
+_Static_assert(sizeof(struct pt_value) == 40, "struct pt_value grew");
+#endif
+
 /* ---- opcode table (pickle_i.h) ---------------------------------------- */
 
 const struct pt_opinfo pt__pickle_ops[256] = {
@@ -885,9 +890,10 @@ static size_t pt_owned(const struct pt_value *v, uintptr_t lo, uintptr_t hi,
 }
 
 /* Can node @v (made after the mark) be moved down?  Scalars, strings and
- * globals: they point at nothing of the arena but their own text.  Bytes
- * only when they are the input's (a classified bytes node keeps a pointer
- * to its text elsewhere). */
+ * globals: they point at nothing of the arena but their own text (not a
+ * global's Python 2 spelling, rare enough to keep it all).  Bytes only
+ * when they are the input's (a classified bytes node keeps a pointer to
+ * its text elsewhere). */
 static bool pt_movable(const struct pt_value *v, uintptr_t lo, uintptr_t hi)
 {
 	switch (v->kind) {
@@ -897,8 +903,9 @@ static bool pt_movable(const struct pt_value *v, uintptr_t lo, uintptr_t hi)
 	case PT_V_BIGINT:
 	case PT_V_FLOAT:
 	case PT_V_STR:
-	case PT_V_GLOBAL:
 		return true;
+	case PT_V_GLOBAL:
+		return !v->u.global.py2 || !pt_in(v->u.global.py2, lo, hi);
 	case PT_V_BYTES:
 		return !pt_in(v->u.s.p, lo, hi);
 	case PT_V_TUPLE:
@@ -1783,10 +1790,35 @@ static int pt_name_copy(struct pt_vm *vm, const uint8_t *p, size_t n,
 	return 0;
 }
 
-/* A GLOBAL node for module/name, Python 2 names mapped below protocol 3. */
+/* Keep the spelling @mp/@np of a global that is being translated, as
+ * "module\0name\0" in the arena (pickle.h, u.global.py2). */
+static int pt_keep_py2(struct pt_vm *vm, struct pt_value *v,
+		       const uint8_t *mp, size_t mn, const uint8_t *np,
+		       size_t nn)
+{
+	char *s;
+	int rc;
+
+	if (mn > SIZE_MAX / 2 - 2 || nn > SIZE_MAX / 2)
+		return pt_vm_nomem(vm, -EFBIG);
+	rc = pt_vm_alloc(vm, mn + nn + 2, (void **)&s);
+	if (rc)
+		return rc;
+	memcpy(s, mp, mn);
+	s[mn] = '\0';
+	memcpy(s + mn + 1, np, nn);
+	s[mn + 1 + nn] = '\0';
+	v->u.global.py2 = s;
+	return 0;
+}
+
+/* A GLOBAL node for module/name, Python 2 names mapped below protocol 3
+ * (their spelling kept for pickle_emit.c). */
 static int pt_make_global(struct pt_vm *vm, const uint8_t *mp, size_t mn,
 			  const uint8_t *np, size_t nn, struct pt_value **out)
 {
+	const uint8_t *mp0 = mp, *np0 = np;
+	size_t mn0 = mn, nn0 = nn;
 	struct pt_value *v;
 	size_t i;
 	int rc;
@@ -1818,7 +1850,11 @@ static int pt_make_global(struct pt_vm *vm, const uint8_t *mp, size_t mn,
 	}
 copy:
 	rc = pt_name_copy(vm, mp, mn, &v->u.global.module);
-	return rc ? rc : pt_name_copy(vm, np, nn, &v->u.global.name);
+	if (!rc)
+		rc = pt_name_copy(vm, np, nn, &v->u.global.name);
+	if (!rc && (mp != mp0 || np != np0))
+		rc = pt_keep_py2(vm, v, mp0, mn0, np0, nn0);
+	return rc;
 }
 
 static int pt_op_global(struct pt_vm *vm, const struct pt_arg *a)
@@ -1888,6 +1924,8 @@ static int pt_op_call(struct pt_vm *vm)
 				  pt_kind_name(kw->kind));
 	rc = pt_make_call(vm, vm->op == OP_REDUCE ? PT_V_CALL : PT_V_OBJ,
 			  fn, args, kw);
+	if (!rc && vm->op == OP_NEWOBJ_EX)
+		vm->stack[vm->sn - 1]->flags |= PT_VF_NEWOBJ_EX;
 	if (rc || vm->op != OP_REDUCE || !vm->tup_v)
 		return rc;
 	return pt_lean_reduce(vm, fn, args);
@@ -1917,7 +1955,10 @@ static int pt_op_inst(struct pt_vm *vm, const struct pt_arg *a)
 	if (rc)
 		return rc;
 	vm->sn = k;
-	return pt_make_call(vm, PT_V_OBJ, cls, args, NULL);
+	rc = pt_make_call(vm, PT_V_OBJ, cls, args, NULL);
+	if (!rc)
+		vm->stack[vm->sn - 1]->flags |= PT_VF_INST;
+	return rc;
 }
 
 /*
