@@ -37,7 +37,7 @@
 
 #include "ckpt/ckpt_i.h"        /* the value graph, tensors and storages */
 #include "export/export.h"
-#include "export/pickle_out.h"
+#include "decode/pickle_out.h"
 #include "ckpt/names.h"
 #include "container/zipwrite.h"
 #include "io/fd.h"
@@ -478,7 +478,7 @@ static void emit_object(struct pk *k, const struct pt_value *v)
 		path_push(k, NULL, 0, &saved);
 		emit(k, st);
 		path_pop(k, saved);
-		pko_op(&k->b, 's');   /* SETITEM */
+		pko_op(&k->b, PKO_SETITEM);
 	}
 	emit_pairs(k, pt_call_kv(v));
 	if (pt_call_items(v)->n) {
@@ -848,7 +848,7 @@ int pt_export_pt(struct pt_ckpt *ck, const char *out,
 	k.notes = notes;
 	pt_buf_init(&k.b);
 	pt_buf_init(&k.path);
-	pko_proto(&k.b);
+	pko_proto(&k.b, 2);
 	emit(&k, ck->root);
 	pko_stop(&k.b);
 	if (k.nst == 0)

@@ -3,9 +3,9 @@
  * pickle_out.c -- the opcodes of pickle_out.h, written as Python's pickle
  * module writes them at protocol 2.
  */
-#include <string.h>
+#include "decode/pickle_out.h"
 
-#include "export/pickle_out.h"
+#include <string.h>
 
 static void u32le(struct pt_buf *b, uint32_t v)
 {
@@ -15,9 +15,34 @@ static void u32le(struct pt_buf *b, uint32_t v)
 	pt_buf_add(b, c, 4);
 }
 
-void pko_proto(struct pt_buf *b)
+void pko_proto(struct pt_buf *b, unsigned proto)
 {
-	pt_buf_add(b, "\x80\x02", 2);
+	pt_buf_putc(b, '\x80');
+	pt_buf_putc(b, (char)proto);
+}
+
+static void u64le(struct pt_buf *b, uint64_t v)
+{
+	u32le(b, (uint32_t)v);
+	u32le(b, (uint32_t)(v >> 32));
+}
+
+/* An opcode with a length of 1 (@n < 256), 4 or 8 bytes before the data:
+ * @ops lists the three opcodes, 0 for a form that does not exist. */
+static void counted(struct pt_buf *b, const char ops[3], const void *p,
+		    size_t n)
+{
+	if (ops[0] && n < 256) {
+		pt_buf_putc(b, ops[0]);
+		pt_buf_putc(b, (char)n);
+	} else if (ops[1] && (uint64_t)n <= UINT32_MAX) {
+		pt_buf_putc(b, ops[1]);
+		u32le(b, (uint32_t)n);
+	} else {
+		pt_buf_putc(b, ops[2]);
+		u64le(b, n);
+	}
+	pt_buf_add(b, p, n);
 }
 
 void pko_stop(struct pt_buf *b)
@@ -42,8 +67,13 @@ void pko_bool(struct pt_buf *b, bool v)
 
 void pko_long(struct pt_buf *b, const uint8_t *p, size_t n)
 {
-	pt_buf_putc(b, '\x8a');
-	pt_buf_putc(b, (char)n);
+	if (n < 256) {
+		pt_buf_putc(b, '\x8a');
+		pt_buf_putc(b, (char)n);
+	} else {
+		pt_buf_putc(b, '\x8b');
+		u32le(b, (uint32_t)n);
+	}
 	pt_buf_add(b, p, n);
 }
 
@@ -89,9 +119,22 @@ void pko_float(struct pt_buf *b, double v)
 
 void pko_str(struct pt_buf *b, const void *p, size_t n)
 {
-	pt_buf_putc(b, 'X');
-	u32le(b, (uint32_t)n);
-	pt_buf_add(b, p, n);
+	counted(b, "\0X\x8d", p, n);
+}
+
+void pko_py2str(struct pt_buf *b, const void *p, size_t n)
+{
+	counted(b, "UT", p, n);
+}
+
+void pko_bytes(struct pt_buf *b, const void *p, size_t n)
+{
+	counted(b, "CB\x8e", p, n);
+}
+
+void pko_bytearray(struct pt_buf *b, const void *p, size_t n)
+{
+	counted(b, "\0\0\x96", p, n);
 }
 
 void pko_cstr(struct pt_buf *b, const char *s)
