@@ -24,6 +24,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -32,6 +33,7 @@
 #include "base/pt_limits.h"
 #include "base/rd.h"
 #include "io/source.h"
+#include "container/replace.h"
 #include "container/zip.h"
 #include "container/zipwrite.h"
 
@@ -59,7 +61,12 @@ static int group_setup(void **state)
 
 static int group_teardown(void **state)
 {
+	char small[128];
+
 	(void)state;
+	/* the tmpfs of test_plan_space, if a failure left it mounted */
+	snprintf(small, sizeof(small), "%s/small", g_dir);
+	umount2(small, MNT_DETACH);
 	return nftw(g_dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
 }
 
@@ -155,11 +162,11 @@ static void py_testzip(const char *path)
 		assert_false(ptfs_required("PTFS_REQUIRE_PYTHON"));
 }
 
-static bool no_temp_files(void)
+static bool no_temp_in(const char *path)
 {
 	struct dirent *d;
 	bool ok = true;
-	DIR *dir = opendir(g_dir);
+	DIR *dir = opendir(path);
 
 	assert_non_null(dir);
 	while ((d = readdir(dir)) != NULL)
@@ -167,6 +174,11 @@ static bool no_temp_files(void)
 			ok = false;
 	closedir(dir);
 	return ok;
+}
+
+static bool no_temp_files(void)
+{
+	return no_temp_in(g_dir);
 }
 
 struct fz {
@@ -915,6 +927,763 @@ static void test_big_zip64_torch(void **state)
 	unlink(pb);
 }
 
+/* ---- plans: records dropped, added, replaced, reordered ---------------- */
+
+/* One record as it was before a plan: where its payload was, its bytes. */
+struct snap {
+	char name[64];
+	uint64_t lho;
+	uint64_t data_off;
+	uint8_t *data;
+	size_t len;
+};
+
+/* Every record of @f, in central directory order. */
+static size_t snap_all(struct fz *f, struct snap *s, size_t cap)
+{
+	size_t n = (size_t)pt_zip_info(f->z)->n_entries;
+	size_t i;
+
+	assert_true(n <= cap);
+	for (i = 0; i < n; i++) {
+		const struct pt_zip_entry *e = pt_zip_entry_at(f->z, i);
+
+		assert_true(e->name_len < sizeof(s[i].name));
+		memcpy(s[i].name, e->name, e->name_len + 1);
+		s[i].lho = e->lho;
+		s[i].data_off = e->data_off;
+		assert_int_equal(pt_zip_read(f->z, e, &s[i].data, &s[i].len,
+					     &f->err), 0);
+	}
+	return n;
+}
+
+static void snap_free(struct snap *s, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		free(s[i].data);
+}
+
+static const struct snap *snap_find(const struct snap *s, size_t n,
+				    const char *name)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		if (strcmp(s[i].name, name) == 0)
+			return &s[i];
+	fail_msg("no record '%s' before the plan", name);
+	return NULL;
+}
+
+/*
+ * The local header of @e ends with the FB padding block (docs/FORMATS.md,
+ * "Record alignment"): id 0x4246, its length, that many 'Z' bytes, and
+ * the payload right after it.
+ */
+static void check_fb(int fd, const struct pt_zip_entry *e)
+{
+	uint8_t h[30];
+	uint8_t *x;
+	size_t xl;
+	size_t pos = 0;
+	bool fb = false;
+
+	assert_int_equal(pread(fd, h, 30, (off_t)e->lho), 30);
+	xl = pt_le16(h + 28);
+	x = malloc(xl + 1);
+	assert_non_null(x);
+	assert_int_equal(pread(fd, x, xl, (off_t)(e->lho + 30 + e->name_len)),
+			 (ssize_t)xl);
+	while (pos + 4 <= xl) {
+		size_t bl = pt_le16(x + pos + 2);
+		size_t i;
+
+		assert_true(pos + 4 + bl <= xl);
+		if (pt_le16(x + pos) == 0x4246) {
+			for (i = 0; i < bl; i++)
+				assert_int_equal(x[pos + 4 + i], 'Z');
+			assert_int_equal(pos + 4 + bl, xl);
+			fb = true;
+		}
+		pos += 4 + bl;
+	}
+	free(x);
+	if (!fb)
+		fail_msg("%s: no FB padding block", e->name);
+	assert_int_equal(e->data_off, e->lho + 30 + e->name_len + xl);
+}
+
+/*
+ * After a plan: our reader and Python's zipfile accept @path, every
+ * payload is aligned to @align with an FB block before it, and the records
+ * kept from @old (not in @changed) have their old bytes; those that moved
+ * and span a block kept their payload offset modulo 4096.  Returns how
+ * many of them moved.
+ */
+static unsigned check_plan(const char *path, const struct snap *old,
+			   size_t nold, const char *const *changed,
+			   uint64_t align)
+{
+	struct fz f;
+	uint64_t i;
+	unsigned moved = 0;
+
+	check_archive(path, true);
+	fz_open(&f, path);
+	for (i = 0; i < pt_zip_info(f.z)->n_entries; i++) {
+		const struct pt_zip_entry *e = pt_zip_entry_at(f.z, i);
+		const struct snap *o = NULL;
+		const char *const *c;
+		uint8_t *p;
+		size_t n;
+		size_t k;
+
+		if (e->data_off % align != 0)
+			fail_msg("%s: payload at %llu, not a multiple of %llu",
+				 e->name, (unsigned long long)e->data_off,
+				 (unsigned long long)align);
+		check_fb(f.fd, e);
+		for (k = 0; k < nold; k++)
+			if (strcmp(old[k].name, e->name) == 0)
+				o = &old[k];
+		for (c = changed; c && *c; c++)
+			if (strcmp(*c, e->name) == 0)
+				o = NULL;
+		if (!o)
+			continue;
+		assert_int_equal(pt_zip_read(f.z, e, &p, &n, &f.err), 0);
+		assert_int_equal(n, o->len);
+		assert_memory_equal(p, o->data, n);
+		free(p);
+		if (e->lho != o->lho && o->len >= 4096 &&
+		    o->data_off % align == 0) {
+			moved++;
+			if (e->data_off % 4096 != o->data_off % 4096)
+				fail_msg("%s: payload moved from %llu to %llu, "
+					 "not congruent modulo 4096", e->name,
+					 (unsigned long long)o->data_off,
+					 (unsigned long long)e->data_off);
+		}
+	}
+	fz_close(&f);
+	return moved;
+}
+
+/* Integer tensors of 12000, 40, 16384 and 56 bytes (data/0 .. data/3). */
+#define PLAN_EXPR "dict(a=torch.arange(3000, dtype=torch.int32), " \
+		  "b=torch.arange(5), c=torch.arange(2048), " \
+		  "d=torch.full((7,), 3))"
+
+/* The records of @f in file order, as a plan keeping all of them. */
+static size_t plan_keep_all(struct fz *f, struct pt_zw_rec *plan, size_t cap)
+{
+	size_t n = (size_t)pt_zip_info(f->z)->n_entries;
+	size_t i;
+	size_t j;
+
+	assert_true(n <= cap);
+	memset(plan, 0, n * sizeof(*plan));
+	for (i = 0; i < n; i++)
+		plan[i].entry = pt_zip_entry_at(f->z, i);
+	/* insertion sort by local header offset */
+	for (i = 1; i < n; i++)
+		for (j = i; j > 0 && plan[j - 1].entry->lho >
+				     plan[j].entry->lho; j--) {
+			struct pt_zw_rec t = plan[j];
+
+			plan[j] = plan[j - 1];
+			plan[j - 1] = t;
+		}
+	return n;
+}
+
+/* Remove the record named "<prefix>/@rel" from @plan. */
+static size_t plan_drop(struct fz *f, struct pt_zw_rec *plan, size_t n,
+			const char *rel)
+{
+	const struct pt_zip_entry *e = fz_find(f, rel);
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		if (plan[i].entry == e) {
+			memmove(&plan[i], &plan[i + 1],
+				(n - i - 1) * sizeof(*plan));
+			return n - 1;
+		}
+	fail_msg("'%s' is not in the plan", rel);
+	return n;
+}
+
+static uint64_t file_size(const char *path)
+{
+	struct stat st;
+
+	assert_int_equal(stat(path, &st), 0);
+	return (uint64_t)st.st_size;
+}
+
+/* Dropping a middle record: later ones move, the big one by whole blocks. */
+static void test_plan_drop(void **state)
+{
+	char p[512];
+	struct fz f;
+	struct snap old[16];
+	struct pt_zw_rec plan[16];
+	struct pt_error err;
+	uint64_t size;
+	size_t nold;
+	size_t n;
+
+	(void)state;
+	if (!have_torch())
+		PTFS_SKIP("PTFS_REQUIRE_PYTHON", "no torch in " PY);
+	pathf(p, sizeof(p), "drop.pt");
+	make_torch(p, PLAN_EXPR);
+	fz_open(&f, p);
+	nold = snap_all(&f, old, 16);
+	n = plan_keep_all(&f, plan, 16);
+	n = plan_drop(&f, plan, n, "data/1");
+	pt_error_clear(&err);
+	assert_int_equal(pt_zip_plan_size(f.z, plan, n, &size, &err), 0);
+	assert_int_equal(pt_zip_write_plan(p, f.z, plan, n, NULL, NULL, &err),
+			 0);
+	fz_close(&f);
+	assert_int_equal(file_size(p), size);
+	/* data/2 (16 KiB) moved and kept its offset modulo 4096 */
+	assert_int_equal(check_plan(p, old, nold, NULL, 64), 1);
+	fz_open(&f, p);
+	assert_int_equal(pt_zip_info(f.z)->n_entries, nold - 1);
+	assert_null(pt_zip_find_rel(f.z, "data/1"));
+	fz_close(&f);
+	assert_true(no_temp_files());
+	snap_free(old, nold);
+	unlink(p);
+}
+
+/*
+ * Records added (one small, one empty) and the rest reordered: torch
+ * still loads it equal, also with weights_only; the new records look
+ * like torch's own; the central directory follows the plan.
+ */
+static void test_plan_add_reorder_torch(void **state)
+{
+	static const char load[] =
+		"import sys, torch\n"
+		"for wo in (False, True):\n"
+		"    d = torch.load(sys.argv[1], weights_only=wo)\n"
+		"    assert list(d) == ['a', 'b', 'c', 'd']\n"
+		"    assert torch.equal(d['a'], torch.arange(3000, dtype=torch.int32))\n"
+		"    assert torch.equal(d['b'], torch.arange(5))\n"
+		"    assert torch.equal(d['c'], torch.arange(2048))\n"
+		"    assert torch.equal(d['d'], torch.full((7,), 3))\n";
+	static char note[] = "not a storage";
+	char p[512];
+	char nn[64];
+	char ne[64];
+	char names[16][64];
+	struct fz f;
+	struct snap old[16];
+	struct pt_zw_rec plan[16];
+	struct pt_zw_change add = { 0 };
+	struct pt_error err;
+	const struct pt_zip_entry *e;
+	const struct pt_zip_entry *t;
+	uint32_t crc = 0;
+	uint16_t tflags;
+	uint16_t ttime;
+	uint16_t tdate;
+	uint16_t tmade;
+	uint16_t tneeded;
+	uint8_t h[30];
+	size_t nold;
+	size_t n;
+	size_t i;
+
+	(void)state;
+	if (!have_torch())
+		PTFS_SKIP("PTFS_REQUIRE_PYTHON", "no torch in " PY);
+	pathf(p, sizeof(p), "add.pt");
+	make_torch(p, PLAN_EXPR);
+	fz_open(&f, p);
+	nold = snap_all(&f, old, 16);
+	t = pt_zip_entry_at(f.z, 0);
+	tflags = t->flags;
+	ttime = t->mtime;
+	tdate = t->mdate;
+	tmade = t->version_made;
+	tneeded = t->version_needed;
+	snprintf(nn, sizeof(nn), "%s/extra/note", pt_zip_info(f.z)->prefix);
+	snprintf(ne, sizeof(ne), "%s/extra/empty", pt_zip_info(f.z)->prefix);
+	/* reversed, with the new records between the old ones */
+	memset(plan, 0, sizeof(plan));
+	n = 0;
+	for (i = nold; i-- > 0;) {
+		plan[n++].entry = pt_zip_entry_at(f.z, i);
+		if (i == 3) {
+			add.size = sizeof(note) - 1;
+			add.read = mem_read;
+			add.ctx = note;
+			add.crc_out = &crc;
+			plan[n].name = nn;
+			plan[n++].change = &add;
+		}
+		if (i == 1)
+			plan[n++].name = ne;
+	}
+	for (i = 0; i < n; i++)
+		snprintf(names[i], sizeof(names[i]), "%s",
+			 plan[i].entry ? plan[i].entry->name : plan[i].name);
+	pt_error_clear(&err);
+	assert_int_equal(pt_zip_write_plan(p, f.z, plan, n, NULL, NULL, &err),
+			 0);
+	fz_close(&f);
+	assert_int_equal(crc, pt_crc32(0, note, sizeof(note) - 1));
+	check_plan(p, old, nold, NULL, 64);
+	assert_int_equal(py(load, p), 0);
+
+	fz_open(&f, p);
+	assert_int_equal(pt_zip_info(f.z)->n_entries, n);
+	for (i = 0; i < n; i++) {
+		e = pt_zip_entry_at(f.z, i);
+		assert_string_equal(e->name, names[i]);
+		if (i > 0)
+			assert_true(e->lho > pt_zip_entry_at(f.z, i - 1)->lho);
+	}
+	e = fz_find(&f, "extra/note");
+	assert_int_equal(e->usize, sizeof(note) - 1);
+	assert_int_equal(e->crc32, crc);
+	assert_int_equal(e->method, PT_ZIP_STORED);
+	assert_int_equal(e->flags, tflags);
+	assert_int_equal(e->mtime, ttime);
+	assert_int_equal(e->mdate, tdate);
+	assert_int_equal(e->version_made, tmade);
+	assert_int_equal(e->version_needed, tneeded);
+	assert_true(e->has_descriptor);
+	assert_int_equal(pread(f.fd, h, 30, (off_t)e->lho), 30);
+	assert_int_equal(pt_le16(h + 4), 0);            /* version */
+	assert_int_equal(pt_le16(h + 6), 0x0808);
+	assert_int_equal(pt_le32(h + 14), 0);           /* CRC, sizes */
+	assert_int_equal(pt_le32(h + 18), 0);
+	assert_int_equal(pt_le32(h + 22), 0);
+	e = fz_find(&f, "extra/empty");
+	assert_int_equal(e->usize, 0);
+	assert_int_equal(e->flags, 0x0800);
+	assert_false(e->has_descriptor);
+	fz_close(&f);
+	assert_true(no_temp_files());
+	snap_free(old, nold);
+	unlink(p);
+}
+
+/* One plan that replaces a record (larger), drops one and renames one. */
+static void test_plan_replace_drop(void **state)
+{
+	char p[512];
+	char rn[64];
+	char c0[64];
+	const char *chg[2] = { c0, NULL };
+	struct fz f;
+	struct snap old[16];
+	struct pt_zw_rec plan[16];
+	struct pt_zw_change ch = { 0 };
+	struct pt_error err;
+	const struct snap *o;
+	uint8_t *b;
+	size_t nb;
+	size_t nold;
+	size_t n;
+	size_t i;
+
+	(void)state;
+	if (!have_torch())
+		PTFS_SKIP("PTFS_REQUIRE_PYTHON", "no torch in " PY);
+	pathf(p, sizeof(p), "repl.pt");
+	make_torch(p, PLAN_EXPR);
+	fz_open(&f, p);
+	nold = snap_all(&f, old, 16);
+	n = plan_keep_all(&f, plan, 16);
+	n = plan_drop(&f, plan, n, "data/3");
+	ch.entry = fz_find(&f, "data/0");
+	ch.size = 13000;
+	ch.read = pat_read;
+	ch.ctx = (void *)(uintptr_t)11;
+	snprintf(c0, sizeof(c0), "%s", ch.entry->name);
+	snprintf(rn, sizeof(rn), "%s/data/renamed", pt_zip_info(f.z)->prefix);
+	for (i = 0; i < n; i++) {
+		if (plan[i].entry == ch.entry)
+			plan[i].change = &ch;
+		if (plan[i].entry == fz_find(&f, "data/1"))
+			plan[i].name = rn;
+	}
+	pt_error_clear(&err);
+	assert_int_equal(pt_zip_write_plan(p, f.z, plan, n, NULL, NULL, &err),
+			 0);
+	fz_close(&f);
+	/* data/2 moved by the growth of data/0, whole blocks kept */
+	assert_int_equal(check_plan(p, old, nold, chg, 64), 1);
+	fz_open(&f, p);
+	assert_int_equal(pt_zip_info(f.z)->n_entries, nold - 1);
+	assert_null(pt_zip_find_rel(f.z, "data/3"));
+	assert_null(pt_zip_find_rel(f.z, "data/1"));
+	assert_int_equal(pt_zip_read(f.z, fz_find(&f, "data/0"), &b, &nb,
+				     &f.err), 0);
+	assert_int_equal(nb, 13000);
+	pat_check(b, nb, 11);
+	free(b);
+	o = NULL;
+	for (i = 0; i < nold; i++)
+		if (strstr(old[i].name, "/data/1"))
+			o = &old[i];
+	assert_non_null(o);
+	assert_int_equal(pt_zip_read(f.z, fz_find(&f, "data/renamed"), &b,
+				     &nb, &f.err), 0);
+	assert_int_equal(nb, o->len);
+	assert_memory_equal(b, o->data, nb);
+	free(b);
+	fz_close(&f);
+	assert_true(no_temp_files());
+	snap_free(old, nold);
+	unlink(p);
+}
+
+/* @path still holds exactly @a (@na bytes). */
+static void assert_same(const char *path, const uint8_t *a, size_t na)
+{
+	uint8_t *b;
+	size_t nb;
+
+	b = slurp(path, &nb);
+	assert_int_equal(na, nb);
+	assert_memory_equal(a, b, na);
+	free(b);
+}
+
+/* A refused plan: -EINVAL, one line naming @what, nothing written. */
+static void refused(const char *path, struct fz *f,
+		    const struct pt_zw_rec *plan, size_t n, const char *what,
+		    const uint8_t *a, size_t na)
+{
+	struct pt_error err;
+	uint64_t size;
+	int rc;
+
+	pt_error_clear(&err);
+	rc = pt_zip_write_plan(path, f->z, plan, n, NULL, NULL, &err);
+	if (rc != -EINVAL)
+		fail_msg("%s: %d (%s), not -EINVAL", what, rc, err.msg);
+	if (!strstr(err.msg, what) || strchr(err.msg, '\n'))
+		fail_msg("message '%s' does not name '%s'", err.msg, what);
+	pt_error_clear(&err);
+	assert_int_equal(pt_zip_plan_size(f->z, plan, n, &size, &err),
+			 -EINVAL);
+	assert_same(path, a, na);
+	assert_true(no_temp_files());
+}
+
+/* Bad plans are refused before anything is written. */
+static void test_plan_bad(void **state)
+{
+	char p[512];
+	char dup[64];
+	char *longname;
+	uint8_t *a;
+	size_t na;
+	struct fz f;
+	struct fz g;
+	struct pt_zw_rec plan[16];
+	struct pt_zw_change ch = { 0 };
+	size_t n;
+
+	(void)state;
+	if (!have_python())
+		PTFS_SKIP("PTFS_REQUIRE_PYTHON", "no " PY " with zipfile");
+	pathf(p, sizeof(p), "bad.zip");
+	make_pyzip(p);
+	a = slurp(p, &na);
+	fz_open(&f, p);
+	n = plan_keep_all(&f, plan, 15);
+
+	/* a new record with the name of a kept one */
+	plan[n].entry = NULL;
+	plan[n].name = "q/tail";
+	plan[n].change = NULL;
+	refused(p, &f, plan, n + 1, "'q/tail' is twice", a, na);
+	/* two new records of one name */
+	plan[n - 1].entry = NULL;
+	snprintf(dup, sizeof(dup), "q/new");
+	plan[n - 1].name = dup;
+	plan[n].name = "q/new";
+	refused(p, &f, plan, n + 1, "'q/new' is twice", a, na);
+	/* a kept record renamed onto another */
+	n = plan_keep_all(&f, plan, 15);
+	plan[0].name = "q/tail";
+	refused(p, &f, plan, n, "'q/tail' is twice", a, na);
+	/* names: empty, 65536 bytes, none for a new record */
+	plan[0].name = "";
+	refused(p, &f, plan, n, "1 to 65535 bytes", a, na);
+	longname = malloc(65537);
+	assert_non_null(longname);
+	memset(longname, 'x', 65536);
+	longname[65536] = '\0';
+	plan[0].name = longname;
+	refused(p, &f, plan, n, "1 to 65535 bytes", a, na);
+	plan[0].entry = NULL;
+	plan[0].name = NULL;
+	refused(p, &f, plan, n, "needs a name", a, na);
+	free(longname);
+	/* an entry of another archive; a change of another record */
+	n = plan_keep_all(&f, plan, 15);
+	fz_open(&g, p);
+	plan[1].entry = fz_find(&g, "data/0");
+	refused(p, &f, plan, n, "not in this archive", a, na);
+	fz_close(&g);
+	n = plan_keep_all(&f, plan, 15);
+	ch.entry = fz_find(&f, "tail");
+	plan[0].change = &ch;
+	refused(p, &f, plan, n, "its change is for 'q/tail'", a, na);
+	/* new contents without a callback */
+	ch.entry = NULL;
+	ch.size = 10;
+	refused(p, &f, plan, n, "bad change", a, na);
+	fz_close(&f);
+	free(a);
+	unlink(p);
+}
+
+/*
+ * The alignment of the new archive comes from its own
+ * ".storage_alignment"; with ".format_version" in it, moved records get
+ * torch's plain padding, not the block-keeping one (docs/FORMATS.md,
+ * "Computed storage offsets").
+ */
+static void test_plan_alignment(void **state)
+{
+	static char a256[] = "256\n";
+	char p[512];
+	char na[64];
+	char nf[64];
+	struct fz f;
+	struct snap old[16];
+	struct pt_zw_rec plan[16];
+	struct pt_zw_change al = { 0 };
+	const struct pt_zip_entry *e;
+	struct pt_error err;
+	size_t nold;
+	size_t n;
+
+	(void)state;
+	if (!have_torch())
+		PTFS_SKIP("PTFS_REQUIRE_PYTHON", "no torch in " PY);
+	pathf(p, sizeof(p), "align.pt");
+	make_torch(p, PLAN_EXPR);
+	fz_open(&f, p);
+	nold = snap_all(&f, old, 16);
+	n = plan_keep_all(&f, plan, 15);
+	snprintf(na, sizeof(na), "%s/.storage_alignment",
+		 pt_zip_info(f.z)->prefix);
+	memmove(&plan[1], &plan[0], n * sizeof(*plan));
+	memset(&plan[0], 0, sizeof(plan[0]));
+	al.size = 4;
+	al.read = mem_read;
+	al.ctx = a256;
+	plan[0].name = na;
+	plan[0].change = &al;
+	pt_error_clear(&err);
+	assert_int_equal(pt_zip_write_plan(p, f.z, plan, n + 1, NULL, NULL,
+					   &err), 0);
+	fz_close(&f);
+	check_plan(p, old, nold, NULL, 256);
+
+	/* drop data/1 and add .format_version: data/2 padded as torch does */
+	snap_free(old, nold);
+	fz_open(&f, p);
+	nold = snap_all(&f, old, 16);
+	n = plan_keep_all(&f, plan, 15);
+	n = plan_drop(&f, plan, n, "data/1");
+	snprintf(nf, sizeof(nf), "%s/.format_version", pt_zip_info(f.z)->prefix);
+	memset(&plan[n], 0, sizeof(plan[n]));
+	plan[n++].name = nf;
+	assert_int_equal(pt_zip_write_plan(p, f.z, plan, n, NULL, NULL, &err),
+			 0);
+	fz_close(&f);
+	check_plan(p, NULL, 0, NULL, 256);
+	fz_open(&f, p);
+	e = fz_find(&f, "data/2");
+	assert_true(e->data_off - (e->lho + 30 + e->name_len + 4) < 256);
+	assert_true(e->lho != snap_find(old, nold, e->name)->lho);
+	fz_close(&f);
+	assert_true(no_temp_files());
+	snap_free(old, nold);
+	unlink(p);
+}
+
+/*
+ * The space check: on a 4 MiB tmpfs a plan that needs more fails with
+ * -ENOSPC before anything is created; one that fits is written; a rewrite
+ * of a 2.5 MiB archive needs a second copy's room and fails up front.
+ */
+static void test_plan_space(void **state)
+{
+	char dir[512];
+	char p[600];
+	uint8_t *a;
+	size_t na;
+	struct fz f;
+	struct pt_zw_rec plan[16];
+	struct pt_zw_change big = { 0 };
+	struct pt_error err;
+	size_t n;
+	int rc;
+
+	(void)state;
+	if (!have_python())
+		PTFS_SKIP("PTFS_REQUIRE_PYTHON", "no " PY " with zipfile");
+	if (geteuid() != 0)
+		PTFS_SKIP("PTFS_REQUIRE_ROOT", "not root: no tmpfs to fill");
+	pathf(dir, sizeof(dir), "small");
+	assert_int_equal(mkdir(dir, 0700), 0);
+	if (mount("tmpfs", dir, "tmpfs", 0, "size=4m") != 0)
+		PTFS_SKIP("PTFS_REQUIRE_ROOT", "mount tmpfs: %s",
+			  strerror(errno));
+	snprintf(p, sizeof(p), "%s/m.zip", dir);
+	make_pyzip(p);
+	a = slurp(p, &na);
+	fz_open(&f, p);
+	n = plan_keep_all(&f, plan, 15);
+	memset(&plan[n], 0, sizeof(plan[n]));
+	plan[n].name = "q/big";
+	plan[n].change = &big;
+	big.read = pat_read;
+	big.size = 8 << 20;
+	pt_error_clear(&err);
+	rc = pt_zip_write_plan(p, f.z, plan, n + 1, NULL, NULL, &err);
+	assert_int_equal(rc, -ENOSPC);
+	if (!strstr(err.msg, "commit: needs ") || !strstr(err.msg, " free") ||
+	    !strstr(err.msg, dir))
+		fail_msg("message: %s", err.msg);
+	assert_same(p, a, na);
+	assert_true(no_temp_in(dir));
+
+	big.size = 5 << 19;     /* 2.5 MiB */
+	rc = pt_zip_write_plan(p, f.z, plan, n + 1, NULL, NULL, &err);
+	fz_close(&f);
+	if (rc)
+		fail_msg("%d %s", rc, err.msg);
+	check_archive(p, false);
+	free(a);
+	a = slurp(p, &na);
+	fz_open(&f, p);
+	pt_error_clear(&err);
+	assert_int_equal(pt_zip_rewrite(p, f.z, NULL, 0, NULL, NULL, &err),
+			 -ENOSPC);
+	assert_non_null(strstr(err.msg, "commit: needs "));
+	fz_close(&f);
+	assert_same(p, a, na);
+	assert_true(no_temp_in(dir));
+	free(a);
+	unlink(p);
+	assert_int_equal(umount(dir), 0);
+	rmdir(dir);
+}
+
+/* A plan that drops, keeps verbatim, moves and adds records of @f. */
+static size_t plan_mixed(struct fz *f, struct pt_zw_rec *plan,
+			 struct pt_zw_change *add)
+{
+	size_t n = plan_keep_all(f, plan, 15);
+
+	n = plan_drop(f, plan, n, "empty");
+	memset(&plan[n], 0, sizeof(plan[n]));
+	memset(add, 0, sizeof(*add));
+	add->size = 5000;
+	add->read = pat_read;
+	plan[n].name = "q/new";
+	plan[n].change = add;
+	return n + 1;
+}
+
+/*
+ * Every step of a plan's commit can fail (ENOSPC) or die (SIGKILL): the
+ * original stays as it was, and no temporary file is left (after a kill,
+ * none the sweep would not remove).
+ */
+static void test_plan_faults(void **state)
+{
+	static const char *const steps[] = {
+		"create", "owner", "mode", "write", "copy", "fsync", "close",
+		"rename",
+	};
+	char p[512];
+	char note[256];
+	uint8_t *a;
+	size_t na;
+	struct fz f;
+	struct pt_zw_rec plan[16];
+	struct pt_zw_change add;
+	struct pt_error err;
+	size_t n;
+	size_t i;
+	pid_t pid;
+	int st;
+	int rc;
+
+	(void)state;
+	if (!have_python())
+		PTFS_SKIP("PTFS_REQUIRE_PYTHON", "no " PY " with zipfile");
+	pathf(p, sizeof(p), "faults.zip");
+	make_pyzip(p);
+	a = slurp(p, &na);
+	fz_open(&f, p);
+	n = plan_mixed(&f, plan, &add);
+	for (i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
+		pt_fault_set(steps[i], 1, ENOSPC);
+		pt_error_clear(&err);
+		rc = pt_zip_write_plan(p, f.z, plan, n, NULL, NULL, &err);
+		pt_fault_set(NULL, 0, 0);
+		if (rc != -ENOSPC)
+			fail_msg("step %s: %d %s", steps[i], rc, err.msg);
+		assert_non_null(strstr(err.msg, strerror(ENOSPC)));
+		assert_null(strchr(err.msg, '\n'));
+		assert_same(p, a, na);
+		assert_true(no_temp_files());
+	}
+	for (i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
+		pid = fork();
+		assert_true(pid >= 0);
+		if (pid == 0) {
+			pt_fault_set(steps[i], 1, -1);
+			pt_error_clear(&err);
+			pt_zip_write_plan(p, f.z, plan, n, NULL, NULL, &err);
+			_exit(3);
+		}
+		assert_int_equal(waitpid(pid, &st, 0), pid);
+		if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGKILL)
+			fail_msg("step %s: not killed (%d)", steps[i], st);
+		assert_same(p, a, na);
+		pt_replace_sweep(p, false, true, note, sizeof(note));
+		assert_true(no_temp_files());
+	}
+	/* the plan reaches every step; then it is written */
+	pt_fault_set(NULL, 0, 0);
+	pt_error_clear(&err);
+	assert_int_equal(pt_zip_write_plan(p, f.z, plan, n, NULL, NULL, &err),
+			 0);
+	for (i = 0; i < sizeof(steps) / sizeof(steps[0]); i++)
+		if (pt_fault_count(steps[i]) == 0)
+			fail_msg("the plan never reached step %s", steps[i]);
+	fz_close(&f);
+	check_archive(p, false);
+	fz_open(&f, p);
+	assert_null(pt_zip_find_rel(f.z, "empty"));
+	assert_int_equal(fz_find(&f, "new")->usize, 5000);
+	fz_close(&f);
+	free(a);
+	unlink(p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -928,6 +1697,13 @@ int main(void)
 		cmocka_unit_test(test_write_error),
 		cmocka_unit_test(test_mode_owner_symlink),
 		cmocka_unit_test(test_big_zip64_torch),
+		cmocka_unit_test(test_plan_drop),
+		cmocka_unit_test(test_plan_add_reorder_torch),
+		cmocka_unit_test(test_plan_replace_drop),
+		cmocka_unit_test(test_plan_bad),
+		cmocka_unit_test(test_plan_alignment),
+		cmocka_unit_test(test_plan_space),
+		cmocka_unit_test(test_plan_faults),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
