@@ -92,8 +92,9 @@ POINTER_EDGES = {
         "command line, the daemon's uncommitted writes",
     ("pt_zp_change.read", "core/fmt/zip.c"):
         "an in-place ZIP patch reads the new bytes from the commit",
-    ("pt_zw_change.read", "core/fmt/zip.c"):
-        "a rewritten ZIP reads the new bytes from the commit",
+    ("pt_zw_change.read", "core/fmt/"):
+        "a rewritten ZIP reads the new bytes from the commit, or from the "
+        "pickle and the new tensors a restructure writes",
     ("pt_cancel.fn", "fs/mount.c"):
         "long core loops ask whether FUSE interrupted the request",
     ("pt_preview_src.read", "fs/view.c"):

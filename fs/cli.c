@@ -362,47 +362,6 @@ static int set_read(void *ctx, void *buf, size_t n, uint64_t off)
 	return 0;
 }
 
-/* Read all of stdin, up to @max + 1 bytes (so a longer input shows). */
-static int slurp(uint8_t **out, uint64_t *len, uint64_t max, struct ptfs_progress *pg)
-{
-	size_t cap = (size_t)(max + 1 < (1u << 20) ? max + 1 : (1u << 20));
-	uint8_t *buf = malloc(cap ? cap : 1);
-	uint64_t n = 0;
-
-	if (!buf)
-		return -ENOMEM;
-	for (;;) {
-		ssize_t got;
-
-		if (n == cap) {
-			uint8_t *q;
-			if (n > max)
-				break;
-			cap *= 2;
-			q = realloc(buf, cap);
-			if (!q) {
-				free(buf);
-				return -ENOMEM;
-			}
-			buf = q;
-		}
-		got = read(STDIN_FILENO, buf + n, cap - n);
-		if (got < 0 && errno == EINTR)
-			continue;
-		if (got < 0) {
-			free(buf);
-			return -errno;
-		}
-		if (got == 0)
-			break;
-		n += (uint64_t)got;
-		ptfs_progress_done(pg, (uint64_t)got);
-	}
-	*out = buf;
-	*len = n;
-	return 0;
-}
-
 /* `ptfs set CHECKPOINT PATH < BYTES`: replace one tensor's bytes and commit
  * them with the same rewriter the mount uses. */
 static int cmd_set(int argc, char **argv)
@@ -435,6 +394,11 @@ static int cmd_set(int argc, char **argv)
 	if (!node)
 		goto out;
 	pt_node_attr(node, &a);
+	if (pt_node_kind(node) == PT_NK_SCALAR) {
+		/* a new value for an int, a str...: surgery (fs/edit.c) */
+		pt_ckpt_close(ck);
+		return ptfs_cmd_edit(argc, argv, &cli_opts);
+	}
 	memset(&c, 0, sizeof(c));
 	c.st = pt_node_writable_storage(node, &c.lo);
 	if (!c.st || !pt_ckpt_writable(ck)) {
@@ -446,7 +410,7 @@ static int cmd_set(int argc, char **argv)
 	/* stdin, then the storage as the commit reads it */
 	c.pg = ptfs_progress_start("set");
 	ptfs_progress_total(c.pg, a.size + pt_storage_size(c.st));
-	e = slurp(&data, &len, a.size, c.pg);
+	e = ptfs_read_stdin(&data, &len, a.size, c.pg);
 	if (e || len != a.size) {
 		ptfs_progress_end(c.pg);        /* off the line first */
 		c.pg = NULL;
@@ -539,6 +503,15 @@ static int cmd_recover(int argc, char **argv)
 	return rc ? PTFS_EXIT_ERROR : PTFS_EXIT_OK;
 }
 
+/* set --dtype D / --shape S: a new tensor in place of the old one. */
+static bool shapes_given(int argc, char **argv)
+{
+	for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
+		if (strncmp(argv[i], "--dtype", 7) == 0 || strncmp(argv[i], "--shape", 7) == 0)
+			return true;
+	return false;
+}
+
 /* Whether subcommand @cmd is one of @list (space separated). */
 static bool one_of(const char *cmd, const char *list)
 {
@@ -573,7 +546,7 @@ static int common_options(int argc, char **argv)
 		}
 		if (ck && strcmp(a, "--nested") == 0) {
 			cli_opts.nested = true;
-		} else if (strcmp(argv[0], "set") == 0 &&
+		} else if (strcmp(argv[0], "set") == 0 && !shapes_given(argc, argv) &&
 			   (strcmp(a, "-v") == 0 || strcmp(a, "--verbose") == 0)) {
 			cli_verbose = true;
 		} else if (slow && strcmp(a, "--progress") == 0) {
@@ -618,6 +591,9 @@ int ptfs_cli(int argc, char **argv)
 		return ptfs_cmd_export(argc, argv, &cli_opts);
 	if (strcmp(argv[0], "recover") == 0)
 		return cmd_recover(argc, argv);
+	if (one_of(argv[0], "rm mv mkdir add rename") || (strcmp(argv[0], "set") == 0 &&
+							     shapes_given(argc, argv)))
+		return ptfs_cmd_edit(argc, argv, &cli_opts);
 	if (strcmp(argv[0], "set") != 0)
 		return ptfs_view_cmd(argc, argv, &cli_opts);
 	return cmd_set(argc, argv);

@@ -32,6 +32,13 @@ struct cmd_help {
 	"    --nested             dotted keys (a.b.c) as directories a/b/c\n" \
 	"    -o OPTS              checkpoint options, comma separated: nested,\n" \
 	"                         max_*=N limits, commit=WAY, remote options\n"
+/* Options of the surgery subcommands. */
+#define EDIT_OPTS \
+	"    -n, --dry-run        print what would change and the new size; write\n" \
+	"                         nothing\n" \
+	"    -v, --verbose        print each change and how the commit was written\n" \
+	"    -o OPTS              checkpoint options (commit=WAY is not used: the\n" \
+	"                         file is always written again)\n"
 #define PROGRESS_OPTS \
 	"    --progress           show a progress bar on stderr even when it is\n" \
 	"                         not a terminal\n" \
@@ -59,11 +66,46 @@ static const struct cmd_help helps[] = {
 	  "opened (--weights-only: it would be refused), 2 usage error\n"
 	  "(--weights-only: also a checkpoint that cannot be opened or read).\n" },
 	{ "set", "ptfs set [-v] [-o commit=WAY] CHECKPOINT PATH < BYTES\n"
+	  "       ptfs set CHECKPOINT PATH [--dtype D] [--shape S] < BYTES\n"
 	  "Replace the bytes of one tensor with stdin (exactly its size) and commit\n"
-	  "them to the checkpoint atomically.\n\n"
+	  "them to the checkpoint atomically.  A scalar (int, float, bool, str,\n"
+	  "None) takes its new value as text ('echo 8 | ptfs set ck.pt epoch').\n"
+	  "With --dtype or --shape the tensor is replaced by a new one (a resize,\n"
+	  "another dtype: the file is written again).\n\n"
 	  "    -v                   say how the commit was written\n" CK_OPTS PROGRESS_OPTS
 	  "\nExit status: 0 committed, 1 not committed (the checkpoint is unchanged),\n"
 	  "2 usage error.\n" },
+	{ "rm", "ptfs rm [-n] [-v] [-o commit=WAY] CHECKPOINT PATH...\n"
+	  "Remove entries (a tensor, a value, a whole directory) from the checkpoint:\n"
+	  "each leaves its dict or list, and storages nothing uses any more leave\n"
+	  "the file.  One commit for all of them: the checkpoint is written again,\n"
+	  "atomically.\n\n" EDIT_OPTS
+	  "\nExit status: 0 committed, 1 not (the checkpoint is unchanged), 2 usage\n"
+	  "error.\n" },
+	{ "mv", "ptfs mv [-n] [-v] CHECKPOINT FROM TO\n"
+	  "Rename a key (in place: the order stays), move a value into another\n"
+	  "dict (TO a dict: into it), or onto an existing entry (it is replaced).\n\n"
+	  EDIT_OPTS
+	  "\nExit status: 0 committed, 1 not (the checkpoint is unchanged), 2 usage\n"
+	  "error.\n" },
+	{ "mkdir", "ptfs mkdir [-n] [-v] CHECKPOINT PATH...\n"
+	  "Add empty dicts.\n\n" EDIT_OPTS
+	  "\nExit status: 0 committed, 1 not (the checkpoint is unchanged), 2 usage\n"
+	  "error.\n" },
+	{ "add", "ptfs add [-n] [-v] CHECKPOINT PATH --dtype D --shape S < BYTES\n"
+	  "Add a tensor of dtype D (float32, bfloat16, int64...) and shape S (4,4;\n"
+	  "'' for a scalar) whose bytes (C order, little-endian) are stdin.\n"
+	  "'ptfs set CHECKPOINT PATH --dtype D --shape S' replaces one instead\n"
+	  "(a resize, a new dtype; a Parameter stays one).\n\n" EDIT_OPTS
+	  "\nExit status: 0 committed, 1 not (the checkpoint is unchanged), 2 usage\n"
+	  "error.\n" },
+	{ "rename", "ptfs rename [-n] [-v] CHECKPOINT [DICT] --strip-prefix P |\n"
+	  "                   --add-prefix P | --sed s/REGEX/REPLACEMENT/[g]\n"
+	  "Rename every str key of a dict (default: the root), a state dict's\n"
+	  "_metadata prefixes with them; refused when two keys would become one.\n"
+	  "--sed takes extended regular expressions, & and \\1-\\9.\n\n" EDIT_OPTS
+	  "\nExit status: 0 committed, 1 not (the checkpoint is unchanged), 2 usage\n"
+	  "error.\n" },
 	{ "tree", "ptfs tree --json [--max N] [--nested] [-o OPTS] CHECKPOINT\n"
 	  "Print what /.ptfs/tree.json holds in a mount, without mounting.\n\n"
 	  "    --json               JSON output (required: the only form)\n"
@@ -174,6 +216,10 @@ void ptfs_usage_full(FILE *f)
 	      "       ptfs info [-o OPTS] CHECKPOINT\n"
 	      "       ptfs info --weights-only CHECKPOINT\n"
 	      "       ptfs set [-v] [-o commit=WAY] CHECKPOINT PATH < BYTES\n"
+	      "       ptfs rm|mkdir [-n] CHECKPOINT PATH...   ptfs mv [-n] CHECKPOINT FROM TO\n"
+	      "       ptfs add [-n] CHECKPOINT PATH --dtype D --shape S < BYTES\n"
+	      "       ptfs rename [-n] CHECKPOINT [DICT] --strip-prefix P | --add-prefix P\n"
+	      "                   | --sed s/REGEX/REPLACEMENT/[g]\n"
 	      "       ptfs umount MOUNTPOINT       (also: ptfs -u MOUNTPOINT)\n"
 	      "       ptfs open [-n] CHECKPOINT    ptfs close CHECKPOINT|FOLDER\n"
 	      "       ptfs recover [--discard | --force] CHECKPOINT\n"

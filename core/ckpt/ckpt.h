@@ -43,6 +43,10 @@ struct pt_ckpt_opts {
 				    * what the file can give again is not
 				    * kept in memory (data.pkl's bytes, read
 				    * again for /.ptfs/pickle.txt) */
+	bool editable;             /* keep every argument of the pickle,
+				    * for structural edits (pt_edit_*()):
+				    * a torch.save archive's tensors then
+				    * cost their argument nodes too */
 	bool recover;              /* may write to recover from an
 				    * interrupted commit (writable mounts,
 				    * `ptfs set`, `ptfs recover`): roll back
@@ -315,6 +319,61 @@ struct pt_commit {
  */
 int pt_ckpt_commit(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
 		   struct pt_error *err);
+
+/* ---- structural edits (surgery) ----
+ *
+ * On a checkpoint opened with opts.editable.  Each edit changes the value
+ * graph the way the same edit of the loaded object in Python would, and
+ * the tree at once (paths name the edited tree); nothing reaches the file
+ * before pt_edit_commit().  Each returns 0, or a negative errno with one
+ * line naming the path: -ENOENT, -EEXIST, -ENOTDIR (the directory is not
+ * a mapping), -EPERM (not a value of the object, the root, an object's
+ * args), -EINVAL (a name the tree cannot show as it is, a value of the
+ * wrong type), -EROFS (a format that cannot be restructured, TorchScript).
+ *
+ *   pt_edit_remove()  the entry leaves its dict, list or set
+ *   pt_edit_move()    rename a key in place, move a value to another
+ *                     mapping (into it, when @to is a mapping), or onto
+ *                     an existing file's entry
+ *   pt_edit_mkdir()   a new empty dict
+ *   pt_edit_scalar()  a new value for an int, float, bool, str or None,
+ *                     as text (one final newline dropped): see README
+ *   pt_edit_tensor()  a new tensor at a new @path, or with @replace in
+ *                     place of the tensor there (a Parameter stays one)
+ *   pt_edit_rename()  every str key of the mapping @dir through @fn,
+ *                     refused when two keys would be one; a state dict's
+ *                     _metadata prefixes follow
+ *   pt_edit_commit()  the format's restructure: a new file, atomically
+ *   pt_edit_size()    the size the new file would have
+ */
+struct pt_edit_tensor {
+	const char *dtype;              /* torch name: "float32", "bfloat16" */
+	uint32_t rank;
+	const int64_t *shape;
+	const void *bytes;              /* numel * itemsize bytes, in the
+					 * checkpoint's byte order; the
+					 * caller's, kept until the commit */
+	uint64_t len;
+};
+
+/* Append @key's new text to @out and return 1, or 0 to keep it (nothing
+ * appended), or a negative errno. */
+typedef int (*pt_rename_fn)(void *ctx, const uint8_t *key, size_t len,
+			    struct pt_buf *out);
+
+int pt_edit_remove(struct pt_ckpt *ck, const char *path, struct pt_error *err);
+int pt_edit_move(struct pt_ckpt *ck, const char *from, const char *to,
+		 struct pt_error *err);
+int pt_edit_mkdir(struct pt_ckpt *ck, const char *path, struct pt_error *err);
+int pt_edit_scalar(struct pt_ckpt *ck, const char *path, const void *text,
+		   size_t len, struct pt_error *err);
+int pt_edit_tensor(struct pt_ckpt *ck, const char *path,
+		   const struct pt_edit_tensor *t, bool replace,
+		   struct pt_error *err);
+int pt_edit_rename(struct pt_ckpt *ck, const char *dir, pt_rename_fn fn,
+		   void *ctx, struct pt_buf *log, struct pt_error *err);
+int pt_edit_commit(struct pt_ckpt *ck, struct pt_error *err);
+int pt_edit_size(struct pt_ckpt *ck, uint64_t *size, struct pt_error *err);
 
 /* Storages of every tensor file (views too): NULL if not in the file. */
 const struct pt_storage *pt_node_viewed_storage(const struct pt_node *n);

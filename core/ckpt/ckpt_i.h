@@ -134,6 +134,31 @@ enum pt_vclass {
 			 * storage, not a value (internal, torch.c) */
 };
 
+/*
+ * Where a value shown in the tree sits in the graph: the sequence that
+ * holds it, so that an edit (ckpt/edit.c) can take it out, rename its key
+ * or put another value in its place.  Found by pt__entry_slot() (tree_i.h)
+ * for the entries of a directory value.
+ */
+enum pt_slot_kind {
+	PT_SLOT_NONE,
+	PT_SLOT_PAIR,           /* seq->v[pos] the key, v[pos + 1] the value:
+				 * a dict's pairs, SETITEMS onto a mapping
+				 * object, an object's state dict */
+	PT_SLOT_ITEM,           /* seq->v[pos], numbered: a list, tuple, set,
+				 * APPENDS onto an object */
+	PT_SLOT_LISTPAIR,       /* seq->v[pos] a (key, value) tuple: a
+				 * mapping built from a list of pairs */
+	PT_SLOT_NAMED,          /* an object's args, kwargs or state */
+};
+
+struct pt_slot {
+	struct pt_value *owner;         /* the value whose sequence it is */
+	struct pt_vseq *seq;
+	size_t pos;
+	uint8_t kind;                   /* enum pt_slot_kind */
+};
+
 struct pt_bytes {
 	const uint8_t *p;
 	size_t len;
@@ -238,6 +263,10 @@ struct pt_ckpt {
 	struct pt_meta_dir meta_dirs[PT_MAX_META_DIRS]; /* extra /.ptfs dirs */
 	int n_meta_dirs;
 
+	struct {                        /* edit.c */
+		uint32_t n;             /* edits made to the graph */
+		uint32_t next_key;      /* of new storages ("ptfs+N") */
+	} edits;
 	struct pt_source *layer;        /* pt_ckpt_set_layer(), or NULL */
 	pt_progress_fn progress;        /* see pt_ckpt_set_progress() */
 	void *progress_ctx;

@@ -255,6 +255,27 @@ static bool wants_png(const struct dtab *d, const struct pt_value *val)
 	return d->t->previews && t && t->numel >= 1;
 }
 
+/* In a table of pt__entry_slot(): the last entry's value sits at d->cur. */
+static bool tab_record(struct dtab *d)
+{
+	size_t cap = d->cap_rec;
+
+	if (!d->rec)
+		return true;
+	while (cap < d->n)
+		cap *= 2;
+	if (cap != d->cap_rec) {
+		struct pt_slot *r = realloc(d->rec, cap * sizeof(*r));
+
+		if (!r)
+			return false;
+		d->rec = r;
+		d->cap_rec = cap;
+	}
+	d->rec[d->n - 1] = d->cur;
+	return true;
+}
+
 /* Claim a name for one value (LAYOUT.md rule 5): NAME, or NAME and
  * NAME.json for tensors, else NAME~2, NAME~3, ... */
 int pt__tab_claim(struct dtab *d, const char *base, size_t blen,
@@ -311,6 +332,7 @@ int pt__tab_claim(struct dtab *d, const char *base, size_t blen,
 				continue;
 		}
 		if (!tab_add_h(d, nm, len, h, R_VALUE, val) ||
+		    !tab_record(d) ||
 		    (tensor && !tab_add_h(d, js, len + 5, hj, R_JSON, val)))
 			return -ENOMEM;
 		if (png) {
@@ -475,14 +497,28 @@ static int add_indexed(struct dtab *d, size_t i, struct pt_value *val)
 	return pt__tab_claim(d, num, (size_t)n, pt__tree_deref(val));
 }
 
-/* pairs k0 v0 k1 v1 ... (a dict's kv vector) */
-static int add_pairs(struct dtab *d, const struct pt_vseq *kv)
+/* Where the next value added sits (recorded by pt__entry_slot()'s
+ * tables); the graph is lent const to the fill, and only an edit, which
+ * owns the checkpoint, writes through the slot. */
+static void at(struct dtab *d, const struct pt_value *owner,
+	       const struct pt_vseq *seq, size_t pos, enum pt_slot_kind kind)
+{
+	d->cur.owner = (struct pt_value *)(uintptr_t)owner;
+	d->cur.seq = (struct pt_vseq *)(uintptr_t)seq;
+	d->cur.pos = pos;
+	d->cur.kind = (uint8_t)kind;
+}
+
+/* pairs k0 v0 k1 v1 ... (the kv vector of @owner) */
+static int add_pairs(struct dtab *d, const struct pt_value *owner,
+		     const struct pt_vseq *kv)
 {
 	size_t i;
 	int rc;
 
 	(void)tab_expect(d, kv->n);     /* a tensor takes NAME and NAME.json */
 	for (i = 0; i + 1 < kv->n; i += 2) {
+		at(d, owner, kv, i, PT_SLOT_PAIR);
 		rc = add_keyed(d, kv->v[i], kv->v[i + 1]);
 		if (rc)
 			return rc;
@@ -490,12 +526,14 @@ static int add_pairs(struct dtab *d, const struct pt_vseq *kv)
 	return 0;
 }
 
-static int add_seq(struct dtab *d, const struct pt_vseq *s, size_t *idx)
+static int add_seq(struct dtab *d, const struct pt_value *owner,
+		   const struct pt_vseq *s, size_t *idx)
 {
 	size_t i;
 	int rc;
 
 	for (i = 0; i < s->n; i++) {
+		at(d, owner, s, i, PT_SLOT_ITEM);
 		rc = add_indexed(d, (*idx)++, s->v[i]);
 		if (rc)
 			return rc;
@@ -523,11 +561,11 @@ static int fill_map(struct dtab *d, const struct pt_value *v)
 	int rc;
 
 	if (v->kind == PT_V_DICT)
-		return add_pairs(d, &v->u.dict.kv);
+		return add_pairs(d, v, &v->u.dict.kv);
 	a0 = pt__tree_deref(v->u.call.args && v->u.call.args->u.seq.n ?
 			    v->u.call.args->u.seq.v[0] : NULL);
 	if (a0 && a0->kind == PT_V_DICT) {
-		rc = add_pairs(d, &a0->u.dict.kv);
+		rc = add_pairs(d, a0, &a0->u.dict.kv);
 		if (rc)
 			return rc;
 	} else if ((s = seq_of(a0)) != NULL) {
@@ -535,12 +573,13 @@ static int fill_map(struct dtab *d, const struct pt_value *v)
 			const struct pt_vseq *pair = seq_of(s->v[i]);
 			if (!pair || pair->n != 2)
 				continue;
+			at(d, a0, s, i, PT_SLOT_LISTPAIR);
 			rc = add_keyed(d, pair->v[0], pair->v[1]);
 			if (rc)
 				return rc;
 		}
 	}
-	return add_pairs(d, pt_call_kv(v));
+	return add_pairs(d, v, pt_call_kv(v));
 }
 
 static int fill_seq(struct dtab *d, const struct pt_value *v)
@@ -550,20 +589,23 @@ static int fill_seq(struct dtab *d, const struct pt_value *v)
 	int rc;
 
 	if (s)
-		return add_seq(d, s, &idx);
+		return add_seq(d, v, s, &idx);
 	if (v->u.call.args && v->u.call.args->u.seq.n) {
-		s = seq_of(pt__tree_deref(v->u.call.args->u.seq.v[0]));
+		const struct pt_value *a0 = pt__tree_deref(v->u.call.args->u.seq.v[0]);
+
+		s = seq_of(a0);
 		if (s) {
-			rc = add_seq(d, s, &idx);
+			rc = add_seq(d, a0, s, &idx);
 			if (rc)
 				return rc;
 		}
 	}
-	return add_seq(d, pt_call_items(v), &idx);
+	return add_seq(d, v, pt_call_items(v), &idx);
 }
 
 static int add_named(struct dtab *d, const char *name, struct pt_value *val)
 {
+	at(d, NULL, NULL, 0, PT_SLOT_NAMED);
 	return pt__tab_claim(d, name, strlen(name), pt__tree_deref(val));
 }
 
@@ -600,10 +642,10 @@ static int fill_object(struct dtab *d, struct pt_value *v)
 		if (rc)
 			return rc;
 	}
-	rc = add_pairs(d, pt_call_kv(v));
+	rc = add_pairs(d, v, pt_call_kv(v));
 	if (rc)
 		return rc;
-	return add_seq(d, pt_call_items(v), &idx);
+	return add_seq(d, v, pt_call_items(v), &idx);
 }
 
 /* The entries of a directory value, within the entry cap. */
@@ -643,6 +685,7 @@ struct dtab *pt__value_tab(struct pt_ckpt *ck, struct pt_value *v, int *rc)
 		*rc = -ENOMEM;
 		goto out;
 	}
+	d->of = v;
 	*rc = pt__tab_fill_value(ck, d, v);
 	if (*rc) {
 		/* out of memory may pass; anything else would fail again */
@@ -662,4 +705,39 @@ out:
 		return NULL;
 	}
 	return d;
+}
+
+int pt__entry_slots(struct pt_ckpt *ck, struct pt_value *dir,
+		    struct pt_entry_slot **out, size_t *n)
+{
+	struct dtab *d = calloc(1, sizeof(*d));
+	struct pt_entry_slot *v = NULL;
+	size_t i, k = 0;
+	int rc;
+
+	*out = NULL;
+	*n = 0;
+	if (!d)
+		return -ENOMEM;
+	d->t = ck->tree;
+	d->cap_rec = 16;
+	d->rec = malloc(d->cap_rec * sizeof(*d->rec));
+	rc = d->rec ? pt__tab_fill_value(ck, d, dir) : -ENOMEM;
+	if (rc == 0 && !(v = calloc(d->n ? d->n : 1, sizeof(*v))))
+		rc = -ENOMEM;
+	for (i = 0; rc == 0 && i < d->n; i++) {
+		if (d->ents[i]->role != R_VALUE)
+			continue;
+		v[k].name = d->ents[i]->name;  /* the tree's pool */
+		v[k++].slot = d->rec[i];
+	}
+	free(d->rec);
+	pt__tab_free(d);
+	if (rc) {
+		free(v);
+		return rc;
+	}
+	*out = v;
+	*n = k;
+	return 0;
 }

@@ -169,3 +169,28 @@ void pt_name_encode(struct pt_buf *out, const uint8_t *raw, size_t n)
 out:
 	pt_buf_free(&enc);
 }
+
+void pt_name_decode(struct pt_buf *out, const char *name)
+{
+	static const char *const esc[] = { "%2F", "%25", "%00" };
+	static const char val[] = { '/', '%', '\0' };
+	int k;
+
+	if (strcmp(name, "%") == 0)
+		return;
+	if (strcmp(name, "%2E") == 0 || strcmp(name, "%2E%2E") == 0) {
+		pt_buf_add(out, "..", strlen(name) / 3);
+		return;
+	}
+	while (*name) {
+		for (k = 0; k < 3; k++)
+			if (strncmp(name, esc[k], 3) == 0)
+				break;
+		if (k < 3) {
+			pt_buf_putc(out, val[k]);
+			name += 3;
+		} else {
+			pt_buf_putc(out, *name++);
+		}
+	}
+}

@@ -35,4 +35,13 @@ void pt_key_text(struct pt_buf *out, const struct pt_value *key);
  */
 void pt_name_encode(struct pt_buf *out, const uint8_t *raw, size_t n);
 
+/*
+ * The key a name stands for, rules 2 and 3 undone: %2F %25 %00 back to
+ * '/', '%', NUL; "%" alone to ""; "%2E" and "%2E%2E" to "." and "..".
+ * Any other '%' is itself.  Appended to @out.  A name rule 4 shortened
+ * or rule 5 renamed decodes to its own text, not to the key it came
+ * from.
+ */
+void pt_name_decode(struct pt_buf *out, const char *name);
+
 #endif /* PTFS_CORE_NAMES_H */

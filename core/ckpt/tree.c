@@ -942,8 +942,12 @@ void pt__tree_free(struct pt_ckpt *ck)
 		t->blks = b->next;
 		free(b);
 	}
-	for (i = 0; i < t->n_tabs; i++)
+	for (i = 0; i < t->n_tabs; i++) {
+		/* a tree made again (after an edit) fills its own tables */
+		if (t->tabs[i]->of)
+			t->tabs[i]->of->aux = NULL;
 		pt__tab_free(t->tabs[i]);
+	}
 	for (i = 0; i < t->n_texts; i++)
 		free(t->texts[i]);
 	pt_buf_free(&t->scratch);

@@ -86,6 +86,14 @@ struct dtab {
 					 * (-EFBIG past max_dir_entries, ...):
 					 * kept, empty, so that every later
 					 * call gets the error at once */
+	/* Only in a table made by pt__entry_slot(): where each entry's
+	 * value sits in the graph (rec[idx], for R_VALUE entries), and the
+	 * place of the value being added. */
+	struct pt_slot *rec;
+	size_t cap_rec;
+	struct pt_slot cur;
+	struct pt_value *of;            /* the directory value whose table
+					 * it is, whose aux points to it */
 };
 
 /* Pool blocks: 64 KiB, or one of its own for a long name. */
@@ -241,6 +249,16 @@ int pt__tab_claim(struct dtab *d, const char *base, size_t blen,
 int pt__tab_fill_value(struct pt_ckpt *ck, struct dtab *d, struct pt_value *v);
 /* The table of directory value @v, built on first use; NULL with *@rc. */
 struct dtab *pt__value_tab(struct pt_ckpt *ck, struct pt_value *v, int *rc);
+/* Where the values of the entries of directory value @dir sit in the
+ * graph (the slots the tree took them from), in listing order, with their
+ * names (in the tree's pool): a malloc()ed array in *@out.  0 or -ENOMEM
+ * (or the error listing @dir gives).  Under the tree's lock. */
+struct pt_entry_slot {
+	const char *name;
+	struct pt_slot slot;
+};
+int pt__entry_slots(struct pt_ckpt *ck, struct pt_value *dir,
+		    struct pt_entry_slot **out, size_t *n);
 
 /* ---- dotptfs.c (call both under the tree lock) ---- */
 

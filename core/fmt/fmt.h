@@ -74,6 +74,14 @@ struct pt_format {
 	 * reopens the source afterwards.  NULL: the format is read-only. */
 	int (*commit)(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
 		      struct pt_error *err);
+	/* Write the edited value graph (ckpt/edit.c) as the new file,
+	 * atomically: what ck->root shows, every storage it still names
+	 * and none other.  The edits the format cannot hold are refused
+	 * with one line (-EINVAL, -EROFS), the original untouched.  With
+	 * @dry nothing is written and *@size gets the new file's size.
+	 * NULL: the format is never restructured. */
+	int (*restructure)(struct pt_ckpt *ck, bool dry, uint64_t *size,
+			   struct pt_error *err);
 };
 
 /* Every format, in probe order (fmt.c); NULL-terminated. */
@@ -98,6 +106,13 @@ extern const struct pt_format pt_fmt_onnx;        /* onnx.c */
  */
 int pt__zip_probe(struct pt_ckpt *ck, const uint8_t *head, size_t n,
 		  struct pt_error *err);
+
+/* zip_edit.c, safetensors_edit.c: struct pt_format.restructure of
+ * torch.save archives and of safetensors files. */
+int pt__zip_restructure(struct pt_ckpt *ck, bool dry, uint64_t *size,
+			struct pt_error *err);
+int pt__st_restructure(struct pt_ckpt *ck, bool dry, uint64_t *size,
+		       struct pt_error *err);
 
 /*
  * commit.c: what the writing formats (zip.c, safetensors.c) share around

@@ -639,4 +639,5 @@ const struct pt_format pt_fmt_safetensors = {
 	.storage = NULL,
 	.close = NULL,
 	.commit = st_commit,
+	.restructure = pt__st_restructure,
 };

@@ -275,6 +275,7 @@ static int zip_load(struct pt_ckpt *ck, struct pt_error *err)
 	const char *bo;
 	uint8_t *buf = NULL;
 	size_t len = 0;
+	uint64_t off;
 	int rc;
 
 	pkl = pt_zip_find_rel(ck->zip, "data.pkl");
@@ -310,9 +311,13 @@ static int zip_load(struct pt_ckpt *ck, struct pt_error *err)
 	rc = pt_zip_read(ck->zip, pkl, &buf, &len, err);
 	if (rc)
 		return rc;
-	rc = pt__load_pickle_lean(ck, buf, len, "data.pkl",
-				  pkl->method == PT_ZIP_STORED ? pkl->data_off : UINT64_MAX,
-				  &ck->root, pt__classify_reduce, err);
+	off = pkl->method == PT_ZIP_STORED ? pkl->data_off : UINT64_MAX;
+	if (ck->opts.editable)          /* surgery re-emits every argument */
+		rc = pt__load_pickle(ck, buf, len, "data.pkl", off, &ck->root,
+				     NULL, err);
+	else
+		rc = pt__load_pickle_lean(ck, buf, len, "data.pkl", off,
+					  &ck->root, pt__classify_reduce, err);
 	pt_vstack_free(&ck->lean_stack);
 	if (rc == 0 && ck->opts.lean)
 		pt__unpin_pickle(ck, ck->n_pickles - 1);
@@ -568,6 +573,7 @@ const struct pt_format pt_fmt_zip = {
 	.probe = zip_probe,
 	.open = zip_open,
 	.storage = zip_storage,
+	.restructure = pt__zip_restructure,
 	.close = NULL,
 	.commit = zip_commit,
 };

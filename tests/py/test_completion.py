@@ -34,13 +34,14 @@ def ck(tmp_path_factory):
 
 def test_commands_and_options(ck):
     # the first word: a subcommand, or the checkpoint of a mount
-    assert sorted(complete(PTFS, "", cwd=ck)) == ["cat", "close", "diff", "export", "info", "ls",
-                                                   "mnt", "model.pt", "open", "preview", "recover",
-                                                   "set", "stat", "thumbnail", "tree", "umount"]
+    assert sorted(complete(PTFS, "", cwd=ck)) == ["add", "cat", "close", "diff", "export", "info",
+                                                   "ls", "mkdir", "mnt", "model.pt", "mv", "open",
+                                                   "preview", "recover", "rename", "rm", "set",
+                                                   "stat", "thumbnail", "tree", "umount"]
     assert sorted(complete(PTFS, "c", cwd=ck)) == ["cat", "close"]
     assert set(complete(PTFS, "open", "-")) == {"-n", "--no-browse"}
     assert complete(PTFS, "open", "mod", cwd=ck) == ["model.pt"]
-    assert sorted(complete(PTFS, "m", cwd=ck)) == ["mnt", "model.pt"]
+    assert sorted(complete(PTFS, "m", cwd=ck)) == ["mkdir", "mnt", "model.pt", "mv"]
     assert complete(PTFS, "--v") == ["--version"]
     assert set(complete(PTFS, "-")) == {"-f", "-d", "-s", "-o", "-u", "-h", "--help",
                                         "-V", "--version"}
@@ -50,7 +51,11 @@ def test_commands_and_options(ck):
     assert set(complete(PTFS, "tree", "-")) == {"--json", "--max", "--nested", "-o"}
     assert complete(PTFS, "export", "--s") == ["--shard-size", "--skip-unsupported"]
     assert complete(PTFS, "export", "--to", "s") == ["safetensors"]
-    assert set(complete(PTFS, "set", "-")) == {"-v", "-o", "--progress", "--no-progress"}
+    assert set(complete(PTFS, "set", "-")) == {"-v", "-o", "--dtype", "--shape", "--progress",
+                                               "--no-progress"}
+    assert set(complete(PTFS, "rename", "--")) == {"--dry-run", "--verbose", "--strip-prefix",
+                                                   "--add-prefix", "--sed"}
+    assert complete(PTFS, "add", "--dtype", "bfl") == ["bfloat16"]
     assert set(complete(PTFS, "diff", "-")) == {"--json", "-q", "-j", "--tensors-only", "--nested", "-o",
                                                 "--progress", "--no-progress"}
     assert complete(PTFS, "stat", "--p") == ["--progress"]
