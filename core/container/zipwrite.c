@@ -1048,14 +1048,19 @@ static int zw_from_plan(const struct pt_zip *z, const struct pt_zw_rec *p,
 		return pt_fail(err, -EINVAL,
 			       "commit: plan record %zu: a new record needs a name",
 			       i);
-	r->name = p->name ? p->name : e->name;
-	len = strnlen(r->name, 65536);
-	if (len == 0 || len > 65535)
-		return pt_fail(err, -EINVAL,
-			       "commit: plan record %zu: a name must have 1 to 65535 bytes",
-			       i);
-	if (e && len == e->name_len && memcmp(r->name, e->name, len) == 0)
-		r->name = e->name;      /* not renamed: may stay verbatim */
+	r->name = e ? e->name : p->name;
+	len = e ? e->name_len : 0;
+	if (p->name) {
+		len = strnlen(p->name, 65536);
+		if (len == 0 || len > 65535)
+			return pt_fail(err, -EINVAL,
+				       "commit: plan record %zu: a name must have 1 to 65535 bytes",
+				       i);
+		/* the original's own name is no rename: may stay verbatim */
+		if (!e || len != e->name_len ||
+		    memcmp(p->name, e->name, len) != 0)
+			r->name = p->name;
+	}
 	r->name_len = (uint32_t)len;
 	r->e = e;
 	r->ch = p->change;
