@@ -48,6 +48,7 @@ struct pk_node {
  * a sequence of items, the next item and the open batch. */
 struct pk_frame {
 	const struct pt_value *v;
+	struct pk_node *n;              /* its entry, NULL for a hook's node */
 	uint8_t step;
 	bool open;                      /* a batch of items is open */
 	size_t i;                       /* next item */
@@ -107,11 +108,19 @@ static int pk_fail(struct pt_pkemit *e, const struct pt_value *v, int code,
 
 /* ---- the table of nodes ---------------------------------------------- */
 
+/*
+ * A node's first slot: its address in 8-byte units, high bits folded in
+ * (arena blocks far apart do not land on the same slots).  The nodes of
+ * one arena block lie at least 40 bytes apart in creation order, which is
+ * roughly the order they are written in, so the walk reads the table
+ * nearly in order; a multiplicative hash scattered it, and cache misses
+ * on the table were half of the time of writing a state dict.
+ */
 static size_t pk_hash(const struct pt_value *v, size_t cap)
 {
-	uint64_t h = (uint64_t)(uintptr_t)v * 0x9e3779b97f4a7c15ull;
+	uintptr_t a = (uintptr_t)v;
 
-	return (size_t)(h >> 17) & (cap - 1);
+	return (size_t)((a >> 3) ^ (a >> 29)) & (cap - 1);
 }
 
 static struct pk_node *pk_find(const struct pt_pkemit *e,
@@ -190,14 +199,19 @@ static int pk_reach(struct pt_pkemit *e, const struct pt_value *root)
 	int rc;
 
 	rc = pk_add(e, root, &n);
-	if (!rc && pt_vstack_push_children(&st, root))
-		rc = -ENOMEM;
+	if (!rc) {
+		n->seen = true;
+		if (pt_vstack_push_children(&st, root))
+			rc = -ENOMEM;
+	}
 	while (!rc && st.n) {
 		v = st.v[--st.n];
 		rc = pk_add(e, v, &n);
-		if (!rc && !n->seen && pt_vstack_push_children(&st, v))
-			rc = -ENOMEM;
+		if (rc || n->seen)
+			continue;
 		n->seen = true;
+		if (pt_vstack_push_children(&st, v))
+			rc = -ENOMEM;
 	}
 	pt_vstack_free(&st);
 	if (rc == -ENOMEM)
@@ -223,25 +237,18 @@ static bool pk_memoizable(const struct pt_value *v)
 	}
 }
 
-/* @v's memo index, or PK_NOMEMO when it has none (yet). */
-static uint32_t pk_memo(const struct pt_pkemit *e, const struct pt_value *v)
+/* Put @v (entry @n, just made, on top of the stack) in the memo: in the
+ * first pass every node of the graph of a kind CPython puts, in the
+ * second only those that the first pass fetched again.  A node the hook
+ * made (no entry) is never put. */
+static int pk_put(struct pt_pkemit *e, struct pk_node *n,
+		  const struct pt_value *v)
 {
-	const struct pk_node *n = pk_find(e, v);
-
-	return n ? n->memo : PK_NOMEMO;
-}
-
-/* Put @v (just made, on top of the stack) in the memo: in the first pass
- * every node of the graph that CPython would put, in the second only
- * those that the first pass fetched again. */
-static int pk_put(struct pt_pkemit *e, const struct pt_value *v)
-{
-	struct pk_node *n = pk_find(e, v);
-
 	if (!n || n->memo != PK_NOMEMO || !pk_memoizable(v) ||
 	    (!e->first && !n->fetched))
 		return 0;
-	if (e->memo_n >= e->lim->max_memo || e->memo_n == PK_NOMEMO)
+	if ((!e->first && e->memo_n >= e->lim->max_memo) ||
+	    e->memo_n == PK_NOMEMO)
 		return pt_fail(e->err, -EFBIG,
 			       "pickle emit: more than %llu memo entries",
 			       (unsigned long long)e->lim->max_memo);
@@ -250,33 +257,31 @@ static int pk_put(struct pt_pkemit *e, const struct pt_value *v)
 	return 0;
 }
 
-/* GET @v, which is in the memo (at @idx). */
-static void pk_get(struct pt_pkemit *e, const struct pt_value *v,
-		   uint32_t idx)
+/* GET the node of entry @n, which is in the memo. */
+static void pk_get(struct pt_pkemit *e, struct pk_node *n)
 {
 	if (e->first)
-		pk_find(e, v)->fetched = true;
-	pko_get(e->out, idx);
+		n->fetched = true;
+	pko_get(e->out, n->memo);
 }
 
 /*
- * The end of a tuple, frozenset, call or persistent id whose parts are
- * on the stack: when it is in the memo already (written meanwhile by a
- * reference inside its parts), drop the parts -- @pops POPs, or POP_MARK
- * when @pops is 0 -- fetch it, and return true; else false.
+ * The end of frame @f's tuple, frozenset, call or persistent id, whose
+ * parts are on the stack: when it is in the memo already (written
+ * meanwhile by a reference inside its parts), drop the parts -- @pops
+ * POPs, or POP_MARK when @pops is 0 -- fetch it, and return true; else
+ * false.
  */
-static bool pk_made_meanwhile(struct pt_pkemit *e, const struct pt_value *v,
+static bool pk_made_meanwhile(struct pt_pkemit *e, const struct pk_frame *f,
 			      size_t pops)
 {
-	uint32_t idx = pk_memo(e, v);
-
-	if (idx == PK_NOMEMO)
+	if (!f->n || f->n->memo == PK_NOMEMO)
 		return false;
 	if (!pops)
 		pko_op(e->out, PKO_POP_MARK);
 	while (pops--)
 		pko_op(e->out, PKO_POP);
-	pk_get(e, v, idx);
+	pk_get(e, f->n);
 	return true;
 }
 
@@ -305,8 +310,9 @@ static int pk_global(struct pt_pkemit *e, const struct pt_value *v)
 	return 0;
 }
 
-/* A node without parts: write it and put it in the memo when shared. */
-static int pk_leaf(struct pt_pkemit *e, const struct pt_value *v)
+/* A node without parts: write it (and put it in the memo, pk_put). */
+static int pk_leaf(struct pt_pkemit *e, const struct pt_value *v,
+		   struct pk_node *node)
 {
 	const uint8_t *p = v->u.s.p;
 	size_t n = v->u.s.len;
@@ -353,12 +359,13 @@ static int pk_leaf(struct pt_pkemit *e, const struct pt_value *v)
 	default:
 		return pk_fail(e, v, -EINVAL, "not a leaf");
 	}
-	return rc ? rc : pk_put(e, v);
+	return rc ? rc : pk_put(e, node, v);
 }
 
 /* ---- nodes with parts ------------------------------------------------- */
 
-static int pk_push(struct pt_pkemit *e, const struct pt_value *v)
+static int pk_push(struct pt_pkemit *e, const struct pt_value *v,
+		   struct pk_node *n)
 {
 	if (e->fn >= e->lim->max_depth)
 		return pt_fail(e->err, -EFBIG,
@@ -367,43 +374,45 @@ static int pk_push(struct pt_pkemit *e, const struct pt_value *v)
 	if (!pt_grow((void **)&e->fr, &e->fcap, e->fn, sizeof(*e->fr)))
 		return pt_fail(e->err, -ENOMEM, "pickle emit: out of memory");
 	memset(&e->fr[e->fn], 0, sizeof(*e->fr));
-	e->fr[e->fn++].v = v;
+	e->fr[e->fn].v = v;
+	e->fr[e->fn++].n = n;
 	return 0;
 }
 
 /* Start writing @v: a GET when it is in the memo, a leaf at once, else a
- * frame that pk_run() goes through. */
+ * frame that pk_run() goes through.  Its entry is looked up once, here:
+ * the table does not move while the graph is written. */
 static int pk_begin(struct pt_pkemit *e, const struct pt_value *v)
 {
-	uint32_t idx;
+	struct pk_node *n;
 
 	if (!v)
 		return pt_fail(e->err, -EINVAL,
 			       "pickle emit: a missing value (NULL)");
-	idx = pk_memo(e, v);
-	if (idx != PK_NOMEMO) {
-		pk_get(e, v, idx);
+	n = pk_find(e, v);
+	if (n && n->memo != PK_NOMEMO) {
+		pk_get(e, n);
 		return 0;
 	}
 	switch (v->kind) {
 	case PT_V_TUPLE:
 		if (v->u.seq.n == 0)
-			return pk_leaf(e, v);
-		return pk_push(e, v);
+			return pk_leaf(e, v, n);
+		return pk_push(e, v, n);
 	case PT_V_LIST:
 	case PT_V_DICT:
 	case PT_V_SET:
 	case PT_V_FROZENSET:
 	case PT_V_CALL:
 	case PT_V_OBJ:
-		return pk_push(e, v);
+		return pk_push(e, v, n);
 	case PT_V_PERSID:
 		if (e->in_pid)
 			return pk_fail(e, v, -EINVAL,
 				       "a persistent id inside a persistent id");
-		return pk_push(e, v);
+		return pk_push(e, v, n);
 	default:
-		return pk_leaf(e, v);
+		return pk_leaf(e, v, n);
 	}
 }
 
@@ -464,7 +473,7 @@ static int pk_container(struct pt_pkemit *e, struct pk_frame *f,
 		pko_op(e->out, v->kind == PT_V_LIST ? PKO_EMPTY_LIST :
 			       v->kind == PT_V_DICT ? PKO_EMPTY_DICT :
 			       PKO_EMPTY_SET);
-		rc = pk_put(e, v);
+		rc = pk_put(e, f->n, v);
 		if (rc)
 			return rc;
 		f->step = 1;
@@ -500,13 +509,13 @@ static int pk_tuple(struct pt_pkemit *e, struct pk_frame *f,
 		return 0;
 	}
 	*done = true;
-	if (pk_made_meanwhile(e, v, small ? n : 0))
+	if (pk_made_meanwhile(e, f, small ? n : 0))
 		return 0;
 	if (v->kind == PT_V_TUPLE)
 		pko_tuple(e->out, n);
 	else
 		pko_op(e->out, PKO_FROZENSET);
-	return pk_put(e, v);
+	return pk_put(e, f->n, v);
 }
 
 /* The hook writes the persistent id's value; it may push frames, so
@@ -542,10 +551,10 @@ static int pk_persid(struct pt_pkemit *e, struct pk_frame *f,
 		return 0;
 	}
 	*done = true;
-	if (pk_made_meanwhile(e, v, 1))
+	if (pk_made_meanwhile(e, f, 1))
 		return 0;
 	pko_op(e->out, PKO_BINPERSID);
-	return pk_put(e, v);
+	return pk_put(e, f->n, v);
 }
 
 /* The opcode that makes call @v and the parts it pops (0: to a MARK). */
@@ -607,13 +616,13 @@ static int pk_call_make(struct pt_pkemit *e, struct pk_frame *f,
 	default:
 		break;
 	}
-	if (pk_made_meanwhile(e, v, pops)) {
+	if (pk_made_meanwhile(e, f, pops)) {
 		*done = true;
 		return 0;
 	}
 	pko_op(e->out, op);
 	f->step = PK_C_ITEMS;
-	return pk_put(e, v);
+	return pk_put(e, f->n, v);
 }
 
 /* A call: made, put, then its appended items, set items and BUILD state,
