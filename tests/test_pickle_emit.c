@@ -263,6 +263,10 @@ static const struct rt_case cases[] = {
 	      "c__builtin__\nunicode\ncopy_reg\n_reconstructor\nt.",
 	      "\x80\x02(U\x03" "abcU\x03xyzU\x02q\x00"
 	      "c__builtin__\nunicode\ncopy_reg\n_reconstructor\nt."),
+	/* translated while the protocol was 2, written at 3 as translated */
+	EXACT("PROTO 3 after a Python 2 global",
+	      "\x80\x02" "c__builtin__\nset\n\x80\x03.",
+	      "\x80\x03" "cbuiltins\nset\n."),
 	EXACT("protocol 0 set", "c__builtin__\nset\n((lp0\nI1\naI2\natRp1\n.",
 	      "\x80\x02" "c__builtin__\nset\n](K\x01K\x02" "e\x85R."),
 	/* made inside its own argument list, then dropped: POP the outer
