@@ -18,9 +18,10 @@
  * "Re-emitting a pickle".
  *
  * The graph is untrusted and may be cyclic: the walk is iterative, its
- * depth is capped by max_depth (-EFBIG), the number of nodes by
- * max_values (-EFBIG), and a node whose arguments a lean load dropped
- * (PT_VF_LEAN) cannot be written (-EINVAL).
+ * depth is capped by max_depth, the number of nodes by max_values, the
+ * output by max_pickle_bytes (-EFBIG each), and a node whose arguments a
+ * lean load dropped (PT_VF_LEAN) cannot be written (-EINVAL): write a
+ * graph of pt_pickle_load(), not pt_pickle_load_lean().
  */
 #ifndef PTFS_CORE_DECODE_PICKLE_EMIT_H
 #define PTFS_CORE_DECODE_PICKLE_EMIT_H
@@ -53,7 +54,8 @@ struct pt_pkemit_opts {
 	 * whatever the number (plus those that only a newer protocol has,
 	 * for nodes that need them). */
 	unsigned proto;
-	/* max_depth, max_values and max_memo; NULL: pt_limits_default(). */
+	/* max_depth, max_values, max_memo and max_pickle_bytes (of the
+	 * output); NULL: pt_limits_default(). */
 	const struct pt_limits *lim;
 	/* NULL: the persistent id's value is written as it is. */
 	pt_pkemit_pid_fn pid;
