@@ -9,7 +9,8 @@
  * stack of node pairs.  Paired nodes have the same kind, the same flags
  * that change a meaning (PT_VF_PY2STR, PT_VF_INST, PT_VF_NEWOBJ_EX), the
  * same payload (bytes of strings and big ints, bits of floats, names of
- * globals) and pairwise equal parts.  Nodes whose identity a pickle
+ * globals, their Python 2 spellings where both have one) and pairwise
+ * equal parts.  Nodes whose identity a pickle
  * carries (all but None, bools, numbers and the empty tuple, which the
  * decoder shares on its own) are mapped both ways: a node reached twice
  * in one graph must meet the same node of the other graph both times, so
@@ -156,12 +157,15 @@ static inline bool pkeq_identity(const struct pt_value *v)
 		 (v->kind == PT_V_TUPLE && v->u.seq.n == 0));
 }
 
-static inline bool pkeq_str_eq(const char *x, const char *y)
+/* Two Python 2 spellings of a global: equal, or one is missing (a pickle
+ * whose PROTO 3 came after the global: the name was translated, and is
+ * written translated at protocol 3). */
+static inline bool pkeq_py2_eq(const char *x, const char *y)
 {
 	size_t nx, ny;
 
 	if (!x || !y)
-		return x == y;
+		return true;
 	nx = strlen(x) + 1;
 	ny = strlen(y) + 1;
 	/* a Python 2 spelling is "module\0name\0" */
@@ -194,7 +198,7 @@ static inline int pkeq_node(struct pkeq *q, const struct pt_value *a,
 	case PT_V_GLOBAL:
 		return !strcmp(a->u.global.module, b->u.global.module) &&
 		       !strcmp(a->u.global.name, b->u.global.name) &&
-		       pkeq_str_eq(a->u.global.py2, b->u.global.py2) ? 0 :
+		       pkeq_py2_eq(a->u.global.py2, b->u.global.py2) ? 0 :
 		       pkeq_differ(q, a, b, "global %s.%s vs %s.%s",
 				   a->u.global.module, a->u.global.name,
 				   b->u.global.module, b->u.global.name);

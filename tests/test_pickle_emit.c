@@ -263,6 +263,10 @@ static const struct rt_case cases[] = {
 	      "c__builtin__\nunicode\ncopy_reg\n_reconstructor\nt.",
 	      "\x80\x02(U\x03" "abcU\x03xyzU\x02q\x00"
 	      "c__builtin__\nunicode\ncopy_reg\n_reconstructor\nt."),
+	/* translated while the protocol was 2, written at 3 as translated */
+	EXACT("PROTO 3 after a Python 2 global",
+	      "\x80\x02" "c__builtin__\nset\n\x80\x03.",
+	      "\x80\x03" "cbuiltins\nset\n."),
 	EXACT("protocol 0 set", "c__builtin__\nset\n((lp0\nI1\naI2\natRp1\n.",
 	      "\x80\x02" "c__builtin__\nset\n](K\x01K\x02" "e\x85R."),
 	/* made inside its own argument list, then dropped: POP the outer
@@ -270,8 +274,8 @@ static const struct rt_case cases[] = {
 	 * arguments and fetch the call */
 	EXACT("recursive call at the root",
 	      "\x80\x02]q\x00" "cmod\nf\nh\x00\x85Rq\x01" "a0h\x01.",
-	      "\x80\x02" "cmod\nf\n]q\x00" "cmod\nf\nh\x00\x85q\x01Rq\x02"
-	      "a0h\x01" "00h\x02."),
+	      "\x80\x02" "cmod\nf\nq\x00]q\x01h\x00h\x01\x85q\x02Rq\x03"
+	      "a0h\x02" "00h\x03."),
 	EXACT("floats: -0.0, inf, nan with a payload, -inf",
 	      "\x80\x02(G\x80\x00\x00\x00\x00\x00\x00\x00"
 	      "G\x7f\xf0\x00\x00\x00\x00\x00\x00G\x7f\xf8\x00\x00\x00\x00\x00\x01"
@@ -335,35 +339,44 @@ static void test_cases(void **state)
 	}
 }
 
-/* 1001 items: MARK, 1000 items, APPENDS, then one item and APPEND; the
- * same with dict pairs and SETITEMS/SETITEM. */
+/*
+ * 1001 items.  A list or dict: MARK, 1000 items, APPENDS/SETITEMS, then
+ * MARK, the last item, APPENDS/SETITEMS again (CPython's C pickler); the
+ * items set onto a call (an OrderedDict's): the last batch of one is
+ * SETITEM.
+ */
 static void test_batches(void **state)
 {
+	static const char *const head[] = { "\x80\x02](", "\x80\x02}(",
+					    "\x80\x02" "cmod\nC\n)R(" };
+	static const char tail_in[] = { 'e', 'u', 'u' };
+	static const char *const tail[] = { "e(", "u(", "u" };
+	static const char *const last[] = { "e.", "u.", "s." };
 	struct pt_buf in, want, out;
-	int i;
+	int i, k;
 
 	(void)state;
-	for (int dict = 0; dict < 2; dict++) {
+	for (k = 0; k < 3; k++) {
 		pt_buf_init(&in);
 		pt_buf_init(&want);
-		pt_buf_add(&in, dict ? "\x80\x02}(" : "\x80\x02](", 4);
-		pt_buf_add(&want, dict ? "\x80\x02}(" : "\x80\x02](", 4);
+		pt_buf_puts(&in, head[k]);
+		pt_buf_puts(&want, head[k]);
 		for (i = 0; i < 1001; i++) {
 			char item[3] = { 'M', (char)(i & 0xff), (char)(i >> 8) };
 			char small[2] = { 'K', (char)i };
+			int pair;
 
-			pt_buf_add(&in, item, 3);
-			pt_buf_add(&want, i < 256 ? small : item, i < 256 ? 2 : 3);
-			if (dict) {   /* the value: the same int */
+			for (pair = 0; pair < (k ? 2 : 1); pair++) {
 				pt_buf_add(&in, item, 3);
 				pt_buf_add(&want, i < 256 ? small : item,
 					   i < 256 ? 2 : 3);
 			}
 			if (i == 999)
-				pt_buf_putc(&want, dict ? 'u' : 'e');
+				pt_buf_puts(&want, tail[k]);
 		}
-		pt_buf_add(&in, dict ? "u." : "e.", 2);
-		pt_buf_add(&want, dict ? "s." : "a.", 2);
+		pt_buf_putc(&in, tail_in[k]);
+		pt_buf_putc(&in, '.');
+		pt_buf_puts(&want, last[k]);
 		roundtrip("1001 items", (const uint8_t *)in.p, in.len, &out);
 		assert_bytes("1001 items", &out, (const uint8_t *)want.p,
 			     want.len);
@@ -453,7 +466,7 @@ static void test_editor_nodes(void **state)
 	d.u.dict.kv.n = 2;
 	assert_int_equal(emit(&l, 2, NULL, &out, &err), 0);
 	assert_bytes("editor nodes", &out,
-		     S("\x80\x02]q\x00(X\x03\x00\x00\x00keyq\x01h\x01}q\x02"
+		     S("\x80\x02]q\x00(X\x03\x00\x00\x00keyq\x01h\x01}"
 		       "h\x01h\x00se."));
 	b = load((const uint8_t *)out.p, out.len);
 	r = pt_pickle_root(b);
@@ -591,7 +604,7 @@ static void test_pid_hook(void **state)
 	o.pid_ctx = &calls;
 	pt_buf_init(&out);
 	assert_int_equal(pt_pickle_emit(pt_pickle_root(a), &o, &out, &err), 0);
-	assert_int_equal(calls, 2);
+	assert_int_equal(calls, 4);     /* twice each: both passes */
 	b = load((const uint8_t *)out.p, out.len);
 	r = pt_pickle_root(b);
 	assert_int_equal(r->u.seq.n, 3);

@@ -3,21 +3,26 @@
  * pickle_emit.c -- a decoded pickle graph written back as pickle bytes;
  * see pickle_emit.h and docs/FORMATS.md, "Re-emitting a pickle".
  *
- * Two passes over the graph, both iterative.  The first counts the
- * references to every node reachable from the root (the root counts one)
- * in a table keyed by the node's address: nodes an editor made have no id
- * of the pickle.  The second writes each node as CPython's _Pickler
- * writes the object it stands for, with an explicit stack of frames, one
- * per node being written.  A node of a kind CPython memoizes (all but
- * None, bools, numbers and the empty tuple) that is referenced more than
- * once is put in the memo when it is first complete enough -- a list,
- * dict or set right after its EMPTY_* opcode, a call right after REDUCE/
- * NEWOBJ/OBJ (before its items and its BUILD state), anything else once
- * made -- and fetched with GET afterwards.  A tuple, frozenset, call or
- * persistent id reached again while its own parts are being written (a
- * cycle through a list among them) is written again there, as CPython
- * does; when the outer writing ends, the node is in the memo already, so
- * the parts pushed for it are popped and it is fetched instead.
+ * Each node is written as CPython's pickler writes the object it stands
+ * for, with an explicit stack of frames, one per node being written.  The
+ * memo is CPython's followed by pickletools.optimize(): CPython puts
+ * every object of a memoized kind (all but None, bools, numbers and the
+ * empty tuple) once made -- a list, dict or set right after its EMPTY_*
+ * opcode, a call right after REDUCE/NEWOBJ/OBJ, before its items and its
+ * BUILD state -- and fetches it with GET when it meets it again; only
+ * the entries some GET reads are kept.  So the graph is written twice:
+ * a first pass puts every node and notes which ones a GET reads (its
+ * bytes are dropped as they come), the second puts only those, numbered
+ * from 0.  Both passes take the same path, a GET of the first being a
+ * GET of the second.
+ *
+ * A tuple, frozenset, call or persistent id met again while its own parts
+ * are being written (a cycle through a list among them) is written again
+ * there, as CPython does; when the outer writing ends, the node is in the
+ * memo already, so the parts pushed for it are popped and it is fetched.
+ * Which nodes the memo may hold is decided first, by a walk from the
+ * root in a table keyed by the node's address (an editor's nodes have no
+ * id of the pickle): nodes a persistent-id hook makes are never memoized.
  */
 #include "decode/pickle_emit.h"
 
@@ -30,21 +35,20 @@
 #define PK_NOMEMO UINT32_MAX
 #define PK_BATCH 1000   /* items per APPENDS/SETITEMS (CPython _BATCHSIZE) */
 
-/* A node reachable from the root: references to it, whether it lies on
- * a cycle, its memo index. */
+/* A node reachable from the root: its memo index, and whether the first
+ * pass fetched it. */
 struct pk_node {
 	const struct pt_value *v;       /* NULL: a free slot */
-	uint32_t refs;
 	uint32_t memo;                  /* PK_NOMEMO until put */
-	uint32_t visit, low;            /* the first pass's numbers */
-	bool on_path;                   /* on the first pass's stack */
-	bool cyclic;                    /* in a cycle of the graph */
+	bool seen;                      /* its parts are in the table */
+	bool fetched;                   /* a GET of the first pass read it */
 };
 
 /* A node being written: where it is (its kind's steps, below) and, for
  * a sequence of items, the next item and the open batch. */
 struct pk_frame {
 	const struct pt_value *v;
+	struct pk_node *n;              /* its entry, NULL for a hook's node */
 	uint8_t step;
 	bool open;                      /* a batch of items is open */
 	size_t i;                       /* next item */
@@ -52,7 +56,12 @@ struct pk_frame {
 };
 
 struct pt_pkemit {
-	struct pt_buf *out;
+	struct pt_buf *out;             /* where the pass writes */
+	struct pt_buf *dest;            /* the caller's buffer */
+	struct pt_buf scratch;          /* the first pass's, emptied as it goes */
+	size_t start;                   /* dest->len before the emission */
+	uint64_t dropped;               /* bytes the first pass emptied */
+	bool first;                     /* the first pass is running */
 	struct pt_error *err;
 	const struct pt_limits *lim;
 	unsigned proto;
@@ -61,7 +70,7 @@ struct pt_pkemit {
 	bool in_pid;                    /* the hook is running */
 	struct pk_node *tab;            /* open addressing, by address */
 	size_t tcap, tn;
-	uint32_t memo_n;                /* memo entries put */
+	uint32_t memo_n;                /* memo entries put in this pass */
 	struct pk_frame *fr;            /* the nodes being written */
 	size_t fn, fcap;
 };
@@ -99,11 +108,19 @@ static int pk_fail(struct pt_pkemit *e, const struct pt_value *v, int code,
 
 /* ---- the table of nodes ---------------------------------------------- */
 
+/*
+ * A node's first slot: its address in 8-byte units, high bits folded in
+ * (arena blocks far apart do not land on the same slots).  The nodes of
+ * one arena block lie at least 40 bytes apart in creation order, which is
+ * roughly the order they are written in, so the walk reads the table
+ * nearly in order; a multiplicative hash scattered it, and cache misses
+ * on the table were half of the time of writing a state dict.
+ */
 static size_t pk_hash(const struct pt_value *v, size_t cap)
 {
-	uint64_t h = (uint64_t)(uintptr_t)v * 0x9e3779b97f4a7c15ull;
+	uintptr_t a = (uintptr_t)v;
 
-	return (size_t)(h >> 17) & (cap - 1);
+	return (size_t)((a >> 3) ^ (a >> 29)) & (cap - 1);
 }
 
 static struct pk_node *pk_find(const struct pt_pkemit *e,
@@ -172,103 +189,33 @@ static int pk_add(struct pt_pkemit *e, const struct pt_value *v,
 	return 0;
 }
 
-/* The first pass's depth-first walk (Tarjan's strongly connected
- * components): a node on the path, with where its children begin on the
- * stack of edges still to follow. */
-struct pk_path {
-	const struct pt_value *v;
-	size_t edges;
-};
-
-struct pk_walk {
-	struct pt_vstack edges;         /* children still to follow */
-	struct pk_path *path;
-	size_t pn, pcap;
-	const struct pt_value **comp;   /* Tarjan's stack */
-	size_t cn, ccap;
-	uint32_t order;                 /* next visit number */
-};
-
-/* First visit of @v (its entry @n): number it, put it on both stacks. */
-static int pk_visit(struct pt_pkemit *e, struct pk_walk *w,
-		    const struct pt_value *v, struct pk_node *n)
+/* The nodes reachable from @root: the only ones the memo may hold (a
+ * node the hook made may live on its stack, its address reused). */
+static int pk_reach(struct pt_pkemit *e, const struct pt_value *root)
 {
-	if (!pt_grow((void **)&w->path, &w->pcap, w->pn, sizeof(*w->path)) ||
-	    !pt_grow((void **)&w->comp, &w->ccap, w->cn, sizeof(*w->comp)))
-		return pt_fail(e->err, -ENOMEM, "pickle emit: out of memory");
-	n->visit = n->low = ++w->order;
-	n->on_path = true;
-	w->comp[w->cn++] = v;
-	w->path[w->pn].v = v;
-	w->path[w->pn++].edges = w->edges.n;
-	if (pt_vstack_push_children(&w->edges, v))
-		return pt_fail(e->err, -ENOMEM, "pickle emit: out of memory");
-	return 0;
-}
-
-/* The path leaves @v (entry @n): when it roots a component, pop the
- * component, marking its nodes cyclic when it has more than one. */
-static void pk_leave(struct pt_pkemit *e, struct pk_walk *w,
-		     const struct pt_value *v, struct pk_node *n)
-{
-	struct pk_node *m;
-	bool cyclic;
-
-	w->pn--;
-	if (w->pn) {
-		m = pk_find(e, w->path[w->pn - 1].v);
-		if (n->low < m->low)
-			m->low = n->low;
-	}
-	if (n->low != n->visit)
-		return;
-	cyclic = w->comp[w->cn - 1] != v;
-	do {
-		m = pk_find(e, w->comp[--w->cn]);
-		m->on_path = false;
-		m->cyclic |= cyclic;
-	} while (m->v != v);
-}
-
-/* The first pass: references to every node reachable from @root (the
- * root counts one), and which nodes lie on a cycle. */
-static int pk_count(struct pt_pkemit *e, const struct pt_value *root)
-{
-	struct pk_walk w = { .order = 0 };
-	const struct pt_value *v, *c;
-	struct pk_node *n, *m;
+	struct pt_vstack st = { 0 };
+	struct pk_node *n = NULL;
+	struct pt_value *v;
 	int rc;
 
 	rc = pk_add(e, root, &n);
 	if (!rc) {
-		n->refs = 1;
-		rc = pk_visit(e, &w, root, n);
+		n->seen = true;
+		if (pt_vstack_push_children(&st, root))
+			rc = -ENOMEM;
 	}
-	while (!rc && w.pn) {
-		v = w.path[w.pn - 1].v;
-		if (w.edges.n == w.path[w.pn - 1].edges) {
-			pk_leave(e, &w, v, pk_find(e, v));
+	while (!rc && st.n) {
+		v = st.v[--st.n];
+		rc = pk_add(e, v, &n);
+		if (rc || n->seen)
 			continue;
-		}
-		c = w.edges.v[--w.edges.n];
-		rc = pk_add(e, c, &m);
-		if (rc)
-			break;
-		if (m->refs < UINT32_MAX)
-			m->refs++;
-		if (!m->visit) {
-			rc = pk_visit(e, &w, c, m);
-			continue;
-		}
-		n = pk_find(e, v);
-		if (m->on_path && m->visit < n->low)
-			n->low = m->visit;
-		if (c == v)
-			n->cyclic = true;
+		n->seen = true;
+		if (pt_vstack_push_children(&st, v))
+			rc = -ENOMEM;
 	}
-	pt_vstack_free(&w.edges);
-	free(w.path);
-	free(w.comp);
+	pt_vstack_free(&st);
+	if (rc == -ENOMEM)
+		return pt_fail(e->err, rc, "pickle emit: out of memory");
 	return rc;
 }
 
@@ -290,26 +237,18 @@ static bool pk_memoizable(const struct pt_value *v)
 	}
 }
 
-/* @v's memo index, or PK_NOMEMO when it has none (yet). */
-static uint32_t pk_memo(const struct pt_pkemit *e, const struct pt_value *v)
+/* Put @v (entry @n, just made, on top of the stack) in the memo: in the
+ * first pass every node of the graph of a kind CPython puts, in the
+ * second only those that the first pass fetched again.  A node the hook
+ * made (no entry) is never put. */
+static int pk_put(struct pt_pkemit *e, struct pk_node *n,
+		  const struct pt_value *v)
 {
-	const struct pk_node *n = pk_find(e, v);
-
-	return n ? n->memo : PK_NOMEMO;
-}
-
-/* Put @v (just made, on top of the stack) in the memo when it is
- * referenced more than once or lies on a cycle (the list of a tuple that
- * holds itself through it is referenced once, but must be fetched when
- * the tuple is written again inside it). */
-static int pk_put(struct pt_pkemit *e, const struct pt_value *v)
-{
-	struct pk_node *n = pk_find(e, v);
-
-	if (!n || (n->refs < 2 && !n->cyclic) || n->memo != PK_NOMEMO ||
-	    !pk_memoizable(v))
+	if (!n || n->memo != PK_NOMEMO || !pk_memoizable(v) ||
+	    (!e->first && !n->fetched))
 		return 0;
-	if (e->memo_n >= e->lim->max_memo || e->memo_n == PK_NOMEMO)
+	if ((!e->first && e->memo_n >= e->lim->max_memo) ||
+	    e->memo_n == PK_NOMEMO)
 		return pt_fail(e->err, -EFBIG,
 			       "pickle emit: more than %llu memo entries",
 			       (unsigned long long)e->lim->max_memo);
@@ -318,24 +257,31 @@ static int pk_put(struct pt_pkemit *e, const struct pt_value *v)
 	return 0;
 }
 
+/* GET the node of entry @n, which is in the memo. */
+static void pk_get(struct pt_pkemit *e, struct pk_node *n)
+{
+	if (e->first)
+		n->fetched = true;
+	pko_get(e->out, n->memo);
+}
+
 /*
- * The end of a tuple, frozenset, call or persistent id whose parts are
- * on the stack: when it is in the memo already (written meanwhile by a
- * reference inside its parts), drop the parts -- @pops POPs, or POP_MARK
- * when @pops is 0 -- fetch it, and return true; else false.
+ * The end of frame @f's tuple, frozenset, call or persistent id, whose
+ * parts are on the stack: when it is in the memo already (written
+ * meanwhile by a reference inside its parts), drop the parts -- @pops
+ * POPs, or POP_MARK when @pops is 0 -- fetch it, and return true; else
+ * false.
  */
-static bool pk_made_meanwhile(struct pt_pkemit *e, const struct pt_value *v,
+static bool pk_made_meanwhile(struct pt_pkemit *e, const struct pk_frame *f,
 			      size_t pops)
 {
-	uint32_t idx = pk_memo(e, v);
-
-	if (idx == PK_NOMEMO)
+	if (!f->n || f->n->memo == PK_NOMEMO)
 		return false;
 	if (!pops)
 		pko_op(e->out, PKO_POP_MARK);
 	while (pops--)
 		pko_op(e->out, PKO_POP);
-	pko_get(e->out, idx);
+	pk_get(e, f->n);
 	return true;
 }
 
@@ -364,8 +310,9 @@ static int pk_global(struct pt_pkemit *e, const struct pt_value *v)
 	return 0;
 }
 
-/* A node without parts: write it and put it in the memo when shared. */
-static int pk_leaf(struct pt_pkemit *e, const struct pt_value *v)
+/* A node without parts: write it (and put it in the memo, pk_put). */
+static int pk_leaf(struct pt_pkemit *e, const struct pt_value *v,
+		   struct pk_node *node)
 {
 	const uint8_t *p = v->u.s.p;
 	size_t n = v->u.s.len;
@@ -412,12 +359,13 @@ static int pk_leaf(struct pt_pkemit *e, const struct pt_value *v)
 	default:
 		return pk_fail(e, v, -EINVAL, "not a leaf");
 	}
-	return rc ? rc : pk_put(e, v);
+	return rc ? rc : pk_put(e, node, v);
 }
 
 /* ---- nodes with parts ------------------------------------------------- */
 
-static int pk_push(struct pt_pkemit *e, const struct pt_value *v)
+static int pk_push(struct pt_pkemit *e, const struct pt_value *v,
+		   struct pk_node *n)
 {
 	if (e->fn >= e->lim->max_depth)
 		return pt_fail(e->err, -EFBIG,
@@ -426,52 +374,54 @@ static int pk_push(struct pt_pkemit *e, const struct pt_value *v)
 	if (!pt_grow((void **)&e->fr, &e->fcap, e->fn, sizeof(*e->fr)))
 		return pt_fail(e->err, -ENOMEM, "pickle emit: out of memory");
 	memset(&e->fr[e->fn], 0, sizeof(*e->fr));
-	e->fr[e->fn++].v = v;
+	e->fr[e->fn].v = v;
+	e->fr[e->fn++].n = n;
 	return 0;
 }
 
 /* Start writing @v: a GET when it is in the memo, a leaf at once, else a
- * frame that pk_run() goes through. */
+ * frame that pk_run() goes through.  Its entry is looked up once, here:
+ * the table does not move while the graph is written. */
 static int pk_begin(struct pt_pkemit *e, const struct pt_value *v)
 {
-	uint32_t idx;
+	struct pk_node *n;
 
 	if (!v)
 		return pt_fail(e->err, -EINVAL,
 			       "pickle emit: a missing value (NULL)");
-	idx = pk_memo(e, v);
-	if (idx != PK_NOMEMO) {
-		pko_get(e->out, idx);
+	n = pk_find(e, v);
+	if (n && n->memo != PK_NOMEMO) {
+		pk_get(e, n);
 		return 0;
 	}
 	switch (v->kind) {
 	case PT_V_TUPLE:
 		if (v->u.seq.n == 0)
-			return pk_leaf(e, v);
-		return pk_push(e, v);
+			return pk_leaf(e, v, n);
+		return pk_push(e, v, n);
 	case PT_V_LIST:
 	case PT_V_DICT:
 	case PT_V_SET:
 	case PT_V_FROZENSET:
 	case PT_V_CALL:
 	case PT_V_OBJ:
-		return pk_push(e, v);
+		return pk_push(e, v, n);
 	case PT_V_PERSID:
 		if (e->in_pid)
 			return pk_fail(e, v, -EINVAL,
 				       "a persistent id inside a persistent id");
-		return pk_push(e, v);
+		return pk_push(e, v, n);
 	default:
-		return pk_leaf(e, v);
+		return pk_leaf(e, v, n);
 	}
 }
 
 /*
  * One step through the items @q of @f's node, written in batches of
  * PK_BATCH times @per items (@per: 2 for key-value pairs), each closed by
- * @many, or by @one when it holds a single item (@one 0: never; ADDITEMS
- * after a MARK for one item too, as CPython writes sets).  The next item
- * in *@child, or true when every batch is closed (f->i is 0 again).
+ * @many after a MARK, or by @one alone when it holds a single item (@one
+ * 0: never).  The next item in *@child, or true when every batch is
+ * closed (f->i is 0 again).
  */
 static bool pk_batch(struct pt_pkemit *e, struct pk_frame *f,
 		     const struct pt_vseq *q, size_t per, char one, char many,
@@ -501,7 +451,15 @@ static bool pk_batch(struct pt_pkemit *e, struct pk_frame *f,
 	return false;
 }
 
-/* A list, dict or set: EMPTY_*, put, then its items in batches. */
+/*
+ * A list, dict or set: EMPTY_*, put, then its items in batches.  As
+ * CPython's C pickler (Modules/_pickle.c, batch_list_exact and
+ * batch_dict_exact; what pickle.dumps and torch.save run) writes a list
+ * or dict: APPEND/SETITEM when it holds one item, else MARK ... APPENDS/
+ * SETITEMS for every batch, a last one of one item too (Lib/pickle.py
+ * would write APPEND/SETITEM there; both load the same).  A set: MARK ...
+ * ADDITEMS always.
+ */
 static int pk_container(struct pt_pkemit *e, struct pk_frame *f,
 			const struct pt_value **child, bool *done)
 {
@@ -515,16 +473,18 @@ static int pk_container(struct pt_pkemit *e, struct pk_frame *f,
 		pko_op(e->out, v->kind == PT_V_LIST ? PKO_EMPTY_LIST :
 			       v->kind == PT_V_DICT ? PKO_EMPTY_DICT :
 			       PKO_EMPTY_SET);
-		rc = pk_put(e, v);
+		rc = pk_put(e, f->n, v);
 		if (rc)
 			return rc;
 		f->step = 1;
 	}
 	if (v->kind == PT_V_LIST)
-		*done = pk_batch(e, f, &v->u.seq, 1, PKO_APPEND, PKO_APPENDS,
+		*done = pk_batch(e, f, &v->u.seq, 1,
+				 v->u.seq.n == 1 ? PKO_APPEND : 0, PKO_APPENDS,
 				 child);
 	else if (v->kind == PT_V_DICT)
-		*done = pk_batch(e, f, &v->u.dict.kv, 2, PKO_SETITEM,
+		*done = pk_batch(e, f, &v->u.dict.kv, 2,
+				 v->u.dict.kv.n == 2 ? PKO_SETITEM : 0,
 				 PKO_SETITEMS, child);
 	else
 		*done = pk_batch(e, f, &v->u.seq, 1, 0, PKO_ADDITEMS, child);
@@ -549,13 +509,13 @@ static int pk_tuple(struct pt_pkemit *e, struct pk_frame *f,
 		return 0;
 	}
 	*done = true;
-	if (pk_made_meanwhile(e, v, small ? n : 0))
+	if (pk_made_meanwhile(e, f, small ? n : 0))
 		return 0;
 	if (v->kind == PT_V_TUPLE)
 		pko_tuple(e->out, n);
 	else
 		pko_op(e->out, PKO_FROZENSET);
-	return pk_put(e, v);
+	return pk_put(e, f->n, v);
 }
 
 /* The hook writes the persistent id's value; it may push frames, so
@@ -591,10 +551,10 @@ static int pk_persid(struct pt_pkemit *e, struct pk_frame *f,
 		return 0;
 	}
 	*done = true;
-	if (pk_made_meanwhile(e, v, 1))
+	if (pk_made_meanwhile(e, f, 1))
 		return 0;
 	pko_op(e->out, PKO_BINPERSID);
-	return pk_put(e, v);
+	return pk_put(e, f->n, v);
 }
 
 /* The opcode that makes call @v and the parts it pops (0: to a MARK). */
@@ -656,17 +616,19 @@ static int pk_call_make(struct pt_pkemit *e, struct pk_frame *f,
 	default:
 		break;
 	}
-	if (pk_made_meanwhile(e, v, pops)) {
+	if (pk_made_meanwhile(e, f, pops)) {
 		*done = true;
 		return 0;
 	}
 	pko_op(e->out, op);
 	f->step = PK_C_ITEMS;
-	return pk_put(e, v);
+	return pk_put(e, f->n, v);
 }
 
 /* A call: made, put, then its appended items, set items and BUILD state,
- * in CPython's save_reduce order. */
+ * in CPython's save_reduce order; the items come from an iterator there,
+ * whose batch of one item is written APPEND/SETITEM (batch_list and
+ * batch_dict of Modules/_pickle.c, as Lib/pickle.py). */
 static int pk_call(struct pt_pkemit *e, struct pk_frame *f,
 		   const struct pt_value **child, bool *done)
 {
@@ -742,7 +704,12 @@ static int pk_run(struct pt_pkemit *e, size_t base)
 		rc = pk_advance(e, &child);
 		if (!rc && child)
 			rc = pk_begin(e, child);
-		if (!rc && e->out->len > e->lim->max_pickle_bytes)
+		if (e->first) {
+			e->dropped += e->out->len;
+			e->out->len = 0;
+		}
+		if (!rc && (e->first ? e->dropped : e->out->len - e->start) >
+			   e->lim->max_pickle_bytes)
 			rc = pt_fail(e->err, -EFBIG,
 				     "pickle emit: more than %llu bytes",
 				     (unsigned long long)
@@ -767,11 +734,37 @@ int pt_pkemit_value(struct pt_pkemit *e, const struct pt_value *v)
 	return rc ? rc : pk_run(e, base);
 }
 
+/* One pass: PROTO, the value at @root, STOP. */
+static int pk_pass(struct pt_pkemit *e, const struct pt_value *root,
+		   bool first)
+{
+	size_t i;
+	int rc;
+
+	e->first = first;
+	e->out = first ? &e->scratch : e->dest;
+	e->fn = 0;
+	e->memo_n = 0;
+	for (i = 0; i < e->tcap; i++)
+		e->tab[i].memo = PK_NOMEMO;
+	pko_proto(e->out, e->proto);
+	rc = pk_begin(e, root);
+	if (!rc)
+		rc = pk_run(e, 0);
+	if (rc)
+		return rc;
+	pko_stop(e->out);
+	if (e->out->oom)
+		return pt_fail(e->err, -ENOMEM, "pickle emit: out of memory");
+	return 0;
+}
+
 int pt_pickle_emit(const struct pt_value *root,
 		   const struct pt_pkemit_opts *o, struct pt_buf *out,
 		   struct pt_error *err)
 {
-	struct pt_pkemit e = { .out = out, .err = err, .proto = 2 };
+	struct pt_pkemit e = { .dest = out, .start = out->len, .err = err,
+			       .proto = 2 };
 	struct pt_limits def;
 	int rc;
 
@@ -788,19 +781,13 @@ int pt_pickle_emit(const struct pt_value *root,
 			       "2 to 5 are written", e.proto);
 	if (!root)
 		return pt_fail(err, -EINVAL, "pickle emit: no root value");
-	rc = pk_count(&e, root);
-	if (!rc) {
-		pko_proto(out, e.proto);
-		rc = pk_begin(&e, root);
-	}
+	pt_buf_init(&e.scratch);
+	rc = pk_reach(&e, root);
 	if (!rc)
-		rc = pk_run(&e, 0);
-	if (!rc) {
-		pko_stop(out);
-		if (out->oom)
-			rc = pt_fail(err, -ENOMEM,
-				     "pickle emit: out of memory");
-	}
+		rc = pk_pass(&e, root, true);
+	if (!rc)
+		rc = pk_pass(&e, root, false);
+	pt_buf_free(&e.scratch);
 	free(e.tab);
 	free(e.fr);
 	return rc;

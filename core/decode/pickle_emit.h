@@ -12,13 +12,16 @@
  * below protocol 3), the same opcode for calls (REDUCE, NEWOBJ, NEWOBJ_EX,
  * OBJ), the same bytes of every string and number, and the same sharing:
  * a node reached more than once (a tied tensor, a cycle) is put in the
- * memo once and fetched afterwards.  See docs/FORMATS.md, "Re-emitting a
- * pickle".
+ * memo once and fetched afterwards.  An unedited pickle that CPython made
+ * at protocol 2 or 3 comes back as pickletools.optimize() would make it
+ * (the memo entries no GET reads dropped).  See docs/FORMATS.md,
+ * "Re-emitting a pickle".
  *
  * The graph is untrusted and may be cyclic: the walk is iterative, its
- * depth is capped by max_depth (-EFBIG), the number of nodes by
- * max_values (-EFBIG), and a node whose arguments a lean load dropped
- * (PT_VF_LEAN) cannot be written (-EINVAL).
+ * depth is capped by max_depth, the number of nodes by max_values, the
+ * output by max_pickle_bytes (-EFBIG each), and a node whose arguments a
+ * lean load dropped (PT_VF_LEAN) cannot be written (-EINVAL): write a
+ * graph of pt_pickle_load(), not pt_pickle_load_lean().
  */
 #ifndef PTFS_CORE_DECODE_PICKLE_EMIT_H
 #define PTFS_CORE_DECODE_PICKLE_EMIT_H
@@ -36,7 +39,11 @@ struct pt_pkemit;
  * pt_pkemit_value(): one or more calls whose values leave exactly one
  * object on the pickle stack (usually one call for a tuple).  The emitter
  * then writes BINPERSID.  0, or a negative errno with @err set, which ends
- * the emission with that error.
+ * the emission with that error.  The graph is written in two passes (the
+ * first learns which memo entries are read), so the hook is called twice
+ * for each persistent id, in the same order, and must write the same
+ * value both times (a function of the node, or a table filled on first
+ * sight, is).
  */
 typedef int (*pt_pkemit_pid_fn)(void *ctx, struct pt_pkemit *e,
 				const struct pt_value *persid,
@@ -47,7 +54,8 @@ struct pt_pkemit_opts {
 	 * whatever the number (plus those that only a newer protocol has,
 	 * for nodes that need them). */
 	unsigned proto;
-	/* max_depth, max_values and max_memo; NULL: pt_limits_default(). */
+	/* max_depth, max_values, max_memo and max_pickle_bytes (of the
+	 * output); NULL: pt_limits_default(). */
 	const struct pt_limits *lim;
 	/* NULL: the persistent id's value is written as it is. */
 	pt_pkemit_pid_fn pid;

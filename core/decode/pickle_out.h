@@ -27,13 +27,14 @@ void pko_none(struct pt_buf *b);
 void pko_bool(struct pt_buf *b, bool v);
 void pko_int(struct pt_buf *b, int64_t v);
 /* A little-endian two's complement integer of @n bytes: LONG1 (n < 256),
- * else LONG4 (n < 2^31). */
+ * else LONG4 (n < 2^31: the caller checks). */
 void pko_long(struct pt_buf *b, const uint8_t *p, size_t n);
 void pko_float(struct pt_buf *b, double v);
 /* UTF-8 text: BINUNICODE (BINUNICODE8 past 4 GiB). */
 void pko_str(struct pt_buf *b, const void *p, size_t n);
 void pko_cstr(struct pt_buf *b, const char *s);
-/* Python 2 str: SHORT_BINSTRING (n < 256), else BINSTRING (n < 2^31). */
+/* Python 2 str: SHORT_BINSTRING (n < 256), else BINSTRING (n < 2^31: the
+ * caller checks). */
 void pko_py2str(struct pt_buf *b, const void *p, size_t n);
 /* bytes: SHORT_BINBYTES, BINBYTES or BINBYTES8; bytearray: BYTEARRAY8. */
 void pko_bytes(struct pt_buf *b, const void *p, size_t n);
