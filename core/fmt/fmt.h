@@ -108,6 +108,13 @@ int pt__zip_probe(struct pt_ckpt *ck, const uint8_t *head, size_t n,
  * file): on success ck->last_commit says how, on failure @err's line is
  * prefixed with the way; returns @rc.
  */
+/* pt__commit_plan(): the patches of @c[0 .. @n): each storage's changed
+ * ranges (all of it when the commit does not say) at the storage's
+ * file_off, in file order, in *@p (*@np of them), and the bytes they
+ * write; free() *@p and *@ctx (what the patches read through) after.  0
+ * or -ENOMEM. */
+int pt__commit_plan(const struct pt_commit *c, size_t n, struct pt_patch **p,
+		    void **ctx, size_t *np, uint64_t *bytes);
 int pt__commit_patch(struct pt_ckpt *ck, const struct pt_patch *p, size_t n,
 		     bool own_rewrite, enum pt_commit_way *used,
 		     struct pt_error *err);
