@@ -84,7 +84,8 @@ struct pt_storage {
 	const struct pt_chunks *chunks; /* PT_ST_CHUNKS */
 	bool writable;                  /* a commit may replace its bytes
 					 * (PT_ST_FILE in the checkpoint's own
-					 * file, overlapping no other) */
+					 * file or in a data file its commits
+					 * write, overlapping no other) */
 	uint32_t bytes_gen;             /* pt_ckpt_bytes_changed() for it
 					 * (in writable's padding) */
 };

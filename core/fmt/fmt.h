@@ -68,10 +68,12 @@ struct pt_format {
 	/* Free ck->fmt_state (may be NULL). */
 	void (*close)(struct pt_ckpt *ck);
 	/* Replace the bytes of the @n storages in @c (each writable, a
-	 * PT_ST_FILE of this checkpoint; the list checked by ckpt.c) in the
-	 * local file atomically: the original untouched on any failure,
-	 * -ESTALE when it changed on disk since it was opened.  ckpt.c
-	 * reopens the source afterwards.  NULL: the format is read-only. */
+	 * PT_ST_FILE of this checkpoint or of a data file beside it whose
+	 * checkpoint has data_name set (ONNX external data: ckpt_i.h); the
+	 * list checked by ckpt.c) in the local files atomically: the
+	 * originals untouched on any failure, -ESTALE when one changed on
+	 * disk since it was opened.  ckpt.c reopens the sources afterwards
+	 * (the data files' too).  NULL: the format is read-only. */
 	int (*commit)(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
 		      struct pt_error *err);
 };

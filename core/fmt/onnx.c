@@ -424,6 +424,13 @@ static int ox_ext_recover(struct ox *ox, const char *loc)
 				ox->err);
 	if (rc > 0)
 		pt_buf_printf(&ox->ck->notes, "journal: %s\n", note);
+	if (rc == -EUCLEAN) {
+		/* the data file is recovered through its model */
+		pt_error_clear(ox->err);
+		pt_fail(ox->err, rc,
+			"needs recovery: run 'ptfs recover %s' (an interrupted in-place commit left %s.ptfs-journal beside its external data)",
+			model, path);
+	}
 	free(path);
 	return rc < 0 ? rc : 0;
 }

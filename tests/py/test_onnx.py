@@ -11,12 +11,13 @@ the problem.
 """
 import os
 import struct
+import subprocess
 
 import numpy as np
 import pytest
 import torch
 
-from conftest import mounted, needs_curl, needs_fuse, run
+from conftest import PTFS, mounted, needs_curl, needs_fuse, run
 from test_write_model import mounts  # noqa: F401  (fixture)
 
 try:
@@ -307,6 +308,30 @@ def pending_files(pending):
         at += 24 + (klen + 7) // 8 * 8 + length + 8
     assert raw[at:] == b"PTFSPEOF"
     return version, names, files
+
+
+def test_external_inplace_crash_rolls_back(tmp_path):
+    """An in-place commit of a data file killed half-way: read-only
+    commands refuse the model, naming it for `ptfs recover`, which rolls
+    the data file back from its journal."""
+    path, want = ext_model(tmp_path, "one.onnx", location="one.data",
+                           size_threshold=0)
+    data = tmp_path / "one.data"
+    before = data.read_bytes()
+    r = subprocess.run([PTFS, "set", "-o", "commit=inplace", path, "0.weight"],
+                       input=os.urandom(len(want["0.weight"])), capture_output=True,
+                       env=dict(os.environ, PTFS_FAULT="pfsync:1:KILL"), timeout=60)
+    assert r.returncode == -9, r.stderr.decode()
+    assert os.path.exists(str(data) + ".ptfs-journal")
+    assert data.read_bytes() != before              # patched, not fsynced
+    r = run("ls", path)
+    err = r.stderr.decode()
+    assert r.returncode == 1 and "ptfs recover %s'" % path in err, err
+    r = run("recover", path)
+    assert r.returncode == 0, r.stderr.decode()
+    assert data.read_bytes() == before
+    assert not os.path.exists(str(data) + ".ptfs-journal")
+    assert loaded(path) == want
 
 
 @needs_fuse
