@@ -204,27 +204,24 @@ static bool cannot_clone(int rc)
 	       rc == -ENOTTY;
 }
 
-/* Every file's patched copy written and sealed (journal.h): 0, or -errno
- * with every copy removed and every file untouched. */
+/* Every file's patched copy written and sealed (journal.h), one after the
+ * other (a sealed copy holds no descriptor: only its target's, and lock):
+ * 0, or -errno with every copy removed and every file untouched. */
 static int stage_all(const struct pt_patch_file *f, size_t n, bool clone,
 		     struct pt_replace *r, struct pt_error *err)
 {
 	size_t i, k;
 	int rc = 0;
 
-	for (i = 0; i < n && rc == 0; i++)
+	for (i = 0; i < n && rc == 0; i++) {
 		rc = patch_stage(&r[i], f[i].path, f[i].p, f[i].n,
 				 &f[i].expect, clone, err);
-	if (rc) {
-		for (k = 0; k + 1 < i; k++)
-			pt_replace_abort(&r[k]);
-		return rc;
+		if (rc == 0)
+			rc = pt_replace_seal(&r[i], err);
 	}
-	for (i = 0; i < n && rc == 0; i++)
-		rc = pt_replace_seal(&r[i], err);
-	if (rc)                 /* every one begun: abort is safe twice */
-		for (k = 0; k < n; k++)
-			pt_replace_abort(&r[k]);
+	/* the failed one (i - 1) freed itself */
+	for (k = 0; rc && k + 1 < i; k++)
+		pt_replace_abort(&r[k]);
 	return rc;
 }
 

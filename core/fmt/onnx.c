@@ -1243,24 +1243,59 @@ static int ox_by_place(const void *a, const void *b)
 	return x->file_off < y->file_off ? -1 : x->file_off > y->file_off;
 }
 
-/* Whether data file @i is the model's own file or another location's (a
- * link, "./weights.bin" beside "weights.bin"). */
-static bool ox_ext_aliased(struct ox *ox, size_t i)
-{
-	struct stat a, b;
-	size_t j;
+/* A data file's identity, for ox_ext_aliased(). */
+struct ox_id {
+	dev_t dev;
+	ino_t ino;
+	size_t i;                       /* in st->ext; SIZE_MAX: the model */
+};
 
-	if (pt_source_identity(ox->st->ext[i].home->src, &a) != 0)
-		return true;
-	if (pt_source_identity(ox->ck->src, &b) == 0 &&
-	    a.st_dev == b.st_dev && a.st_ino == b.st_ino)
-		return true;
-	for (j = 0; j < ox->st->n_ext; j++)
-		if (j != i &&
-		    pt_source_identity(ox->st->ext[j].home->src, &b) == 0 &&
-		    a.st_dev == b.st_dev && a.st_ino == b.st_ino)
-			return true;
-	return false;
+static int ox_id_cmp(const void *a, const void *b)
+{
+	const struct ox_id *x = a, *y = b;
+
+	if (x->dev != y->dev)
+		return x->dev < y->dev ? -1 : 1;
+	return x->ino < y->ino ? -1 : x->ino > y->ino;
+}
+
+/* Clear data_name of every data file that is the model's own file or
+ * another location's (a link, "./weights.bin" beside "weights.bin"). */
+static int ox_ext_aliased(struct ox *ox)
+{
+	struct ox_id *v = malloc((ox->st->n_ext + 1) * sizeof(*v));
+	size_t i, j, k, n = 0;
+	struct stat id;
+
+	if (!v)
+		return ox_oom(ox);
+	for (i = 0; i <= ox->st->n_ext; i++) {
+		const struct pt_source *src = i < ox->st->n_ext ?
+			ox->st->ext[i].home->src : ox->ck->src;
+
+		if (pt_source_identity(src, &id) != 0)
+			continue;
+		v[n].dev = id.st_dev;
+		v[n].ino = id.st_ino;
+		v[n++].i = i < ox->st->n_ext ? i : SIZE_MAX;
+	}
+	qsort(v, n, sizeof(*v), ox_id_cmp);
+	for (i = 0; i < n; i = k) {
+		for (k = i + 1; k < n && !ox_id_cmp(&v[i], &v[k]); k++)
+			;
+		for (j = i; k - i > 1 && j < k; j++) {
+			struct pt_ckpt *h = v[j].i == SIZE_MAX ? NULL :
+					    ox->st->ext[v[j].i].home;
+
+			if (!h || !h->data_name)
+				continue;
+			pt__warn(ox->ck, "ONNX external data '%s' is also another name's file: read-only",
+				 h->data_name);
+			h->data_name = NULL;
+		}
+	}
+	free(v);
+	return 0;
 }
 
 /*
@@ -1275,13 +1310,10 @@ static int ox_ext_shared(struct ox *ox)
 	struct pt_ckpt *ck = ox->ck;
 	struct pt_storage **v, *reach = NULL;
 	size_t i, n = 0;
+	int rc = ox_ext_aliased(ox);
 
-	for (i = 0; i < ox->st->n_ext; i++)
-		if (ox->st->ext[i].home->data_name && ox_ext_aliased(ox, i)) {
-			pt__warn(ck, "ONNX external data '%s' is also another name's file: read-only",
-				 ox->st->ext[i].location);
-			ox->st->ext[i].home->data_name = NULL;
-		}
+	if (rc)
+		return rc;
 	v = malloc((ck->n_st ? ck->n_st : 1) * sizeof(*v));
 	if (!v)
 		return ox_oom(ox);

@@ -334,6 +334,40 @@ def test_external_inplace_crash_rolls_back(tmp_path):
     assert loaded(path) == want
 
 
+def set_external(t, **kv):
+    for e in t.external_data:
+        if e.key in kv:
+            e.value = str(kv[e.key])
+
+
+def test_external_shared_bytes_stay_read_only(tmp_path):
+    """Tensors whose bytes overlap in a data file, and every tensor of a
+    data file another location also names, are read, never written."""
+    path, want = ext_model(tmp_path, "one.onnx", location="w.bin", size_threshold=0)
+    model = onnx.load(path, load_external_data=False)
+    init = {t.name: t for t in model.graph.initializer}
+    offset = {t.name: dict((e.key, e.value) for e in t.external_data)["offset"]
+              for t in model.graph.initializer}
+    set_external(init["0.bias"], offset=offset["0.weight"])    # inside 0.weight
+    overlap = str(tmp_path / "overlap.onnx")
+    onnx.save(model, overlap)
+    set_external(init["0.bias"], offset=offset["0.bias"], location="./w.bin")
+    alias = str(tmp_path / "alias.onnx")
+    onnx.save(model, alias)
+    for m, ro in ((overlap, {"0.weight", "0.bias"}), (alias, set(want))):
+        data = open(tmp_path / "w.bin", "rb").read()
+        for name in want:
+            r = run("set", m, name, input=os.urandom(len(want[name])))
+            if name in ro:
+                assert r.returncode != 0 and b"not a writable tensor" in r.stderr, (m, name)
+            else:
+                assert r.returncode == 0, r.stderr.decode()
+        if m == alias:
+            assert open(tmp_path / "w.bin", "rb").read() == data
+            assert cat(m, "0.bias") == data[int(offset["0.bias"]):][:len(want["0.bias"])]
+            assert b"also another name's file" in run("info", m).stdout
+
+
 @needs_fuse
 def test_external_write_through_mount(tmp_path):
     """Writes through a mount to tensors in two data files (one file per
