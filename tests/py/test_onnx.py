@@ -165,8 +165,13 @@ def test_external_data(tmp_path, one_file):
     orig = onnx.load(path).graph.initializer
     for way in ("auto", "inplace"):
         new = os.urandom(len(expected_bytes(orig[0])))
-        r = run("set", "-o", "commit=" + way, ext, file_name(t.name), input=new)
+        r = run("set", "-v", "-o", "commit=" + way, ext, file_name(t.name), input=new)
         assert r.returncode == 0, r.stderr.decode()
+        # the bytes of the data file written, not of the model
+        data = os.path.join(tmp_path, "weights.bin" if one_file else t.name)
+        said = r.stderr.decode()
+        assert ", %d bytes written)" % (os.path.getsize(data) if "rewrite" in said
+                                        else len(new)) in said, said
         assert open(ext, "rb").read() == model_bytes
         assert not [n for n in os.listdir(tmp_path) if "ptfs-" in n]
         got = onnx.load(ext, load_external_data=True)
@@ -389,10 +394,12 @@ def test_external_write_through_mount(tmp_path):
         for n, b in new.items():
             with open(os.path.join(mnt, n), "r+b") as f:
                 f.write(b)
-                os.fsync(f.fileno())
+                f.flush()
+                os.fsync(f.fileno())        # committed here
             assert open(os.path.join(mnt, n), "rb").read() == b
-    assert os.path.islink(d / "0.weight")
-    assert all(os.stat(d / n).st_ino != ino for n, ino in inodes.items())
+        assert os.path.islink(d / "0.weight")
+        assert all(os.stat(d / n).st_ino != ino for n, ino in inodes.items())
+        assert loaded(path) == dict(want, **new)
     got = loaded(path)
     assert got == dict(want, **new)
     assert not [n for n in os.listdir(d) + os.listdir(real) if "ptfs-" in n]
