@@ -1210,6 +1210,50 @@ static void test_several_files(void **state)
 	assert_int_equal(temporaries(), 0);
 }
 
+/* The documented window: killed between the two renames, the first file
+ * is new and the second old, each whole; the next recovery removes the
+ * second's copy. */
+static void test_several_files_crash(void **state)
+{
+	struct pt_patch_file pf[2];
+	enum pt_commit_way used;
+	struct pt_error err;
+	char second[160], note[1024];
+	bool no_clone = true;
+	size_t n;
+	uint8_t *b;
+	pid_t pid;
+	int st;
+
+	(void)state;
+	snprintf(second, sizeof(second), "%s/weights.bin", g_dir);
+	write_file(second, g_old, FSIZE);
+	memset(pf, 0, sizeof(pf));
+	pf[0].path = second;
+	pf[1].path = g_file;
+	pf[0].p = pf[1].p = g_p;
+	pf[0].n = pf[1].n = 3;
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		pt_fault_set("rename", 2, -1);
+		pt_error_clear(&err);
+		_exit(pt_patch_apply_files(pf, 2, PT_COMMIT_REWRITE, &no_clone,
+					   &used, &err) ? 1 : 0);
+	}
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFSIGNALED(st));
+	b = read_file(second, &n);
+	assert_memory_equal(b, g_new, FSIZE);
+	free(b);
+	assert_int_equal(which(), 0);
+	assert_int_equal(temporaries(), 1);
+	pt_error_clear(&err);
+	assert_int_equal(pt_journal_recover(g_file, true, note, sizeof(note), &err), 1);
+	assert_int_equal(temporaries(), 0);
+	assert_int_equal(which(), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1235,6 +1279,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_unreadable_journal, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fuzzed_torn_journal, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_several_files, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_several_files_crash, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
