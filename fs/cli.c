@@ -345,12 +345,12 @@ static int set_read(void *ctx, void *buf, size_t n, uint64_t off)
 {
 	struct set_ctx *c = ctx;
 	uint8_t *p = buf;
-	uint64_t base = pt_storage_file_offset(c->st), end = off + n;
+	uint64_t end = off + n;
 	struct pt_error err;
 	int rc;
 
 	pt_error_clear(&err);
-	rc = pt_ckpt_read(c->ck, p, n, base + off, &err);
+	rc = pt_storage_read_file(c->ck, c->st, p, n, off, &err);
 	if (rc)
 		return rc;
 	if (off < c->lo + c->len && end > c->lo) {

@@ -1,11 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * overlay.c -- uncommitted writes, per storage, in 64 KiB chunks, and the
- * source that lays them over the checkpoint's file (ov_source): every
- * read of tensor bytes in core goes through it (pt_ckpt_set_layer).
+ * sources that lay them over the files the storages lie in: the
+ * checkpoint's (ov_source), and an ONNX model's data files beside it (laid
+ * by ov_get() when a storage there is first used): every read of tensor
+ * bytes in core goes through them (pt_ckpt_set_layer).
  */
 #include "overlay.h"
 
+#include "base/buf.h"
 #include "ckpt/pending.h"
 #include "io/source.h"
 
@@ -28,8 +31,16 @@ struct ov_open {
 	UT_hash_handle hh;
 };
 
+/* A file storages lie in, and the source over it with their writes. */
+struct ov_file {
+	struct ov *o;
+	struct pt_ckpt *ck;             /* the checkpoint over that file */
+	struct pt_source src;           /* its layer */
+};
+
 struct ov_st {
 	const struct pt_storage *st;
+	struct ov_file *file;           /* the file it lies in */
 	uint64_t size;                  /* storage bytes */
 	uint64_t file_off;              /* where the storage is in the file */
 	pthread_rwlock_t lock;          /* guards chunks */
@@ -56,10 +67,25 @@ struct ov {
 	 * (appended under lock, nlive published last; never removed) */
 	struct ov_st **live;
 	size_t nlive;
-	struct pt_source src;           /* ov_source() */
+	struct ov_file main;            /* the checkpoint's file: ov_source() */
+	struct ov_file **files;         /* data files beside it (under lock) */
+	size_t nfiles, capfiles;
 };
 
 static const struct pt_source_ops ov_source_ops;
+
+static void file_init(struct ov_file *f, struct ov *o, struct pt_ckpt *ck)
+{
+	f->o = o;
+	f->ck = ck;
+	f->src = (struct pt_source){
+		.ops = &ov_source_ops,
+		.size = pt_ckpt_source(ck)->size,
+		.name = pt_ckpt_source(ck)->name,
+		.mtime = pt_ckpt_mtime(ck),
+		.priv = f,
+	};
+}
 
 struct ov *ov_new(struct pt_ckpt *ck)
 {
@@ -77,13 +103,7 @@ struct ov *ov_new(struct pt_ckpt *ck)
 		free(o);
 		return NULL;
 	}
-	o->src = (struct pt_source){
-		.ops = &ov_source_ops,
-		.size = pt_ckpt_source(ck)->size,
-		.name = pt_ckpt_source(ck)->name,
-		.mtime = pt_ckpt_mtime(ck),
-		.priv = o,
-	};
+	file_init(&o->main, o, ck);
 	pthread_mutex_init(&o->lock, NULL);
 	pthread_mutex_init(&o->commit_lock, NULL);
 	pthread_rwlock_init(&o->gate, NULL);
@@ -120,6 +140,11 @@ void ov_free(struct ov *o)
 	if (!o)
 		return;
 	pt_ckpt_set_layer(o->ck, NULL);
+	for (i = 0; i < o->nfiles; i++) {
+		pt_ckpt_set_layer(o->files[i]->ck, NULL);
+		free(o->files[i]);
+	}
+	free(o->files);
 	for (i = 0; i < o->n; i++)
 		st_free(o->by_index[i]);
 	free(o->by_index);
@@ -128,6 +153,31 @@ void ov_free(struct ov *o)
 	pthread_mutex_destroy(&o->commit_lock);
 	pthread_rwlock_destroy(&o->gate);
 	free(o);
+}
+
+/* The file @st lies in: the checkpoint's, or a data file beside it, whose
+ * layer is laid here, before the storage's first write.  Under o->lock;
+ * NULL when out of memory. */
+static struct ov_file *file_of(struct ov *o, const struct pt_storage *st)
+{
+	struct pt_ckpt *ck = pt_storage_file_ckpt(o->ck, st);
+	struct ov_file *f;
+	size_t i;
+
+	if (ck == o->ck)
+		return &o->main;
+	for (i = 0; i < o->nfiles; i++)
+		if (o->files[i]->ck == ck)
+			return o->files[i];
+	if (!pt_grow((void **)&o->files, &o->capfiles, o->nfiles, sizeof(*o->files)))
+		return NULL;
+	f = calloc(1, sizeof(*f));
+	if (!f)
+		return NULL;
+	file_init(f, o, ck);
+	o->files[o->nfiles++] = f;
+	pt_ckpt_set_layer(ck, &f->src);
+	return f;
 }
 
 struct ov_st *ov_get(struct ov *o, const struct pt_storage *st, bool create)
@@ -143,9 +193,12 @@ struct ov_st *ov_get(struct ov *o, const struct pt_storage *st, bool create)
 	pthread_mutex_lock(&o->lock);
 	s = o->by_index[i];
 	if (!s) {
-		s = calloc(1, sizeof(*s));
+		struct ov_file *f = file_of(o, st);
+
+		s = f ? calloc(1, sizeof(*s)) : NULL;
 		if (s) {
 			s->st = st;
+			s->file = f;
 			s->size = pt_storage_size(st);
 			s->file_off = pt_storage_file_offset(st);
 			s->nchunks = (size_t)((s->size + OV_CHUNK - 1) / OV_CHUNK);
@@ -187,18 +240,18 @@ static void note_live(struct ov *o, struct ov_st *s)
 	pthread_mutex_unlock(&o->lock);
 }
 
-/* @n bytes at @off of the checkpoint's file; 0 or -errno. */
-static int pread_full(const struct pt_ckpt *ck, void *buf, size_t n,
+/* @n bytes at @off of the file @s lies in; 0 or -errno. */
+static int pread_full(const struct ov_st *s, void *buf, size_t n,
 		      uint64_t off)
 {
 	struct pt_error err;
 
 	pt_error_clear(&err);
-	return pt_ckpt_read(ck, buf, n, off, &err);
+	return pt_ckpt_read(s->file->ck, buf, n, off, &err);
 }
 
 /* The chunk @ci, loaded from the file on first use.  Write lock held. */
-static uint8_t *chunk(struct ov *o, struct ov_st *s, size_t ci, int *rc)
+static uint8_t *chunk(struct ov_st *s, size_t ci, int *rc)
 {
 	uint64_t start = (uint64_t)ci * OV_CHUNK;
 	size_t len = (size_t)(s->size - start < OV_CHUNK ? s->size - start : OV_CHUNK);
@@ -218,7 +271,7 @@ static uint8_t *chunk(struct ov *o, struct ov_st *s, size_t ci, int *rc)
 		*rc = -ENOMEM;
 		return NULL;
 	}
-	*rc = pread_full(o->ck, c, len, s->file_off + start);
+	*rc = pread_full(s, c, len, s->file_off + start);
 	if (*rc) {
 		free(c);
 		return NULL;
@@ -242,7 +295,7 @@ static int each_chunk(struct ov *o, struct ov_st *s, uint64_t off, uint64_t n,
 		size_t ci = (size_t)(off / OV_CHUNK);
 		size_t in = (size_t)(off % OV_CHUNK);
 		size_t k = OV_CHUNK - in < n ? OV_CHUNK - in : (size_t)n;
-		uint8_t *c = chunk(o, s, ci, &rc);
+		uint8_t *c = chunk(s, ci, &rc);
 
 		if (!c)
 			break;
@@ -391,13 +444,13 @@ static int restore(struct ov *o, struct ov_st *s, uint64_t off, uint64_t n,
 			if (!fresh || !fresh[ci - c0])
 				rc = -ENOMEM;
 			else
-				rc = pread_full(o->ck, fresh[ci - c0], len, s->file_off + start);
+				rc = pread_full(s, fresh[ci - c0], len, s->file_off + start);
 		} else if (!was && s->chunks[ci] && !(in == 0 && k == len)) {
 			part[np].bytes = malloc(k);
 			if (!part[np].bytes)
 				rc = -ENOMEM;
 			else
-				rc = pread_full(o->ck, part[np].bytes, k, s->file_off + at);
+				rc = pread_full(s, part[np].bytes, k, s->file_off + at);
 			part[np].ci = ci;
 			part[np].in = in;
 			part[np++].k = k;
@@ -505,7 +558,7 @@ static void read_done(struct ov_st *s)
 
 /* Bytes [@off, @off + @n) of the storage into @buf: the written chunks,
  * the file's bytes between.  0 or -errno. */
-static int read_copy(struct ov *o, struct ov_st *s, void *buf, size_t n,
+static int read_copy(struct ov_st *s, void *buf, size_t n,
 		     uint64_t off)
 {
 	struct ov_seg segs[64];
@@ -520,7 +573,7 @@ static int read_copy(struct ov *o, struct ov_st *s, void *buf, size_t n,
 			if (segs[i].mem)
 				memcpy(p, segs[i].mem, segs[i].len);
 			else
-				rc = pread_full(o->ck, p, segs[i].len,
+				rc = pread_full(s, p, segs[i].len,
 						segs[i].file_off);
 			p += segs[i].len;
 		}
@@ -572,7 +625,7 @@ static int commit_read(void *ctx, void *buf, size_t n, uint64_t off)
 {
 	struct commit_src *c = ctx;
 
-	return read_copy(c->o, c->s, buf, n, off);
+	return read_copy(c->s, buf, n, off);
 }
 
 /* The dirty storages as commits, in @cs/@src (o->n slots each); the
@@ -662,7 +715,7 @@ static int commit_dirty(struct ov *o, struct pt_commit *cs, struct commit_src *s
 	if (rc)
 		return rc;
 	/* a rewrite may have grown or shrunk the file */
-	__atomic_store_n(&o->src.size, pt_ckpt_source(o->ck)->size, __ATOMIC_RELEASE);
+	__atomic_store_n(&o->main.src.size, pt_ckpt_source(o->ck)->size, __ATOMIC_RELEASE);
 	/* a rewrite may have moved storages (an archive not in torch's
 	 * layout): take their new offsets */
 	for (i = 0; i < o->n; i++) {
@@ -779,13 +832,14 @@ void ov_commit_barrier(struct ov *o)
 /* ---- the overlay as a source over the checkpoint's file ---- */
 
 /*
- * The written storage holding byte @off of the file, else NULL and in
+ * The written storage holding byte @off of file @f, else NULL and in
  * *@next where the first one after @off starts (or @end).  Storages that
  * can be written overlap no other (struct pt_storage.writable).
  */
-static struct ov_st *live_at(struct ov *o, uint64_t off, uint64_t end,
+static struct ov_st *live_at(struct ov_file *f, uint64_t off, uint64_t end,
 			     uint64_t *next)
 {
+	struct ov *o = f->o;
 	size_t i, n = __atomic_load_n(&o->nlive, __ATOMIC_ACQUIRE);
 
 	*next = end;
@@ -793,7 +847,7 @@ static struct ov_st *live_at(struct ov *o, uint64_t off, uint64_t end,
 		struct ov_st *s = o->live[i];
 		uint64_t lo = s->file_off;
 
-		if (!ov_dirty(s))
+		if (!ov_dirty(s) || s->file != f)
 			continue;
 		if (lo <= off && off - lo < s->size)
 			return s;
@@ -808,22 +862,23 @@ static struct ov_st *live_at(struct ov *o, uint64_t off, uint64_t end,
 static int ovs_read(const struct pt_source *src, void *buf, size_t n,
 		    uint64_t off, struct pt_error *err)
 {
-	struct ov *o = src->priv;
-	const struct pt_source *file = pt_ckpt_source(o->ck);
+	struct ov_file *f = src->priv;
+	struct ov *o = f->o;
+	const struct pt_source *file = pt_ckpt_source(f->ck);
 	uint8_t *p = buf;
 
 	if (__atomic_load_n(&o->nlive, __ATOMIC_ACQUIRE) == 0)
 		return pt_source_read(file, buf, n, off, err);
 	while (n > 0) {
 		uint64_t next;
-		struct ov_st *s = live_at(o, off, off + n, &next);
+		struct ov_st *s = live_at(f, off, off + n, &next);
 		size_t k;
 		int rc;
 
 		if (s) {
 			k = (size_t)(s->file_off + s->size - off < n ?
 				     s->file_off + s->size - off : n);
-			rc = read_copy(o, s, p, k, off - s->file_off);
+			rc = read_copy(s, p, k, off - s->file_off);
 			if (rc)
 				return pt_fail(err, rc,
 					       "read of %zu bytes at 0x%llx with the uncommitted writes",
@@ -843,9 +898,9 @@ static int ovs_read(const struct pt_source *src, void *buf, size_t n,
 
 static void ovs_prefetch(const struct pt_source *src, uint64_t off, uint64_t n)
 {
-	struct ov *o = src->priv;
+	struct ov_file *f = src->priv;
 
-	pt_source_prefetch(pt_ckpt_source(o->ck), off, n);
+	pt_source_prefetch(pt_ckpt_source(f->ck), off, n);
 }
 
 /* Does a written chunk of @s hold a byte of [@off, @off + @n) of the
@@ -875,25 +930,26 @@ static bool written_in(struct ov_st *s, uint64_t off, uint64_t n)
 static bool ovs_extent(const struct pt_source *src, uint64_t off, uint64_t n,
 		       int *fd, uint64_t *file_off)
 {
-	struct ov *o = src->priv;
+	struct ov_file *f = src->priv;
+	struct ov *o = f->o;
 	size_t i, nlive = __atomic_load_n(&o->nlive, __ATOMIC_ACQUIRE);
 
 	for (i = 0; i < nlive; i++) {
 		struct ov_st *s = o->live[i];
 
-		if (ov_dirty(s) && s->file_off < off + n &&
+		if (ov_dirty(s) && s->file == f && s->file_off < off + n &&
 		    off < s->file_off + s->size && written_in(s, off, n))
 			return false;
 	}
-	return pt_source_extent(pt_ckpt_source(o->ck), off, n, fd, file_off);
+	return pt_source_extent(pt_ckpt_source(f->ck), off, n, fd, file_off);
 }
 
 static int ovs_check(const struct pt_source *src, enum pt_check how,
 		     struct pt_error *err)
 {
-	struct ov *o = src->priv;
+	struct ov_file *f = src->priv;
 
-	return pt_source_check(pt_ckpt_source(o->ck), how, err);
+	return pt_source_check(pt_ckpt_source(f->ck), how, err);
 }
 
 /* Part of struct ov: ov_free() frees it. */
@@ -912,5 +968,5 @@ static const struct pt_source_ops ov_source_ops = {
 
 struct pt_source *ov_source(struct ov *o)
 {
-	return &o->src;
+	return &o->main.src;
 }

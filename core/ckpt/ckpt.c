@@ -191,7 +191,27 @@ const struct pt_source *pt_ckpt_source(const struct pt_ckpt *ck)
 
 void pt_ckpt_set_layer(struct pt_ckpt *ck, struct pt_source *layer)
 {
-	ck->layer = layer;
+	__atomic_store_n(&ck->layer, layer, __ATOMIC_RELEASE);
+}
+
+struct pt_ckpt *pt_storage_file_ckpt(struct pt_ckpt *ck,
+				     const struct pt_storage *st)
+{
+	return st->home ? st->home : ck;
+}
+
+const char *pt_storage_file_name(const struct pt_storage *st)
+{
+	return st->home ? st->home->data_name : NULL;
+}
+
+int pt_storage_read_file(const struct pt_ckpt *ck, const struct pt_storage *st,
+			 void *buf, size_t n, uint64_t off,
+			 struct pt_error *err)
+{
+	const struct pt_ckpt *f = st->home ? st->home : ck;
+
+	return pt_source_read(f->src, buf, n, st->file_off + off, err);
 }
 
 void pt_ckpt_set_progress(struct pt_ckpt *ck, pt_progress_fn fn, void *ctx)
@@ -276,12 +296,64 @@ static bool reindex_after_commit(struct pt_ckpt *ck)
 	return moved;
 }
 
+/* The distinct files beside the checkpoint's own that @c writes (ONNX
+ * external data): whether each was, before the commit, the file its source
+ * opened (a bit per file, in the order met; at most 64 tracked). */
+static uint64_t data_files_ours(const struct pt_commit *c, size_t n)
+{
+	struct pt_error e;
+	uint64_t bits = 0;
+	unsigned k = 0;
+	size_t i, j;
+
+	for (i = 0; i < n && k < 64; i++) {
+		const struct pt_ckpt *h = c[i].st->home;
+
+		for (j = 0; h && j < i && c[j].st->home != h; j++)
+			;
+		if (!h || j < i)
+			continue;
+		pt_error_clear(&e);
+		if (pt_source_check(h->src, PT_CHECK_NAME, &e) == 0)
+			bits |= 1ull << k;
+		k++;
+	}
+	return bits;
+}
+
+/* After a commit that wrote files beside the checkpoint's own: read each
+ * new file (@done), or take the mtime a rolled-back in-place commit left
+ * as ours (only if the file was ours before: bit set in @ours). */
+static void data_files_after(struct pt_ckpt *ck, const struct pt_commit *c,
+			     size_t n, uint64_t ours, bool done)
+{
+	struct pt_error e;
+	unsigned k = 0;
+	size_t i, j;
+
+	for (i = 0; i < n; i++) {
+		struct pt_ckpt *h = c[i].st->home;
+
+		for (j = 0; h && j < i && c[j].st->home != h; j++)
+			;
+		if (!h || j < i)
+			continue;
+		pt_error_clear(&e);
+		if (done && pt_source_reopen(h->src, &e) != 0)
+			pt__warn(ck, "after the commit: %s; remount to read the new file", e.msg);
+		else if (!done && k < 64 && (ours >> k & 1))
+			(void)pt_source_reaffirm(h->src);
+		k++;
+	}
+}
+
 int pt_ckpt_commit(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
 		   struct pt_error *err)
 {
 	struct pt_error e2;
 	uint64_t size = ck->src->size;
 	uint32_t gen = ck->commits + 1;
+	uint64_t home_ours;
 	bool ours;
 	size_t i;
 	int rc;
@@ -298,6 +370,7 @@ int pt_ckpt_commit(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
 	ck->commit_moved = false;
 	pt_error_clear(&e2);
 	ours = pt_source_check(ck->src, PT_CHECK_NAME, &e2) == 0;
+	home_ours = data_files_ours(c, n);
 	rc = ck->fmt->commit(ck, c, n, err);
 	if (rc) {
 		/* an in-place commit that rolled back wrote the file too: the
@@ -305,8 +378,10 @@ int pt_ckpt_commit(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
 		 * file was ours before) */
 		if (ours)
 			(void)pt_source_reaffirm(ck->src);
+		data_files_after(ck, c, n, home_ours, false);
 		return rc;
 	}
+	data_files_after(ck, c, n, home_ours, true);
 	/*
 	 * Renamed or patched: that is the commit, and it is never reported
 	 * as failed from here on.  Read the new file through the same

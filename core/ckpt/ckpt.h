@@ -289,8 +289,24 @@ const struct pt_storage *pt_node_writable_storage(const struct pt_node *n, uint6
 uint64_t pt_storage_size(const struct pt_storage *st);
 size_t pt_storage_index(const struct pt_storage *st);
 size_t pt_ckpt_storage_count(const struct pt_ckpt *ck);
-/* Offset of the storage's first byte in the checkpoint file. */
+/* Offset of the storage's first byte in the file that holds it. */
 uint64_t pt_storage_file_offset(const struct pt_storage *st);
+
+/*
+ * The file a storage lies in.  Writable storages lie in the checkpoint's
+ * own file, or, for an ONNX model, in a data file beside it (external
+ * data): pt_storage_file_ckpt() is then the checkpoint over that file (its
+ * source, its layer: pt_ckpt_set_layer()) and pt_storage_file_name() the
+ * name the model gives it; else @ck and NULL.  pt_storage_read_file():
+ * bytes [@off, @off + @n) of the storage as that file holds them (under
+ * any layer); 0 or -errno with @err.
+ */
+struct pt_ckpt *pt_storage_file_ckpt(struct pt_ckpt *ck,
+				     const struct pt_storage *st);
+const char *pt_storage_file_name(const struct pt_storage *st);
+int pt_storage_read_file(const struct pt_ckpt *ck, const struct pt_storage *st,
+			 void *buf, size_t n, uint64_t off,
+			 struct pt_error *err);
 
 /* New contents for one storage. */
 struct pt_commit {
@@ -310,7 +326,9 @@ struct pt_commit {
  * Commit new storage contents into the checkpoint file atomically, through
  * its format's commit hook (fmt/fmt.h: the ZIP64 rewriter for torch.save
  * archives, copy-and-replace for safetensors; both write a temporary file
- * beside it, fsync, rename, fsync the directory).  Refuses with -ESTALE when the file changed on disk since it
+ * beside it, fsync, rename, fsync the directory; an ONNX model's external
+ * data files are written the same way, all of a commit's files together:
+ * pt_patch_apply_files(), container/journal.h).  Refuses with -ESTALE when the file changed on disk since it
  * was opened (size, mtime or inode), and leaves the original untouched on
  * any failure.  On success the checkpoint reads the new file from then on
  * (same layout: sizes never change) and later commits compare against it.

@@ -84,7 +84,8 @@ struct pt_storage {
 	const struct pt_chunks *chunks; /* PT_ST_CHUNKS */
 	bool writable;                  /* a commit may replace its bytes
 					 * (PT_ST_FILE in the checkpoint's own
-					 * file, overlapping no other) */
+					 * file or in a data file its commits
+					 * write, overlapping no other) */
 	uint32_t bytes_gen;             /* pt_ckpt_bytes_changed() for it
 					 * (in writable's padding) */
 };
@@ -268,6 +269,10 @@ struct pt_ckpt {
 		uint32_t next_key;      /* of new storages ("ptfs+N") */
 	} edits;
 	struct pt_source *layer;        /* pt_ckpt_set_layer(), or NULL */
+	/* Set by the parent's format when the parent's commits write this
+	 * checkpoint's file (an ONNX model's external data: fmt/onnx.c):
+	 * the name the parent gives it (its location).  NULL otherwise. */
+	const char *data_name;
 	pt_progress_fn progress;        /* see pt_ckpt_set_progress() */
 	void *progress_ctx;
 
@@ -282,7 +287,11 @@ struct pt_ckpt {
  * (pt_ckpt_set_layer), else from its source. */
 static inline const struct pt_source *pt__tensor_source(const struct pt_ckpt *ck)
 {
-	return ck->layer ? ck->layer : ck->src;
+	/* set once, maybe while others read (a data file's layer is laid
+	 * when its first storage is opened for writing) */
+	const struct pt_source *l = __atomic_load_n(&ck->layer, __ATOMIC_ACQUIRE);
+
+	return l ? l : ck->src;
 }
 
 /* Keep @p (malloc()ed) until close; returns @p, or NULL (and frees it) when

@@ -212,7 +212,7 @@ const struct pt_storage *pt_node_writable_storage(const struct pt_node *n, uint6
 	const struct pt_tensor *t = node_tensor(n);
 
 	if (!t || n->role != R_VALUE || !t->contiguous || !t->st->writable ||
-	    t->st->home ||
+	    (t->st->home && !t->st->home->data_name) ||
 	    t->st->kind != PT_ST_FILE || t->kind == PT_TK_NDARRAY ||
 	    t->dtype->packed)
 		return NULL;
@@ -224,9 +224,10 @@ const struct pt_storage *pt_node_viewed_storage(const struct pt_node *n)
 {
 	const struct pt_tensor *t = node_tensor(n);
 
-	/* a shard's storage (st->home) belongs to another checkpoint */
+	/* a shard's storage (st->home) belongs to another checkpoint; an
+	 * ONNX model's external data is written by the model's commits */
 	if (!t || n->role != R_VALUE || !t->st->writable ||
-	    t->st->kind != PT_ST_FILE || t->st->home)
+	    t->st->kind != PT_ST_FILE || (t->st->home && !t->st->home->data_name))
 		return NULL;
 	return t->st;
 }

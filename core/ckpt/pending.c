@@ -27,16 +27,66 @@
 /* One record of a pending file, as read back. */
 struct pend_rec {
 	char *key;
+	uint32_t file;                  /* 0: the checkpoint's; i: files[i - 1] */
 	uint64_t off, len;
 	uint64_t data;                  /* where its bytes are in the file */
+};
+
+/* A data file beside the checkpoint that records write (version 2). */
+struct pend_file {
+	char *name;                     /* as the checkpoint names it */
+	struct stat id;                 /* as the mount knew it */
 };
 
 struct pend {
 	int fd;
 	struct stat id;                 /* the checkpoint as the mount knew it */
+	struct pend_file *files;
+	uint32_t n_files;
 	struct pend_rec *recs;
 	size_t n;
 };
+
+/* The data files @c[0 .. @n) write besides the checkpoint's own (an ONNX
+ * model's external data), each once, in *@out (NULL when none): how many,
+ * or -ENOMEM. */
+static int data_files(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
+		      const struct pt_ckpt ***out)
+{
+	const struct pt_ckpt **v = NULL;
+	size_t i, k, m = 0;
+
+	*out = NULL;
+	for (i = 0; i < n; i++) {
+		const struct pt_ckpt *f = pt_storage_file_ckpt(ck, c[i].st);
+
+		if (f == ck)
+			continue;
+		for (k = 0; k < m && v[k] != f; k++)
+			;
+		if (k < m)
+			continue;
+		if (!v && !(v = calloc(n, sizeof(*v))))
+			return -ENOMEM;
+		v[m++] = f;
+	}
+	*out = v;
+	return (int)m;
+}
+
+/* The number (0: the checkpoint's own) of the file @st lies in among
+ * @files. */
+static uint32_t file_number(struct pt_ckpt *ck, const struct pt_storage *st,
+			    const struct pt_ckpt **files, int n_files)
+{
+	const struct pt_ckpt *f = pt_storage_file_ckpt(ck, st);
+	int k;
+
+	for (k = 0; k < n_files; k++)
+		if (files[k] == f)
+			return (uint32_t)k + 1;
+	return 0;
+}
 
 /* Write all @n bytes at *@at and move *@at past them (fault step
  * "pending", container/replace.h). */
@@ -49,11 +99,12 @@ static int write_all(int fd, const void *p, size_t n, uint64_t *at)
 	return rc;
 }
 
-static void header(uint8_t h[PEND_HDR], const struct stat *id, uint32_t n)
+static void header(uint8_t h[PEND_HDR], const struct stat *id, uint32_t n,
+		   uint32_t n_files)
 {
 	memset(h, 0, PEND_HDR);
 	memcpy(h, PEND_MAGIC, 8);
-	pt_put32(h + 8, 1);
+	pt_put32(h + 8, n_files ? 2 : 1);
 	pt_put32(h + 12, PEND_HDR);
 	pt_put64(h + 16, (uint64_t)id->st_dev);
 	pt_put64(h + 24, (uint64_t)id->st_ino);
@@ -62,6 +113,46 @@ static void header(uint8_t h[PEND_HDR], const struct stat *id, uint32_t n)
 	pt_put32(h + 48, (uint32_t)id->st_mtim.tv_nsec);
 	pt_put32(h + 52, n);
 	pt_put32(h + 56, libdeflate_crc32(0, h, 56));
+	pt_put32(h + 60, n_files);
+}
+
+/* The table of data files (version 2): each one's name and identity. */
+static int put_files(int fd, const struct pt_ckpt **files, int n_files,
+		     uint64_t *at)
+{
+	uint8_t e[48], zero[8] = { 0 }, tail[8];
+	uint32_t crc;
+	struct stat id;
+	int k, rc = 0;
+
+	pt_put32(tail, (uint32_t)n_files);
+	crc = libdeflate_crc32(0, tail, 4);
+	for (k = 0; !rc && k < n_files; k++) {
+		const char *name = files[k]->data_name;
+		size_t len = name ? strlen(name) : 0, pad = (len + 7) & ~(size_t)7;
+
+		if (len == 0 || len > PEND_KEY_MAX ||
+		    pt_source_identity(files[k]->src, &id) != 0)
+			return -EINVAL;
+		memset(e, 0, sizeof(e));
+		pt_put32(e, (uint32_t)len);
+		pt_put64(e + 8, (uint64_t)id.st_dev);
+		pt_put64(e + 16, (uint64_t)id.st_ino);
+		pt_put64(e + 24, (uint64_t)id.st_size);
+		pt_put64(e + 32, (uint64_t)id.st_mtim.tv_sec);
+		pt_put32(e + 40, (uint32_t)id.st_mtim.tv_nsec);
+		crc = libdeflate_crc32(crc, e, sizeof(e));
+		crc = libdeflate_crc32(crc, name, len);
+		crc = libdeflate_crc32(crc, zero, pad - len);
+		rc = write_all(fd, e, sizeof(e), at);
+		if (!rc)
+			rc = write_all(fd, name, len, at);
+		if (!rc)
+			rc = write_all(fd, zero, pad - len, at);
+	}
+	pt_put32(tail, crc);
+	pt_put32(tail + 4, 0);
+	return rc ? rc : write_all(fd, tail, sizeof(tail), at);
 }
 
 /* The (offset, length) runs of commit @c: its ranges, or all of it. */
@@ -79,8 +170,8 @@ static size_t runs(const struct pt_commit *c, uint64_t whole[1][2],
 }
 
 /* Write one record: header, key, the new bytes, CRC. */
-static int put_record(int fd, const struct pt_commit *c, uint64_t off,
-		      uint64_t len, uint8_t *buf, uint64_t *at)
+static int put_record(int fd, const struct pt_commit *c, uint32_t file,
+		      uint64_t off, uint64_t len, uint8_t *buf, uint64_t *at)
 {
 	const char *key = c->st->key;
 	size_t klen = strlen(key), kpad = (klen + 7) & ~(size_t)7;
@@ -92,7 +183,7 @@ static int put_record(int fd, const struct pt_commit *c, uint64_t off,
 	if (klen == 0 || klen > PEND_KEY_MAX)
 		return -ENAMETOOLONG;
 	pt_put32(h, (uint32_t)klen);
-	pt_put32(h + 4, 0);
+	pt_put32(h + 4, file);
 	pt_put64(h + 8, off);
 	pt_put64(h + 16, len);
 	crc = libdeflate_crc32(0, h, sizeof(h));
@@ -117,29 +208,38 @@ static int put_record(int fd, const struct pt_commit *c, uint64_t off,
 	return rc ? rc : write_all(fd, tail, sizeof(tail), at);
 }
 
-static int put_all(int fd, const struct pt_commit *c, size_t n,
-		   const struct stat *id)
+static int put_all(struct pt_ckpt *ck, int fd, const struct pt_commit *c,
+		   size_t n, const struct stat *id)
 {
 	uint8_t h[PEND_HDR], *buf = malloc(PEND_COPY);
 	uint64_t at = PEND_HDR, whole[1][2];
+	const struct pt_ckpt **files = NULL;
 	uint32_t count = 0;
 	size_t i, k;
-	int rc = buf ? 0 : -ENOMEM;
+	int rc = buf ? 0 : -ENOMEM, n_files = 0;
 
+	if (!rc)
+		n_files = data_files(ck, c, n, &files);
+	if (n_files < 0)
+		rc = n_files;
+	else if (n_files > 0)
+		rc = put_files(fd, files, n_files, &at);
 	for (i = 0; !rc && i < n; i++) {
 		const uint64_t (*r)[2];
 		size_t nr = runs(&c[i], whole, &r);
+		uint32_t file = file_number(ck, c[i].st, files, n_files);
 
 		for (k = 0; !rc && k < nr; k++, count++)
-			rc = put_record(fd, &c[i], r[k][0], r[k][1], buf, &at);
+			rc = put_record(fd, &c[i], file, r[k][0], r[k][1], buf, &at);
 	}
+	free(files);
 	free(buf);
 	if (!rc)
 		rc = write_all(fd, PEND_END, 8, &at);
 	if (!rc) {
 		uint64_t zero = 0;
 
-		header(h, id, count);
+		header(h, id, count, n_files > 0 ? (uint32_t)n_files : 0);
 		rc = write_all(fd, h, sizeof(h), &zero);
 	}
 	if (!rc && fsync(fd) != 0)
@@ -149,9 +249,9 @@ static int put_all(int fd, const struct pt_commit *c, size_t n,
 
 /* Write the records into a new file named @final (or @final-2 ... -9 when
  * that exists): 0 and *@where, or -errno. */
-static int save_as(const char *final, const struct pt_commit *c, size_t n,
-		   const struct stat *id, const struct stat *owner,
-		   char **where)
+static int save_as(struct pt_ckpt *ck, const char *final,
+		   const struct pt_commit *c, size_t n, const struct stat *id,
+		   const struct stat *owner, char **where)
 {
 	char *tmp = NULL, *name = NULL;
 	int fd, rc, k;
@@ -168,7 +268,7 @@ static int save_as(const char *final, const struct pt_commit *c, size_t n,
 	if (geteuid() == 0 && fchown(fd, owner->st_uid, owner->st_gid) != 0)
 		rc = -errno;
 	if (!rc)
-		rc = put_all(fd, c, n, id);
+		rc = put_all(ck, fd, c, n, id);
 	if (close(fd) != 0 && !rc)
 		rc = -errno;
 	for (k = 1; !rc && k <= PEND_NAMES; k++) {
@@ -247,9 +347,9 @@ int pt_pending_save(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
 	if (pt_source_identity(ck->src, &id) != 0 || stat(ck->path, &owner) != 0)
 		return pt_fail(err, -EINVAL, "not a local file");
 	places(ck->path, state_dir, &first, &second);
-	rc = first ? save_as(first, c, n, &id, &owner, where) : -ENOMEM;
+	rc = first ? save_as(ck, first, c, n, &id, &owner, where) : -ENOMEM;
 	if (rc && second)
-		rc2 = save_as(second, c, n, &id, &owner, where);
+		rc2 = save_as(ck, second, c, n, &id, &owner, where);
 	if (rc && rc2)
 		pt_fail(err, rc, "cannot save the writes beside it (%s)%s%s%s%s",
 			strerror(-rc), second ? " nor in " : "",
@@ -316,6 +416,9 @@ static void pend_free(struct pend *p)
 
 	for (i = 0; i < p->n; i++)
 		free(p->recs[i].key);
+	for (i = 0; i < p->n_files; i++)
+		free(p->files[i].name);
+	free(p->files);
 	free(p->recs);
 	if (p->fd >= 0)
 		close(p->fd);
@@ -334,10 +437,12 @@ static int get_record(struct pend *p, uint64_t size, uint64_t *at,
 		return -EBADMSG;
 	klen = pt_le32(h);
 	kpad = (klen + 7) & ~(uint64_t)7;
+	r->file = pt_le32(h + 4);
 	r->off = pt_le64(h + 8);
 	r->len = pt_le64(h + 16);
 	*at += sizeof(h);
-	if (klen == 0 || klen > PEND_KEY_MAX || size - *at < kpad ||
+	if (klen == 0 || klen > PEND_KEY_MAX || r->file > p->n_files ||
+	    size - *at < kpad ||
 	    r->len > size - *at - kpad || size - *at - kpad - r->len < sizeof(tail) ||
 	    r->off > UINT64_MAX - r->len)
 		return -EBADMSG;
@@ -366,23 +471,82 @@ static int get_record(struct pend *p, uint64_t size, uint64_t *at,
 	return 0;
 }
 
+/* The table of data files at *@at (version 2), checked: 0 or -EBADMSG,
+ * -ENOMEM. */
+static int get_files(struct pend *p, uint32_t count, uint64_t size,
+		     uint64_t *at)
+{
+	uint8_t e[48], tail[8];
+	uint32_t crc, k;
+
+	/* every entry takes 56 bytes at least */
+	if (count > (size - *at) / 56)
+		return -EBADMSG;
+	p->files = calloc(count ? count : 1, sizeof(*p->files));
+	if (!p->files)
+		return -ENOMEM;
+	pt_put32(tail, count);
+	crc = libdeflate_crc32(0, tail, 4);
+	for (k = 0; k < count; k++) {
+		struct pend_file *f = &p->files[k];
+		uint64_t len, pad;
+
+		if (size - *at < sizeof(e) || pt_pread_full(p->fd, e, sizeof(e), *at))
+			return -EBADMSG;
+		*at += sizeof(e);
+		len = pt_le32(e);
+		pad = (len + 7) & ~(uint64_t)7;
+		if (len == 0 || len > PEND_KEY_MAX || size - *at < pad)
+			return -EBADMSG;
+		f->name = calloc(1, pad + 1);
+		if (!f->name)
+			return -ENOMEM;
+		p->n_files = k + 1;
+		if (pt_pread_full(p->fd, f->name, (size_t)pad, *at) ||
+		    strlen(f->name) != len)
+			return -EBADMSG;
+		*at += pad;
+		f->id.st_dev = (dev_t)pt_le64(e + 8);
+		f->id.st_ino = (ino_t)pt_le64(e + 16);
+		f->id.st_size = (off_t)pt_le64(e + 24);
+		f->id.st_mtim.tv_sec = (time_t)pt_le64(e + 32);
+		f->id.st_mtim.tv_nsec = (long)pt_le32(e + 40);
+		crc = libdeflate_crc32(libdeflate_crc32(crc, e, sizeof(e)),
+				       f->name, (size_t)pad);
+	}
+	if (size - *at < sizeof(tail) || pt_pread_full(p->fd, tail, sizeof(tail), *at) ||
+	    pt_le32(tail) != crc)
+		return -EBADMSG;
+	*at += sizeof(tail);
+	return 0;
+}
+
 /* Read and check every CRC of the pending file open on p->fd. */
 static int pend_read(struct pend *p, const char *pending, struct pt_error *err)
 {
 	uint8_t h[PEND_HDR], end[8], *buf;
 	struct stat st;
 	uint64_t at = PEND_HDR, size;
-	uint32_t count, i;
+	uint32_t count, i, version;
 	int rc = 0;
 
 	if (fstat(p->fd, &st) != 0)
 		return pt_fail(err, -errno, "%s: %s", pending, strerror(errno));
 	size = (uint64_t)st.st_size;
 	if (size < PEND_HDR + 8 || pt_pread_full(p->fd, h, PEND_HDR, 0) ||
-	    memcmp(h, PEND_MAGIC, 8) != 0 || pt_le32(h + 8) != 1 ||
+	    memcmp(h, PEND_MAGIC, 8) != 0 ||
+	    (version = pt_le32(h + 8)) < 1 || version > 2 ||
 	    pt_le32(h + 12) != PEND_HDR ||
 	    pt_le32(h + 56) != libdeflate_crc32(0, h, 56))
 		return pt_fail(err, -EBADMSG, "%s: damaged (its header)", pending);
+	if (version == 2) {
+		rc = get_files(p, pt_le32(h + 60), size - 8, &at);
+		if (rc == -ENOMEM)
+			return pt_fail(err, rc, "out of memory");
+		if (rc)
+			return pt_fail(err, rc, "%s: damaged (its table of data files)",
+				       pending);
+	}
 	p->id.st_dev = (dev_t)pt_le64(h + 16);
 	p->id.st_ino = (ino_t)pt_le64(h + 24);
 	p->id.st_size = (off_t)pt_le64(h + 32);
@@ -391,7 +555,7 @@ static int pend_read(struct pend *p, const char *pending, struct pt_error *err)
 	count = pt_le32(h + 52);
 	/* every record takes at least 40 bytes: a count the size cannot
 	 * hold is damage, not an allocation */
-	if (count > (size - PEND_HDR) / 40)
+	if (count > (size - at) / 40)
 		return pt_fail(err, -EBADMSG, "%s: damaged (record count)", pending);
 	p->recs = calloc(count ? count : 1, sizeof(*p->recs));
 	buf = malloc(PEND_COPY);
@@ -437,7 +601,7 @@ static int pend_commit_read(void *ctx, void *buf, size_t n, uint64_t off)
 	int rc;
 
 	pt_error_clear(&err);
-	rc = pt_ckpt_read(c->ck, buf, n, pt_storage_file_offset(c->st) + off, &err);
+	rc = pt_storage_read_file(c->ck, c->st, buf, n, off, &err);
 	for (i = 0; !rc && i < c->n; i++) {
 		const struct pend_rec *r = &c->p->recs[c->first + i];
 		uint64_t a = off > r->off ? off : r->off;
@@ -452,10 +616,36 @@ static int pend_commit_read(void *ctx, void *buf, size_t n, uint64_t off)
 	return rc;
 }
 
+/* Whether record @r's storage @st lies in the file the record names, and
+ * that data file is still as the mount knew it (unless @force; the
+ * checkpoint's own file is checked by the caller). */
+static int check_file(struct pt_ckpt *ck, const struct pend *p,
+		      const struct pend_rec *r, const struct pt_storage *st,
+		      bool force, const char *pending, struct pt_error *err)
+{
+	const char *name = pt_storage_file_name(st);
+	const struct pend_file *f = r->file ? &p->files[r->file - 1] : NULL;
+	struct stat now;
+
+	if (!f != !name || (f && strcmp(f->name, name) != 0))
+		return pt_fail(err, -ESTALE, "%s: storage '%s' does not lie in %s any more",
+			       pending, r->key, f ? f->name : "the checkpoint's own file");
+	if (!f || force)
+		return 0;
+	if (pt_source_identity(pt_ckpt_source(pt_storage_file_ckpt(ck, st)), &now) != 0)
+		return pt_fail(err, -EINVAL, "%s: not a local file", name);
+	if (!same_file(&f->id, &now))
+		return pt_fail(err, -ESTALE,
+			       "%s changed since the writes were saved in %s (another program wrote it): 'ptfs recover --force' applies them anyway, '--discard' drops them",
+			       name, pending);
+	return 0;
+}
+
 /* Group the records by storage into @cs/@pc (sorted, disjoint, inside
- * writable storages): how many, or -errno with @err. */
+ * writable storages, in the files they name): how many, or -errno with
+ * @err. */
 static int group(struct pt_ckpt *ck, const struct pend *p, const char *pending,
-		 struct pt_commit *cs, struct pend_commit *pc,
+		 bool force, struct pt_commit *cs, struct pend_commit *pc,
 		 struct pt_error *err)
 {
 	size_t i, n = 0;
@@ -467,12 +657,16 @@ static int group(struct pt_ckpt *ck, const struct pend *p, const char *pending,
 		if (!g || strcmp(p->recs[g->first].key, r->key) != 0) {
 			const struct pt_storage *st = pt__storage_find(ck, r->key);
 			size_t k;
+			int rc;
 
 			for (k = 0; k < n; k++)
 				if (pc[k].st == st)
 					return pt_fail(err, -EBADMSG, "%s: damaged (storage '%s' twice)", pending, r->key);
 			if (!st || !st->writable || st->kind != PT_ST_FILE)
 				return pt_fail(err, -ESTALE, "%s: the checkpoint has no writable storage '%s'", pending, r->key);
+			rc = check_file(ck, p, r, st, force, pending, err);
+			if (rc)
+				return rc;
 			g = &pc[n++];
 			g->ck = ck;
 			g->p = p;
@@ -481,6 +675,8 @@ static int group(struct pt_ckpt *ck, const struct pend *p, const char *pending,
 			cs[n - 1].st = st;
 			cs[n - 1].read = pend_commit_read;
 			cs[n - 1].ctx = g;
+		} else if (r->file != p->recs[i - 1].file) {
+			return pt_fail(err, -EBADMSG, "%s: damaged (storage '%s' in two files)", pending, r->key);
 		} else if (r->off < p->recs[i - 1].off + p->recs[i - 1].len) {
 			return pt_fail(err, -EBADMSG, "%s: damaged (ranges of '%s' out of order)", pending, r->key);
 		}
@@ -552,7 +748,7 @@ int pt_pending_apply(struct pt_ckpt *ck, const char *pending, bool force,
 		rc = pt_fail(err, -ENOMEM, "out of memory");
 		goto out;
 	}
-	n = group(ck, &p, pending, cs, pc, err);
+	n = group(ck, &p, pending, force, cs, pc, err);
 	rc = n < 0 ? n : commit_groups(ck, cs, pc, (size_t)n, err);
 	if (rc)
 		goto out;

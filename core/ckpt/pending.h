@@ -25,13 +25,26 @@
  * that still holds, or with @force (the file was changed by another
  * program; the keys and sizes are still checked).
  *
- * Layout (little-endian): "PTFSPEND", u32 version 1, u32 header size 64,
- * u64 device, u64 inode, u64 size, i64 mtime seconds, u32 nanoseconds,
- * u32 record count, u32 CRC-32 of bytes 0..55, u32 0; per record u32 key
- * length (1..4096), u32 0, u64 storage offset, u64 length, the key padded
- * with zeros to 8 bytes, the bytes, u32 CRC-32 of the record so far, u32
- * 0; then "PTFSPEOF".  A storage's records come together, sorted and
- * disjoint.
+ * Writes to an ONNX model's external data lie in data files beside it:
+ * the pending file then names each such file (as the model names it) with
+ * its identity as the mount knew it, every record says which file its
+ * storage lies in, and each is checked like the checkpoint (changed
+ * meanwhile: refused unless @force; a storage now in another file:
+ * refused).
+ *
+ * Layout (little-endian): "PTFSPEND", u32 version (1, or 2 when data
+ * files are named), u32 header size 64, u64 device, u64 inode, u64 size,
+ * i64 mtime seconds, u32 nanoseconds, u32 record count, u32 CRC-32 of
+ * bytes 0..55, u32 data file count (version 1: 0).  Version 2: then per
+ * data file u32 name length (1..4096), u32 0, u64 device, u64 inode, u64
+ * size, i64 mtime seconds, u32 nanoseconds, u32 0, the name padded with
+ * zeros to 8 bytes; then u32 CRC-32 of the u32 count and the entries, u32
+ * 0.  Then per record u32 key length (1..4096), u32 file (0: the
+ * checkpoint's own; i: data file i, 1-based; always 0 in version 1), u64
+ * storage offset, u64 length, the key padded with zeros to 8 bytes, the
+ * bytes, u32 CRC-32 of the record so far, u32 0; then "PTFSPEOF".  A
+ * storage's records come together, sorted and disjoint.  A file without
+ * data files is written as version 1, which every ptfs reads.
  */
 #ifndef PTFS_CORE_CKPT_PENDING_H
 #define PTFS_CORE_CKPT_PENDING_H

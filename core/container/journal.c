@@ -17,6 +17,7 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include "base/buf.h"
 #include "base/rd.h"
 #include "io/fd.h"
 
@@ -85,34 +86,44 @@ static int write_patch(int fd, const struct pt_patch *p, uint8_t *buf,
 	return 0;
 }
 
-/* Patch a copy of @path beside it (a reflink clone when @clone, else a
- * full copy), then put it in place: the two replacing ways. */
+/* Patch a copy of @path beside it in @r (a reflink clone when @clone,
+ * else a full copy), not yet put in place: 0, or -errno with @r freed. */
+static int patch_stage(struct pt_replace *r, const char *path,
+		       const struct pt_patch *p, size_t n,
+		       const struct pt_replace_expect *expect, bool clone,
+		       struct pt_error *err)
+{
+	uint8_t *buf = NULL;
+	size_t i;
+	int rc;
+
+	rc = pt_replace_begin(r, path, expect, err);
+	if (rc)
+		return rc;
+	/* r->orig: the file begin() checked, locked until the rename */
+	rc = clone ? pt_replace_clone(r, r->orig, err) :
+		     pt_replace_copy(r, r->orig, 0, (uint64_t)r->st.st_size, 0, err);
+	buf = rc ? NULL : malloc(J_CHUNK);
+	if (!rc && !buf)
+		rc = pt_fail(err, -ENOMEM, "out of memory");
+	for (i = 0; i < n && rc == 0; i++)
+		rc = write_patch(r->fd, &p[i], buf, r->tmp, err);
+	free(buf);
+	if (rc)
+		pt_replace_abort(r);
+	return rc;
+}
+
+/* Patch a copy of @path beside it, then put it in place: the two
+ * replacing ways. */
 static int patch_replaced(const char *path, const struct pt_patch *p,
 			  size_t n, const struct pt_replace_expect *expect,
 			  bool clone, struct pt_error *err)
 {
 	struct pt_replace r;
-	uint8_t *buf = NULL;
-	size_t i;
-	int rc;
+	int rc = patch_stage(&r, path, p, n, expect, clone, err);
 
-	rc = pt_replace_begin(&r, path, expect, err);
-	if (rc)
-		return rc;
-	/* r.orig: the file begin() checked, locked until the rename */
-	rc = clone ? pt_replace_clone(&r, r.orig, err) :
-		     pt_replace_copy(&r, r.orig, 0, (uint64_t)r.st.st_size, 0, err);
-	buf = rc ? NULL : malloc(J_CHUNK);
-	if (!rc && !buf)
-		rc = pt_fail(err, -ENOMEM, "out of memory");
-	for (i = 0; i < n && rc == 0; i++)
-		rc = write_patch(r.fd, &p[i], buf, r.tmp, err);
-	free(buf);
-	if (rc) {
-		pt_replace_abort(&r);
-		return rc;
-	}
-	return pt_replace_commit(&r, err);
+	return rc ? rc : pt_replace_commit(&r, err);
 }
 
 int pt_patch_clone(const char *path, const struct pt_patch *p, size_t n,
@@ -185,6 +196,101 @@ int pt_patch_apply(const char *path, enum pt_commit_way way,
 	if (own_rewrite)
 		return 1;
 	return pt_patch_copy(path, p, n, expect, err);
+}
+
+static bool cannot_clone(int rc)
+{
+	return rc == -EOPNOTSUPP || rc == -EXDEV || rc == -EINVAL ||
+	       rc == -ENOTTY;
+}
+
+/* Every file's patched copy written and sealed (journal.h), one after the
+ * other (a sealed copy holds no descriptor: only its target's, and lock):
+ * 0, or -errno with every copy removed and every file untouched. */
+static int stage_all(const struct pt_patch_file *f, size_t n, bool clone,
+		     struct pt_replace *r, struct pt_error *err)
+{
+	size_t i, k;
+	int rc = 0;
+
+	for (i = 0; i < n && rc == 0; i++) {
+		rc = patch_stage(&r[i], f[i].path, f[i].p, f[i].n,
+				 &f[i].expect, clone, err);
+		if (rc == 0)
+			rc = pt_replace_seal(&r[i], err);
+	}
+	/* the failed one (i - 1) freed itself */
+	for (k = 0; rc && k + 1 < i; k++)
+		pt_replace_abort(&r[k]);
+	return rc;
+}
+
+/* The renames, in order.  One failing after others succeeded (the kernel
+ * refusing a rename it allowed beside it: an I/O error) leaves those
+ * replaced: the message names them. */
+static int rename_all(struct pt_replace *r, size_t n, struct pt_error *err)
+{
+	struct pt_buf done;
+	size_t i, k;
+	int rc = 0;
+
+	pt_buf_init(&done);
+	for (i = 0; i < n && rc == 0; i++) {
+		char *real = strdup(r[i].real ? r[i].real : "");
+
+		rc = pt_replace_rename(&r[i], err);
+		if (rc == 0)
+			pt_buf_printf(&done, "%s%s", done.len ? ", " : "", real ? real : "?");
+		free(real);
+	}
+	if (rc) {
+		for (k = i; k < n; k++)
+			pt_replace_abort(&r[k]);
+		if (done.len)
+			pt_error_prefix(err, "only %s replaced (the others are as they were)",
+					done.p);
+	}
+	pt_buf_free(&done);
+	return rc;
+}
+
+int pt_patch_apply_files(const struct pt_patch_file *f, size_t n,
+			 enum pt_commit_way way, bool *no_clone,
+			 enum pt_commit_way *used, struct pt_error *err)
+{
+	struct pt_replace *r;
+	bool clone = way == PT_COMMIT_CLONE || (way == PT_COMMIT_AUTO && !*no_clone);
+	int rc;
+
+	if (n == 1)
+		return pt_patch_apply(f[0].path, way, f[0].p, f[0].n, &f[0].expect,
+				      false, no_clone, used, err);
+	*used = way == PT_COMMIT_INPLACE ? way : PT_COMMIT_REWRITE;
+	if (n == 0)
+		return 0;
+	if (way == PT_COMMIT_INPLACE)
+		return pt_fail(err, -EOPNOTSUPP,
+			       "commit=inplace patches one file at a time, and this commit writes %zu (%s, ...): with commit=clone or commit=rewrite they are replaced together",
+			       n, f[0].path);
+	r = calloc(n, sizeof(*r));
+	if (!r)
+		return pt_fail(err, -ENOMEM, "out of memory");
+	*used = clone ? PT_COMMIT_CLONE : PT_COMMIT_REWRITE;
+	rc = stage_all(f, n, clone, r, err);
+	if (clone && cannot_clone(rc) && way == PT_COMMIT_AUTO) {
+		pt_error_clear(err);
+		*no_clone = true;
+		*used = PT_COMMIT_REWRITE;
+		rc = stage_all(f, n, false, r, err);
+	} else if (clone && cannot_clone(rc)) {
+		rc = pt_fail(err, -EOPNOTSUPP,
+			     "the filesystem of %s cannot clone files (%s); use commit=rewrite",
+			     f[0].path, strerror(-rc));
+	}
+	if (rc == 0)
+		rc = rename_all(r, n, err);
+	free(r);
+	return rc;
 }
 
 /* Sectors of a range of @len bytes (CRC'd one by one). */

@@ -148,6 +148,33 @@ int pt_patch_apply(const char *path, enum pt_commit_way way,
 		   bool *no_clone, enum pt_commit_way *used,
 		   struct pt_error *err);
 
+/* The patches of one file of a commit that writes several. */
+struct pt_patch_file {
+	const char *path;
+	const struct pt_patch *p;
+	size_t n;
+	struct pt_replace_expect expect;
+};
+
+/*
+ * Apply the patches of @n files as one commit.  One file: pt_patch_apply()
+ * (no own rewrite).  Several: CLONE (or AUTO unless *@no_clone, falling
+ * back as there) or REWRITE makes every file's patched copy beside it,
+ * then seals them all -- owner, mode, xattrs, fsync, close, the last look
+ * that no file changed meanwhile (pt_replace_seal()) -- and only then
+ * renames them over the files in the order given, each rename followed by
+ * its directory's fsync.  Any failure before the first rename leaves every
+ * file untouched.  What is not atomic: a crash between two renames (a
+ * window of a rename and a directory fsync per file) leaves the files
+ * before it new and the rest old, each whole; a rename failing after
+ * another succeeded (an I/O error) does the same, and the message names
+ * the files replaced.  INPLACE has one journal per file and is refused
+ * for several (-EOPNOTSUPP): its files could not roll back together.
+ */
+int pt_patch_apply_files(const struct pt_patch_file *f, size_t n,
+			 enum pt_commit_way way, bool *no_clone,
+			 enum pt_commit_way *used, struct pt_error *err);
+
 /*
  * Deal with what an interrupted commit left beside the file at @path
  * (symlinks resolved), as described above: its journal, and the temporary

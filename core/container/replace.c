@@ -698,7 +698,7 @@ int pt_fsync_parent(const char *path)
 	return rc;
 }
 
-int pt_replace_commit(struct pt_replace *r, struct pt_error *err)
+int pt_replace_seal(struct pt_replace *r, struct pt_error *err)
 {
 	struct stat now;
 	int rc = copy_identity(r, err);
@@ -728,13 +728,23 @@ int pt_replace_commit(struct pt_replace *r, struct pt_error *err)
 			     r->real);
 		goto fail;
 	}
-	rc = pt_fault("rename");
+	return 0;
+fail:
+	pt_replace_abort(r);
+	return rc;
+}
+
+int pt_replace_rename(struct pt_replace *r, struct pt_error *err)
+{
+	int rc = pt_fault("rename");
+
 	if (!rc && rename(r->tmp, r->real) != 0)
 		rc = -errno;
 	if (rc) {
 		pt_fail(err, rc, "rename %s to %s: %s", r->tmp, r->real,
 			strerror(-rc));
-		goto fail;
+		pt_replace_abort(r);
+		return rc;
 	}
 	free(r->tmp);
 	r->tmp = NULL;
@@ -743,9 +753,13 @@ int pt_replace_commit(struct pt_replace *r, struct pt_error *err)
 	(void)pt_fsync_parent(r->real);
 	pt_replace_abort(r);
 	return 0;
-fail:
-	pt_replace_abort(r);
-	return rc;
+}
+
+int pt_replace_commit(struct pt_replace *r, struct pt_error *err)
+{
+	int rc = pt_replace_seal(r, err);
+
+	return rc ? rc : pt_replace_rename(r, err);
 }
 
 void pt_replace_abort(struct pt_replace *r)

@@ -111,6 +111,17 @@ int pt_replace_clone(struct pt_replace *r, int in, struct pt_error *err);
  * (after a failure the temporary file is removed). */
 int pt_replace_commit(struct pt_replace *r, struct pt_error *err);
 
+/*
+ * pt_replace_commit() in its two steps, for a commit that replaces several
+ * files together (pt_patch_apply_files(), container/journal.h): seal --
+ * owner, mode, xattrs, fsync, close, the last look at the target -- and
+ * rename -- the rename and the directory's fsync.  A failed seal frees @r
+ * (the target untouched); after a seal, @r is given to pt_replace_rename()
+ * (frees it either way) or pt_replace_abort().
+ */
+int pt_replace_seal(struct pt_replace *r, struct pt_error *err);
+int pt_replace_rename(struct pt_replace *r, struct pt_error *err);
+
 /* Give up: remove the temporary file, free @r.  Safe after a failed begin
  * and after commit. */
 void pt_replace_abort(struct pt_replace *r);

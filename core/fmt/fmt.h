@@ -68,10 +68,12 @@ struct pt_format {
 	/* Free ck->fmt_state (may be NULL). */
 	void (*close)(struct pt_ckpt *ck);
 	/* Replace the bytes of the @n storages in @c (each writable, a
-	 * PT_ST_FILE of this checkpoint; the list checked by ckpt.c) in the
-	 * local file atomically: the original untouched on any failure,
-	 * -ESTALE when it changed on disk since it was opened.  ckpt.c
-	 * reopens the source afterwards.  NULL: the format is read-only. */
+	 * PT_ST_FILE of this checkpoint or of a data file beside it whose
+	 * checkpoint has data_name set (ONNX external data: ckpt_i.h); the
+	 * list checked by ckpt.c) in the local files atomically: the
+	 * originals untouched on any failure, -ESTALE when one changed on
+	 * disk since it was opened.  ckpt.c reopens the sources afterwards
+	 * (the data files' too).  NULL: the format is read-only. */
 	int (*commit)(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
 		      struct pt_error *err);
 	/* Write the edited value graph (ckpt/edit.c) as the new file,
@@ -123,6 +125,13 @@ int pt__st_restructure(struct pt_ckpt *ck, bool dry, uint64_t *size,
  * file): on success ck->last_commit says how, on failure @err's line is
  * prefixed with the way; returns @rc.
  */
+/* pt__commit_plan(): the patches of @c[0 .. @n): each storage's changed
+ * ranges (all of it when the commit does not say) at the storage's
+ * file_off, in file order, in *@p (*@np of them), and the bytes they
+ * write; free() *@p and *@ctx (what the patches read through) after.  0
+ * or -ENOMEM. */
+int pt__commit_plan(const struct pt_commit *c, size_t n, struct pt_patch **p,
+		    void **ctx, size_t *np, uint64_t *bytes);
 int pt__commit_patch(struct pt_ckpt *ck, const struct pt_patch *p, size_t n,
 		     bool own_rewrite, enum pt_commit_way *used,
 		     struct pt_error *err);

@@ -10,10 +10,12 @@
  * nodes.  The message is read in place with decode/pb.h: nothing but the
  * small fields is loaded, and a tensor whose bytes lie in the file as they
  * are in memory (raw_data, packed float_data or double_data, external
- * data) is a PT_ST_FILE storage served from there, writable in place when
- * it is in the model itself.  Varint fields (int32_data holding int8 ...
- * bfloat16 values, int64_data, uint64_data) are decoded at open into the
- * tensor's real element type and are read-only.
+ * data) is a PT_ST_FILE storage served from there, writable in place: in
+ * the model itself, or in its data file beside a local model (a commit
+ * writes every file it touches together: ox_commit()).  Varint fields
+ * (int32_data holding int8 ... bfloat16 values, int64_data, uint64_data)
+ * are decoded at open into the tensor's real element type and are
+ * read-only.
  *
  * The tree: initializers at the root under their names, a subgraph's
  * under NODE/ATTRIBUTE/, a sparse initializer as NAME/values and
@@ -24,6 +26,7 @@
  */
 #include "ckpt/ckpt_i.h"
 #include "decode/pb.h"
+#include "fmt/fmt.h"
 #include "io/lazy.h"
 
 #include <errno.h>
@@ -32,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define OX_MAX_DEPTH 100                /* protobuf's own default */
 #define OX_MAX_NAME (64u << 10)         /* a name, a key, a location */
@@ -401,6 +405,36 @@ static int ox_decode(struct ox *ox, struct pt_pb *m, const struct ox_type *ty,
 	return 0;
 }
 
+/* What an interrupted in-place commit left beside the data file @loc of a
+ * local model, dealt with as for the model (container/journal.h) before
+ * anything reads it. */
+static int ox_ext_recover(struct ox *ox, const char *loc)
+{
+	const char *model = pt_source_local_path(ox->ck->src);
+	const char *slash = model ? strrchr(model, '/') : NULL;
+	char note[512] = "", *path = NULL;
+	int rc;
+
+	if (!model)
+		return 0;
+	if (asprintf(&path, "%.*s%s", slash ? (int)(slash - model + 1) : 0,
+		     model, loc) < 0)
+		return ox_oom(ox);
+	rc = pt_journal_recover(path, ox->ck->opts.recover, note, sizeof(note),
+				ox->err);
+	if (rc > 0)
+		pt_buf_printf(&ox->ck->notes, "journal: %s\n", note);
+	if (rc == -EUCLEAN) {
+		/* the data file is recovered through its model */
+		pt_error_clear(ox->err);
+		pt_fail(ox->err, rc,
+			"needs recovery: run 'ptfs recover %s' (an interrupted in-place commit left %s.ptfs-journal beside its external data)",
+			model, path);
+	}
+	free(path);
+	return rc < 0 ? rc : 0;
+}
+
 /* The ckpt over external file @loc (opened once per location), after
  * checking that @loc stays inside the model's directory.  Beside a remote
  * model the file is opened on the first read of one of its tensors, so
@@ -436,9 +470,10 @@ static int ox_ext_home(struct ox *ox, const char *tname, const char *loc,
 	if (!pt_grow((void **)&st->ext, &st->cap_ext, st->n_ext, sizeof(*st->ext)))
 		return ox_oom(ox);
 	*lazy = ox->ck->src->costly_reads;
-	if (*lazy)
+	rc = *lazy ? 0 : ox_ext_recover(ox, loc);
+	if (rc == 0 && *lazy)
 		rc = pt_source_lazy_sibling(ox->ck->src, loc, &src, ox->err);
-	else
+	else if (rc == 0)
 		rc = pt_source_open_sibling(ox->ck->src, loc, &src, ox->err);
 	if (rc == 0)
 		rc = pt__ckpt_open_child(ox->ck, src, false, home, ox->err);
@@ -454,6 +489,9 @@ static int ox_ext_home(struct ox *ox, const char *tname, const char *loc,
 		pt__ckpt_free(*home);
 		return ox_oom(ox);
 	}
+	/* a local model's commits write its data files (ox_commit) */
+	if (!*lazy && pt_source_local_path(ox->ck->src))
+		(*home)->data_name = st->ext[st->n_ext].location;
 	st->n_ext++;
 	return 0;
 }
@@ -488,6 +526,7 @@ static int ox_external(struct ox *ox, struct ox_tp *tp, uint64_t nbytes,
 	s->kind = PT_ST_FILE;
 	s->file_off = tp->ext_offset;
 	s->home = home;
+	s->writable = home->data_name != NULL;  /* until ox_ext_shared() */
 	*how = ox_printf(ox, "external data in %s", tp->ext_location);
 	ox->external++;
 	return *how ? 0 : ox_oom(ox);
@@ -1194,6 +1233,111 @@ static void ox_close(struct pt_ckpt *ck)
 	ck->fmt_state = NULL;
 }
 
+static int ox_by_place(const void *a, const void *b)
+{
+	const struct pt_storage *x = *(struct pt_storage *const *)a;
+	const struct pt_storage *y = *(struct pt_storage *const *)b;
+
+	if (x->home != y->home)
+		return (uintptr_t)x->home < (uintptr_t)y->home ? -1 : 1;
+	return x->file_off < y->file_off ? -1 : x->file_off > y->file_off;
+}
+
+/* A data file's identity, for ox_ext_aliased(). */
+struct ox_id {
+	dev_t dev;
+	ino_t ino;
+	size_t i;                       /* in st->ext; SIZE_MAX: the model */
+};
+
+static int ox_id_cmp(const void *a, const void *b)
+{
+	const struct ox_id *x = a, *y = b;
+
+	if (x->dev != y->dev)
+		return x->dev < y->dev ? -1 : 1;
+	return x->ino < y->ino ? -1 : x->ino > y->ino;
+}
+
+/* Clear data_name of every data file that is the model's own file or
+ * another location's (a link, "./weights.bin" beside "weights.bin"). */
+static int ox_ext_aliased(struct ox *ox)
+{
+	struct ox_id *v = malloc((ox->st->n_ext + 1) * sizeof(*v));
+	size_t i, j, k, n = 0;
+	struct stat id;
+
+	if (!v)
+		return ox_oom(ox);
+	for (i = 0; i <= ox->st->n_ext; i++) {
+		const struct pt_source *src = i < ox->st->n_ext ?
+			ox->st->ext[i].home->src : ox->ck->src;
+
+		if (pt_source_identity(src, &id) != 0)
+			continue;
+		v[n].dev = id.st_dev;
+		v[n].ino = id.st_ino;
+		v[n++].i = i < ox->st->n_ext ? i : SIZE_MAX;
+	}
+	qsort(v, n, sizeof(*v), ox_id_cmp);
+	for (i = 0; i < n; i = k) {
+		for (k = i + 1; k < n && !ox_id_cmp(&v[i], &v[k]); k++)
+			;
+		for (j = i; k - i > 1 && j < k; j++) {
+			struct pt_ckpt *h = v[j].i == SIZE_MAX ? NULL :
+					    ox->st->ext[v[j].i].home;
+
+			if (!h || !h->data_name)
+				continue;
+			pt__warn(ox->ck, "ONNX external data '%s' is also another name's file: read-only",
+				 h->data_name);
+			h->data_name = NULL;
+		}
+	}
+	free(v);
+	return 0;
+}
+
+/*
+ * The external tensors a commit must not write: all of a data file that
+ * is also the model or another location's file (two copies renamed over
+ * one file: the second would drop the first's bytes), and tensors whose
+ * bytes overlap in one file (struct pt_storage.writable).  They stay
+ * readable.
+ */
+static int ox_ext_shared(struct ox *ox)
+{
+	struct pt_ckpt *ck = ox->ck;
+	struct pt_storage **v, *reach = NULL;
+	size_t i, n = 0;
+	int rc = ox_ext_aliased(ox);
+
+	if (rc)
+		return rc;
+	v = malloc((ck->n_st ? ck->n_st : 1) * sizeof(*v));
+	if (!v)
+		return ox_oom(ox);
+	for (i = 0; i < ck->n_st; i++)
+		if (ck->st_list[i]->home && ck->st_list[i]->kind == PT_ST_FILE) {
+			v[n] = ck->st_list[i];
+			v[n]->writable = v[n]->home->data_name != NULL;
+			n++;
+		}
+	qsort(v, n, sizeof(*v), ox_by_place);
+	for (i = 0; i < n; i++) {
+		if (reach && reach->home == v[i]->home &&
+		    v[i]->file_off < reach->file_off + reach->nbytes) {
+			reach->writable = false;
+			v[i]->writable = false;
+		}
+		if (!reach || reach->home != v[i]->home ||
+		    v[i]->file_off + v[i]->nbytes > reach->file_off + reach->nbytes)
+			reach = v[i];
+	}
+	free(v);
+	return 0;
+}
+
 /* The directories and /.ptfs files of a model read. */
 static int ox_finish(struct ox *ox, struct ox_list *root)
 {
@@ -1241,6 +1385,8 @@ static int ox_open(struct pt_ckpt *ck, struct pt_error *err)
 	if (rc == 0)
 		rc = ox_model(&ox, &root);
 	if (rc == 0)
+		rc = ox_ext_shared(&ox);
+	if (rc == 0)
 		rc = ox_finish(&ox, &root);
 	pt_pb_src_free(&ox.s);
 	pt_buf_free(&ox.graph);
@@ -1249,16 +1395,115 @@ static int ox_open(struct pt_ckpt *ck, struct pt_error *err)
 	return rc;
 }
 
-/* struct pt_format.commit: the tensors written lie in the model's own
- * bytes (raw_data, packed float_data/double_data) and the container has
- * no checksum, so a commit replaces those byte ranges where they are,
- * exactly as a safetensors commit does (clone, journaled in place or a
- * full copy, container/replace.c): that commit reads nothing of the
- * safetensors layout, only the storages' offsets, and is used as is. */
+/* The files a commit writes: the patches of each, and what they read. */
+struct ox_plan {
+	struct pt_commit *sel;          /* the commits, grouped by file */
+	struct pt_patch_file *f;
+	struct pt_patch **p;
+	void **ctx;
+	size_t nf;
+	uint64_t bytes, sizes;
+};
+
+static void ox_plan_free(struct ox_plan *pl, size_t cap)
+{
+	size_t k;
+
+	for (k = 0; k < cap; k++) {
+		free(pl->p ? pl->p[k] : NULL);
+		free(pl->ctx ? pl->ctx[k] : NULL);
+	}
+	free(pl->sel);
+	free(pl->f);
+	free(pl->p);
+	free(pl->ctx);
+}
+
+/* File @file's share of @c (into pl->sel from *@at): its patches, after
+ * checking it is still the file the source opened. */
+static int ox_plan_file(struct ox_plan *pl, const struct pt_commit *c,
+			size_t n, const struct pt_ckpt *file,
+			const struct pt_ckpt *home, size_t *at,
+			struct pt_error *err)
+{
+	struct pt_patch_file *f = &pl->f[pl->nf];
+	size_t i, first = *at, np = 0;
+	uint64_t bytes = 0;
+	int rc;
+
+	for (i = 0; i < n; i++)
+		if (c[i].st->home == home)
+			pl->sel[(*at)++] = c[i];
+	if (*at == first)
+		return 0;
+	rc = pt_source_check(file->src, PT_CHECK_NAME, err);
+	if (rc)
+		return rc;
+	if (pt__commit_plan(pl->sel + first, *at - first, &pl->p[pl->nf],
+			    &pl->ctx[pl->nf], &np, &bytes) != 0)
+		return pt_fail(err, -ENOMEM, "out of memory");
+	f->path = pt_source_local_path(file->src);
+	f->p = pl->p[pl->nf];
+	f->n = np;
+	f->expect.size = (off_t)file->src->size;
+	f->expect.mtime = file->src->mtime;
+	pl->bytes += bytes;
+	pl->sizes += file->src->size;
+	pl->nf++;
+	return 0;
+}
+
+/*
+ * struct pt_format.commit.  The tensors written lie in the model's own
+ * bytes (raw_data, packed float_data/double_data) or in its data files
+ * (external data), and the container has no checksum: a commit replaces
+ * those byte ranges where they are, as a safetensors commit does (clone,
+ * journaled in place or a full copy, container/journal.h).  A commit that
+ * touches several files (two data files, or a data file and the model)
+ * replaces them together (pt_patch_apply_files(): every new copy written
+ * and fsynced before the first rename), the data files in the order the
+ * model first names them, the model last; commit=inplace is then refused.
+ */
 static int ox_commit(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
 		     struct pt_error *err)
 {
-	return pt_fmt_safetensors.commit(ck, c, n, err);
+	struct ox_state *st = ck->fmt_state;
+	enum pt_commit_way used = PT_COMMIT_REWRITE;
+	size_t cap = st->n_ext + 1, at = 0, k;
+	struct ox_plan pl;
+	int rc = 0;
+
+	memset(&pl, 0, sizeof(pl));
+	pl.sel = calloc(n ? n : 1, sizeof(*pl.sel));
+	pl.f = calloc(cap, sizeof(*pl.f));
+	pl.p = calloc(cap, sizeof(*pl.p));
+	pl.ctx = calloc(cap, sizeof(*pl.ctx));
+	if (!pl.sel || !pl.f || !pl.p || !pl.ctx)
+		rc = pt_fail(err, -ENOMEM, "out of memory");
+	for (k = 0; k < st->n_ext && rc == 0; k++)
+		rc = ox_plan_file(&pl, c, n, st->ext[k].home, st->ext[k].home,
+				  &at, err);
+	if (rc == 0)
+		rc = ox_plan_file(&pl, c, n, ck, NULL, &at, err);
+	if (rc == 0)
+		rc = pt_patch_apply_files(pl.f, pl.nf, ck->opts.commit,
+					  &ck->no_clone, &used, err);
+	rc = pt__commit_end(ck, rc, used, pl.bytes, err);
+	/* a rewrite wrote the files it replaced whole, which need not be
+	 * the model (pt__commit_end() counts the model's size) */
+	if (rc == 0 && used == PT_COMMIT_REWRITE)
+		pl.bytes = pl.sizes;
+	if (rc == 0 && pl.nf == 1)
+		snprintf(ck->last_commit, sizeof(ck->last_commit),
+			 "%s, %llu bytes written", pt_commit_way_name(used),
+			 (unsigned long long)pl.bytes);
+	else if (rc == 0 && pl.nf > 1)
+		snprintf(ck->last_commit, sizeof(ck->last_commit),
+			 "%s, %llu bytes written in %zu files",
+			 pt_commit_way_name(used), (unsigned long long)pl.bytes,
+			 pl.nf);
+	ox_plan_free(&pl, cap);
+	return rc;
 }
 
 const struct pt_format pt_fmt_onnx = {

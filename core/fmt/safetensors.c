@@ -554,56 +554,6 @@ out:
 	return rc;
 }
 
-/* A storage's changed range, read through its commit (offsets from the
- * range's start). */
-struct st_sub {
-	const struct pt_commit *c;
-	uint64_t base;
-};
-
-static int st_sub_read(void *ctx, void *buf, size_t n, uint64_t at)
-{
-	const struct st_sub *s = ctx;
-
-	return s->c->read(s->c->ctx, buf, n, s->base + at);
-}
-
-static int st_patch_cmp(const void *a, const void *b)
-{
-	const struct pt_patch *x = a, *y = b;
-
-	return x->off < y->off ? -1 : x->off > y->off;
-}
-
-/* The patches: each storage's changed ranges (all of it when the commit
- * does not say), in file order. */
-static int st_plan(const struct pt_commit *c, size_t n, struct pt_patch **p,
-		   struct st_sub **subs, size_t *np, uint64_t *bytes)
-{
-	size_t i, j, k = 0, total = 0;
-
-	for (i = 0; i < n; i++)
-		total += c[i].ranges ? c[i].n_ranges : 1;
-	*p = calloc(total ? total : 1, sizeof(**p));
-	*subs = calloc(total ? total : 1, sizeof(**subs));
-	if (!*p || !*subs)
-		return -ENOMEM;
-	*bytes = 0;
-	for (i = 0; i < n; i++)
-		for (j = 0; j < (c[i].ranges ? c[i].n_ranges : 1); j++, k++) {
-			(*subs)[k].c = &c[i];
-			(*subs)[k].base = c[i].ranges ? c[i].ranges[j][0] : 0;
-			(*p)[k].off = c[i].st->file_off + (*subs)[k].base;
-			(*p)[k].len = c[i].ranges ? c[i].ranges[j][1] : c[i].st->nbytes;
-			(*p)[k].read = st_sub_read;
-			(*p)[k].ctx = &(*subs)[k];
-			*bytes += (*p)[k].len;
-		}
-	*np = k;
-	qsort(*p, k, sizeof(**p), st_patch_cmp);
-	return 0;
-}
-
 /* struct pt_format.commit: no checksums in the container, so a commit is
  * each storage's changed bytes where the old ones were: in a clone, in
  * place behind the journal, or in a full copy, as -o commit says
@@ -614,7 +564,7 @@ static int st_commit(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
 {
 	enum pt_commit_way used = PT_COMMIT_REWRITE;
 	struct pt_patch *p = NULL;
-	struct st_sub *subs = NULL;
+	void *subs = NULL;
 	uint64_t bytes = 0;
 	size_t np = 0;
 	int rc;
@@ -622,7 +572,7 @@ static int st_commit(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
 	rc = pt_source_check(ck->src, PT_CHECK_NAME, err);
 	if (rc)
 		return rc;
-	if (st_plan(c, n, &p, &subs, &np, &bytes) != 0)
+	if (pt__commit_plan(c, n, &p, &subs, &np, &bytes) != 0)
 		rc = pt_fail(err, -ENOMEM, "out of memory");
 	else
 		rc = pt__commit_patch(ck, p, np, false, &used, err);

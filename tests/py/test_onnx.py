@@ -5,17 +5,20 @@ Models are written by torch.onnx.export (torch 1.13) and by Debian's onnx
 package (onnx.helper.make_tensor for the typed fields, save_model for
 external data).  Every tensor ptfs shows must be byte for byte what
 onnx.numpy_helper.to_array gives; writes through a mount must leave a model
-onnx.checker accepts with the new values; hostile models must fail with one
-line naming the file and the problem.
+onnx.checker accepts with the new values, in the model and in its data files
+(external data); hostile models must fail with one line naming the file and
+the problem.
 """
 import os
 import struct
+import subprocess
 
 import numpy as np
 import pytest
 import torch
 
-from conftest import mounted, needs_curl, needs_fuse, run
+from conftest import PTFS, mounted, needs_curl, needs_fuse, run
+from test_write_model import mounts  # noqa: F401  (fixture)
 
 try:
     import onnx
@@ -156,13 +159,27 @@ def test_external_data(tmp_path, one_file):
     t = model.graph.initializer[0]
     side = cat(ext, file_name(t.name) + ".json").decode()
     assert '"file": "' in side and "external data in" in side
-    # read-only (docs/FORMATS.md, ONNX): refused, nothing written
-    before = {n: open(os.path.join(tmp_path, n), "rb").read() for n in os.listdir(tmp_path)
-              if os.path.isfile(os.path.join(tmp_path, n))}
-    size = len(expected_bytes(onnx.load(path).graph.initializer[0]))
-    r = run("set", ext, file_name(t.name), input=b"\0" * size)
-    assert r.returncode != 0 and b"not a writable tensor" in r.stderr, r.stderr
-    assert before == {n: open(os.path.join(tmp_path, n), "rb").read() for n in before}
+    # `ptfs set` writes the data file (docs/FORMATS.md, ONNX), the model's
+    # own bytes untouched; once more in place, behind the journal
+    model_bytes = open(ext, "rb").read()
+    orig = onnx.load(path).graph.initializer
+    for way in ("auto", "inplace"):
+        new = os.urandom(len(expected_bytes(orig[0])))
+        r = run("set", "-v", "-o", "commit=" + way, ext, file_name(t.name), input=new)
+        assert r.returncode == 0, r.stderr.decode()
+        # the bytes of the data file written, not of the model
+        data = os.path.join(tmp_path, "weights.bin" if one_file else t.name)
+        said = r.stderr.decode()
+        assert ", %d bytes written)" % (os.path.getsize(data) if "rewrite" in said
+                                        else len(new)) in said, said
+        assert open(ext, "rb").read() == model_bytes
+        assert not [n for n in os.listdir(tmp_path) if "ptfs-" in n]
+        got = onnx.load(ext, load_external_data=True)
+        onnx.checker.check_model(got)
+        assert expected_bytes(got.graph.initializer[0]) == new
+        assert cat(ext, file_name(t.name)) == new
+        for a, b in zip(got.graph.initializer[1:], orig[1:]):
+            assert expected_bytes(a) == expected_bytes(b), a.name
 
 
 # every TensorProto data type onnx 1.12 knows (its code), in its typed field
@@ -251,6 +268,199 @@ def test_write_through_mount(tmp_path):
     assert w["t_int8"].ravel().tolist() == [-128, -1, 0, 127]
     r = run("set", typed, "t_int8", input=b"\x01\x02\x03\x04")
     assert r.returncode != 0 and b"not a writable tensor" in r.stderr
+
+
+def ext_model(tmp_path, name, **kw):
+    """The mlp saved with external data (@kw: onnx.save_model's); its
+    initializers' bytes by name."""
+    _, path = mlp(tmp_path)
+    out = str(tmp_path / name)
+    onnx.save_model(onnx.load(path), out, save_as_external_data=True, **kw)
+    return out, {t.name: expected_bytes(t) for t in onnx.load(out).graph.initializer}
+
+
+def loaded(path):
+    """The initializers of @path as onnx reads them, external data loaded,
+    after onnx.checker accepted the model."""
+    model = onnx.load(path, load_external_data=True)
+    onnx.checker.check_model(model)
+    return {t.name: expected_bytes(t) for t in model.graph.initializer}
+
+
+def files_of(d):
+    return {n: open(os.path.join(d, n), "rb").read() for n in sorted(os.listdir(d))
+            if os.path.isfile(os.path.join(d, n))}
+
+
+def pending_files(pending):
+    """The data files a pending file names (ckpt/pending.h: version 2), and
+    the file number of each record."""
+    raw = open(pending, "rb").read()
+    version, = struct.unpack_from("<I", raw, 8)
+    count, = struct.unpack_from("<I", raw, 52)
+    n_files, = struct.unpack_from("<I", raw, 60)
+    at, names = 64, []
+    if version == 2:
+        for _ in range(n_files):
+            length, = struct.unpack_from("<I", raw, at)
+            names.append(raw[at + 48:at + 48 + length].decode())
+            at += 48 + (length + 7) // 8 * 8
+        at += 8
+    files = []
+    for _ in range(count):
+        klen, file, _off, length = struct.unpack_from("<IIQQ", raw, at)
+        files.append(file)
+        at += 24 + (klen + 7) // 8 * 8 + length + 8
+    assert raw[at:] == b"PTFSPEOF"
+    return version, names, files
+
+
+def test_external_inplace_crash_rolls_back(tmp_path):
+    """An in-place commit of a data file killed half-way: read-only
+    commands refuse the model, naming it for `ptfs recover`, which rolls
+    the data file back from its journal."""
+    path, want = ext_model(tmp_path, "one.onnx", location="one.data",
+                           size_threshold=0)
+    data = tmp_path / "one.data"
+    before = data.read_bytes()
+    r = subprocess.run([PTFS, "set", "-o", "commit=inplace", path, "0.weight"],
+                       input=os.urandom(len(want["0.weight"])), capture_output=True,
+                       env=dict(os.environ, PTFS_FAULT="pfsync:1:KILL"), timeout=60)
+    assert r.returncode == -9, r.stderr.decode()
+    assert os.path.exists(str(data) + ".ptfs-journal")
+    assert data.read_bytes() != before              # patched, not fsynced
+    r = run("ls", path)
+    err = r.stderr.decode()
+    assert r.returncode == 1 and "ptfs recover %s'" % path in err, err
+    r = run("recover", path)
+    assert r.returncode == 0, r.stderr.decode()
+    assert data.read_bytes() == before
+    assert not os.path.exists(str(data) + ".ptfs-journal")
+    assert loaded(path) == want
+
+
+def set_external(t, **kv):
+    for e in t.external_data:
+        if e.key in kv:
+            e.value = str(kv[e.key])
+
+
+def test_external_shared_bytes_stay_read_only(tmp_path):
+    """Tensors whose bytes overlap in a data file, and every tensor of a
+    data file another location also names, are read, never written."""
+    path, want = ext_model(tmp_path, "one.onnx", location="w.bin", size_threshold=0)
+    model = onnx.load(path, load_external_data=False)
+    init = {t.name: t for t in model.graph.initializer}
+    offset = {t.name: dict((e.key, e.value) for e in t.external_data)["offset"]
+              for t in model.graph.initializer}
+    set_external(init["0.bias"], offset=offset["0.weight"])    # inside 0.weight
+    overlap = str(tmp_path / "overlap.onnx")
+    onnx.save(model, overlap)
+    set_external(init["0.bias"], offset=offset["0.bias"], location="./w.bin")
+    alias = str(tmp_path / "alias.onnx")
+    onnx.save(model, alias)
+    for m, ro in ((overlap, {"0.weight", "0.bias"}), (alias, set(want))):
+        data = open(tmp_path / "w.bin", "rb").read()
+        for name in want:
+            r = run("set", m, name, input=os.urandom(len(want[name])))
+            if name in ro:
+                assert r.returncode != 0 and b"not a writable tensor" in r.stderr, (m, name)
+            else:
+                assert r.returncode == 0, r.stderr.decode()
+        if m == alias:
+            assert open(tmp_path / "w.bin", "rb").read() == data
+            assert cat(m, "0.bias") == data[int(offset["0.bias"]):][:len(want["0.bias"])]
+            assert b"also another name's file" in run("info", m).stdout
+
+
+@needs_fuse
+def test_external_write_through_mount(tmp_path):
+    """Writes through a mount to tensors in two data files (one file per
+    tensor) and to one in the model itself: one commit replaces the three
+    files, each by rename (a new inode), the data files' links kept."""
+    d = tmp_path / "m"
+    d.mkdir()
+    path, want = ext_model(d, "per.onnx", all_tensors_to_one_file=False,
+                           size_threshold=100)
+    assert sorted(os.listdir(d)) == ["0.weight", "mlp.onnx", "per.onnx"]
+    # a data file behind a symbolic link: its target is written
+    real = tmp_path / "elsewhere"
+    real.mkdir()
+    os.rename(d / "0.weight", real / "0.weight")
+    os.symlink(str(real / "0.weight"), str(d / "0.weight"))
+    inodes = {n: os.stat(d / n).st_ino for n in ("0.weight", "per.onnx")}
+    new = {n: os.urandom(len(want[n])) for n in ("0.weight", "0.bias")}
+    with mounted(path) as mnt:
+        for n, b in new.items():
+            with open(os.path.join(mnt, n), "r+b") as f:
+                f.write(b)
+                f.flush()
+                os.fsync(f.fileno())        # committed here
+            assert open(os.path.join(mnt, n), "rb").read() == b
+        assert os.path.islink(d / "0.weight")
+        assert all(os.stat(d / n).st_ino != ino for n, ino in inodes.items())
+        assert loaded(path) == dict(want, **new)
+    got = loaded(path)
+    assert got == dict(want, **new)
+    assert not [n for n in os.listdir(d) + os.listdir(real) if "ptfs-" in n]
+    # two data files in one commit
+    path2, want2 = ext_model(tmp_path, "two.onnx", all_tensors_to_one_file=False,
+                             size_threshold=0)
+    new2 = {n: os.urandom(len(want2[n])) for n in ("0.weight", "2.bias")}
+    with mounted(path2) as mnt:
+        for n, b in new2.items():
+            write_file(mnt, n, b)
+    assert loaded(path2) == dict(want2, **new2)
+
+
+@needs_fuse
+def test_external_failed_commit_keeps_the_writes(tmp_path, mounts):
+    """A fault between the two data files' copies (the second one's fsync):
+    both files and the model untouched, the writes kept in the pending
+    file, which names the data files; `ptfs recover` applies them."""
+    path, want = ext_model(tmp_path, "two.onnx", all_tensors_to_one_file=False,
+                           size_threshold=0)
+    before = files_of(tmp_path)
+    new = {n: os.urandom(len(want[n])) for n in ("0.weight", "2.bias")}
+    m = mounts(tmp_path, path, env={"PTFS_FAULT": "fsync:2:EIO"})
+    for n, b in new.items():
+        write_file(m.mnt, n, b)
+    rc, err = m.umount()
+    pending = path + ".ptfs-pending"
+    assert rc == 1 and pending in err and "fsync" in err, err
+    assert files_of(tmp_path) == dict(before, **{os.path.basename(pending): open(pending, "rb").read()})
+    version, names, files = pending_files(pending)
+    assert version == 2 and sorted(names) == ["0.weight", "2.bias"], names
+    assert sorted(names[f - 1] for f in files) == ["0.weight", "2.bias"]
+    r = run("recover", path)
+    assert r.returncode == 0 and b"applied" in r.stderr, r.stderr.decode()
+    assert not os.path.exists(pending)
+    assert loaded(path) == dict(want, **new)
+
+
+@needs_fuse
+def test_external_file_changed_meanwhile(tmp_path, mounts):
+    """Another program writes the data file while a mount has writes for
+    it: the commit is refused, the writes kept; recover refuses them
+    naming the data file until --force."""
+    path, want = ext_model(tmp_path, "one.onnx", location="one.data",
+                           size_threshold=0)
+    data = tmp_path / "one.data"
+    new = os.urandom(len(want["2.weight"]))
+    m = mounts(tmp_path, path)
+    write_file(m.mnt, "2.weight", new)
+    theirs = os.urandom(os.path.getsize(data))
+    data.write_bytes(theirs)
+    rc, err = m.umount()
+    assert rc == 1 and ".ptfs-pending" in err, err
+    assert data.read_bytes() == theirs
+    r = run("recover", path)
+    err = r.stderr.decode()
+    assert r.returncode == 1 and "one.data changed since" in err, err
+    assert data.read_bytes() == theirs
+    r = run("recover", "--force", path)
+    assert r.returncode == 0, r.stderr.decode()
+    assert cat(path, "2.weight") == new
 
 
 def test_export_stat_diff(tmp_path):
