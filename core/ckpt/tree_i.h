@@ -179,6 +179,7 @@ struct pt_tree {
 	char **texts;                   /* generated contents */
 	size_t n_texts, cap_texts;
 	bool nested;                    /* dotted keys as directories */
+	bool suffix;                    /* tensor files are NAME.tensor */
 	const char *vname[PT_VDIRS];    /* the R_VDIR entries of /.ptfs */
 	pt_vdir_fill vfill[PT_VDIRS];   /* fill them */
 	void *vfill_ctx[PT_VDIRS];

@@ -229,19 +229,20 @@ def test_gio_open_mounts_and_pcmanfm_shows(tmp_path, opener):
         assert len(mps) == 1, mps
         mp = mps[0]
         assert os.path.basename(mp) == "model.pt" and os.path.dirname(os.path.dirname(mp)) == run + "/ptfs"
-        # the browsing layout, read-only: module folders, a picture beside every tensor
-        assert sorted(os.listdir(mp)) == [".ptfs", "enc", "head", "weight", "weight.json",
-                                          "weight.png"]
-        assert sorted(os.listdir(os.path.join(mp, "enc/0"))) == ["bias", "bias.json", "bias.png",
-                                                                  "weight", "weight.json", "weight.png"]
-        with open(os.path.join(mp, "head/weight"), "rb") as f:
+        # the browsing layout, read-only: module folders, a picture beside
+        # every tensor, tensor files named NAME.tensor (their MIME type)
+        assert sorted(os.listdir(mp)) == [".ptfs", "enc", "head", "weight.json", "weight.png",
+                                          "weight.tensor"]
+        assert sorted(os.listdir(os.path.join(mp, "enc/0"))) == [
+            "bias.json", "bias.png", "bias.tensor", "weight.json", "weight.png", "weight.tensor"]
+        with open(os.path.join(mp, "head/weight.tensor"), "rb") as f:
             assert f.read() == sd["head.weight"].numpy().tobytes()
         with pytest.raises(OSError):
-            open(os.path.join(mp, "head/weight"), "r+b")
+            open(os.path.join(mp, "head/weight.tensor"), "r+b")
         # pcmanfm shows the folder: its window is titled by it, and it
         # thumbnails the tensor files in it
         assert wait_for(lambda: '"model.pt"' in window_titles(env), 60), window_titles(env)
-        thumb = hashlib.md5(("file://" + os.path.join(mp, "weight")).encode()).hexdigest() + ".png"
+        thumb = hashlib.md5(("file://" + os.path.join(mp, "weight.tensor")).encode()).hexdigest() + ".png"
         found = wait_for(lambda: [d for d in ("normal", "large")
                                   if os.path.exists(os.path.join(cache, d, thumb))], 60)
         assert found, "no thumbnail of the folder's tensor file"
@@ -300,7 +301,7 @@ def test_open_without_runtime_dir_reuse_and_dead_daemon(tmp_path):
         mps.append(mp)
         assert mp.startswith(str(tmp_path / "state/ptfs/open") + "/")
         assert os.path.basename(mp) == "my model.safetensors" and mp in mount_points()
-        with open(os.path.join(mp, "enc/0/weight"), "rb") as f:
+        with open(os.path.join(mp, "enc/0/weight.tensor"), "rb") as f:
             assert f.read() == np.arange(6, dtype=np.float32).tobytes()
         r = subprocess.run([PTFS, "open", "-n", ck], env=env, capture_output=True, text=True,
                            timeout=60)
