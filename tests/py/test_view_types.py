@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from conftest import PTFS, ROOT, needs_fuse
+from viewutil import png_decode
 
 HAVE_GIO = shutil.which("gio") and shutil.which("update-mime-database")
 needs_gio = pytest.mark.skipif(
@@ -90,6 +91,12 @@ def test_open_mount_types_every_tensor_file_and_nothing_else(tmp_path):
     try:
         files = dict(files_below(mp))
         types = content_types([os.path.join(mp, p) for p in files], env)
+        # NAME.png beside NAME.tensor is the tensor's picture
+        png = os.path.join(mp, "model/rnn/weight_ih_l0.png")
+        data = open(png, "rb").read()
+        assert os.path.getsize(png) == len(data) > 0
+        w, h, _ = png_decode(data)          # 6 rows of 3
+        assert h == 2 * w > 0
     finally:
         subprocess.run([PTFS, "close", ck], env=env, capture_output=True, timeout=60)
     typed = {p: types[os.path.join(mp, p)] == TENSOR_TYPE for p in files}
