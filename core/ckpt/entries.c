@@ -248,12 +248,10 @@ bool pt__is_dir_class(const struct pt_value *v)
 	return c == PT_C_MAP || c == PT_C_SEQ || c == PT_C_OBJECT;
 }
 
-/* Does tensor @val claim NAME.png too (-o previews, >= 2 elements)? */
+/* Does tensor @val claim NAME.png too (-o previews)? */
 static bool wants_png(const struct dtab *d, const struct pt_value *val)
 {
-	const struct pt_tensor *t = val->aux;
-
-	return d->t->previews && t && t->numel >= 1;
+	return d->t->previews && val->aux;
 }
 
 /* The suffix of tensor files in the suffix layout (LAYOUT.md

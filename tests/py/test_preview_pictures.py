@@ -2,7 +2,8 @@
 """The pictures of -o previews and of the thumbnailer: NAME.png's size is
 known from the tensor's shape before any read (a listing reads no tensor
 byte, counted by the daemon's user.ptfs.tensor_reads), conv weights as a
-grid of kernels, all-zero tensors hatched, 1-element tensors as a swatch,
+grid of kernels (1 x 1 ones as a matrix), all-zero tensors hatched,
+1-element tensors as a swatch, 0-element ones as an empty frame,
 thumbnails with Thumb::URI and Thumb::MTime."""
 import os
 import struct
@@ -150,6 +151,34 @@ def test_zero_and_one_element(tmp_path):
     texts = png_texts(run("preview", p, "bias", "--output", "-").stdout)
     assert "every value drawn is 0" in texts["Description"]
     assert "value -3;" in png_texts(run("preview", p, "neg", "--output", "-").stdout)[
+        "Description"]
+
+
+@needs_fuse
+def test_no_elements_empty_frame_and_1x1_conv_matrix(tmp_path):
+    """A tensor of no elements has its picture too (a labelled empty
+    frame, nothing read); a 1 x 1 conv weight is its out x in matrix."""
+    w = -torch.ones(8, 16, 1, 1)
+    w[3, 5] = 1
+    p = str(tmp_path / "e.pt")
+    torch.save({"empty": torch.zeros(3, 0, 4, dtype=torch.float16), "pw": w}, p)
+    with mounted(p, "-o", "previews") as m:
+        assert "empty.png" in os.listdir(m)
+        before = tensor_reads(m)
+        with open(os.path.join(m, "empty.png"), "rb") as f:
+            data = f.read()
+        assert tensor_reads(m) == before
+        assert len(data) == os.stat(os.path.join(m, "empty.png")).st_size
+    width, height, rows = png_decode(data)
+    assert (width, height) == (64, 64)
+    assert rows[0][0] == rows[63][63] == FRAME and rows[10][10] == WHITE
+    assert rows[32][32] == FRAME                # the slash of the sign
+    assert "float16 tensor of shape [3, 0, 4]: no elements" in png_texts(data)["Description"]
+    width, height, rows = preview(p, "pw")      # 8 x 16, 4 px an element
+    assert (width, height) == (64, 32)
+    assert {px for row in rows for px in row} == {RED, BLUE}
+    assert rows[3 * 4][5 * 4] == RED and rows[3 * 4][6 * 4] == BLUE
+    assert "folded to 8 x 16" in png_texts(run("preview", p, "pw", "--output", "-").stdout)[
         "Description"]
 
 
