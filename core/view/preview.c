@@ -494,8 +494,8 @@ static int paint(struct sampler *s, struct pt_error *err)
 	txt[0] = (struct pt_png_text){ "Description", desc };
 	for (i = 0; i < s->src->nextra; i++)
 		txt[i + 1] = s->src->extra[i];
-	rc = pt_png_encode(rgb, s->g.w, s->g.h, txt, 1 + s->src->nextra,
-			   &s->out->png, &s->out->len, err);
+	rc = (s->src->compress ? pt_png_encode_z : pt_png_encode)(
+		rgb, s->g.w, s->g.h, txt, 1 + s->src->nextra, &s->out->png, &s->out->len, err);
 	free(rgb);
 	return rc;
 }
@@ -596,6 +596,7 @@ int pt_preview_render(struct pt_ckpt *ck, struct pt_node *node,
 	src.ctx = &ns;
 	src.extra = NULL;
 	src.nextra = 0;
+	src.compress = false;
 	return pt_preview_render_src(&src, max_side, out, err);
 }
 

@@ -57,6 +57,9 @@ struct pt_preview_src {
 	/* tEXt chunks after "Description" (a thumbnail's Thumb::URI...) */
 	const struct pt_png_text *extra;
 	size_t nextra;
+	/* deflate the pixels (pt_png_encode_z()): a thumbnail; false, the
+	 * size pt_preview_size() promised: a mount's NAME.png */
+	bool compress;
 };
 
 struct pt_preview {
@@ -96,5 +99,11 @@ int pt_png_encode(const uint8_t *rgb, uint32_t w, uint32_t h,
 		  const struct pt_png_text *txt, size_t ntxt,
 		  uint8_t **out, size_t *len, struct pt_error *err);
 uint64_t pt_png_size(uint32_t w, uint32_t h, const struct pt_png_text *txt, size_t ntxt);
+
+/* As pt_png_encode(), the rows deflated: smaller, of a length that
+ * depends on the pixels (thumbnails, which promise no size). */
+int pt_png_encode_z(const uint8_t *rgb, uint32_t w, uint32_t h,
+		    const struct pt_png_text *txt, size_t ntxt,
+		    uint8_t **out, size_t *len, struct pt_error *err);
 
 #endif /* PTFS_CORE_VIEW_PREVIEW_H */

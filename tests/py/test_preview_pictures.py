@@ -4,7 +4,7 @@ known from the tensor's shape before any read (a listing reads no tensor
 byte, counted by the daemon's user.ptfs.tensor_reads), conv weights as a
 grid of kernels (1 x 1 ones as a matrix), all-zero tensors hatched,
 1-element tensors as a swatch, 0-element ones as an empty frame,
-thumbnails with Thumb::URI and Thumb::MTime."""
+thumbnails with Thumb::URI and Thumb::MTime, deflated."""
 import os
 import struct
 import subprocess
@@ -193,7 +193,11 @@ def test_thumbnail_one_element_with_thumb_chunks(tmp_path):
             r = run("thumbnail", "-s", "128", path, out)
             assert r.returncode == 0 and r.stderr == b"", r
             data = open(out, "rb").read()
-            png_decode(data)
+            thumb = png_decode(data)
+            # the preview's pixels, deflated: a thumbnail promises no size
+            r = run("preview", "-s", "128", p, name, "--output", "-")
+            assert r.returncode == 0 and png_decode(r.stdout) == thumb
+            assert len(data) < len(r.stdout) // 4, (len(data), len(r.stdout))
             texts = png_texts(data)
             assert texts["Thumb::URI"] == "file://" + os.path.realpath(path)
             assert texts["Thumb::MTime"] == str(int(os.stat(path).st_mtime))
