@@ -111,17 +111,13 @@ def main():
         mnt = os.path.join(tmp, "mnt")
         for ck in checkpoints(a.corpus):
             try:
-                m = lib.Mount([a.ptfs, "-o", a.opts, ck], mnt)
-                m.__enter__()
-            except RuntimeError:
+                with lib.Mount([a.ptfs, "-o", a.opts, ck], mnt):
+                    files = list(tree_files(mnt, a.dotptfs))
+                    types = content_types([p for p, _ in files], env)
+            except RuntimeError:        # not a checkpoint ptfs mounts
                 counts["checkpoints not mounted"] += 1
                 continue
-            try:
-                files = list(tree_files(mnt, a.dotptfs))
-                types = content_types([p for p, _ in files], env)
-            finally:
-                m.umount()
-            counts["checkpoints"] += 1
+            counts["checkpoints mounted"] += 1
             for p, tensor in files:
                 typed = types.get(p) == TENSOR_TYPE
                 base = os.path.basename(p)
@@ -139,7 +135,7 @@ def main():
         lib.umount_all()
         shutil.rmtree(tmp, ignore_errors=True)
     print("layout: -o %s%s; packages: %s" % (a.opts, ", /.ptfs too" if a.dotptfs else "", ", ".join(os.path.basename(x) for x in xmls)))
-    for k in ("checkpoints", "checkpoints not mounted", "tensor files",
+    for k in ("checkpoints mounted", "checkpoints not mounted", "tensor files",
               "tensor files typed as tensors", "other files", "other files typed as tensors"):
         print("%-32s %d" % (k, counts[k]))
     if counts["tensor files"]:

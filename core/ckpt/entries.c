@@ -254,18 +254,13 @@ static bool wants_png(const struct dtab *d, const struct pt_value *val)
 	return d->t->previews && val->aux;
 }
 
-/* The suffix of tensor files in the suffix layout (LAYOUT.md
- * "NAME.tensor with -o suffix"). */
-#define TENSOR_SFX ".tensor"
-#define TENSOR_SFX_LEN 7
-
 /* Does @name (@len bytes) end in ".tensor"?  In any ASCII case: MIME
  * globs match names without case. */
 static bool ends_tensor_sfx(const char *name, size_t len)
 {
-	return len >= TENSOR_SFX_LEN &&
-	       strncasecmp(name + len - TENSOR_SFX_LEN, TENSOR_SFX,
-			   TENSOR_SFX_LEN) == 0;
+	return len >= PT_TENSOR_SFX_LEN &&
+	       strncasecmp(name + len - PT_TENSOR_SFX_LEN, PT_TENSOR_SFX,
+			   PT_TENSOR_SFX_LEN) == 0;
 }
 
 /*
@@ -281,9 +276,9 @@ static size_t claim_base(const struct dtab *d, bool tensor, char *nm,
 	memcpy(nm, base, blen);
 	if (!d->t->suffix || tensor || !ends_tensor_sfx(base, blen))
 		return blen;
-	dot = blen - TENSOR_SFX_LEN;
+	dot = blen - PT_TENSOR_SFX_LEN;
 	memcpy(nm + dot, "%2E", 3);
-	memcpy(nm + dot + 3, base + dot + 1, TENSOR_SFX_LEN - 1);
+	memcpy(nm + dot + 3, base + dot + 1, PT_TENSOR_SFX_LEN - 1);
 	return blen + 2;
 }
 
@@ -329,9 +324,9 @@ int pt__tab_claim(struct dtab *d, const char *base, size_t blen,
 		}
 		vlen = len;
 		if (sfx) {
-			memcpy(nm + len, TENSOR_SFX, TENSOR_SFX_LEN);
-			vlen += TENSOR_SFX_LEN;
-			h = pt_hash_end(pt_hash_more(hn, TENSOR_SFX, TENSOR_SFX_LEN));
+			memcpy(nm + len, PT_TENSOR_SFX, PT_TENSOR_SFX_LEN);
+			vlen += PT_TENSOR_SFX_LEN;
+			h = pt_hash_end(pt_hash_more(hn, PT_TENSOR_SFX, PT_TENSOR_SFX_LEN));
 		} else {
 			h = pt_hash_end(hn);
 		}

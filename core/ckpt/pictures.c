@@ -25,19 +25,18 @@ void pt_ckpt_set_picture_maker(struct pt_ckpt *ck, pt_picture_fn fn,
  * suffix layout (LAYOUT.md "NAME.tensor with -o suffix"); or NULL. */
 static struct pt_node *pic_tensor(const struct pt_node *n)
 {
-	static const char sfx[] = ".tensor";
 	struct pt_pic *g = node_pic(n);
 	size_t len = strlen(n->name), keep;
 	char name[4096];
 	int rc = 0;
 
-	if (len <= 4 || len - 4 + sizeof(sfx) > sizeof(name))
+	if (len <= 4 || len - 4 + sizeof(PT_TENSOR_SFX) > sizeof(name))
 		return NULL;
 	keep = len - 4;
 	memcpy(name, n->name, keep);
 	name[keep] = '\0';
 	if (g->ck->tree->suffix)
-		memcpy(name + keep, sfx, sizeof(sfx));
+		memcpy(name + keep, PT_TENSOR_SFX, sizeof(PT_TENSOR_SFX));
 	return pt_tree_lookup(g->ck, g->parent, name, &rc);
 }
 

@@ -32,6 +32,11 @@
 #include "ckpt/ckpt.h"
 #include "ckpt/ckpt_i.h"
 
+/* A tensor's own file is NAME.tensor in the suffix layout (LAYOUT.md
+ * "NAME.tensor with -o suffix"). */
+#define PT_TENSOR_SFX ".tensor"
+#define PT_TENSOR_SFX_LEN 7
+
 enum role {
 	R_VALUE,        /* a pickle value */
 	R_JSON,         /* NAME.json of a tensor value */
