@@ -35,6 +35,7 @@ if [ ${#pkgs[@]} -eq 0 ]; then
 	pkgs+=(libcurl4-openssl-dev nginx-light openssl)  # remote sources and their tests
 	pkgs+=(xvfb pcmanfm x11-utils)                    # the file-manager tests
 	pkgs+=(libglib2.0-bin desktop-file-utils)         # gio open, update-desktop-database
+	pkgs+=(shared-mime-info)                          # update-mime-database (test_view_types)
 	pkgs+=(python3-onnx)                              # tests/py/test_onnx.py
 	pkgs+=(lintian)                                   # contrib/deb-check.sh
 	pkgs+=(hyperfine fuse-zip archivemount)           # contrib/bench.sh's peers

@@ -49,10 +49,11 @@ ctest_verdict() {
 
 # A test that cannot run here skips with a visible reason; these variables
 # make such a skip a failure.  setup.sh installs Python, torch, FUSE,
-# libcurl and libarchive, so they are required; root tests are required when running as root; the
+# libcurl, libarchive, gio and shared-mime-info, so they are required; root tests are required when running as root; the
 # fixture corpus when it is beside the clone (.ci/run requires it outright).
 export PTFS_REQUIRE_FUSE=${PTFS_REQUIRE_FUSE:-1} PTFS_REQUIRE_PYTHON=${PTFS_REQUIRE_PYTHON:-1}
 export PTFS_REQUIRE_CURL=${PTFS_REQUIRE_CURL:-1} PTFS_REQUIRE_LIBARCHIVE=${PTFS_REQUIRE_LIBARCHIVE:-1}
+export PTFS_REQUIRE_DESKTOP=${PTFS_REQUIRE_DESKTOP:-1}
 if [ "$(id -u)" -eq 0 ]; then
 	export PTFS_REQUIRE_ROOT=${PTFS_REQUIRE_ROOT:-1}
 fi

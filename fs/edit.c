@@ -449,8 +449,8 @@ int ptfs_cmd_edit(int argc, char **argv, const struct pt_ckpt_opts *o)
 	struct ecmd e = { .cmd = argv[0] };
 	int rc;
 
-	if (o->nested)
-		rc = ptfs_usage_error(e.cmd, "paths name the flat layout: no --nested");
+	if (o->nested || o->suffix)
+		rc = ptfs_usage_error(e.cmd, "paths name the flat layout: no --nested, no -o suffix");
 	else
 		rc = parse(&e, argc, argv);
 	if (rc == 0)

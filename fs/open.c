@@ -5,7 +5,7 @@
  * entry contrib/desktop/ptfs.desktop runs `ptfs open %f`).
  *
  * open mounts the checkpoint read-only with the browsing layout (-o
- * ro,nested,previews) on RUN/ptfs/HASH/NAME, where RUN is
+ * ro,nested,previews,suffix) on RUN/ptfs/HASH/NAME, where RUN is
  * $XDG_RUNTIME_DIR (else the state directory, log.h), HASH names the
  * checkpoint's absolute path and NAME is its file name (the folder's
  * title in the file manager), then opens that folder with xdg-open, else
@@ -36,7 +36,7 @@ extern char **environ;
 
 /* The options of the mount `ptfs open` makes (README "Desktop file
  * managers": the browsing layout, read-only). */
-#define OPEN_OPTS "ro,nested,previews"
+#define OPEN_OPTS "ro,nested,previews,suffix"
 
 /* Run @args (args[0] looked up in PATH unless it has a '/'), stdout to
  * stderr when @quiet_stdout; its exit status, or -1 when it cannot run. */

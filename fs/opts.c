@@ -84,6 +84,10 @@ int ptfs_opt_apply(struct pt_ckpt_opts *o, const char *opt)
 		o->nested = true;
 		return 1;
 	}
+	if (strcmp(opt, "suffix") == 0) {
+		o->suffix = true;
+		return 1;
+	}
 	if (strncmp(opt, "commit=", 7) == 0) {
 		if (pt_commit_way_parse(opt + 7, &o->commit) != 0) {
 			fprintf(stderr, "ptfs: bad option '%s' (commit=auto, rewrite, clone or inplace)\n",

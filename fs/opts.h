@@ -11,7 +11,7 @@
 #include "ckpt/ckpt.h"
 
 /*
- * Apply one option to @o: "nested", "commit=WAY" (auto, rewrite, clone,
+ * Apply one option to @o: "nested", "suffix", "commit=WAY" (auto, rewrite, clone,
  * inplace), or "LIMIT=N" for each field of struct
  * pt_limits (max_records, max_pickle_bytes, max_inflate_bytes, max_values,
  * max_memo, max_memory, max_depth, max_rank, max_dir_entries), N a

@@ -31,7 +31,8 @@ struct cmd_help {
 #define CK_OPTS \
 	"    --nested             dotted keys (a.b.c) as directories a/b/c\n" \
 	"    -o OPTS              checkpoint options, comma separated: nested,\n" \
-	"                         max_*=N limits, commit=WAY, remote options\n"
+	"                         suffix, max_*=N limits, commit=WAY, remote\n" \
+	"                         options\n"
 /* Options of the surgery subcommands. */
 #define EDIT_OPTS \
 	"    -n, --dry-run        print what would change and the new size; write\n" \
@@ -167,9 +168,10 @@ static const struct cmd_help helps[] = {
 	  "printed: a failed commit, a busy mount, not a ptfs mount), 2 usage error.\n" },
 	{ "open", "ptfs open [-n] CHECKPOINT\n"
 	  "Open a checkpoint as a folder, as a file manager opens an archive: mount\n"
-	  "it read-only with -o nested,previews on $XDG_RUNTIME_DIR/ptfs/HASH/NAME\n"
-	  "(reused when it is open already), print that path and show it with\n"
-	  "xdg-open, else gio open.  'ptfs close CHECKPOINT' unmounts it.\n\n"
+	  "it read-only with -o nested,previews,suffix on\n"
+	  "$XDG_RUNTIME_DIR/ptfs/HASH/NAME (reused when it is open already),\n"
+	  "print that path and show it with xdg-open, else gio open.\n"
+	  "'ptfs close CHECKPOINT' unmounts it.\n\n"
 	  "    -n, --no-browse      mount and print the path, do not show it\n"
 	  "\nExit status: 0 open, 1 not mounted, or not shown (the mount stays),\n"
 	  "2 usage error.\n" },
@@ -248,6 +250,8 @@ void ptfs_usage_full(FILE *f)
 	      "    -o allow_other         let other users see the mount\n"
 	      "    -o nonempty            mount on a directory that is not empty\n"
 	      "    -o nested              dotted keys (a.b.c) as directories a/b/c\n"
+	      "    -o suffix              tensor files named NAME.tensor (their type\n"
+	      "                           for file managers)\n"
 	      "    -o max_depth=N         cap on nesting of the pickle and the tree\n"
 	      "    -o max_values=N        cap on values one pickle may create\n"
 	      "    -o max_memo=N          cap on memo entries of one pickle\n"
@@ -260,7 +264,7 @@ void ptfs_usage_full(FILE *f)
 	      "    -o max_walk_entries=N  cap on entries one walk of the tree visits\n"
 	      "                           (stat, diff, export, tree.json, /.ptfs/stats)\n"
 	      "    -o max_walk_bytes=SIZE cap on paths and text one walk makes\n"
-	      "                           (nested, commit= and the max_* options,\n"
+	      "                           (nested, suffix, commit= and the max_* options,\n"
 	      "                           N >= 1, work the same with the subcommands;\n"
 	      "                           SIZE: bytes, 4k = 4KiB = 4096, 4kB = 4000)\n"
 	      "    -o commit=WAY          how commits write: auto (clone where the\n"

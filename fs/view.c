@@ -1030,6 +1030,7 @@ static int cmd_thumbnail(int argc, char **argv)
 	src.ctx = &fs;
 	src.extra = txt;
 	src.nextra = 2;
+	src.compress = true;            /* written once, no size promised */
 	pt_buf_init(&ubuf);
 	pt_error_clear(&err);
 	if ((rc = thumb_texts(arg[0], uri, fs.fd, &ubuf, mtime, sizeof(mtime), txt)))

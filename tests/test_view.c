@@ -116,7 +116,7 @@ static uint32_t be32(const uint8_t *p)
 static void render(const char *dtype, unsigned es, int64_t *shape, uint32_t rank,
 		   uint64_t numel, struct pt_preview *pv)
 {
-	uint8_t *data = calloc(numel, es);
+	uint8_t *data = calloc(numel ? numel : 1, es);
 	struct mem m = { data, numel * es };
 	struct pt_preview_src src;
 	struct pt_error err;
@@ -180,6 +180,7 @@ static void test_preview_geometry(void **state)
 	struct pt_preview pv;
 	int64_t s1[1] = { 1000 }, s2[2] = { 3000, 700 }, s4[4] = { 2, 3, 4, 5 };
 	int64_t wide[2] = { 64, 65536 };
+	int64_t one_by_one[4] = { 8, 16, 1, 1 }, empty[3] = { 3, 0, 4 };
 
 	(void)state;
 	render("float32", 4, s1, 1, 1000, &pv);
@@ -193,6 +194,14 @@ static void test_preview_geometry(void **state)
 	 * each with a 1 px gap between tiles */
 	render("int8", 1, s4, 4, 120, &pv);
 	assert_true(pv.rows == 2 && pv.cols == 3 && pv.width == 47 && pv.height == 25);
+	pt_preview_free(&pv);
+	/* a 1 x 1 conv weight is its matrix, out x in: 8 x 16 scaled by 4 */
+	render("float32", 4, one_by_one, 4, 8 * 16, &pv);
+	assert_true(pv.rows == 8 && pv.cols == 16 && pv.width == 64 && pv.height == 32);
+	pt_preview_free(&pv);
+	/* no elements: a 64 x 64 frame, nothing read */
+	render("float16", 2, empty, 3, 0, &pv);
+	assert_true(pv.width == 64 && pv.height == 64 && pv.bytes_read == 0);
 	pt_preview_free(&pv);
 	/* rows of 256 KiB: element reads, one per pixel */
 	render("float32", 4, wide, 2, 64ull * 65536, &pv);

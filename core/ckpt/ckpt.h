@@ -37,8 +37,12 @@ struct pt_ckpt_opts {
 	bool nested;               /* show dotted str keys ("a.b.c") as
 				    * directories a/b/c (LAYOUT.md allows it
 				    * as an option; off by default) */
-	bool previews;             /* NAME.png beside tensors of >= 2
-				    * elements */
+	bool previews;             /* NAME.png beside tensors of >= 1
+				    * element */
+	bool suffix;               /* tensor files are NAME.tensor, so
+				    * file managers type them by name
+				    * (LAYOUT.md "NAME.tensor with -o
+				    * suffix") */
 	bool lean;                 /* the checkpoint stays open (a mount):
 				    * what the file can give again is not
 				    * kept in memory (data.pkl's bytes, read

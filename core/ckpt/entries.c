@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "base/hash.h"
 #include "ckpt/names.h"
@@ -247,12 +248,38 @@ bool pt__is_dir_class(const struct pt_value *v)
 	return c == PT_C_MAP || c == PT_C_SEQ || c == PT_C_OBJECT;
 }
 
-/* Does tensor @val claim NAME.png too (-o previews, >= 2 elements)? */
+/* Does tensor @val claim NAME.png too (-o previews)? */
 static bool wants_png(const struct dtab *d, const struct pt_value *val)
 {
-	const struct pt_tensor *t = val->aux;
+	return d->t->previews && val->aux;
+}
 
-	return d->t->previews && t && t->numel >= 1;
+/* Does @name (@len bytes) end in ".tensor"?  In any ASCII case: MIME
+ * globs match names without case. */
+static bool ends_tensor_sfx(const char *name, size_t len)
+{
+	return len >= PT_TENSOR_SFX_LEN &&
+	       strncasecmp(name + len - PT_TENSOR_SFX_LEN, PT_TENSOR_SFX,
+			   PT_TENSOR_SFX_LEN) == 0;
+}
+
+/*
+ * Copy @base (@blen bytes) to @nm; in the suffix layout the name of
+ * something else than a tensor that ends in ".tensor" gets that dot as
+ * "%2E", so that only tensor files end in it.  The new length.
+ */
+static size_t claim_base(const struct dtab *d, bool tensor, char *nm,
+			 const char *base, size_t blen)
+{
+	size_t dot;
+
+	memcpy(nm, base, blen);
+	if (!d->t->suffix || tensor || !ends_tensor_sfx(base, blen))
+		return blen;
+	dot = blen - PT_TENSOR_SFX_LEN;
+	memcpy(nm + dot, "%2E", 3);
+	memcpy(nm + dot + 3, base + dot + 1, PT_TENSOR_SFX_LEN - 1);
+	return blen + 2;
 }
 
 /* In a table of pt__entry_slot(): the last entry's value sits at d->cur. */
@@ -277,36 +304,38 @@ static bool tab_record(struct dtab *d)
 }
 
 /* Claim a name for one value (LAYOUT.md rule 5): NAME, or NAME and
- * NAME.json for tensors, else NAME~2, NAME~3, ... */
+ * NAME.json (and NAME.png) for tensors, else NAME~2, NAME~3, ...; a
+ * tensor's own file is NAME.tensor in the suffix layout. */
 int pt__tab_claim(struct dtab *d, const char *base, size_t blen,
 		  struct pt_value *val)
 {
 	bool tensor = val && pt__vclass(val) == PT_C_TENSOR;
 	bool png = tensor && wants_png(d, val);
+	bool sfx = tensor && d->t->suffix;
 	struct pt_tree *t = d->t;
 	char *nm, *js;
-	size_t len;
+	size_t len, vlen;
 	unsigned k;
 	uint32_t hbase, hn, h, hp = 0, hj = 0;
 
-	/* NAME, NAME~2 ... ; the suffix and ".json" need at most 16 bytes;
-	 * NAME.json after it */
-	if (blen > SIZE_MAX / 2 - 64)
+	/* NAME, NAME~2 ... ; the "%2E" escape, "~N" and ".tensor" need at
+	 * most 32 bytes; NAME.json after it */
+	if (blen > SIZE_MAX / 2 - 96)
 		return -ENOMEM;
-	if (t->kname_cap < 2 * blen + 48) {
+	if (t->kname_cap < 2 * blen + 64) {
 		free(t->kname);
 		t->kname_cap = 0;
-		t->kname = malloc(2 * blen + 48);
+		t->kname = malloc(2 * blen + 64);
 		if (!t->kname)
 			return -ENOMEM;
-		t->kname_cap = 2 * blen + 48;
+		t->kname_cap = 2 * blen + 64;
 	}
 	nm = t->kname;
-	js = t->kname + blen + 16;
-	memcpy(nm, base, blen);
+	js = t->kname + blen + 32;
+	blen = claim_base(d, tensor, nm, base, blen);
 	/* the names share their first bytes: hashed once (filling a
 	 * directory of 20,000 tensors: 38.0 -> 28.0 M instructions) */
-	hbase = pt_hash_more(PT_HASH_SEED, base, blen);
+	hbase = pt_hash_more(PT_HASH_SEED, nm, blen);
 	for (k = 1; k < 1000000; k++) {
 		len = blen;
 		hn = hbase;
@@ -314,9 +343,16 @@ int pt__tab_claim(struct dtab *d, const char *base, size_t blen,
 			len += (size_t)snprintf(nm + blen, 16, "~%u", k);
 			hn = pt_hash_more(hbase, nm + blen, len - blen);
 		}
-		nm[len] = '\0';
-		h = pt_hash_end(hn);
-		if (tab_find_h(d, nm, len, h))
+		vlen = len;
+		if (sfx) {
+			memcpy(nm + len, PT_TENSOR_SFX, PT_TENSOR_SFX_LEN);
+			vlen += PT_TENSOR_SFX_LEN;
+			h = pt_hash_end(pt_hash_more(hn, PT_TENSOR_SFX, PT_TENSOR_SFX_LEN));
+		} else {
+			h = pt_hash_end(hn);
+		}
+		nm[vlen] = '\0';
+		if (tab_find_h(d, nm, vlen, h))
 			continue;
 		if (tensor) {
 			memcpy(js, nm, len);
@@ -331,7 +367,7 @@ int pt__tab_claim(struct dtab *d, const char *base, size_t blen,
 			if (tab_find_h(d, js, len + 5, hj))
 				continue;
 		}
-		if (!tab_add_h(d, nm, len, h, R_VALUE, val) ||
+		if (!tab_add_h(d, nm, vlen, h, R_VALUE, val) ||
 		    !tab_record(d) ||
 		    (tensor && !tab_add_h(d, js, len + 5, hj, R_JSON, val)))
 			return -ENOMEM;

@@ -21,18 +21,22 @@ void pt_ckpt_set_picture_maker(struct pt_ckpt *ck, pt_picture_fn fn,
 	ck->tree->pic_ctx = ctx;
 }
 
-/* The tensor file NAME of picture @n (NAME.png), or NULL. */
+/* The tensor file of picture @n (NAME.png): NAME, or NAME.tensor in the
+ * suffix layout (LAYOUT.md "NAME.tensor with -o suffix"); or NULL. */
 static struct pt_node *pic_tensor(const struct pt_node *n)
 {
 	struct pt_pic *g = node_pic(n);
-	size_t len = strlen(n->name);
+	size_t len = strlen(n->name), keep;
 	char name[4096];
 	int rc = 0;
 
-	if (len <= 4 || len - 4 >= sizeof(name))
+	if (len <= 4 || len - 4 + sizeof(PT_TENSOR_SFX) > sizeof(name))
 		return NULL;
-	memcpy(name, n->name, len - 4);
-	name[len - 4] = '\0';
+	keep = len - 4;
+	memcpy(name, n->name, keep);
+	name[keep] = '\0';
+	if (g->ck->tree->suffix)
+		memcpy(name + keep, PT_TENSOR_SFX, sizeof(PT_TENSOR_SFX));
 	return pt_tree_lookup(g->ck, g->parent, name, &rc);
 }
 

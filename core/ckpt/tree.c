@@ -881,6 +881,7 @@ int pt__tree_new(struct pt_ckpt *ck, struct pt_error *err)
 	pthread_mutex_init(&t->glock, NULL);
 	t->nested = ck->opts.nested;
 	t->previews = ck->opts.previews;
+	t->suffix = ck->opts.suffix;
 	ck->tree = t;
 	pt_buf_init(&t->scratch);
 	root = node_alloc(t);

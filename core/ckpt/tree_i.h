@@ -32,6 +32,11 @@
 #include "ckpt/ckpt.h"
 #include "ckpt/ckpt_i.h"
 
+/* A tensor's own file is NAME.tensor in the suffix layout (LAYOUT.md
+ * "NAME.tensor with -o suffix"). */
+#define PT_TENSOR_SFX ".tensor"
+#define PT_TENSOR_SFX_LEN 7
+
 enum role {
 	R_VALUE,        /* a pickle value */
 	R_JSON,         /* NAME.json of a tensor value */
@@ -187,6 +192,7 @@ struct pt_tree {
 	char **texts;                   /* generated contents */
 	size_t n_texts, cap_texts;
 	bool nested;                    /* dotted keys as directories */
+	bool suffix;                    /* tensor files are NAME.tensor */
 	const char *vname[PT_VDIRS];    /* the R_VDIR entries of /.ptfs */
 	pt_vdir_fill vfill[PT_VDIRS];   /* fill them */
 	void *vfill_ctx[PT_VDIRS];

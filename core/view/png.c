@@ -14,6 +14,11 @@
  * written here (chunks, CRC-32 from the zip code, Adler-32) rather than
  * through libpng, whose stored output is cut by zlib's internal buffers
  * and so is not a size one can compute.
+ *
+ * A thumbnail (`ptfs thumbnail`, a file the thumbnailer writes once) has
+ * no size to promise: pt_png_encode_z() deflates its rows with zlib, each
+ * row filtered "Up" (the pictures repeat whole rows when they are scaled
+ * up, and those become zeros).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -105,24 +110,15 @@ static uint8_t *idat_data(uint8_t *p, const uint8_t *rgb, uint32_t w, uint32_t h
 	return be32(p, (uint32_t)adler);
 }
 
-int pt_png_encode(const uint8_t *rgb, uint32_t w, uint32_t h,
-		  const struct pt_png_text *txt, size_t ntxt,
-		  uint8_t **out, size_t *len, struct pt_error *err)
+/* The signature, IHDR and the tEXt chunks at @p; the end. */
+static uint8_t *png_head(uint8_t *p, uint32_t w, uint32_t h,
+			 const struct pt_png_text *txt, size_t ntxt)
 {
 	static const uint8_t sig[8] = { 0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n' };
-	uint64_t size = pt_png_size(w, h, txt, ntxt), zlen = zlib_len(raw_len(w, h));
-	uint8_t *buf, *p;
 	size_t i;
 
-	*out = NULL;
-	*len = 0;
-	if (!w || !h || zlen > 0x7fffffff || size > SIZE_MAX)
-		return pt_fail(err, -EINVAL, "png: %u x %u px is too large", w, h);
-	buf = malloc((size_t)size);
-	if (!buf)
-		return pt_fail(err, -ENOMEM, "png: out of memory");
-	memcpy(buf, sig, 8);
-	p = buf + 8;
+	memcpy(p, sig, 8);
+	p += 8;
 	be32(p + 8, w);
 	be32(p + 12, h);
 	memcpy(p + 16, "\x08\x02\x00\x00\x00", 5);      /* 8 bits, RGB, no interlace */
@@ -134,6 +130,24 @@ int pt_png_encode(const uint8_t *rgb, uint32_t w, uint32_t h,
 		memcpy(p + 8 + kl + 1, txt[i].text, tl);
 		p = chunk_close(p, "tEXt", (uint32_t)(kl + 1 + tl));
 	}
+	return p;
+}
+
+int pt_png_encode(const uint8_t *rgb, uint32_t w, uint32_t h,
+		  const struct pt_png_text *txt, size_t ntxt,
+		  uint8_t **out, size_t *len, struct pt_error *err)
+{
+	uint64_t size = pt_png_size(w, h, txt, ntxt), zlen = zlib_len(raw_len(w, h));
+	uint8_t *buf, *p;
+
+	*out = NULL;
+	*len = 0;
+	if (!w || !h || zlen > 0x7fffffff || size > SIZE_MAX)
+		return pt_fail(err, -EINVAL, "png: %u x %u px is too large", w, h);
+	buf = malloc((size_t)size);
+	if (!buf)
+		return pt_fail(err, -ENOMEM, "png: out of memory");
+	p = png_head(buf, w, h, txt, ntxt);
 	idat_data(p + 8, rgb, w, h);
 	p = chunk_close(p, "IDAT", (uint32_t)zlen);
 	p = chunk_close(p, "IEND", 0);
@@ -146,5 +160,61 @@ int pt_png_encode(const uint8_t *rgb, uint32_t w, uint32_t h,
 	}
 	*out = buf;
 	*len = (size_t)size;
+	return 0;
+}
+
+/* The rows of @rgb, each filter byte 2 ("Up": minus the row above) and
+ * its bytes, into @raw. */
+static void rows_up(uint8_t *raw, const uint8_t *rgb, uint32_t w, uint32_t h)
+{
+	size_t row = 3 * (size_t)w, i;
+	uint32_t y;
+
+	for (y = 0; y < h; y++) {
+		const uint8_t *src = rgb + (size_t)y * row;
+		uint8_t *dst = raw + (size_t)y * (row + 1);
+
+		dst[0] = 2;
+		for (i = 0; i < row; i++)
+			dst[1 + i] = (uint8_t)(src[i] - (y ? src[i - row] : 0));
+	}
+}
+
+int pt_png_encode_z(const uint8_t *rgb, uint32_t w, uint32_t h,
+		    const struct pt_png_text *txt, size_t ntxt,
+		    uint8_t **out, size_t *len, struct pt_error *err)
+{
+	/* signature, IHDR and texts: a 1 x 1 picture's size less its IDAT
+	 * and IEND */
+	uint64_t rlen = raw_len(w, h), head = pt_png_size(1, 1, txt, ntxt) -
+		(CHUNK_OVERHEAD + zlib_len(raw_len(1, 1))) - CHUNK_OVERHEAD;
+	uint8_t *raw, *buf, *p;
+	uLongf zlen;
+	int zrc;
+
+	*out = NULL;
+	*len = 0;
+	if (!w || !h || rlen > 0x3fffffff)
+		return pt_fail(err, -EINVAL, "png: %u x %u px is too large", w, h);
+	zlen = compressBound((uLong)rlen);
+	raw = malloc((size_t)rlen);
+	buf = malloc((size_t)head + CHUNK_OVERHEAD + zlen + CHUNK_OVERHEAD);
+	if (!raw || !buf) {
+		free(raw);
+		free(buf);
+		return pt_fail(err, -ENOMEM, "png: out of memory");
+	}
+	rows_up(raw, rgb, w, h);
+	p = png_head(buf, w, h, txt, ntxt);
+	zrc = compress2(p + 8, &zlen, raw, (uLong)rlen, Z_BEST_COMPRESSION);
+	free(raw);
+	if (zrc != Z_OK) {
+		free(buf);
+		return pt_fail(err, -EIO, "png: zlib failed (%d)", zrc);
+	}
+	p = chunk_close(p, "IDAT", (uint32_t)zlen);
+	p = chunk_close(p, "IEND", 0);
+	*out = buf;
+	*len = (size_t)(p - buf);
 	return 0;
 }

@@ -23,6 +23,7 @@ enum layout {
 	L_FOLD,         /* rows x cols, sampled */
 	L_GRID,         /* conv weights: tiles of kh x kw, a gap between */
 	L_SWATCH,       /* one element: one colour */
+	L_EMPTY,        /* no element: an empty frame */
 };
 
 struct geom {
@@ -93,9 +94,14 @@ static void geometry(const struct pt_tinfo *ti, unsigned max_side, struct geom *
 {
 	uint64_t big;
 	double s;
-	uint32_t k;
+	uint32_t k, r;
 
 	memset(g, 0, sizeof(*g));
+	if (ti->numel == 0) {
+		g->lay = L_EMPTY;
+		g->w = g->h = SWATCH_SIDE < max_side ? SWATCH_SIDE : max_side;
+		return;
+	}
 	if (ti->numel == 1) {
 		g->lay = L_SWATCH;
 		g->rows = g->cols = 1;
@@ -107,7 +113,12 @@ static void geometry(const struct pt_tinfo *ti, unsigned max_side, struct geom *
 		return;
 	}
 	g->lay = L_FOLD;
-	g->cols = ti->rank ? (uint64_t)ti->shape[ti->rank - 1] : 1;
+	/* trailing dimensions of 1 beyond the second do not fold: a 1 x 1
+	 * conv weight [out, in, 1, 1] is the matrix out x in */
+	r = ti->rank;
+	while (r > 2 && ti->shape[r - 1] == 1)
+		r--;
+	g->cols = r ? (uint64_t)ti->shape[r - 1] : 1;
 	g->rows = g->cols ? ti->numel / g->cols : 0;
 	big = g->rows > g->cols ? g->rows : g->cols;
 	s = big > max_side ? (double)max_side / (double)big : 1.0;
@@ -360,9 +371,35 @@ static int sample_grid(struct sampler *s, struct pt_error *err)
  * PNG's, is known before the values are. */
 #define DESC_DATA_WIDTH 96
 
+/* "[3, 0, 4]" into @buf, cut with "..." where @cap ends. */
+static void shape_text(const struct pt_tinfo *ti, char *buf, size_t cap)
+{
+	size_t n = 0;
+	uint32_t i;
+	int k;
+
+	buf[n++] = '[';
+	for (i = 0; i < ti->rank; i++) {
+		k = snprintf(buf + n, cap - n, "%s%lld", i ? ", " : "",
+			     (long long)ti->shape[i]);
+		if (k < 0 || (size_t)k + 5 >= cap - n) {
+			memcpy(buf + n, "...", 4);
+			n += 3;
+			break;
+		}
+		n += (size_t)k;
+	}
+	memcpy(buf + n, "]", 2);
+}
+
 static void desc_head(const struct pt_tinfo *ti, const struct geom *g, char *buf, size_t cap)
 {
-	if (g->lay == L_SWATCH)
+	char shape[128];
+
+	if (g->lay == L_EMPTY) {
+		shape_text(ti, shape, sizeof(shape));
+		snprintf(buf, cap, "%s tensor of shape %s: no elements; ", ti->dtype, shape);
+	} else if (g->lay == L_SWATCH)
 		snprintf(buf, cap, "%s tensor of one element; ", ti->dtype);
 	else if (g->lay == L_GRID)
 		snprintf(buf, cap, "%s conv weights %llu x %llu of %u x %u kernels, "
@@ -378,7 +415,9 @@ static void desc_data(struct sampler *s, bool zero, char *buf, size_t cap)
 {
 	size_t n;
 
-	if (zero)
+	if (s->g.lay == L_EMPTY)
+		snprintf(buf, cap, "nothing to draw (an empty frame)");
+	else if (zero)
 		snprintf(buf, cap, "every value drawn is 0 (grey hatching)");
 	else if (s->g.lay == L_SWATCH)
 		snprintf(buf, cap, "value %.9g; blue < 0, red > 0", s->val[0]);
@@ -402,6 +441,19 @@ static void hatch(uint8_t *px, uint32_t x, uint32_t y, const struct geom *g)
 		px[0] = px[1] = px[2] = frame ? 150 : 205;
 }
 
+/* No elements: a grey frame two pixels wide around white, and in it
+ * the empty-set sign (a ring crossed by a slash) as its label. */
+static void empty_mark(uint8_t *px, uint32_t x, uint32_t y, const struct geom *g)
+{
+	double cx = (g->w - 1) / 2.0, cy = (g->h - 1) / 2.0, r = g->w / 4.0;
+	double dx = x - cx, dy = y - cy, d = sqrt(dx * dx + dy * dy);
+	bool frame = x < 2 || y < 2 || x + 2 >= g->w || y + 2 >= g->h;
+	bool ring = fabs(d - r) < 1.25;
+	bool slash = fabs(dx + dy) < 1.25 && d < r * 1.45;
+
+	px[0] = px[1] = px[2] = frame || ring || slash ? 150 : 255;
+}
+
 static int paint(struct sampler *s, struct pt_error *err)
 {
 	size_t n = (size_t)s->g.w * s->g.h, i;
@@ -418,12 +470,16 @@ static int paint(struct sampler *s, struct pt_error *err)
 		free(rgb);
 		return pt_fail(err, -EINVAL, "too many text chunks");
 	}
-	sc = robust_scale(s->val, s->gap, n);
+	sc = s->g.lay == L_EMPTY ? 1 : robust_scale(s->val, s->gap, n);
 	zero = sc == 0;
 	s->out->scale = sc > 0 ? sc : 1;
 	for (i = 0; i < n; i++) {
 		uint8_t *px = rgb + 3 * i;
 
+		if (s->g.lay == L_EMPTY) {
+			empty_mark(px, (uint32_t)(i % s->g.w), (uint32_t)(i / s->g.w), &s->g);
+			continue;
+		}
 		if (s->gap && s->gap[i]) {
 			px[0] = px[1] = px[2] = 96;
 			continue;
@@ -438,8 +494,8 @@ static int paint(struct sampler *s, struct pt_error *err)
 	txt[0] = (struct pt_png_text){ "Description", desc };
 	for (i = 0; i < s->src->nextra; i++)
 		txt[i + 1] = s->src->extra[i];
-	rc = pt_png_encode(rgb, s->g.w, s->g.h, txt, 1 + s->src->nextra,
-			   &s->out->png, &s->out->len, err);
+	rc = (s->src->compress ? pt_png_encode_z : pt_png_encode)(
+		rgb, s->g.w, s->g.h, txt, 1 + s->src->nextra, &s->out->png, &s->out->len, err);
 	free(rgb);
 	return rc;
 }
@@ -452,9 +508,9 @@ static int drawable(const struct pt_tinfo *ti, unsigned max_side, struct pt_elem
 		return pt_fail(err, -EINVAL, "picture size %u not in 16..4096", max_side);
 	if (pt_elem_init(el, ti) != 0)
 		return pt_fail(err, -ENOTSUP, "no picture for dtype %s", ti->dtype);
-	if (ti->numel < 1 || ti->nbytes < ti->numel * el->size)
-		return pt_fail(err, -EINVAL, "no picture for a tensor of %llu elements",
-			       (unsigned long long)ti->numel);
+	if (ti->nbytes < ti->numel * el->size)
+		return pt_fail(err, -EINVAL, "no picture for a tensor of %llu elements in %llu bytes",
+			       (unsigned long long)ti->numel, (unsigned long long)ti->nbytes);
 	return 0;
 }
 
@@ -502,6 +558,8 @@ int pt_preview_render_src(const struct pt_preview_src *src, unsigned max_side,
 		s.gap = malloc((size_t)s.g.w * s.g.h);
 	if (!s.col || !s.raw || !s.val || (s.g.lay == L_GRID && !s.gap))
 		rc = pt_fail(err, -ENOMEM, "out of memory");
+	else if (s.g.lay == L_EMPTY)
+		rc = paint(&s, err);
 	else if ((rc = s.g.lay == L_GRID ? sample_grid(&s, err) : sample_fold(&s, err)) == 0)
 		rc = paint(&s, err);
 	free(s.gap);
@@ -538,6 +596,7 @@ int pt_preview_render(struct pt_ckpt *ck, struct pt_node *node,
 	src.ctx = &ns;
 	src.extra = NULL;
 	src.nextra = 0;
+	src.compress = false;
 	return pt_preview_render_src(&src, max_side, out, err);
 }
 

@@ -3,7 +3,9 @@
  * preview.h -- a tensor's picture as PNG, from a strided sample.
  *
  * Geometry: a tensor is folded to rows x cols (cols = its last dimension,
- * rows = the product of the others; 1-D: one row).  The picture keeps that
+ * rows = the product of the others; 1-D: one row; dimensions of 1 at the
+ * end beyond the second do not count, so a 1 x 1 conv weight
+ * [out, in, 1, 1] is out x in).  The picture keeps that
  * aspect with the longer side at most @max_side pixels (512 for the mount),
  * small tensors are scaled up by a whole factor to about 64 px, and no side
  * is under 16 px (a 1-D tensor is a strip 16 px high).  Pixel (x, y) shows
@@ -15,7 +17,7 @@
  * grid instead: out rows of in tiles, kh x kw pixels each, scaled up by a
  * whole factor to about 64 px, a 1 px dark grey gap after each tile; only
  * the first tiles that fit at 1 px an element are drawn.  One element is a
- * 64 px swatch.
+ * 64 px swatch; no element a 64 px empty frame with the empty-set sign.
  *
  * Colours: diverging blue - white - red, white at 0, full blue/red at
  * -s/+s where s is the 99.5th percentile of |x| over the sampled finite
@@ -55,6 +57,9 @@ struct pt_preview_src {
 	/* tEXt chunks after "Description" (a thumbnail's Thumb::URI...) */
 	const struct pt_png_text *extra;
 	size_t nextra;
+	/* deflate the pixels (pt_png_encode_z()): a thumbnail; false, the
+	 * size pt_preview_size() promised: a mount's NAME.png */
+	bool compress;
 };
 
 struct pt_preview {
@@ -94,5 +99,11 @@ int pt_png_encode(const uint8_t *rgb, uint32_t w, uint32_t h,
 		  const struct pt_png_text *txt, size_t ntxt,
 		  uint8_t **out, size_t *len, struct pt_error *err);
 uint64_t pt_png_size(uint32_t w, uint32_t h, const struct pt_png_text *txt, size_t ntxt);
+
+/* As pt_png_encode(), the rows deflated: smaller, of a length that
+ * depends on the pixels (thumbnails, which promise no size). */
+int pt_png_encode_z(const uint8_t *rgb, uint32_t w, uint32_t h,
+		    const struct pt_png_text *txt, size_t ntxt,
+		    uint8_t **out, size_t *len, struct pt_error *err);
 
 #endif /* PTFS_CORE_VIEW_PREVIEW_H */

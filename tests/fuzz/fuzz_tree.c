@@ -15,6 +15,7 @@
  * says or fail with a line.
  */
 #include <string.h>
+#include <strings.h>
 
 #include "ckpt/ckpt.h"
 #include "export/export.h"
@@ -101,7 +102,31 @@ struct fz {
 	struct pt_ckpt *ck;
 	uint64_t visits;
 	unsigned stats;
+	bool suffix;                    /* opts.suffix */
 };
+
+/* Does @path end in @ext, in any ASCII case? */
+static bool ends_in(const char *path, const char *ext)
+{
+	size_t n = strlen(path), e = strlen(ext);
+
+	return n >= e && strncasecmp(path + n - e, ext, e) == 0;
+}
+
+/* The suffix layout: a file ends in ".tensor" if and only if it is a
+ * tensor's own file (docs/LAYOUT.md, "NAME.tensor with -o suffix"). */
+static void check_suffix(const struct fz *f, const struct pt_walk *w)
+{
+	struct pt_tinfo ti;
+	struct pt_nattr a;
+	bool tensor;
+
+	pt_node_attr(w->node, &a);
+	if (!f->suffix || a.type != PT_NT_FILE)
+		return;
+	tensor = pt_node_tinfo(w->node, &ti) && !ends_in(w->path, ".json");
+	FUZZ_CHECK(tensor == ends_in(w->path, ".tensor"));
+}
 
 static void read_head(struct fz *f, struct pt_node *node)
 {
@@ -143,6 +168,7 @@ static int entry(void *ctx, const struct pt_walk *w)
 	FUZZ_CHECK(w->path_len == strlen(w->path));
 	read_head(f, w->node);
 	tensor_stats(f, w->node);
+	check_suffix(f, w);
 	return 0;
 }
 
@@ -151,7 +177,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct pt_ckpt_opts opts;
 	struct pt_error err = { 0 };
 	struct pt_ckpt *ck = NULL;
-	struct fz f = { NULL, 0, 0 };
+	struct fz f = { NULL, 0, 0, false };
 	int rc;
 
 	fuzz_ckpt_opts(&opts);
@@ -159,6 +185,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	opts.limits.max_walk_bytes = FUZZ_BYTES;
 	opts.previews = size > 0 && (data[size - 1] & 2);
 	opts.nested = size > 0 && (data[size - 1] & 1);
+	opts.suffix = size > 0 && (data[size - 1] & 4);
 	rc = pt_ckpt_open_mem(&ck, data, size, "fuzz.pt", &opts, &err);
 	if (rc) {
 		FUZZ_CHECK(rc < 0 && ck == NULL && err.msg[0] != '\0');
@@ -168,6 +195,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	FUZZ_CHECK(pt_tree_set_vdir(ck, "stats", stats_fill, NULL) == 0);
 	(void)pt_export_mount_files(ck);
 	f.ck = ck;
+	f.suffix = opts.suffix;
 	pt_error_clear(&err);
 	rc = pt_tree_walk(ck, pt_tree_root(ck), "", PT_WALK_ALL | PT_WALK_ONCE,
 			  entry, &f, &err);

@@ -64,6 +64,7 @@ REQUIRE = {
     "needs a fault-injection build": "PTFS_REQUIRE_FAULT",
     "needs torch 1.13": "PTFS_REQUIRE_PYTHON",
     "needs libcurl": "PTFS_REQUIRE_CURL",
+    "needs gio": "PTFS_REQUIRE_DESKTOP",
 }
 
 

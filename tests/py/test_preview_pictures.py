@@ -2,8 +2,9 @@
 """The pictures of -o previews and of the thumbnailer: NAME.png's size is
 known from the tensor's shape before any read (a listing reads no tensor
 byte, counted by the daemon's user.ptfs.tensor_reads), conv weights as a
-grid of kernels, all-zero tensors hatched, 1-element tensors as a swatch,
-thumbnails with Thumb::URI and Thumb::MTime."""
+grid of kernels (1 x 1 ones as a matrix), all-zero tensors hatched,
+1-element tensors as a swatch, 0-element ones as an empty frame,
+thumbnails with Thumb::URI and Thumb::MTime, deflated."""
 import os
 import struct
 import subprocess
@@ -154,6 +155,34 @@ def test_zero_and_one_element(tmp_path):
 
 
 @needs_fuse
+def test_no_elements_empty_frame_and_1x1_conv_matrix(tmp_path):
+    """A tensor of no elements has its picture too (a labelled empty
+    frame, nothing read); a 1 x 1 conv weight is its out x in matrix."""
+    w = -torch.ones(8, 16, 1, 1)
+    w[3, 5] = 1
+    p = str(tmp_path / "e.pt")
+    torch.save({"empty": torch.zeros(3, 0, 4, dtype=torch.float16), "pw": w}, p)
+    with mounted(p, "-o", "previews") as m:
+        assert "empty.png" in os.listdir(m)
+        before = tensor_reads(m)
+        with open(os.path.join(m, "empty.png"), "rb") as f:
+            data = f.read()
+        assert tensor_reads(m) == before
+        assert len(data) == os.stat(os.path.join(m, "empty.png")).st_size
+    width, height, rows = png_decode(data)
+    assert (width, height) == (64, 64)
+    assert rows[0][0] == rows[63][63] == FRAME and rows[10][10] == WHITE
+    assert rows[32][32] == FRAME                # the slash of the sign
+    assert "float16 tensor of shape [3, 0, 4]: no elements" in png_texts(data)["Description"]
+    width, height, rows = preview(p, "pw")      # 8 x 16, 4 px an element
+    assert (width, height) == (64, 32)
+    assert {px for row in rows for px in row} == {RED, BLUE}
+    assert rows[3 * 4][5 * 4] == RED and rows[3 * 4][6 * 4] == BLUE
+    assert "folded to 8 x 16" in png_texts(run("preview", p, "pw", "--output", "-").stdout)[
+        "Description"]
+
+
+@needs_fuse
 def test_thumbnail_one_element_with_thumb_chunks(tmp_path):
     p = str(tmp_path / "t.pt")
     torch.save({"step": torch.tensor(7.0), "w": torch.randn(8, 8)}, p)
@@ -164,7 +193,11 @@ def test_thumbnail_one_element_with_thumb_chunks(tmp_path):
             r = run("thumbnail", "-s", "128", path, out)
             assert r.returncode == 0 and r.stderr == b"", r
             data = open(out, "rb").read()
-            png_decode(data)
+            thumb = png_decode(data)
+            # the preview's pixels, deflated: a thumbnail promises no size
+            r = run("preview", "-s", "128", p, name, "--output", "-")
+            assert r.returncode == 0 and png_decode(r.stdout) == thumb
+            assert len(data) < len(r.stdout) // 4, (len(data), len(r.stdout))
             texts = png_texts(data)
             assert texts["Thumb::URI"] == "file://" + os.path.realpath(path)
             assert texts["Thumb::MTime"] == str(int(os.stat(path).st_mtime))

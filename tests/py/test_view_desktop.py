@@ -26,14 +26,15 @@ REQUIRE = os.environ.get("PTFS_REQUIRE_FUSE") == "1"
 HAVE = shutil.which("pcmanfm") and shutil.which("xvfb-run") and shutil.which("update-mime-database")
 
 
-def desktop_env(tmp):
+def desktop_env(tmp, thumbnail_max=0):
     home = os.path.join(tmp, "home")
     share = os.path.join(tmp, "share")
     for d in ("home/.config/libfm", "home/.config/pcmanfm/default",
               "share/mime/packages", "share/thumbnailers"):
         os.makedirs(os.path.join(tmp, d))
     with open(os.path.join(home, ".config/libfm/libfm.conf"), "w") as f:
-        f.write("[config]\nshow_thumbnail=1\nthumbnail_local=1\nthumbnail_max=0\n")
+        f.write("[config]\nshow_thumbnail=1\nthumbnail_local=1\nthumbnail_max=%d\n"
+                % thumbnail_max)
     with open(os.path.join(home, ".config/pcmanfm/default/pcmanfm.conf"), "w") as f:
         f.write("[ui]\nview_mode=thumbnail\n")
     shutil.copy(os.path.join(ROOT, "contrib/desktop/ptfs-tensor.xml"),
@@ -52,6 +53,35 @@ def desktop_env(tmp):
     return env, os.path.join(home, ".cache/thumbnails")
 
 
+def pcmanfm_thumbnails(m, names, env, cache):
+    """pcmanfm under Xvfb shows folder @m: {name: thumbnail path} of the
+    files @names whose thumbnails landed in @cache within 90 s."""
+    want = {hashlib.md5(("file://" + os.path.join(m, n)).encode()).hexdigest() + ".png": n
+            for n in names}
+    proc = subprocess.Popen(["xvfb-run", "-a", "-s", "-screen 0 1280x1024x24",
+                             "pcmanfm", "--no-desktop", m],
+                            env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    found = {}
+    try:
+        deadline = time.time() + 90
+        while time.time() < deadline and len(found) < len(want):
+            for size in ("normal", "large"):
+                d = os.path.join(cache, size)
+                for f in os.listdir(d) if os.path.isdir(d) else ():
+                    if f in want:
+                        found[want[f]] = os.path.join(d, f)
+            time.sleep(0.5)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return found
+
+
 @pytest.mark.skipif(not HAVE and not REQUIRE, reason="pcmanfm or xvfb-run not installed")
 @needs_fuse
 def test_pcmanfm_thumbnails(tmp_path):
@@ -62,34 +92,35 @@ def test_pcmanfm_thumbnails(tmp_path):
                 "head.weight": torch.eye(16)}, ck)
     env, cache = desktop_env(str(tmp_path))
     with mounted(ck, "-o", "previews") as m:
-        want = {hashlib.md5(("file://" + os.path.join(m, n)).encode()).hexdigest() + ".png": n
-                for n in ("enc.0.weight", "enc.0.bias", "head.weight")}
-        proc = subprocess.Popen(["xvfb-run", "-a", "-s", "-screen 0 1280x1024x24",
-                                 "pcmanfm", "--no-desktop", m],
-                                env=env, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, start_new_session=True)
-        found = {}
-        try:
-            deadline = time.time() + 90
-            while time.time() < deadline and len(found) < len(want):
-                for size in ("normal", "large"):
-                    d = os.path.join(cache, size)
-                    for f in os.listdir(d) if os.path.isdir(d) else ():
-                        if f in want:
-                            found[want[f]] = os.path.join(d, f)
-                time.sleep(0.5)
-        finally:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        assert set(found) == set(want.values()), found
+        found = pcmanfm_thumbnails(m, ("enc.0.weight", "enc.0.bias", "head.weight"), env, cache)
+        assert set(found) == {"enc.0.weight", "enc.0.bias", "head.weight"}, found
         time.sleep(0.5)          # the thumbnail is renamed into place whole
         w, h, rows = png_decode(open(found["head.weight"], "rb").read())
         assert w == h and w >= 64
         assert rows[0][0] == (178, 24, 43) and rows[0][w - 1] == (255, 255, 255)
+
+
+@pytest.mark.skipif(not HAVE and not REQUIRE, reason="pcmanfm or xvfb-run not installed")
+@needs_fuse
+def test_pcmanfm_thumbnails_past_thumbnail_max(tmp_path):
+    """libfm's thumbnail_max (2048 KiB in Debian's libfm.conf) caps only
+    the images pcmanfm decodes itself: a 4 MiB tensor file, of a type
+    whose name says it (-o suffix: exp_avg.tensor), still goes to the
+    thumbnailer."""
+    assert HAVE, "PTFS_REQUIRE_FUSE=1: pcmanfm and xvfb-run must be installed (contrib/setup.sh)"
+    torch.manual_seed(0)
+    ck = str(tmp_path / "opt.pt")
+    torch.save({"state": {0: {"exp_avg": torch.randn(1024, 1024), "step": torch.tensor(3.0)}}},
+               ck)
+    env, cache = desktop_env(str(tmp_path), thumbnail_max=2048)
+    with mounted(ck, "-o", "nested,suffix") as m:
+        d = os.path.join(m, "state/0")
+        assert os.path.getsize(os.path.join(d, "exp_avg.tensor")) == 4 << 20
+        found = pcmanfm_thumbnails(d, ("exp_avg.tensor", "step.tensor"), env, cache)
+        assert set(found) == {"exp_avg.tensor", "step.tensor"}, found
+        time.sleep(0.5)          # the thumbnail is renamed into place whole
+        w, h, _ = png_decode(open(found["exp_avg.tensor"], "rb").read())
+        assert w == h and w >= 64
 
 
 HAVE_OPEN = (HAVE and shutil.which("gio") and shutil.which("Xvfb") and shutil.which("xwininfo")
@@ -229,19 +260,20 @@ def test_gio_open_mounts_and_pcmanfm_shows(tmp_path, opener):
         assert len(mps) == 1, mps
         mp = mps[0]
         assert os.path.basename(mp) == "model.pt" and os.path.dirname(os.path.dirname(mp)) == run + "/ptfs"
-        # the browsing layout, read-only: module folders, a picture beside every tensor
-        assert sorted(os.listdir(mp)) == [".ptfs", "enc", "head", "weight", "weight.json",
-                                          "weight.png"]
-        assert sorted(os.listdir(os.path.join(mp, "enc/0"))) == ["bias", "bias.json", "bias.png",
-                                                                  "weight", "weight.json", "weight.png"]
-        with open(os.path.join(mp, "head/weight"), "rb") as f:
+        # the browsing layout, read-only: module folders, a picture beside
+        # every tensor, tensor files named NAME.tensor (their MIME type)
+        assert sorted(os.listdir(mp)) == [".ptfs", "enc", "head", "weight.json", "weight.png",
+                                          "weight.tensor"]
+        assert sorted(os.listdir(os.path.join(mp, "enc/0"))) == [
+            "bias.json", "bias.png", "bias.tensor", "weight.json", "weight.png", "weight.tensor"]
+        with open(os.path.join(mp, "head/weight.tensor"), "rb") as f:
             assert f.read() == sd["head.weight"].numpy().tobytes()
         with pytest.raises(OSError):
-            open(os.path.join(mp, "head/weight"), "r+b")
+            open(os.path.join(mp, "head/weight.tensor"), "r+b")
         # pcmanfm shows the folder: its window is titled by it, and it
         # thumbnails the tensor files in it
         assert wait_for(lambda: '"model.pt"' in window_titles(env), 60), window_titles(env)
-        thumb = hashlib.md5(("file://" + os.path.join(mp, "weight")).encode()).hexdigest() + ".png"
+        thumb = hashlib.md5(("file://" + os.path.join(mp, "weight.tensor")).encode()).hexdigest() + ".png"
         found = wait_for(lambda: [d for d in ("normal", "large")
                                   if os.path.exists(os.path.join(cache, d, thumb))], 60)
         assert found, "no thumbnail of the folder's tensor file"
@@ -300,7 +332,7 @@ def test_open_without_runtime_dir_reuse_and_dead_daemon(tmp_path):
         mps.append(mp)
         assert mp.startswith(str(tmp_path / "state/ptfs/open") + "/")
         assert os.path.basename(mp) == "my model.safetensors" and mp in mount_points()
-        with open(os.path.join(mp, "enc/0/weight"), "rb") as f:
+        with open(os.path.join(mp, "enc/0/weight.tensor"), "rb") as f:
             assert f.read() == np.arange(6, dtype=np.float32).tobytes()
         r = subprocess.run([PTFS, "open", "-n", ck], env=env, capture_output=True, text=True,
                            timeout=60)
