@@ -5,7 +5,7 @@
 #
 # Configures a clang build with -DPTFS_FUZZ=ON in build-fuzz, writes the
 # seed corpora (tests/fuzz/make_seeds.py), then runs fuzz_zip, fuzz_pickle,
-# fuzz_pkemit, fuzz_ckpt, fuzz_tree, fuzz_journal, fuzz_http, fuzz_onnx and fuzz_ini one after another, each on all cores (FUZZ_JOBS, default
+# fuzz_pkemit, fuzz_ckpt, fuzz_tree, fuzz_edit, fuzz_journal, fuzz_http, fuzz_onnx and fuzz_ini one after another, each on all cores (FUZZ_JOBS, default
 # nproc) for SECONDS.  New coverage accumulates in build-fuzz/corpus/<target>
 # (kept between runs).  Any crash, hang (-timeout), leak or out-of-memory
 # (-rss_limit_mb) fails the script, and the input is saved as
@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 secs=${1:-60}
 jobs=${FUZZ_JOBS:-$(nproc)}
 dir=build-fuzz
-targets=(zip pickle pkemit ckpt tree journal http onnx ini)
+targets=(zip pickle pkemit ckpt tree edit journal http onnx ini)
 
 CC=${CC_FUZZ:-clang} cmake -S . -B "$dir" -DPTFS_FUZZ=ON -DBUILD_TESTING=OFF \
 	-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER="${CC_FUZZ:-clang}" >/dev/null
