@@ -2,17 +2,20 @@
 /*
  * remote.c -- one remote object: open (one request, or one conditional
  * request when the cache has it), reads through the block cache, and the
- * read-ahead policy that keeps metadata to a few requests and streams
- * tensors:
+ * read-ahead policy that fetches what is read and reads ahead only where
+ * it pays:
  *
- *  - open fetches the first MiB (.safetensors, .json: the header is there)
- *    or the last MiB (everything else: a ZIP's end records and, mostly,
- *    its central directory); the response also gives size and version;
- *  - a read of missing blocks fetches them in one range request, at least
- *    RM_MISS bytes; a read that continues the previous one doubles a
- *    read-ahead window (up to RM_WINDOW_MAX) fetched in the background;
- *  - pt_remote_prefetch (a tensor's range) fetches up to RM_PREFETCH_CAP as
- *    RM_CHUNK ranges in parallel.
+ *  - open fetches the first block (.safetensors: the header's length and,
+ *    mostly, the header), the first MiB (.json), or the last 2 MiB and the
+ *    first MiB (everything else: a ZIP's end records, central directory
+ *    and data.pkl); the response also gives size and version;
+ *  - a read of missing blocks fetches those blocks, no more, in one range
+ *    request: metadata costs what it is;
+ *  - inside a region (pt_remote_region: a tensor's storage) each read
+ *    that continues the last one doubles a read-ahead window, from the
+ *    read's size up to RM_WINDOW_MAX, fetched in the background as
+ *    RM_CHUNK ranges in parallel, and never past the region's end
+ *    (struct rm_region).
  * Every request after open carries If-Match with the version seen at open.
  */
 #include <fcntl.h>
@@ -395,31 +398,51 @@ static bool rm_all_held(const struct pt_remote *r, uint64_t b0, uint64_t b1,
 	return all;
 }
 
-/* Under r->lock: the read-ahead that follows a read of [off, end). */
-static void rm_read_ahead(struct pt_remote *r, uint64_t off, uint64_t end,
-			  bool missed, struct rm_job **list)
+/* Under r->lock: the region that holds byte @off, or NULL. */
+static struct rm_region *rm_region_at(struct pt_remote *r, uint64_t off)
 {
-	/* continues the previous read (FUSE may reorder a little) */
-	bool seq = r->seq_next && off <= r->seq_next &&
-		   r->seq_next - off <= RM_MISS && end > r->seq_next;
+	size_t lo = 0, hi = r->nregions;
 
-	if (seq)
-		r->window = r->window < RM_CHUNK ? RM_CHUNK :
-			    r->window * 2 > r->win_max ? r->win_max :
-			    r->window * 2;
-	if (r->window > r->win_max)
-		r->window = r->win_max;
-	else if (missed)
-		r->window = RM_MISS;
-	r->seq_next = end;
-	if (r->ahead < end || r->ahead > end + RM_WINDOW_MAX)
-		r->ahead = end;
-	if (seq && r->ahead < end + r->window / 2 &&
-	    r->ahead < r->size) {
-		uint64_t to = end + r->window;
+	while (lo < hi) {       /* the first region with g.lo > off */
+		size_t mid = lo + (hi - lo) / 2;
 
-		rm_fetch(r, r->ahead, to, false, list);
-		r->ahead = to;
+		if (r->regions[mid].lo <= off)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == 0 || off >= r->regions[lo - 1].hi)
+		return NULL;
+	return &r->regions[lo - 1];
+}
+
+/* Under r->lock: the read-ahead that follows a read of [off, end) (struct
+ * rm_region); none outside a region. */
+static void rm_read_ahead(struct pt_remote *r, uint64_t off, uint64_t end,
+			  struct rm_job **list)
+{
+	struct rm_region *g = rm_region_at(r, off);
+	/* continues the last read (FUSE may reorder a little) */
+	bool seq = g && g->next && off <= g->next && g->next - off <= RM_MISS;
+	uint64_t to;
+
+	if (end > r->seq_next || r->seq_next - end > RM_MISS)
+		r->seq_next = end;
+	if (!g || (seq && end <= g->next))
+		return;     /* metadata; or an older read, reordered */
+	if (!seq) {
+		g->window = (end - off + RM_BLOCK - 1) / RM_BLOCK * RM_BLOCK;
+		g->next = g->ahead = end;
+		return;
+	}
+	g->window = g->window * 2 > r->win_max ? r->win_max : g->window * 2;
+	g->next = end;
+	if (g->ahead < end)
+		g->ahead = end;
+	to = end + g->window < g->hi ? end + g->window : g->hi;
+	if (g->ahead < to && g->ahead < end + g->window / 2) {
+		rm_fetch(r, g->ahead, to, false, list);
+		g->ahead = to;
 	}
 }
 
@@ -500,9 +523,9 @@ static int rm_copy(struct pt_remote *r, void *buf, size_t n, uint64_t off,
 int pt_remote_read(struct pt_remote *r, void *buf, size_t n, uint64_t off,
 		   struct pt_error *err)
 {
-	uint64_t b0 = off / RM_BLOCK, b1, seq0, want;
+	uint64_t b0 = off / RM_BLOCK, b1, seq0;
 	struct rm_job *list = NULL;
-	bool lost, missed = false, evict;
+	bool lost, evict;
 	int rc;
 
 	if (n == 0)
@@ -521,17 +544,12 @@ int pt_remote_read(struct pt_remote *r, void *buf, size_t n, uint64_t off,
 	if (!r->stale && !rm_all_held(r, b0, b1, &lost)) {
 		/* another process may have fetched them */
 		rm_cache_load_map(&r->c, r->held, b0, b1);
-		if (!rm_all_held(r, b0, b1, &lost))
-			missed = true;
-		/* blocks nobody fetches yet: at least RM_MISS from here
-		 * (those in flight are waited for) */
-		if (lost) {
-			want = b0 * RM_BLOCK + RM_MISS;
-			rm_fetch(r, off, want > off + n ? want : off + n, true,
-				 &list);
-		}
+		/* blocks nobody fetches yet: fetched now (those in flight
+		 * are waited for) */
+		if (!rm_all_held(r, b0, b1, &lost) && lost)
+			rm_fetch(r, off, off + n, true, &list);
 	}
-	rm_read_ahead(r, off, off + n, missed, &list);
+	rm_read_ahead(r, off, off + n, &list);
 	pthread_mutex_unlock(&r->lock);
 	rm_submit(list);
 	do {
@@ -566,7 +584,7 @@ bool pt_remote_extent(struct pt_remote *r, uint64_t off, uint64_t n, int *fd,
 					(off + n - 1) / RM_BLOCK + 1, &lost);
 	/* served without pt_remote_read: keep the read-ahead going */
 	if (held)
-		rm_read_ahead(r, off, off + n, false, &list);
+		rm_read_ahead(r, off, off + n, &list);
 	pthread_mutex_unlock(&r->lock);
 	rm_submit(list);
 	if (held) {
@@ -574,6 +592,46 @@ bool pt_remote_extent(struct pt_remote *r, uint64_t off, uint64_t n, int *fd,
 		*file_off = off;
 	}
 	return held;
+}
+
+void pt_remote_region(struct pt_remote *r, uint64_t off, uint64_t n)
+{
+	struct rm_region *g;
+	size_t at;
+
+	if (off >= r->size || n == 0)
+		return;
+	if (n > r->size - off)
+		n = r->size - off;
+	pthread_mutex_lock(&r->lock);
+	g = rm_region_at(r, off);
+	if (g || (g = rm_region_at(r, off + n - 1)) != NULL) {
+		pthread_mutex_unlock(&r->lock);
+		return;     /* known (or overlapping one: the first stays) */
+	}
+	if (r->nregions == r->cap_regions) {
+		size_t cap = r->cap_regions ? 2 * r->cap_regions : 64;
+		struct rm_region *nv = realloc(r->regions, cap * sizeof(*nv));
+
+		if (!nv) {
+			pthread_mutex_unlock(&r->lock);
+			return;     /* a hint: read without read-ahead */
+		}
+		r->regions = nv;
+		r->cap_regions = cap;
+	}
+	for (at = r->nregions; at > 0 && r->regions[at - 1].lo > off; at--)
+		;
+	memmove(&r->regions[at + 1], &r->regions[at],
+		(r->nregions - at) * sizeof(*r->regions));
+	memset(&r->regions[at], 0, sizeof(*r->regions));
+	r->regions[at].lo = off;
+	r->regions[at].hi = off + n;
+	r->nregions++;
+	pthread_mutex_unlock(&r->lock);
+	if (rm_tracing())
+		rm_log(r, 7, "remote: region %llu at %llu",
+		       (unsigned long long)n, (unsigned long long)off);
 }
 
 void pt_remote_prefetch(struct pt_remote *r, uint64_t off, uint64_t n)
@@ -584,27 +642,14 @@ void pt_remote_prefetch(struct pt_remote *r, uint64_t off, uint64_t n)
 		return;
 	if (n > r->size - off)
 		n = r->size - off;
-	if (n > r->pf_cap)
-		n = r->pf_cap;
+	if (n > r->win_max)
+		n = r->win_max;
 	if (rm_tracing())
 		rm_log(r, 7, "remote: prefetch %llu at %llu",
 		       (unsigned long long)n, (unsigned long long)off);
 	pthread_mutex_lock(&r->lock);
-	/* a hint repeated by every read of a tensor: new requests only once
-	 * the reads got through half of what was asked before, so that they
-	 * stay RM_CHUNK ranges instead of one small range per read */
-	if (off >= r->pf_off && off < r->pf_end &&
-	    r->pf_end - off >= n / 2) {
-		pthread_mutex_unlock(&r->lock);
-		return;
-	}
-	r->pf_off = off;
-	r->pf_end = off + n;
-	if (!r->stale && !r->closing) {
+	if (!r->stale && !r->closing)
 		rm_fetch(r, off, off + n, false, &list);
-		if (r->ahead < off + n && r->ahead + RM_WINDOW_MAX >= off)
-			r->ahead = off + n;
-	}
 	pthread_mutex_unlock(&r->lock);
 	rm_submit(list);
 }
@@ -625,12 +670,18 @@ int pt_remote_check(struct pt_remote *r, struct pt_error *err)
 
 /* ---- open ---- */
 
+static bool rm_safetensors(const struct rm_url *u)
+{
+	size_t n = strlen(u->rel);
+
+	return n >= 12 && !strcmp(u->rel + n - 12, ".safetensors");
+}
+
 static bool rm_head_first(const struct rm_url *u)
 {
 	size_t n = strlen(u->rel);
 
-	return (n >= 12 && !strcmp(u->rel + n - 12, ".safetensors")) ||
-	       (n >= 5 && !strcmp(u->rel + n - 5, ".json"));
+	return rm_safetensors(u) || (n >= 5 && !strcmp(u->rel + n - 5, ".json"));
 }
 
 /* One line for a failed open: the URL as given, where it was requested
@@ -672,8 +723,9 @@ static int rm_open_fail(struct pt_remote *r, const struct rm_job *j,
 /*
  * Send the open requests and wait for them: the last RM_TAIL bytes (a ZIP's
  * end records and central directory) and, in parallel, the first RM_FIRST
- * (the format's magic, a ZIP's data.pkl); only the head for .safetensors and
- * .json; only one conditional request when the cache has the object.
+ * (the format's magic, a ZIP's data.pkl); only the head for .safetensors (its
+ * first block: the header is read by its declared length) and .json; only
+ * one conditional request when the cache has the object.
  * *@main is the one that decides, *@extra the other (or NULL).
  */
 static int rm_probe(struct pt_remote *r, bool conditional,
@@ -682,7 +734,9 @@ static int rm_probe(struct pt_remote *r, bool conditional,
 {
 	bool head = rm_head_first(&r->u);
 	int want = head || conditional ? 1 : 2, got = 0;
-	struct rm_job *j = rm_job_new(r, 0, head ? RM_FIRST : RM_TAIL, true);
+	struct rm_job *j = rm_job_new(r, 0, !head ? RM_TAIL :
+				      rm_safetensors(&r->u) ? RM_BLOCK : RM_FIRST,
+				      true);
 	struct rm_job *h = want == 2 ? rm_job_new(r, 0, RM_FIRST, true) : NULL;
 
 	*main = *extra = NULL;
@@ -888,10 +942,7 @@ static void rm_set_budget(struct pt_remote *r)
 	if (r->size <= lim)
 		return;
 	r->budget = lim > 4 * RM_BLOCK ? lim : 4 * RM_BLOCK;
-	r->pf_cap = r->win_max = r->budget / 4 > RM_MISS ? r->budget / 4 :
-				 RM_MISS;
-	if (r->pf_cap > RM_PREFETCH_CAP)
-		r->pf_cap = RM_PREFETCH_CAP;
+	r->win_max = r->budget / 4 > RM_MISS ? r->budget / 4 : RM_MISS;
 	if (r->win_max > RM_WINDOW_MAX)
 		r->win_max = RM_WINDOW_MAX;
 	r->stored = held;
@@ -977,7 +1028,6 @@ static struct pt_remote *rm_new(const struct pt_remote_opts *o)
 	pthread_mutex_init(&r->lock, NULL);
 	pthread_cond_init(&r->cond, NULL);
 	pthread_rwlock_init(&r->punch, NULL);
-	r->pf_cap = RM_PREFETCH_CAP;
 	r->win_max = RM_WINDOW_MAX;
 	return r;
 }
@@ -1044,6 +1094,7 @@ void pt_remote_close(struct pt_remote *r)
 	free(r->origin);
 	free(r->held);
 	free(r->busy);
+	free(r->regions);
 	free(r->own[0]);
 	free(r->own[1]);
 	free(r->own[2]);

@@ -19,9 +19,9 @@
 #define RM_BLOCK ((uint64_t)64 << 10)      /* cache granule */
 #define RM_FIRST ((uint64_t)1 << 20)       /* open: the first MiB */
 #define RM_TAIL ((uint64_t)2 << 20)        /* open: the last 2 MiB */
-#define RM_MISS ((uint64_t)1 << 20)        /* least fetched by a miss */
+#define RM_MISS ((uint64_t)1 << 20)        /* a read this far behind the
+					    * last one still continues it */
 #define RM_CHUNK ((uint64_t)8 << 20)       /* one parallel range */
-#define RM_PREFETCH_CAP ((uint64_t)256 << 20)
 #define RM_WINDOW_MAX ((uint64_t)128 << 20) /* sequential read-ahead */
 #define RM_MAX_INFLIGHT 16
 
@@ -147,6 +147,20 @@ int rm_cache_unmark(struct rm_cache *c, uint64_t b0, uint64_t b1);
 void rm_cache_evict(const char *root, uint64_t limit, const char *keep);
 void rm_cache_close(struct rm_cache *c);
 
+/*
+ * A region (io/source.h: a tensor's storage, a stored record) and the
+ * read-ahead of the reads inside it: the first read, or one that jumps,
+ * fetches its own blocks only and sets the window to its size; each read
+ * that continues the last doubles the window (up to win_max) and fetches
+ * that far ahead, never past @hi.
+ */
+struct rm_region {
+	uint64_t lo, hi;
+	uint64_t next;            /* end of the last read in it (0: none) */
+	uint64_t window;
+	uint64_t ahead;           /* read-ahead requested up to here */
+};
+
 struct pt_remote {
 	struct rm_url u;
 	struct pt_remote_opts o;  /* its strings point into own[] */
@@ -165,9 +179,8 @@ struct pt_remote {
 	uint8_t *busy;            /* blocks being fetched by this process */
 	uint64_t nblocks;
 	uint64_t seq_next;        /* end of the last read */
-	uint64_t window;          /* sequential read-ahead */
-	uint64_t ahead;           /* read-ahead requested up to here */
-	uint64_t pf_off, pf_end;  /* the last prefetch hint's range */
+	struct rm_region *regions; /* sorted by lo, not overlapping */
+	size_t nregions, cap_regions;
 	/* an object the cache cannot hold whole (larger than 7/8 of
 	 * cache_size): its own cold blocks are punched out so that it never
 	 * holds more than @budget bytes there, read-ahead shrinks to a
@@ -176,7 +189,7 @@ struct pt_remote {
 	uint64_t budget;          /* 0: no bound of its own */
 	uint64_t stored;          /* bytes of it in the cache (budget only) */
 	uint64_t cursor;          /* the next block own eviction looks at */
-	uint64_t pf_cap, win_max; /* RM_PREFETCH_CAP, RM_WINDOW_MAX or less */
+	uint64_t win_max;         /* RM_WINDOW_MAX or less */
 	pthread_rwlock_t punch;
 	int fail_rc;
 	char fail_msg[2048];
