@@ -20,6 +20,7 @@
  */
 #include <fcntl.h>
 #include <linux/falloc.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -129,12 +130,12 @@ static int rm_job_version(struct rm_job *j)
 }
 
 /* Under r->lock: whether block @b may be punched (not near the reading
- * position, not being fetched). */
+ * position, not being fetched, no read waits for it). */
 static bool rm_cold(const struct pt_remote *r, uint64_t b)
 {
 	uint64_t off = b * RM_BLOCK;
 
-	if (!rm_bit(r->held, b) || rm_bit(r->busy, b))
+	if (!rm_bit(r->held, b) || rm_bit(r->busy, b) || r->readers[b])
 		return false;
 	return off + RM_MISS < r->seq_next ||
 	       off >= r->seq_next + r->win_max + RM_MISS;
@@ -248,7 +249,7 @@ static size_t rm_job_body(struct rm_job *j, const char *p, size_t n)
 	if (rc) {
 		snprintf(j->msg, sizeof(j->msg), "cache %s: %s", r->c.dir,
 			 strerror(-rc));
-		j->rc = -EIO;
+		j->rc = rc == -ENOSPC || rc == -EDQUOT ? -ENOSPC : -EIO;
 		return 0;
 	}
 	j->got += n;
@@ -269,6 +270,25 @@ static void rm_job_free(struct rm_job *j)
 	free(j);
 }
 
+/* Under r->lock: what a failed job tells the readers (a new version,
+ * the failure they report). */
+static void rm_job_outcome(struct pt_remote *r, const struct rm_job *j)
+{
+	if (j->rc == -ESTALE && !r->stale) {
+		/* told once, by whoever reads next (pt_remote_check) */
+		r->stale = true;
+		snprintf(r->stale_why, sizeof(r->stale_why), "%s",
+			 j->msg[0] && strcmp(j->msg, "HTTP 412") ? j->msg :
+			 "HTTP 412 to If-Match/If-Unmodified-Since");
+	}
+	if (j->rc && j->rc != -ECANCELED) {
+		r->fail_rc = j->rc;
+		snprintf(r->fail_msg, sizeof(r->fail_msg), "%s: %s",
+			 r->u.display, j->msg[0] ? j->msg : strerror(-j->rc));
+		r->fail_seq++;
+	}
+}
+
 static void rm_job_done(struct rm_job *j)
 {
 	struct pt_remote *r = j->r;
@@ -287,22 +307,64 @@ static void rm_job_done(struct rm_job *j)
 	}
 	for (b = j->marked; b < end && b < r->nblocks; b++)
 		rm_clr(r->busy, b);
-	if (j->rc == -ESTALE && !r->stale) {
-		/* told once, by whoever reads next (pt_remote_check) */
-		r->stale = true;
-		snprintf(r->stale_why, sizeof(r->stale_why), "%s",
-			 j->msg[0] && strcmp(j->msg, "HTTP 412") ? j->msg :
-			 "HTTP 412 to If-Match/If-Unmodified-Since");
-	}
-	if (j->rc && j->rc != -ECANCELED) {
-		r->fail_rc = j->rc;
-		snprintf(r->fail_msg, sizeof(r->fail_msg), "%s: %s",
-			 r->u.display, j->msg[0] ? j->msg : strerror(-j->rc));
-		r->fail_seq++;
+	if (j->rc == -ENOSPC) {
+		/* its readers find the rest lost and read it directly; the
+		 * cache is tried again after a second */
+		r->nospace_until = rm_now() + 1.0;
+		if (!r->nospace_told)
+			rm_log(r, 4, "%s: %s: served from the network, not cached",
+			       r->u.display, j->msg);
+		r->nospace_told = true;
+	} else {
+		rm_job_outcome(r, j);
 	}
 	pthread_cond_broadcast(&r->cond);
 	pthread_mutex_unlock(&r->lock);
 	rm_job_free(j);
+}
+
+/* The engine's callbacks of a direct job (rm_read_direct): the body into
+ * the reader's buffer, checked like a block fetch's. */
+static size_t rm_direct_body(struct rm_job *j, const char *p, size_t n)
+{
+	if (j->r->closing || __atomic_load_n(&j->cancel, __ATOMIC_RELAXED)) {
+		j->rc = -ECANCELED;
+		return 0;
+	}
+	if (j->got == j->got0 && (j->rc = rm_job_version(j)) != 0)
+		return 0;
+	if (j->status != 206 || j->range_first != j->off + j->got) {
+		snprintf(j->msg, sizeof(j->msg),
+			 "HTTP %ld from byte %llu for a range from byte %llu",
+			 j->status, (unsigned long long)j->range_first,
+			 (unsigned long long)(j->off + j->got));
+		j->rc = -EIO;
+		return 0;
+	}
+	if (n > j->len - j->got)
+		n = (size_t)(j->len - j->got);
+	memcpy(j->dst + j->got, p, n);
+	j->got += n;
+	j->range_first += n;
+	return n;
+}
+
+static void rm_direct_done(struct rm_job *j)
+{
+	struct pt_remote *r = j->r;
+
+	pthread_mutex_lock(&r->lock);
+	r->jobs--;
+	if (j->rc == 0 && j->got < j->len) {
+		snprintf(j->msg, sizeof(j->msg), "%llu bytes of %llu received",
+			 (unsigned long long)j->got, (unsigned long long)j->len);
+		j->rc = -EIO;
+	}
+	if (j->rc && j->rc != -ECANCELED)
+		rm_job_outcome(r, j);
+	j->finished = true;
+	pthread_cond_broadcast(&r->cond);
+	pthread_mutex_unlock(&r->lock);
 }
 
 /* ---- fetching ---- */
@@ -440,7 +502,8 @@ static void rm_read_ahead(struct pt_remote *r, uint64_t off, uint64_t end,
 	if (g->ahead < end)
 		g->ahead = end;
 	to = end + g->window < g->hi ? end + g->window : g->hi;
-	if (g->ahead < to && g->ahead < end + g->window / 2) {
+	if (g->ahead < to && g->ahead < end + g->window / 2 &&
+	    rm_now() >= r->nospace_until) {
 		rm_fetch(r, g->ahead, to, false, list);
 		g->ahead = to;
 	}
@@ -456,13 +519,32 @@ static int rm_read_fail(struct pt_remote *r, struct pt_error *err)
 		       r->fail_msg);
 }
 
+/* Under r->lock: wait for news (a job's end) at most 100 ms, so that a
+ * reader that went away (a killed program, a daemon that ends) is seen:
+ * true when pt_cancelled() says it did. */
+static bool rm_wait_a_little(struct pt_remote *r)
+{
+	struct timespec ts;
+
+	if (pt_cancelled())
+		return true;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += 100 * 1000 * 1000;
+	if (ts.tv_nsec >= 1000000000) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000;
+	}
+	pthread_cond_timedwait(&r->cond, &r->lock, &ts);
+	return false;
+}
+
 /* Under r->lock: until [b0, b1) is held; 0, or -1 when it cannot be, -2
- * when pt_cancelled() says the reader is gone. */
+ * when pt_cancelled() says the reader is gone, -3 when the cache cannot
+ * take it (r->nospace_until: read it directly). */
 static int rm_wait(struct pt_remote *r, uint64_t off, uint64_t end,
 		   uint64_t seq0)
 {
 	uint64_t b0 = off / RM_BLOCK, b1 = (end - 1) / RM_BLOCK + 1;
-	struct timespec ts;
 	bool lost;
 
 	while (!rm_all_held(r, b0, b1, &lost)) {
@@ -470,6 +552,8 @@ static int rm_wait(struct pt_remote *r, uint64_t off, uint64_t end,
 
 		if (r->stale || (lost && r->fail_seq != seq0))
 			return -1;
+		if (lost && rm_now() < r->nospace_until)
+			return -3;
 		if (lost) {
 			/* a read-ahead for them failed or was dropped */
 			rm_fetch(r, off, end, true, &list);
@@ -478,19 +562,45 @@ static int rm_wait(struct pt_remote *r, uint64_t off, uint64_t end,
 			pthread_mutex_lock(&r->lock);
 			continue;
 		}
-		/* the reader may go away meanwhile (a killed program, a
-		 * daemon that ends): looked at every 100 ms */
-		if (pt_cancelled())
+		if (rm_wait_a_little(r))
 			return -2;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 100 * 1000 * 1000;
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000;
-		}
-		pthread_cond_timedwait(&r->cond, &r->lock, &ts);
 	}
 	return 0;
+}
+
+/*
+ * [@off, @off + @n) from the network straight into @buf, not cached: the
+ * cache's filesystem is full and nothing could be evicted.  One range
+ * request (retried like every other) whose body goes to the reader's
+ * buffer, the only memory it takes.
+ */
+static int rm_read_direct(struct pt_remote *r, void *buf, size_t n,
+			  uint64_t off, struct pt_error *err)
+{
+	struct rm_job *j = rm_job_new(r, off, n, true);
+	int rc;
+
+	if (!j)
+		return pt_fail(err, -ENOMEM, "out of memory");
+	j->dst = buf;
+	j->on_body = rm_direct_body;
+	j->on_done = rm_direct_done;
+	if (rm_tracing())
+		rm_log(r, 7, "remote: direct %zu at %llu", n,
+		       (unsigned long long)off);
+	rm_engine_submit(j);
+	pthread_mutex_lock(&r->lock);
+	while (!j->finished)
+		if (rm_wait_a_little(r))    /* it stops at its next bytes */
+			__atomic_store_n(&j->cancel, true, __ATOMIC_RELAXED);
+	rc = j->rc;
+	if (rc == -ECANCELED)
+		rc = pt_fail(err, -EINTR, "interrupted");
+	else if (rc)
+		rc = rm_read_fail(r, err);
+	pthread_mutex_unlock(&r->lock);
+	rm_job_free(j);
+	return rc;
 }
 
 /* Copy [@off, @off + @n) out of the cache file: 0, -EAGAIN when some
@@ -520,22 +630,15 @@ static int rm_copy(struct pt_remote *r, void *buf, size_t n, uint64_t off,
 	return held ? rc : -EAGAIN;
 }
 
-int pt_remote_read(struct pt_remote *r, void *buf, size_t n, uint64_t off,
+/* The read of pt_remote_read(), [@off, @off + @n) inside the object. */
+static int rm_read(struct pt_remote *r, void *buf, size_t n, uint64_t off,
 		   struct pt_error *err)
 {
-	uint64_t b0 = off / RM_BLOCK, b1, seq0;
+	uint64_t b0 = off / RM_BLOCK, b1 = (off + n - 1) / RM_BLOCK + 1, seq0;
 	struct rm_job *list = NULL;
-	bool lost, evict;
+	bool lost, evict, direct = false;
 	int rc;
 
-	if (n == 0)
-		return 0;
-	if (off > r->size || n > r->size - off)
-		return pt_fail(err, -EIO,
-			       "%s: read of %zu bytes at %llu beyond its end (%llu bytes)",
-			       r->u.display, n, (unsigned long long)off,
-			       (unsigned long long)r->size);
-	b1 = (off + n - 1) / RM_BLOCK + 1;
 	if (rm_tracing())
 		rm_log(r, 7, "remote: %.3f read %zu at %llu", rm_now(), n,
 		       (unsigned long long)off);
@@ -545,16 +648,24 @@ int pt_remote_read(struct pt_remote *r, void *buf, size_t n, uint64_t off,
 		/* another process may have fetched them */
 		rm_cache_load_map(&r->c, r->held, b0, b1);
 		/* blocks nobody fetches yet: fetched now (those in flight
-		 * are waited for) */
+		 * are waited for), or read directly while the cache is full */
 		if (!rm_all_held(r, b0, b1, &lost) && lost)
+			direct = rm_now() < r->nospace_until;
+		if (lost && !direct)
 			rm_fetch(r, off, off + n, true, &list);
 	}
 	rm_read_ahead(r, off, off + n, &list);
 	pthread_mutex_unlock(&r->lock);
 	rm_submit(list);
+	if (direct)
+		return rm_read_direct(r, buf, n, off, err);
 	do {
 		pthread_mutex_lock(&r->lock);
 		rc = r->stale ? -1 : rm_wait(r, off, off + n, seq0);
+		if (rc == -3) {
+			pthread_mutex_unlock(&r->lock);
+			return rm_read_direct(r, buf, n, off, err);
+		}
 		if (rc == -2)
 			rc = pt_fail(err, -EINTR, "interrupted");
 		else if (rc)
@@ -568,6 +679,42 @@ int pt_remote_read(struct pt_remote *r, void *buf, size_t n, uint64_t off,
 		if (!rc)
 			rc = rm_copy(r, buf, n, off, err);
 	} while (rc == -EAGAIN);    /* punched before it was copied */
+	return rc;
+}
+
+/* Under r->lock: @d more (or fewer) reads need blocks [b0, b1). */
+static void rm_readers(struct pt_remote *r, uint64_t b0, uint64_t b1, int d)
+{
+	uint64_t b;
+
+	for (b = b0; r->readers && b < b1; b++)
+		r->readers[b] = (uint16_t)(r->readers[b] + d);
+}
+
+int pt_remote_read(struct pt_remote *r, void *buf, size_t n, uint64_t off,
+		   struct pt_error *err)
+{
+	uint64_t b0 = off / RM_BLOCK, b1;
+	int rc;
+
+	if (n == 0)
+		return 0;
+	if (off > r->size || n > r->size - off)
+		return pt_fail(err, -EIO,
+			       "%s: read of %zu bytes at %llu beyond its end (%llu bytes)",
+			       r->u.display, n, (unsigned long long)off,
+			       (unsigned long long)r->size);
+	/* an object with a budget: the blocks of this read are not punched
+	 * while it waits for them and copies them (else a small budget and
+	 * reads ahead of this one could punch them again and again) */
+	b1 = (off + n - 1) / RM_BLOCK + 1;
+	pthread_mutex_lock(&r->lock);
+	rm_readers(r, b0, b1, 1);
+	pthread_mutex_unlock(&r->lock);
+	rc = rm_read(r, buf, n, off, err);
+	pthread_mutex_lock(&r->lock);
+	rm_readers(r, b0, b1, -1);
+	pthread_mutex_unlock(&r->lock);
 	return rc;
 }
 
@@ -942,10 +1089,39 @@ static void rm_set_budget(struct pt_remote *r)
 	if (r->size <= lim)
 		return;
 	r->budget = lim > 4 * RM_BLOCK ? lim : 4 * RM_BLOCK;
+	r->readers = calloc(r->nblocks, sizeof(*r->readers));
+	if (!r->readers) {
+		r->budget = 0;      /* no bound of its own (never punched) */
+		return;
+	}
 	r->win_max = r->budget / 4 > RM_MISS ? r->budget / 4 : RM_MISS;
 	if (r->win_max > RM_WINDOW_MAX)
 		r->win_max = RM_WINDOW_MAX;
 	r->stored = held;
+}
+
+/*
+ * The object's place in the cache.  When its filesystem is full (ENOSPC,
+ * EDQUOT) even after every other version went: no place, and every read
+ * is served from the network (r->nospace_until for good).
+ */
+static int rm_cache_open_or_not(struct pt_remote *r, struct rm_meta *m,
+				struct pt_error *err)
+{
+	int rc = rm_cache_open(&r->c, r->cache_root, r->u.key, m, err);
+
+	if (rc == -ENOSPC || rc == -EDQUOT) {
+		rm_cache_evict(r->cache_root, 0, NULL);
+		rc = rm_cache_open(&r->c, r->cache_root, r->u.key, m, err);
+	}
+	if (rc != -ENOSPC && rc != -EDQUOT)
+		return rc;
+	rm_log(r, 4, "%s: %s: served from the network, not cached",
+	       r->u.display, err->msg);
+	pt_error_clear(err);
+	r->nospace_until = HUGE_VAL;
+	r->nospace_told = true;
+	return 0;
 }
 
 static int rm_open_common(struct pt_remote *r, struct pt_error *err)
@@ -974,7 +1150,7 @@ static int rm_open_common(struct pt_remote *r, struct pt_error *err)
 	if (!rc) {
 		r->size = m.size;
 		r->mtime = m.mtime;
-		rc = rm_cache_open(&r->c, r->cache_root, r->u.key, &m, err);
+		rc = rm_cache_open_or_not(r, &m, err);
 	}
 	if (!rc) {
 		r->nblocks = (r->size + RM_BLOCK - 1) / RM_BLOCK;
@@ -1095,6 +1271,7 @@ void pt_remote_close(struct pt_remote *r)
 	free(r->held);
 	free(r->busy);
 	free(r->regions);
+	free(r->readers);
 	free(r->own[0]);
 	free(r->own[1]);
 	free(r->own[2]);

@@ -85,6 +85,8 @@ struct rm_job {
 	char *eff_url;
 	uint8_t *mem;           /* probe body */
 	uint64_t mem_len;
+	uint8_t *dst;           /* direct: the reader's buffer (len bytes) */
+	bool finished;          /* direct: on_done ran (the reader frees) */
 	int rc;                 /* result: 0, -errno */
 	char msg[320];
 	char errbody[1024];     /* the start of an error answer's body */
@@ -189,11 +191,19 @@ struct pt_remote {
 	uint64_t budget;          /* 0: no bound of its own */
 	uint64_t stored;          /* bytes of it in the cache (budget only) */
 	uint64_t cursor;          /* the next block own eviction looks at */
+	uint16_t *readers;        /* per block: reads waiting for it or
+				   * copying it (budget only): never punched */
 	uint64_t win_max;         /* RM_WINDOW_MAX or less */
 	pthread_rwlock_t punch;
 	int fail_rc;
 	char fail_msg[2048];
 	uint64_t fail_seq;
+	/* the cache's filesystem is full (ENOSPC, EDQUOT) and nothing could
+	 * be evicted: until then, reads of missing blocks are served from
+	 * the network into the reader's buffer (rm_read_direct), and there
+	 * is no read-ahead */
+	double nospace_until;
+	bool nospace_told;        /* warned once */
 	bool stale;
 	char stale_why[320];      /* what showed the new version */
 	bool closing;
