@@ -9,7 +9,8 @@ through tests/py/remote_servers.FaultProxy (its own process) adding DELAY
 each way (default 25 ms).  Each binary, cold cache each time:
 
   ls-st   `ptfs ls` of a 4.7 MB .safetensors (its header: 8 + N bytes)
-  tensor  a mount, then `cat` of one 4 MiB tensor of a .pt
+  tensor  a mount, then `cat` of one 4 MiB tensor of a .pt (between a
+          4 MiB tensor and the 1 GiB one)
   rand1   a mount, then one 4 KiB read (POSIX_FADV_RANDOM) of a 1 GiB tensor
   rand20  a mount, then 20 such reads
   dd      `dd bs=1M` of the 1 GiB tensor through a mount: seconds, the two
@@ -45,7 +46,9 @@ MiB = 1 << 20
 
 def make(d, gib):
     g = torch.Generator().manual_seed(3)
-    torch.save({"small": torch.randn(MiB, generator=g),
+    # "small" lies between two tensors, away from the open's probes
+    torch.save({"a": torch.randn(MiB, generator=g),
+                "small": torch.randn(MiB, generator=g),
                 "big": torch.ones(int(gib * (1 << 30)) // 4)},
                os.path.join(d, "m.pt"))
     raw = np.arange(MiB, dtype=np.float32).tobytes()
