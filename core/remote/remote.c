@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -167,57 +168,111 @@ static uint64_t rm_punch_cold(struct pt_remote *r, uint64_t need)
 		seen += e - b;
 		r->cursor = e;
 	}
-	r->stored = r->stored > freed ? r->stored - freed : 0;
 	return freed;
+}
+
+/* The bytes of the object in the cache file, whoever stored them. */
+static uint64_t rm_stored(const struct pt_remote *r)
+{
+	struct stat st;
+
+	return fstat(r->c.data_fd, &st) ? 0 : (uint64_t)st.st_blocks * 512;
+}
+
+/*
+ * A bounded object's blocks are stored and copied inside a "share" (in
+ * this process r->punch held shared, across processes the cache's punch
+ * file, cache.c), which its punching excludes: no copy sees a hole, and
+ * no block is marked held after it was punched.
+ */
+static void rm_share_begin(struct pt_remote *r)
+{
+	pthread_rwlock_rdlock(&r->punch);
+	pthread_mutex_lock(&r->share_lock);
+	if (r->sharers++ == 0)
+		flock(r->c.punch_fd, LOCK_SH);
+	pthread_mutex_unlock(&r->share_lock);
+}
+
+static void rm_share_end(struct pt_remote *r)
+{
+	pthread_mutex_lock(&r->share_lock);
+	if (--r->sharers == 0)
+		flock(r->c.punch_fd, LOCK_UN);
+	pthread_mutex_unlock(&r->share_lock);
+	pthread_rwlock_unlock(&r->punch);
 }
 
 /*
  * On the engine's thread, before @n more bytes of an object with a budget
- * are stored: when they would pass it, punch its cold blocks out (a
- * quarter of the budget more, so that this is rare).  Only while no other
- * process has this version open (flock LOCK_EX, then back to LOCK_SH):
- * their maps would promise bytes that are gone.  Readers copy under
- * r->punch held shared, so no copy sees a hole.
+ * are stored: when the cache file would pass it, punch its cold blocks
+ * out (a quarter of the budget more, so that this is rare).  The budget
+ * holds for the file, whichever processes store into it: they all copy
+ * inside a share, and the punch waits (tried again with the next bytes)
+ * while one of them stores or copies, or while a process without a
+ * budget, which may splice from the file, has it open.  The map is read
+ * again first: the blocks other processes stored are punched too, and
+ * the ones they punched are not held.
  */
 static void rm_make_room(struct pt_remote *r, uint64_t n)
 {
-	bool over;
+	uint64_t have = rm_stored(r);
 
-	pthread_mutex_lock(&r->lock);
-	over = r->stored + n > r->budget;
-	pthread_mutex_unlock(&r->lock);
-	if (!over || flock(r->c.lock_fd, LOCK_EX | LOCK_NB))
+	if (have + n <= r->budget || flock(r->c.splice_fd, LOCK_EX | LOCK_NB))
 		return;
 	pthread_rwlock_wrlock(&r->punch);
-	pthread_mutex_lock(&r->lock);
-	rm_punch_cold(r, r->stored + n + r->budget / 4 - r->budget);
-	pthread_mutex_unlock(&r->lock);
+	if (flock(r->c.punch_fd, LOCK_EX | LOCK_NB) == 0) {
+		pthread_mutex_lock(&r->lock);
+		rm_cache_sync_map(&r->c, r->held, 0, r->nblocks);
+		rm_punch_cold(r, have + n + r->budget / 4 - r->budget);
+		pthread_mutex_unlock(&r->lock);
+		flock(r->c.punch_fd, LOCK_UN);
+	}
 	pthread_rwlock_unlock(&r->punch);
-	flock(r->c.lock_fd, LOCK_SH);
+	flock(r->c.splice_fd, LOCK_UN);
+}
+
+/* @n bytes at @off into the cache file, and for a bounded object the
+ * blocks [@b0, @b1) they complete marked in the map, in one share. */
+static int rm_write_share(struct pt_remote *r, const char *p, size_t n,
+			  uint64_t off, uint64_t b0, uint64_t b1)
+{
+	int rc;
+
+	if (!r->budget)
+		return pt_pwrite_full(r->c.data_fd, p, n, off);
+	rm_share_begin(r);
+	rc = pt_pwrite_full(r->c.data_fd, p, n, off);
+	if (!rc && b1 > b0)
+		rc = rm_cache_mark(&r->c, b0, b1);
+	rm_share_end(r);
+	return rc;
 }
 
 /*
- * All of @n bytes at @off into the cache file.  When its filesystem fills
+ * The next @n bytes of @j into the cache file.  When its filesystem fills
  * up under us (ENOSPC, EDQUOT), once: other versions go, and this
  * object's cold blocks too when it has a bound (a quarter less of it),
  * then the write is tried again.  0 or -errno.
  */
-static int rm_store(struct pt_remote *r, const char *p, size_t n,
-		    uint64_t off)
+static int rm_store(struct rm_job *j, const char *p, size_t n)
 {
-	int rc = pt_pwrite_full(r->c.data_fd, p, n, off);
+	struct pt_remote *r = j->r;
+	uint64_t off = j->off + j->got, end = off + n;
+	uint64_t b1 = end == r->size ? r->nblocks : end / RM_BLOCK;
+	int rc = rm_write_share(r, p, n, off, j->marked, b1);
 
 	if (rc != -ENOSPC && rc != -EDQUOT)
 		return rc;
 	rm_cache_evict(r->cache_root, 0, r->c.dir);
 	if (r->budget) {
-		pthread_mutex_lock(&r->lock);
-		r->budget = r->stored / 4 * 3 > 4 * RM_BLOCK ?
-			    r->stored / 4 * 3 : 4 * RM_BLOCK;
-		pthread_mutex_unlock(&r->lock);
+		uint64_t have = rm_stored(r);
+
+		r->budget = have / 4 * 3 > 4 * RM_BLOCK ? have / 4 * 3 :
+			    4 * RM_BLOCK;
 		rm_make_room(r, n);
 	}
-	return pt_pwrite_full(r->c.data_fd, p, n, off);
+	return rm_write_share(r, p, n, off, j->marked, b1);
 }
 
 static size_t rm_job_body(struct rm_job *j, const char *p, size_t n)
@@ -245,7 +300,7 @@ static size_t rm_job_body(struct rm_job *j, const char *p, size_t n)
 		n = (size_t)(j->len - j->got);
 	if (r->budget)
 		rm_make_room(r, n);
-	rc = rm_store(r, p, n, j->off + j->got);
+	rc = rm_store(j, p, n);
 	if (rc) {
 		snprintf(j->msg, sizeof(j->msg), "cache %s: %s", r->c.dir,
 			 strerror(-rc));
@@ -257,7 +312,6 @@ static size_t rm_job_body(struct rm_job *j, const char *p, size_t n)
 	pthread_mutex_lock(&r->lock);
 	rm_job_mark(j, j->off + j->got);
 	r->c.written += n;
-	r->stored += n;
 	pthread_mutex_unlock(&r->lock);
 	return n;
 }
@@ -294,8 +348,9 @@ static void rm_job_done(struct rm_job *j)
 	struct pt_remote *r = j->r;
 	uint64_t b, end = (j->off + j->len + RM_BLOCK - 1) / RM_BLOCK;
 
-	if (!j->probe && j->marked > j->start / RM_BLOCK)
-		rm_cache_mark(&r->c, r->held, j->start / RM_BLOCK, j->marked);
+	/* a bounded object's blocks were marked as they came (rm_store) */
+	if (!j->probe && !r->budget && j->marked > j->start / RM_BLOCK)
+		rm_cache_mark(&r->c, j->start / RM_BLOCK, j->marked);
 	pthread_mutex_lock(&r->lock);
 	r->jobs--;
 	if (j->probe) {
@@ -604,18 +659,19 @@ static int rm_read_direct(struct pt_remote *r, void *buf, size_t n,
 }
 
 /* Copy [@off, @off + @n) out of the cache file: 0, -EAGAIN when some
- * of it was punched out meanwhile (rm_make_room), or -EIO. */
+ * of it was punched out meanwhile (rm_make_room, in this process or
+ * another: the map says), or -EIO. */
 static int rm_copy(struct pt_remote *r, void *buf, size_t n, uint64_t off,
 		   struct pt_error *err)
 {
-	bool lost, held = true;
+	bool held = true;
 	int rc = 0;
 
 	if (r->budget) {
-		pthread_rwlock_rdlock(&r->punch);
+		rm_share_begin(r);
 		pthread_mutex_lock(&r->lock);
-		held = rm_all_held(r, off / RM_BLOCK, (off + n - 1) / RM_BLOCK + 1,
-				   &lost);
+		held = rm_cache_sync_map(&r->c, r->held, off / RM_BLOCK,
+					 (off + n - 1) / RM_BLOCK + 1) == 1;
 		pthread_mutex_unlock(&r->lock);
 	}
 	if (held) {
@@ -626,7 +682,7 @@ static int rm_copy(struct pt_remote *r, void *buf, size_t n, uint64_t off,
 				     got < 0 ? strerror((int)-got) : "short read");
 	}
 	if (r->budget)
-		pthread_rwlock_unlock(&r->punch);
+		rm_share_end(r);
 	return held ? rc : -EAGAIN;
 }
 
@@ -958,15 +1014,18 @@ static void rm_store_probe(struct pt_remote *r, const struct rm_job *j)
 		return;
 	first = j->status == 200 ? 0 : j->range_first;
 	end = first + j->mem_len;
-	if (pt_pwrite_full(r->c.data_fd, j->mem, j->mem_len, first) != 0)
-		return;
 	b0 = (first + RM_BLOCK - 1) / RM_BLOCK;
 	b1 = end == r->size ? r->nblocks : end / RM_BLOCK;
+	if (r->budget) {
+		if (rm_write_share(r, (const char *)j->mem, j->mem_len, first,
+				   b0, b1))
+			return;
+	} else if (pt_pwrite_full(r->c.data_fd, j->mem, j->mem_len, first) ||
+		   (b1 > b0 && rm_cache_mark(&r->c, b0, b1))) {
+		return;
+	}
 	for (b = b0; b < b1; b++)
 		rm_set(r->held, b);
-	if (b1 > b0)
-		rm_cache_mark(&r->c, r->held, b0, b1);
-	r->stored += j->mem_len;
 }
 
 static size_t rm_api_body(char *p, size_t size, size_t n, void *ud)
@@ -1097,7 +1156,6 @@ static void rm_set_budget(struct pt_remote *r)
 	r->win_max = r->budget / 4 > RM_MISS ? r->budget / 4 : RM_MISS;
 	if (r->win_max > RM_WINDOW_MAX)
 		r->win_max = RM_WINDOW_MAX;
-	r->stored = held;
 }
 
 /*
@@ -1162,6 +1220,9 @@ static int rm_open_common(struct pt_remote *r, struct pt_error *err)
 	if (!rc) {
 		rm_cache_load_map(&r->c, r->held, 0, r->nblocks);
 		rm_set_budget(r);
+		/* it may splice from the file: no other process punches it */
+		if (!r->budget && r->c.splice_fd >= 0)
+			flock(r->c.splice_fd, LOCK_SH);
 		rm_store_probe(r, j);
 		/* the head, when it is the same version */
 		if (h && !h->rc && !strcmp(h->etag, j->etag) &&
@@ -1201,6 +1262,8 @@ static struct pt_remote *rm_new(const struct pt_remote_opts *o)
 	if (!r->o.cache_size)
 		r->o.cache_size = (uint64_t)10 << 30;
 	r->c.data_fd = r->c.map_fd = r->c.lock_fd = -1;
+	r->c.splice_fd = r->c.punch_fd = -1;
+	pthread_mutex_init(&r->share_lock, NULL);
 	pthread_mutex_init(&r->lock, NULL);
 	pthread_cond_init(&r->cond, NULL);
 	pthread_rwlock_init(&r->punch, NULL);
@@ -1278,5 +1341,6 @@ void pt_remote_close(struct pt_remote *r)
 	pthread_mutex_destroy(&r->lock);
 	pthread_cond_destroy(&r->cond);
 	pthread_rwlock_destroy(&r->punch);
+	pthread_mutex_destroy(&r->share_lock);
 	free(r);
 }

@@ -124,6 +124,8 @@ struct rm_cache {
 	int data_fd;            /* sparse file of the object's bytes */
 	int map_fd;             /* bitmap of blocks held (flock'ed) */
 	int lock_fd;            /* flock LOCK_SH while open: not evicted */
+	int splice_fd;          /* flock LOCK_SH: may splice from data */
+	int punch_fd;           /* flock LOCK_SH: storing or copying */
 	uint64_t written;       /* bytes stored since the last eviction pass */
 };
 
@@ -143,8 +145,9 @@ int rm_cache_open(struct rm_cache *c, const char *root, const char *key,
 void rm_cache_latest(const char *root, const char *key, struct rm_meta *m);
 int rm_cache_load_map(struct rm_cache *c, uint8_t *held, uint64_t b0,
 		      uint64_t b1);
-int rm_cache_mark(struct rm_cache *c, const uint8_t *held, uint64_t b0,
-		  uint64_t b1);
+int rm_cache_sync_map(struct rm_cache *c, uint8_t *held, uint64_t b0,
+		      uint64_t b1);
+int rm_cache_mark(struct rm_cache *c, uint64_t b0, uint64_t b1);
 int rm_cache_unmark(struct rm_cache *c, uint64_t b0, uint64_t b1);
 void rm_cache_evict(const char *root, uint64_t limit, const char *keep);
 void rm_cache_close(struct rm_cache *c);
@@ -184,17 +187,19 @@ struct pt_remote {
 	struct rm_region *regions; /* sorted by lo, not overlapping */
 	size_t nregions, cap_regions;
 	/* an object the cache cannot hold whole (larger than 7/8 of
-	 * cache_size): its own cold blocks are punched out so that it never
-	 * holds more than @budget bytes there, read-ahead shrinks to a
-	 * quarter of it, and its bytes are copied, not spliced (a punch
-	 * waits for the copies in flight, rm_make_room) */
+	 * cache_size): its cold blocks are punched out so that the cache
+	 * file never holds more than @budget bytes, whichever processes
+	 * read it, read-ahead shrinks to a quarter of it, and its bytes are
+	 * copied, not spliced (a punch waits for the stores and copies in
+	 * flight, rm_make_room) */
 	uint64_t budget;          /* 0: no bound of its own */
-	uint64_t stored;          /* bytes of it in the cache (budget only) */
 	uint64_t cursor;          /* the next block own eviction looks at */
 	uint16_t *readers;        /* per block: reads waiting for it or
 				   * copying it (budget only): never punched */
 	uint64_t win_max;         /* RM_WINDOW_MAX or less */
-	pthread_rwlock_t punch;
+	pthread_rwlock_t punch;   /* rm_share_begin() / rm_make_room() */
+	pthread_mutex_t share_lock;
+	unsigned sharers;         /* threads in a share: punch file LOCK_SH */
 	int fail_rc;
 	char fail_msg[2048];
 	uint64_t fail_seq;

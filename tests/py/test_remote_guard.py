@@ -374,6 +374,45 @@ def test_cache_size_bounds_the_object_being_read(root, cache):
         assert samples[-1] > 1 << 20        # it did cache, within the bound
 
 
+def test_cache_size_bounds_an_object_two_processes_read(root, cache):
+    """cache_size=8M and two processes streaming the same 24 MiB tensor
+    at once (one version, one cache file): the cache directory never
+    holds more than 8 MiB, and both get every byte right."""
+    want = torch.randn(6 << 20, generator=torch.Generator().manual_seed(9))
+    save({"w": want}, os.path.join(root, "m.pt"))
+    with rs.Nginx(root) as n, rs.FaultProxy(n.port, delay=0.002) as p:
+        os.makedirs(cache)
+        samples = []
+        procs = [subprocess.Popen([PTFS, "cat", *o(cache, "cache_size=8M"),
+                                   p.url("m.pt"), "w"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                 for _ in range(2)]
+        stop = threading.Event()
+
+        def sample():
+            while not stop.is_set():
+                samples.append(cache_bytes(cache))
+                time.sleep(0.01)
+        t = threading.Thread(target=sample)
+        t.start()
+        try:
+            outs = [q.communicate(timeout=120) for q in procs]
+        finally:
+            stop.set()
+            t.join()
+            for q in procs:
+                if q.poll() is None:
+                    q.kill()
+                    q.wait()
+        samples.append(cache_bytes(cache))
+        for q, (out, err) in zip(procs, outs):
+            assert q.returncode == 0, err
+            assert out == oracle.tensor_bytes(want)
+        assert len(version_dirs(cache)) == 1       # they shared one file
+        assert len(samples) >= 2
+        assert max(samples) <= 8 << 20, max(samples)
+
+
 @pytest.fixture
 def small_fs(tmp_path):
     """A 64 MiB ext4 filesystem on a loop device (root only)."""
