@@ -12,7 +12,7 @@
  *  - a read of missing blocks fetches those blocks, no more, in one range
  *    request: metadata costs what it is;
  *  - inside a region (pt_remote_region: a tensor's storage) each read
- *    that continues the last one doubles a read-ahead window, from the
+ *    that continues the last one quadruples a read-ahead window, from the
  *    read's size up to RM_WINDOW_MAX, fetched in the background as
  *    RM_CHUNK ranges in parallel, and never past the region's end
  *    (struct rm_region).
@@ -552,7 +552,7 @@ static void rm_read_ahead(struct pt_remote *r, uint64_t off, uint64_t end,
 		g->next = g->ahead = end;
 		return;
 	}
-	g->window = g->window * 2 > r->win_max ? r->win_max : g->window * 2;
+	g->window = g->window * 4 > r->win_max ? r->win_max : g->window * 4;
 	g->next = end;
 	if (g->ahead < end)
 		g->ahead = end;
