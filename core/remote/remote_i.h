@@ -67,6 +67,7 @@ struct rm_job {
 	bool conditional;       /* probe: If-None-Match r->etag */
 	bool cancel;            /* its object closes: stop it */
 	bool via_origin;        /* sent to r->origin (the CDN's URL expired) */
+	unsigned url_gen;       /* r->url_gen when it was sent to r->url */
 	char *redirect;         /* the Location being followed, or NULL */
 	unsigned hops;          /* redirects followed */
 	bool if_range;          /* sent If-Range: a 200 means a new version */
@@ -174,6 +175,11 @@ struct pt_remote {
 	char *cache_root;
 	char *url;                /* request URL (the CDN's after a redirect) */
 	char *origin;             /* the URL that redirected there, or NULL */
+	/* the engine's thread only: a CDN URL that expired is replaced by
+	 * the one the origin redirects to now, asked by one job (renewer)
+	 * while the others wait for it; url_gen counts the replacements */
+	unsigned url_gen;
+	struct rm_job *renewer;
 	uint64_t size;
 	int64_t mtime;
 	char etag[160];           /* validator: If-Match / If-None-Match */
