@@ -11,9 +11,9 @@
  *    and data.pkl); the response also gives size and version;
  *  - a read of missing blocks fetches those blocks, no more, in one range
  *    request: metadata costs what it is;
- *  - inside a region (pt_remote_region: a tensor's storage) each read
- *    that continues the last one quadruples a read-ahead window, from the
- *    read's size up to RM_WINDOW_MAX, fetched in the background as
+ *  - inside a region (pt_remote_region: a tensor's storage) a read that
+ *    continues the last one opens a read-ahead window of RM_CHUNK, each
+ *    further one quadruples it up to RM_WINDOW_MAX, fetched in the background as
  *    RM_CHUNK ranges in parallel, and never past the region's end
  *    (struct rm_region).
  * Every request after open carries If-Match with the version seen at open.
@@ -552,7 +552,11 @@ static void rm_read_ahead(struct pt_remote *r, uint64_t off, uint64_t end,
 		g->next = g->ahead = end;
 		return;
 	}
-	g->window = g->window * 4 > r->win_max ? r->win_max : g->window * 4;
+	/* two reads in a row: at once a whole RM_CHUNK, then 4 times more
+	 * per read (a stream pays two or three round trips of ramp) */
+	g->window = g->window * 4 < RM_CHUNK ? RM_CHUNK : g->window * 4;
+	if (g->window > r->win_max)
+		g->window = r->win_max;
 	g->next = end;
 	if (g->ahead < end)
 		g->ahead = end;

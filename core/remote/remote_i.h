@@ -156,10 +156,9 @@ void rm_cache_close(struct rm_cache *c);
 /*
  * A region (io/source.h: a tensor's storage, a stored record) and the
  * read-ahead of the reads inside it: the first read, or one that jumps,
- * fetches its own blocks only and sets the window to its size; each read
- * that continues the last quadruples the window (up to win_max: a few
- * reads reach it, a few round trips) and fetches that far ahead, never
- * past @hi.
+ * fetches its own blocks only; each read that continues the last makes
+ * the window at least RM_CHUNK, else 4 times larger (up to win_max: three
+ * reads reach it) and fetches that far ahead, never past @hi.
  */
 struct rm_region {
 	uint64_t lo, hi;

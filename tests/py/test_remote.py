@@ -145,8 +145,8 @@ def test_big_tensor_streams_in_parallel_ranges(served, cache):
     assert r.returncode == 0, r.stderr
     assert r.stdout == oracle.tensor_bytes(objs["big.pt"]["w"])
     reqs = n.since(m, "big.pt")
-    # 24 MiB in ranges that grow from the read's size (1 MiB) to 8 MiB,
-    # not one request per read: the open's 2, then 1, 4, 8, 8 MiB...
+    # 24 MiB in 8 MiB ranges from the second read on, not one request
+    # per read: the open's 2, the first read's 1 MiB, then 8 MiB ranges
     assert len(reqs) <= 12, [e["range"] for e in reqs]
     assert all(e["if_match"] not in ("", "-") for e in reqs[2:])
 
