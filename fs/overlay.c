@@ -896,6 +896,13 @@ static int ovs_read(const struct pt_source *src, void *buf, size_t n,
 	return 0;
 }
 
+static void ovs_region(const struct pt_source *src, uint64_t off, uint64_t n)
+{
+	struct ov *o = src->priv;
+
+	pt_source_region(pt_ckpt_source(o->ck), off, n);
+}
+
 static void ovs_prefetch(const struct pt_source *src, uint64_t off, uint64_t n)
 {
 	struct ov_file *f = src->priv;
@@ -960,6 +967,7 @@ static void ovs_close(struct pt_source *src)
 
 static const struct pt_source_ops ov_source_ops = {
 	.read = ovs_read,
+	.region = ovs_region,
 	.prefetch = ovs_prefetch,
 	.extent = ovs_extent,
 	.check = ovs_check,

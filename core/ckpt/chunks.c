@@ -22,6 +22,17 @@ static bool chunk_has(const struct pt_chunk *c, const int64_t *idx,
 	return true;
 }
 
+/* The bytes of chunk @c in its file: one region (io/source.h). */
+static uint64_t chunk_bytes(const struct pt_chunk *c, uint32_t r, uint64_t es)
+{
+	uint64_t b = es;
+	uint32_t d;
+
+	for (d = 0; d < r; d++)
+		b *= (uint64_t)c->sizes[d];
+	return b;
+}
+
 /*
  * PT_ST_CHUNKS (struct pt_chunks): bytes [off, off + n) of the global
  * C-order tensor, copied run by run.  A run is the longest stretch of
@@ -76,6 +87,8 @@ ssize_t pt__chunks_read(const struct pt_ckpt *ck, const struct pt_chunks *cs,
 		if (take > n - done)
 			take = n - done;
 		h = c->home ? c->home : ck;
+		pt_source_region(pt__tensor_source(h), c->file_off,
+				 chunk_bytes(c, r, es));
 		rc = pt_source_read(pt__tensor_source(h), buf + done, (size_t)take,
 				    c->file_off + lin * es + skip, err);
 		if (rc)

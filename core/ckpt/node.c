@@ -120,17 +120,25 @@ bool pt_node_extent(struct pt_ckpt *ck, const struct pt_node *node,
 	if (node->role == R_VALUE && t) {
 		const struct pt_ckpt *home = t->st->home ? t->st->home : ck;
 
-		if (!t->contiguous || t->st->kind != PT_ST_FILE ||
-		    !pt_source_extent(pt__tensor_source(home),
+		if (!t->contiguous || t->st->kind != PT_ST_FILE)
+			return false;
+		/* as tensor_read.c: the storage is one region */
+		pt_source_region(pt__tensor_source(home), t->st->file_off,
+				 t->st->nbytes);
+		if (!pt_source_extent(pt__tensor_source(home),
 				      t->st->file_off + t->byte_lo + off, n, fd, file_off))
 			return false;
 		/* the caller reads them: counted as pt__tensor_read() counts */
 		__atomic_add_fetch(&ck->tensor_reads, 1, __ATOMIC_RELAXED);
 		return true;
 	}
-	if (node->role == R_RECORD && node_entry(node)->method == PT_ZIP_STORED)
-		return pt_source_extent(ck->src, node_entry(node)->data_off + off,
-					n, fd, file_off);
+	if (node->role == R_RECORD && node_entry(node)->method == PT_ZIP_STORED) {
+		const struct pt_zip_entry *e = node_entry(node);
+
+		pt_source_region(ck->src, e->data_off, e->data_end - e->data_off);
+		return pt_source_extent(ck->src, e->data_off + off, n, fd,
+					file_off);
+	}
 	if (node->role == R_VFILE && node_vf(node)->extent)
 		return node_vf(node)->extent(node_vf(node)->ctx, off, n, fd, file_off);
 	return false;

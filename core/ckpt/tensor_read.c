@@ -32,11 +32,11 @@ static ssize_t storage_read(struct pt_ckpt *ck, const struct pt_storage *st,
 		ck = st->home;  /* a shard's storage: its file, its zip */
 	switch (st->kind) {
 	case PT_ST_FILE:
-		/* through the layer (uncommitted writes); the rest of the
-		 * storage is likely read next (a source that gains from it
-		 * fetches ahead; a no-op for files) */
+		/* through the layer (uncommitted writes); the storage is one
+		 * region (a source that gains from it fetches ahead inside
+		 * it; a no-op for files) */
 		src = pt__tensor_source(ck);
-		pt_source_prefetch(src, st->file_off + off, st->nbytes - off);
+		pt_source_region(src, st->file_off, st->nbytes);
 		rc = pt_source_read(src, buf, n, st->file_off + off, err);
 		return rc ? rc : (ssize_t)n;
 	case PT_ST_MEM:

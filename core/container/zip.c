@@ -974,9 +974,13 @@ static int zip_check_locals(struct pt_zip *z, uint8_t *lbuf,
 	return rc;
 }
 
-/* First use of a predicted entry: its local header must say the same. */
+/* First use of a predicted entry: its local header must say the same.
+ * @whole: the caller reads the whole entry next (data.pkl, a deflated
+ * record), then one request can bring the header, the payload and the
+ * read window that looks for the data descriptor after it; a part of it
+ * (a tensor's storage) is fetched as it is read. */
 static int zip_check_lazy(struct pt_zip *z, const struct pt_zip_entry *e,
-			  struct pt_error *err)
+			  bool whole, struct pt_error *err)
 {
 	struct pt_zip_ent *ze = zip_own(z, e);
 	struct pt_zip_entry real;
@@ -992,9 +996,10 @@ static int zip_check_lazy(struct pt_zip *z, const struct pt_zip_entry *e,
 	pthread_mutex_unlock(&z->lock);
 	if (!todo)
 		return 0;
-	/* one request for the header, the payload and the read window that
-	 * looks for the data descriptor after it */
-	pt_source_prefetch(z->src, e->lho, e->end - e->lho + ZIP_WIN_SIZE);
+	if (whole)
+		pt_source_prefetch(z->src, e->lho,
+				   z->src->size - e->lho < e->end - e->lho + ZIP_WIN_SIZE ?
+				   z->src->size - e->lho : e->end - e->lho + ZIP_WIN_SIZE);
 	lbuf = malloc(ZIP_LOCAL_LEN + 65535);
 	if (!lbuf)
 		return pt_fail(err, -ENOMEM, "zip: out of memory");
@@ -1225,7 +1230,7 @@ int pt_zip_inflated(struct pt_zip *z, const struct pt_zip_entry *e,
 	if (e->method != PT_ZIP_DEFLATED)
 		return pt_fail(err, -EINVAL, "zip: entry '%s' is not deflated",
 			       zip_quote(&q, e->name, e->name_len));
-	rc = zip_check_lazy(z, e, err);
+	rc = zip_check_lazy(z, e, true, err);
 	if (rc)
 		return rc;
 	pthread_mutex_lock(&z->lock);
@@ -1274,7 +1279,7 @@ int pt_zip_read(struct pt_zip *z, const struct pt_zip_entry *e, uint8_t **out,
 			       zip_quote(&q, e->name, e->name_len),
 			       ull(e->usize));
 	if (e->method == PT_ZIP_STORED) {
-		rc = zip_check_lazy(z, e, err);
+		rc = zip_check_lazy(z, e, true, err);
 		if (!rc)
 			rc = pt_source_dup(z->src, e->data_off,
 					   (size_t)e->usize, out, err);
@@ -1315,7 +1320,7 @@ long long pt_zip_pread(struct pt_zip *z, const struct pt_zip_entry *e,
 		m = n;
 	if (e->method == PT_ZIP_STORED) {
 		/* data_off + usize <= size <= INT64_MAX was checked at open. */
-		rc = zip_check_lazy(z, e, err);
+		rc = zip_check_lazy(z, e, false, err);
 		if (!rc)
 			rc = pt_source_read(z->src, buf, (size_t)m,
 					    e->data_off + off, err);

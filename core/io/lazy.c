@@ -61,8 +61,8 @@ static int lazy_read(const struct pt_source *s, void *buf, size_t n,
 	return rc ? rc : pt_source_read(real, buf, n, off, err);
 }
 
-/* Never blocks: only a source already open is given the hint. */
-static void lazy_prefetch(const struct pt_source *s, uint64_t off, uint64_t n)
+/* Never blocks: only a source already open is given a hint. */
+static struct pt_source *lazy_open_now(const struct pt_source *s)
 {
 	struct lazy_source *l = s->priv;
 	struct pt_source *real;
@@ -70,6 +70,21 @@ static void lazy_prefetch(const struct pt_source *s, uint64_t off, uint64_t n)
 	pthread_mutex_lock(&l->lock);
 	real = l->real;
 	pthread_mutex_unlock(&l->lock);
+	return real;
+}
+
+static void lazy_region(const struct pt_source *s, uint64_t off, uint64_t n)
+{
+	struct pt_source *real = lazy_open_now(s);
+
+	if (real)
+		pt_source_region(real, off, n);
+}
+
+static void lazy_prefetch(const struct pt_source *s, uint64_t off, uint64_t n)
+{
+	struct pt_source *real = lazy_open_now(s);
+
 	if (real)
 		pt_source_prefetch(real, off, n);
 }
@@ -118,6 +133,7 @@ static void lazy_close(struct pt_source *s)
 
 static const struct pt_source_ops lazy_ops = {
 	.read = lazy_read,
+	.region = lazy_region,
 	.prefetch = lazy_prefetch,
 	.extent = lazy_extent,
 	.check = lazy_check,

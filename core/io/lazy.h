@@ -6,9 +6,10 @@
  * a remote object should cost no request for a file until one of its bytes
  * is read (source.h: costly_reads).  pt_source_lazy_sibling() gives a
  * source whose size the caller sets (the bytes it will read at most) and
- * that opens pt_source_open_sibling(@parent, @rel) on the first read or
- * prefetch; a failure then (missing, shorter than the size set) is
- * remembered and every read returns it.  Thread-safe like every source.
+ * that opens pt_source_open_sibling(@parent, @rel) on the first read
+ * (hints wait for it); a
+ * failure then (missing, shorter than the size set) is remembered and
+ * every read returns it.  Thread-safe like every source.
  */
 #ifndef PTFS_CORE_LAZY_H
 #define PTFS_CORE_LAZY_H

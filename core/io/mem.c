@@ -69,6 +69,13 @@ static int sub_read(const struct pt_source *s, void *buf, size_t n,
 	return pt_source_read(b->parent, buf, n, b->off + off, err);
 }
 
+static void sub_region(const struct pt_source *s, uint64_t off, uint64_t n)
+{
+	const struct sub_source *b = s->priv;
+
+	pt_source_region(b->parent, b->off + off, n);
+}
+
 static void sub_prefetch(const struct pt_source *s, uint64_t off, uint64_t n)
 {
 	const struct sub_source *b = s->priv;
@@ -102,6 +109,7 @@ static int sub_open_sibling(const struct pt_source *s, const char *rel,
 
 static const struct pt_source_ops sub_ops = {
 	.read = sub_read,
+	.region = sub_region,
 	.prefetch = sub_prefetch,
 	.extent = sub_extent,
 	.check = sub_check,

@@ -59,6 +59,12 @@ int pt_source_dup(const struct pt_source *s, uint64_t off, size_t n,
 	return 0;
 }
 
+void pt_source_region(const struct pt_source *s, uint64_t off, uint64_t n)
+{
+	if (s->ops->region && in_range(s, off, n))
+		s->ops->region(s, off, n);
+}
+
 void pt_source_prefetch(const struct pt_source *s, uint64_t off, uint64_t n)
 {
 	if (s->ops->prefetch && in_range(s, off, n))

@@ -49,8 +49,17 @@ struct pt_source_ops {
 	 * the source.  May block; must be thread-safe. */
 	int (*read)(const struct pt_source *s, void *buf, size_t n,
 		    uint64_t off, struct pt_error *err);
-	/* Hint: [@off, @off + @n) will be read soon.  Never blocks, never
-	 * fails.  NULL when the source gains nothing from hints. */
+	/* Hint: [@off, @off + @n) is one region read front to back (a
+	 * tensor's storage, a stored record): a source that fetches ahead
+	 * (remote) may do so inside it while the reads stay sequential,
+	 * never past its end; bytes outside every region (the format's
+	 * metadata) are fetched exactly as read.  Given again and again
+	 * (each read may repeat it), it costs a lookup.  Never blocks,
+	 * never fails.  NULL when the source gains nothing from hints. */
+	void (*region)(const struct pt_source *s, uint64_t off, uint64_t n);
+	/* Hint: [@off, @off + @n) is read whole, soon (a record read in one
+	 * piece): a source that fetches may start now, in one request.  Never
+	 * blocks, never fails.  NULL when the source gains nothing. */
 	void (*prefetch)(const struct pt_source *s, uint64_t off, uint64_t n);
 	/* Where [@off, @off + @n) lies in a local file, for zero copy
 	 * (splice, copy_file_range): its descriptor in *@fd (owned by the
@@ -124,6 +133,9 @@ int pt_source_read(const struct pt_source *s, void *buf, size_t n,
  * One extra NUL byte is appended (not counted in @n) for text records. */
 int pt_source_dup(const struct pt_source *s, uint64_t off, size_t n,
 		  uint8_t **out, struct pt_error *err);
+
+/* ops->region when there is one and the range lies inside @s. */
+void pt_source_region(const struct pt_source *s, uint64_t off, uint64_t n);
 
 /* ops->prefetch when there is one and the range lies inside @s. */
 void pt_source_prefetch(const struct pt_source *s, uint64_t off, uint64_t n);

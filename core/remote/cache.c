@@ -8,10 +8,17 @@
  *       map    one bit per RM_BLOCK: the block is in data
  *       lock   flock(LOCK_SH) by every process that has it open; its
  *              mtime is the LRU clock; eviction takes LOCK_EX|LOCK_NB
+ *       splice flock(LOCK_SH) by every process that may reply from data
+ *              without copying (an object without a budget, remote.c)
+ *       punch  flock(LOCK_SH) around every store (pwrite and mark) and
+ *              copy of a bounded object's blocks; LOCK_EX|LOCK_NB, with
+ *              splice's, to punch blocks out and unmark them
  *
  * A block is written with pwrite() first and marked in map after, under
  * flock(map, LOCK_EX), merging with the marks of other processes, so a
- * bit never promises bytes that are not there.  A version is immutable:
+ * bit never promises bytes that are not there; a block is punched out
+ * only while no process stores or copies (punch) nor splices (splice),
+ * and unmarked before anyone looks again.  A version is immutable:
  * a changed object gets a new directory, never rewrites one in use.
  */
 #include <dirent.h>
@@ -184,7 +191,7 @@ int rm_cache_open(struct rm_cache *c, const char *root, const char *key,
 	int rc;
 
 	memset(c, 0, sizeof(*c));
-	c->data_fd = c->map_fd = c->lock_fd = -1;
+	c->data_fd = c->map_fd = c->lock_fd = c->splice_fd = c->punch_fd = -1;
 	snprintf(m->url, sizeof(m->url), "%s", key);
 	snprintf(path, sizeof(path), "%s/%016llx/%016llx", root,
 		 (unsigned long long)rm_fnv(key),
@@ -202,7 +209,12 @@ int rm_cache_open(struct rm_cache *c, const char *root, const char *key,
 	c->data_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	snprintf(path, sizeof(path), "%s/map", c->dir);
 	c->map_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-	if (c->data_fd < 0 || c->map_fd < 0 || fstat(c->data_fd, &st))
+	snprintf(path, sizeof(path), "%s/splice", c->dir);
+	c->splice_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	snprintf(path, sizeof(path), "%s/punch", c->dir);
+	c->punch_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (c->data_fd < 0 || c->map_fd < 0 || c->splice_fd < 0 ||
+	    c->punch_fd < 0 || fstat(c->data_fd, &st))
 		goto fail_errno;
 	if ((uint64_t)st.st_size != m->size &&
 	    (ftruncate(c->data_fd, (off_t)m->size) ||
@@ -245,14 +257,43 @@ int rm_cache_load_map(struct rm_cache *c, uint8_t *held, uint64_t b0,
 	return got < 0 ? (int)got : 0;
 }
 
-/* Mark blocks [b0, b1) of @held in the map file (after their pwrite()). */
-int rm_cache_mark(struct rm_cache *c, const uint8_t *held, uint64_t b0,
-		  uint64_t b1)
+/*
+ * Make bits [b0, b1) of @held those of the map file (another process may
+ * have punched blocks out): 1 when all of them are set there, 0 when
+ * not, or -errno.
+ */
+int rm_cache_sync_map(struct rm_cache *c, uint8_t *held, uint64_t b0,
+		      uint64_t b1)
 {
-	uint64_t i0 = b0 / 8, i1 = (b1 + 7) / 8;
+	uint64_t i0 = b0 / 8, i1 = (b1 + 7) / 8, b;
 	uint8_t *tmp = calloc(1, i1 - i0 + 1);
 	ssize_t got;
-	uint64_t i;
+	int all = 1;
+
+	if (!tmp)
+		return -ENOMEM;
+	flock(c->map_fd, LOCK_SH);
+	got = pt_pread_upto(c->map_fd, tmp, i1 - i0, i0);
+	flock(c->map_fd, LOCK_UN);
+	for (b = b0; got >= 0 && b < b1; b++) {
+		if (rm_bit(tmp, b - i0 * 8)) {
+			rm_set(held, b);
+		} else {
+			rm_clr(held, b);
+			all = 0;
+		}
+	}
+	free(tmp);
+	return got < 0 ? (int)got : all;
+}
+
+/* Mark blocks [b0, b1) in the map file (after their pwrite()), and only
+ * those: a neighbour another process punched out stays unmarked. */
+int rm_cache_mark(struct rm_cache *c, uint64_t b0, uint64_t b1)
+{
+	uint64_t i0 = b0 / 8, i1 = (b1 + 7) / 8, b;
+	uint8_t *tmp = calloc(1, i1 - i0 + 1);
+	ssize_t got;
 	int rc = 0;
 
 	if (!tmp)
@@ -261,8 +302,8 @@ int rm_cache_mark(struct rm_cache *c, const uint8_t *held, uint64_t b0,
 	got = pt_pread_upto(c->map_fd, tmp, i1 - i0, i0);
 	if (got < 0)
 		memset(tmp, 0, i1 - i0);
-	for (i = 0; i < i1 - i0; i++)
-		tmp[i] |= held[i0 + i];
+	for (b = b0; b < b1; b++)
+		rm_set(tmp, b - i0 * 8);
 	rc = pt_pwrite_full(c->map_fd, tmp, i1 - i0, i0);
 	flock(c->map_fd, LOCK_UN);
 	free(tmp);
@@ -303,9 +344,13 @@ void rm_cache_close(struct rm_cache *c)
 		close(c->data_fd);
 	if (c->map_fd >= 0)
 		close(c->map_fd);
+	if (c->splice_fd >= 0)
+		close(c->splice_fd);
+	if (c->punch_fd >= 0)
+		close(c->punch_fd);
 	free(c->dir);
 	memset(c, 0, sizeof(*c));
-	c->data_fd = c->map_fd = c->lock_fd = -1;
+	c->data_fd = c->map_fd = c->lock_fd = c->splice_fd = c->punch_fd = -1;
 }
 
 struct rm_ver {
@@ -379,6 +424,10 @@ static uint64_t rm_drop(const struct rm_ver *x)
 	snprintf(p, sizeof(p), "%s/data", x->path);
 	unlink(p);
 	snprintf(p, sizeof(p), "%s/map", x->path);
+	unlink(p);
+	snprintf(p, sizeof(p), "%s/splice", x->path);
+	unlink(p);
+	snprintf(p, sizeof(p), "%s/punch", x->path);
 	unlink(p);
 	snprintf(p, sizeof(p), "%s/lock", x->path);
 	unlink(p);

@@ -310,6 +310,8 @@ static int rm_job_start(struct rm_job *j)
 	j->h = curl_easy_init();
 	if (!j->h)
 		return -ENOMEM;
+	if (url == j->r->url)
+		j->url_gen = j->r->url_gen;
 	if (!j->deadline)   /* the retry deadline runs from the first try */
 		j->deadline = rm_now() + j->r->o.timeout_s;
 	j->cerr[0] = '\0';
@@ -431,8 +433,56 @@ static bool rm_unreachable(CURLcode c)
 	       c == CURLE_COULDNT_RESOLVE_PROXY;
 }
 
-/* Decide what a finished transfer means; true when it is sent again. */
-static bool rm_job_finished(struct rm_job *j, CURLcode cc)
+/* A job sent through the origin got its bytes from where the origin
+ * redirects now: that URL replaces the expired one for every request. */
+static void rm_url_renewed(struct rm_job *j)
+{
+	struct pt_remote *r = j->r;
+	char *nu;
+
+	if (!j->redirect || !strcmp(j->redirect, r->url))
+		return;
+	nu = strdup(j->redirect);
+	if (!nu)
+		return;     /* the next expiry asks the origin again */
+	free(r->url);
+	r->url = nu;
+	r->url_gen++;
+	if (rm_tracing())
+		rm_log(r, 7, "remote: %.3f the CDN's URL renewed", rm_now());
+}
+
+/*
+ * A 403 or 410 from the CDN: its signed URL expired.  One job asks the
+ * origin again (rm_url_renewed); the others wait for it and then use the
+ * new URL, so that an expiry costs one resolve, not one per request.
+ * True when the job is sent again.
+ */
+static bool rm_cdn_expired(struct rm_job *j)
+{
+	struct pt_remote *r = j->r;
+
+	if (rm_now() >= j->deadline)
+		return false;
+	free(j->redirect);
+	j->redirect = NULL;
+	j->hops = 0;
+	j->not_before = 0;
+	j->rc = 0;
+	if (j->url_gen != r->url_gen)
+		return true;            /* renewed since it was sent */
+	if (r->renewer) {
+		j->not_before = rm_now() + 0.05;
+		return true;            /* being renewed: wait for it */
+	}
+	r->renewer = j;
+	j->via_origin = true;
+	return true;
+}
+
+/* What a finished transfer means (rm_job_finished); true when it is sent
+ * again. */
+static bool rm_job_verdict(struct rm_job *j, CURLcode cc)
 {
 	long code = 0;
 	char *eff = NULL;
@@ -448,21 +498,16 @@ static bool rm_job_finished(struct rm_job *j, CURLcode cc)
 	if (cc == CURLE_OK && code >= 300 && code < 400 && code != 304)
 		return rm_job_redirect(j, code);
 	if (cc == CURLE_OK && (code == 200 || code == 206 || code == 304)) {
+		if (j->via_origin && j->r->renewer == j)
+			rm_url_renewed(j);
 		j->rc = 0;
 		return false;
 	}
+	/* the CDN's signed URL expired: ask the origin again, which
+	 * redirects to a fresh one (the version is still If-Match'ed) */
 	if (cc == CURLE_OK && (code == 403 || code == 410) && !j->probe &&
-	    j->r->origin && !j->via_origin) {
-		/* the CDN's signed URL expired: ask the origin again, which
-		 * redirects to a fresh one (the version is still If-Match'ed) */
-		j->via_origin = true;
-		free(j->redirect);
-		j->redirect = NULL;
-		j->hops = 0;
-		j->not_before = 0;
-		j->rc = 0;
+	    j->r->origin && !j->via_origin && rm_cdn_expired(j))
 		return true;
-	}
 	if (cc == CURLE_OK) {
 		transient = code == 408 || code == 429 || code >= 500;
 		snprintf(j->msg, sizeof(j->msg), "HTTP %ld", code);
@@ -507,6 +552,16 @@ static bool rm_job_finished(struct rm_job *j, CURLcode cc)
 	}
 	j->rc = 0;
 	return true;
+}
+
+/* Decide what a finished transfer means; true when it is sent again. */
+static bool rm_job_finished(struct rm_job *j, CURLcode cc)
+{
+	bool again = rm_job_verdict(j, cc);
+
+	if (j->r->renewer == j && !again)
+		j->r->renewer = NULL;   /* renewed, or failed: others may try */
+	return again;
 }
 
 static void rm_unlink_running(struct rm_job *j)
@@ -580,6 +635,8 @@ static int rm_start_due(struct rm_job **failed)
 			*pp = j->next;
 			j->rc = rm_job_start(j);
 			if (j->rc) {
+				if (j->r->renewer == j)
+					j->r->renewer = NULL;
 				snprintf(j->msg, sizeof(j->msg), "cannot start a request");
 				rm_job_release(j);
 				j->next = *failed;

@@ -2,26 +2,31 @@
 /*
  * remote.c -- one remote object: open (one request, or one conditional
  * request when the cache has it), reads through the block cache, and the
- * read-ahead policy that keeps metadata to a few requests and streams
- * tensors:
+ * read-ahead policy that fetches what is read and reads ahead only where
+ * it pays:
  *
- *  - open fetches the first MiB (.safetensors, .json: the header is there)
- *    or the last MiB (everything else: a ZIP's end records and, mostly,
- *    its central directory); the response also gives size and version;
- *  - a read of missing blocks fetches them in one range request, at least
- *    RM_MISS bytes; a read that continues the previous one doubles a
- *    read-ahead window (up to RM_WINDOW_MAX) fetched in the background;
- *  - pt_remote_prefetch (a tensor's range) fetches up to RM_PREFETCH_CAP as
- *    RM_CHUNK ranges in parallel.
+ *  - open fetches the first block (.safetensors: the header's length and,
+ *    mostly, the header), the first MiB (.json), or the last 2 MiB and the
+ *    first MiB (everything else: a ZIP's end records, central directory
+ *    and data.pkl); the response also gives size and version;
+ *  - a read of missing blocks fetches those blocks, no more, in one range
+ *    request: metadata costs what it is;
+ *  - inside a region (pt_remote_region: a tensor's storage) a read that
+ *    continues the last one opens a read-ahead window of RM_CHUNK, each
+ *    further one quadruples it up to RM_WINDOW_MAX, fetched in the background as
+ *    RM_CHUNK ranges in parallel, and never past the region's end
+ *    (struct rm_region).
  * Every request after open carries If-Match with the version seen at open.
  */
 #include <fcntl.h>
 #include <linux/falloc.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -126,12 +131,12 @@ static int rm_job_version(struct rm_job *j)
 }
 
 /* Under r->lock: whether block @b may be punched (not near the reading
- * position, not being fetched). */
+ * position, not being fetched, no read waits for it). */
 static bool rm_cold(const struct pt_remote *r, uint64_t b)
 {
 	uint64_t off = b * RM_BLOCK;
 
-	if (!rm_bit(r->held, b) || rm_bit(r->busy, b))
+	if (!rm_bit(r->held, b) || rm_bit(r->busy, b) || r->readers[b])
 		return false;
 	return off + RM_MISS < r->seq_next ||
 	       off >= r->seq_next + r->win_max + RM_MISS;
@@ -163,57 +168,111 @@ static uint64_t rm_punch_cold(struct pt_remote *r, uint64_t need)
 		seen += e - b;
 		r->cursor = e;
 	}
-	r->stored = r->stored > freed ? r->stored - freed : 0;
 	return freed;
+}
+
+/* The bytes of the object in the cache file, whoever stored them. */
+static uint64_t rm_stored(const struct pt_remote *r)
+{
+	struct stat st;
+
+	return fstat(r->c.data_fd, &st) ? 0 : (uint64_t)st.st_blocks * 512;
+}
+
+/*
+ * A bounded object's blocks are stored and copied inside a "share" (in
+ * this process r->punch held shared, across processes the cache's punch
+ * file, cache.c), which its punching excludes: no copy sees a hole, and
+ * no block is marked held after it was punched.
+ */
+static void rm_share_begin(struct pt_remote *r)
+{
+	pthread_rwlock_rdlock(&r->punch);
+	pthread_mutex_lock(&r->share_lock);
+	if (r->sharers++ == 0)
+		flock(r->c.punch_fd, LOCK_SH);
+	pthread_mutex_unlock(&r->share_lock);
+}
+
+static void rm_share_end(struct pt_remote *r)
+{
+	pthread_mutex_lock(&r->share_lock);
+	if (--r->sharers == 0)
+		flock(r->c.punch_fd, LOCK_UN);
+	pthread_mutex_unlock(&r->share_lock);
+	pthread_rwlock_unlock(&r->punch);
 }
 
 /*
  * On the engine's thread, before @n more bytes of an object with a budget
- * are stored: when they would pass it, punch its cold blocks out (a
- * quarter of the budget more, so that this is rare).  Only while no other
- * process has this version open (flock LOCK_EX, then back to LOCK_SH):
- * their maps would promise bytes that are gone.  Readers copy under
- * r->punch held shared, so no copy sees a hole.
+ * are stored: when the cache file would pass it, punch its cold blocks
+ * out (a quarter of the budget more, so that this is rare).  The budget
+ * holds for the file, whichever processes store into it: they all copy
+ * inside a share, and the punch waits (tried again with the next bytes)
+ * while one of them stores or copies, or while a process without a
+ * budget, which may splice from the file, has it open.  The map is read
+ * again first: the blocks other processes stored are punched too, and
+ * the ones they punched are not held.
  */
 static void rm_make_room(struct pt_remote *r, uint64_t n)
 {
-	bool over;
+	uint64_t have = rm_stored(r);
 
-	pthread_mutex_lock(&r->lock);
-	over = r->stored + n > r->budget;
-	pthread_mutex_unlock(&r->lock);
-	if (!over || flock(r->c.lock_fd, LOCK_EX | LOCK_NB))
+	if (have + n <= r->budget || flock(r->c.splice_fd, LOCK_EX | LOCK_NB))
 		return;
 	pthread_rwlock_wrlock(&r->punch);
-	pthread_mutex_lock(&r->lock);
-	rm_punch_cold(r, r->stored + n + r->budget / 4 - r->budget);
-	pthread_mutex_unlock(&r->lock);
+	if (flock(r->c.punch_fd, LOCK_EX | LOCK_NB) == 0) {
+		pthread_mutex_lock(&r->lock);
+		rm_cache_sync_map(&r->c, r->held, 0, r->nblocks);
+		rm_punch_cold(r, have + n + r->budget / 4 - r->budget);
+		pthread_mutex_unlock(&r->lock);
+		flock(r->c.punch_fd, LOCK_UN);
+	}
 	pthread_rwlock_unlock(&r->punch);
-	flock(r->c.lock_fd, LOCK_SH);
+	flock(r->c.splice_fd, LOCK_UN);
+}
+
+/* @n bytes at @off into the cache file, and for a bounded object the
+ * blocks [@b0, @b1) they complete marked in the map, in one share. */
+static int rm_write_share(struct pt_remote *r, const char *p, size_t n,
+			  uint64_t off, uint64_t b0, uint64_t b1)
+{
+	int rc;
+
+	if (!r->budget)
+		return pt_pwrite_full(r->c.data_fd, p, n, off);
+	rm_share_begin(r);
+	rc = pt_pwrite_full(r->c.data_fd, p, n, off);
+	if (!rc && b1 > b0)
+		rc = rm_cache_mark(&r->c, b0, b1);
+	rm_share_end(r);
+	return rc;
 }
 
 /*
- * All of @n bytes at @off into the cache file.  When its filesystem fills
+ * The next @n bytes of @j into the cache file.  When its filesystem fills
  * up under us (ENOSPC, EDQUOT), once: other versions go, and this
  * object's cold blocks too when it has a bound (a quarter less of it),
  * then the write is tried again.  0 or -errno.
  */
-static int rm_store(struct pt_remote *r, const char *p, size_t n,
-		    uint64_t off)
+static int rm_store(struct rm_job *j, const char *p, size_t n)
 {
-	int rc = pt_pwrite_full(r->c.data_fd, p, n, off);
+	struct pt_remote *r = j->r;
+	uint64_t off = j->off + j->got, end = off + n;
+	uint64_t b1 = end == r->size ? r->nblocks : end / RM_BLOCK;
+	int rc = rm_write_share(r, p, n, off, j->marked, b1);
 
 	if (rc != -ENOSPC && rc != -EDQUOT)
 		return rc;
 	rm_cache_evict(r->cache_root, 0, r->c.dir);
 	if (r->budget) {
-		pthread_mutex_lock(&r->lock);
-		r->budget = r->stored / 4 * 3 > 4 * RM_BLOCK ?
-			    r->stored / 4 * 3 : 4 * RM_BLOCK;
-		pthread_mutex_unlock(&r->lock);
+		uint64_t have = rm_stored(r);
+
+		r->budget = have / 4 * 3 > 4 * RM_BLOCK ? have / 4 * 3 :
+			    4 * RM_BLOCK;
 		rm_make_room(r, n);
 	}
-	return pt_pwrite_full(r->c.data_fd, p, n, off);
+	return rm_write_share(r, p, n, off, j->marked, b1);
 }
 
 static size_t rm_job_body(struct rm_job *j, const char *p, size_t n)
@@ -241,11 +300,11 @@ static size_t rm_job_body(struct rm_job *j, const char *p, size_t n)
 		n = (size_t)(j->len - j->got);
 	if (r->budget)
 		rm_make_room(r, n);
-	rc = rm_store(r, p, n, j->off + j->got);
+	rc = rm_store(j, p, n);
 	if (rc) {
 		snprintf(j->msg, sizeof(j->msg), "cache %s: %s", r->c.dir,
 			 strerror(-rc));
-		j->rc = -EIO;
+		j->rc = rc == -ENOSPC || rc == -EDQUOT ? -ENOSPC : -EIO;
 		return 0;
 	}
 	j->got += n;
@@ -253,7 +312,6 @@ static size_t rm_job_body(struct rm_job *j, const char *p, size_t n)
 	pthread_mutex_lock(&r->lock);
 	rm_job_mark(j, j->off + j->got);
 	r->c.written += n;
-	r->stored += n;
 	pthread_mutex_unlock(&r->lock);
 	return n;
 }
@@ -266,24 +324,10 @@ static void rm_job_free(struct rm_job *j)
 	free(j);
 }
 
-static void rm_job_done(struct rm_job *j)
+/* Under r->lock: what a failed job tells the readers (a new version,
+ * the failure they report). */
+static void rm_job_outcome(struct pt_remote *r, const struct rm_job *j)
 {
-	struct pt_remote *r = j->r;
-	uint64_t b, end = (j->off + j->len + RM_BLOCK - 1) / RM_BLOCK;
-
-	if (!j->probe && j->marked > j->start / RM_BLOCK)
-		rm_cache_mark(&r->c, r->held, j->start / RM_BLOCK, j->marked);
-	pthread_mutex_lock(&r->lock);
-	r->jobs--;
-	if (j->probe) {
-		j->next = r->probes;
-		r->probes = j;
-		pthread_cond_broadcast(&r->cond);
-		pthread_mutex_unlock(&r->lock);
-		return;
-	}
-	for (b = j->marked; b < end && b < r->nblocks; b++)
-		rm_clr(r->busy, b);
 	if (j->rc == -ESTALE && !r->stale) {
 		/* told once, by whoever reads next (pt_remote_check) */
 		r->stale = true;
@@ -297,9 +341,85 @@ static void rm_job_done(struct rm_job *j)
 			 r->u.display, j->msg[0] ? j->msg : strerror(-j->rc));
 		r->fail_seq++;
 	}
+}
+
+static void rm_job_done(struct rm_job *j)
+{
+	struct pt_remote *r = j->r;
+	uint64_t b, end = (j->off + j->len + RM_BLOCK - 1) / RM_BLOCK;
+
+	/* a bounded object's blocks were marked as they came (rm_store) */
+	if (!j->probe && !r->budget && j->marked > j->start / RM_BLOCK)
+		rm_cache_mark(&r->c, j->start / RM_BLOCK, j->marked);
+	pthread_mutex_lock(&r->lock);
+	r->jobs--;
+	if (j->probe) {
+		j->next = r->probes;
+		r->probes = j;
+		pthread_cond_broadcast(&r->cond);
+		pthread_mutex_unlock(&r->lock);
+		return;
+	}
+	for (b = j->marked; b < end && b < r->nblocks; b++)
+		rm_clr(r->busy, b);
+	if (j->rc == -ENOSPC) {
+		/* its readers find the rest lost and read it directly; the
+		 * cache is tried again after a second */
+		r->nospace_until = rm_now() + 1.0;
+		if (!r->nospace_told)
+			rm_log(r, 4, "%s: %s: served from the network, not cached",
+			       r->u.display, j->msg);
+		r->nospace_told = true;
+	} else {
+		rm_job_outcome(r, j);
+	}
 	pthread_cond_broadcast(&r->cond);
 	pthread_mutex_unlock(&r->lock);
 	rm_job_free(j);
+}
+
+/* The engine's callbacks of a direct job (rm_read_direct): the body into
+ * the reader's buffer, checked like a block fetch's. */
+static size_t rm_direct_body(struct rm_job *j, const char *p, size_t n)
+{
+	if (j->r->closing || __atomic_load_n(&j->cancel, __ATOMIC_RELAXED)) {
+		j->rc = -ECANCELED;
+		return 0;
+	}
+	if (j->got == j->got0 && (j->rc = rm_job_version(j)) != 0)
+		return 0;
+	if (j->status != 206 || j->range_first != j->off + j->got) {
+		snprintf(j->msg, sizeof(j->msg),
+			 "HTTP %ld from byte %llu for a range from byte %llu",
+			 j->status, (unsigned long long)j->range_first,
+			 (unsigned long long)(j->off + j->got));
+		j->rc = -EIO;
+		return 0;
+	}
+	if (n > j->len - j->got)
+		n = (size_t)(j->len - j->got);
+	memcpy(j->dst + j->got, p, n);
+	j->got += n;
+	j->range_first += n;
+	return n;
+}
+
+static void rm_direct_done(struct rm_job *j)
+{
+	struct pt_remote *r = j->r;
+
+	pthread_mutex_lock(&r->lock);
+	r->jobs--;
+	if (j->rc == 0 && j->got < j->len) {
+		snprintf(j->msg, sizeof(j->msg), "%llu bytes of %llu received",
+			 (unsigned long long)j->got, (unsigned long long)j->len);
+		j->rc = -EIO;
+	}
+	if (j->rc && j->rc != -ECANCELED)
+		rm_job_outcome(r, j);
+	j->finished = true;
+	pthread_cond_broadcast(&r->cond);
+	pthread_mutex_unlock(&r->lock);
 }
 
 /* ---- fetching ---- */
@@ -395,31 +515,56 @@ static bool rm_all_held(const struct pt_remote *r, uint64_t b0, uint64_t b1,
 	return all;
 }
 
-/* Under r->lock: the read-ahead that follows a read of [off, end). */
-static void rm_read_ahead(struct pt_remote *r, uint64_t off, uint64_t end,
-			  bool missed, struct rm_job **list)
+/* Under r->lock: the region that holds byte @off, or NULL. */
+static struct rm_region *rm_region_at(struct pt_remote *r, uint64_t off)
 {
-	/* continues the previous read (FUSE may reorder a little) */
-	bool seq = r->seq_next && off <= r->seq_next &&
-		   r->seq_next - off <= RM_MISS && end > r->seq_next;
+	size_t lo = 0, hi = r->nregions;
 
-	if (seq)
-		r->window = r->window < RM_CHUNK ? RM_CHUNK :
-			    r->window * 2 > r->win_max ? r->win_max :
-			    r->window * 2;
-	if (r->window > r->win_max)
-		r->window = r->win_max;
-	else if (missed)
-		r->window = RM_MISS;
-	r->seq_next = end;
-	if (r->ahead < end || r->ahead > end + RM_WINDOW_MAX)
-		r->ahead = end;
-	if (seq && r->ahead < end + r->window / 2 &&
-	    r->ahead < r->size) {
-		uint64_t to = end + r->window;
+	while (lo < hi) {       /* the first region with g.lo > off */
+		size_t mid = lo + (hi - lo) / 2;
 
-		rm_fetch(r, r->ahead, to, false, list);
-		r->ahead = to;
+		if (r->regions[mid].lo <= off)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == 0 || off >= r->regions[lo - 1].hi)
+		return NULL;
+	return &r->regions[lo - 1];
+}
+
+/* Under r->lock: the read-ahead that follows a read of [off, end) (struct
+ * rm_region); none outside a region. */
+static void rm_read_ahead(struct pt_remote *r, uint64_t off, uint64_t end,
+			  struct rm_job **list)
+{
+	struct rm_region *g = rm_region_at(r, off);
+	/* continues the last read (FUSE may reorder a little) */
+	bool seq = g && g->next && off <= g->next && g->next - off <= RM_MISS;
+	uint64_t to;
+
+	if (end > r->seq_next || r->seq_next - end > RM_MISS)
+		r->seq_next = end;
+	if (!g || (seq && end <= g->next))
+		return;     /* metadata; or an older read, reordered */
+	if (!seq) {
+		g->window = (end - off + RM_BLOCK - 1) / RM_BLOCK * RM_BLOCK;
+		g->next = g->ahead = end;
+		return;
+	}
+	/* two reads in a row: at once a whole RM_CHUNK, then 4 times more
+	 * per read (a stream pays two or three round trips of ramp) */
+	g->window = g->window * 4 < RM_CHUNK ? RM_CHUNK : g->window * 4;
+	if (g->window > r->win_max)
+		g->window = r->win_max;
+	g->next = end;
+	if (g->ahead < end)
+		g->ahead = end;
+	to = end + g->window < g->hi ? end + g->window : g->hi;
+	if (g->ahead < to && g->ahead < end + g->window / 2 &&
+	    rm_now() >= r->nospace_until) {
+		rm_fetch(r, g->ahead, to, false, list);
+		g->ahead = to;
 	}
 }
 
@@ -433,13 +578,32 @@ static int rm_read_fail(struct pt_remote *r, struct pt_error *err)
 		       r->fail_msg);
 }
 
+/* Under r->lock: wait for news (a job's end) at most 100 ms, so that a
+ * reader that went away (a killed program, a daemon that ends) is seen:
+ * true when pt_cancelled() says it did. */
+static bool rm_wait_a_little(struct pt_remote *r)
+{
+	struct timespec ts;
+
+	if (pt_cancelled())
+		return true;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += 100 * 1000 * 1000;
+	if (ts.tv_nsec >= 1000000000) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000;
+	}
+	pthread_cond_timedwait(&r->cond, &r->lock, &ts);
+	return false;
+}
+
 /* Under r->lock: until [b0, b1) is held; 0, or -1 when it cannot be, -2
- * when pt_cancelled() says the reader is gone. */
+ * when pt_cancelled() says the reader is gone, -3 when the cache cannot
+ * take it (r->nospace_until: read it directly). */
 static int rm_wait(struct pt_remote *r, uint64_t off, uint64_t end,
 		   uint64_t seq0)
 {
 	uint64_t b0 = off / RM_BLOCK, b1 = (end - 1) / RM_BLOCK + 1;
-	struct timespec ts;
 	bool lost;
 
 	while (!rm_all_held(r, b0, b1, &lost)) {
@@ -447,6 +611,8 @@ static int rm_wait(struct pt_remote *r, uint64_t off, uint64_t end,
 
 		if (r->stale || (lost && r->fail_seq != seq0))
 			return -1;
+		if (lost && rm_now() < r->nospace_until)
+			return -3;
 		if (lost) {
 			/* a read-ahead for them failed or was dropped */
 			rm_fetch(r, off, end, true, &list);
@@ -455,34 +621,61 @@ static int rm_wait(struct pt_remote *r, uint64_t off, uint64_t end,
 			pthread_mutex_lock(&r->lock);
 			continue;
 		}
-		/* the reader may go away meanwhile (a killed program, a
-		 * daemon that ends): looked at every 100 ms */
-		if (pt_cancelled())
+		if (rm_wait_a_little(r))
 			return -2;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 100 * 1000 * 1000;
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000;
-		}
-		pthread_cond_timedwait(&r->cond, &r->lock, &ts);
 	}
 	return 0;
 }
 
+/*
+ * [@off, @off + @n) from the network straight into @buf, not cached: the
+ * cache's filesystem is full and nothing could be evicted.  One range
+ * request (retried like every other) whose body goes to the reader's
+ * buffer, the only memory it takes.
+ */
+static int rm_read_direct(struct pt_remote *r, void *buf, size_t n,
+			  uint64_t off, struct pt_error *err)
+{
+	struct rm_job *j = rm_job_new(r, off, n, true);
+	int rc;
+
+	if (!j)
+		return pt_fail(err, -ENOMEM, "out of memory");
+	j->dst = buf;
+	j->on_body = rm_direct_body;
+	j->on_done = rm_direct_done;
+	if (rm_tracing())
+		rm_log(r, 7, "remote: direct %zu at %llu", n,
+		       (unsigned long long)off);
+	rm_engine_submit(j);
+	pthread_mutex_lock(&r->lock);
+	while (!j->finished)
+		if (rm_wait_a_little(r))    /* it stops at its next bytes */
+			__atomic_store_n(&j->cancel, true, __ATOMIC_RELAXED);
+	rc = j->rc;
+	if (rc == -ECANCELED)
+		rc = pt_fail(err, -EINTR, "interrupted");
+	else if (rc)
+		rc = rm_read_fail(r, err);
+	pthread_mutex_unlock(&r->lock);
+	rm_job_free(j);
+	return rc;
+}
+
 /* Copy [@off, @off + @n) out of the cache file: 0, -EAGAIN when some
- * of it was punched out meanwhile (rm_make_room), or -EIO. */
+ * of it was punched out meanwhile (rm_make_room, in this process or
+ * another: the map says), or -EIO. */
 static int rm_copy(struct pt_remote *r, void *buf, size_t n, uint64_t off,
 		   struct pt_error *err)
 {
-	bool lost, held = true;
+	bool held = true;
 	int rc = 0;
 
 	if (r->budget) {
-		pthread_rwlock_rdlock(&r->punch);
+		rm_share_begin(r);
 		pthread_mutex_lock(&r->lock);
-		held = rm_all_held(r, off / RM_BLOCK, (off + n - 1) / RM_BLOCK + 1,
-				   &lost);
+		held = rm_cache_sync_map(&r->c, r->held, off / RM_BLOCK,
+					 (off + n - 1) / RM_BLOCK + 1) == 1;
 		pthread_mutex_unlock(&r->lock);
 	}
 	if (held) {
@@ -493,26 +686,19 @@ static int rm_copy(struct pt_remote *r, void *buf, size_t n, uint64_t off,
 				     got < 0 ? strerror((int)-got) : "short read");
 	}
 	if (r->budget)
-		pthread_rwlock_unlock(&r->punch);
+		rm_share_end(r);
 	return held ? rc : -EAGAIN;
 }
 
-int pt_remote_read(struct pt_remote *r, void *buf, size_t n, uint64_t off,
+/* The read of pt_remote_read(), [@off, @off + @n) inside the object. */
+static int rm_read(struct pt_remote *r, void *buf, size_t n, uint64_t off,
 		   struct pt_error *err)
 {
-	uint64_t b0 = off / RM_BLOCK, b1, seq0, want;
+	uint64_t b0 = off / RM_BLOCK, b1 = (off + n - 1) / RM_BLOCK + 1, seq0;
 	struct rm_job *list = NULL;
-	bool lost, missed = false, evict;
+	bool lost, evict, direct = false;
 	int rc;
 
-	if (n == 0)
-		return 0;
-	if (off > r->size || n > r->size - off)
-		return pt_fail(err, -EIO,
-			       "%s: read of %zu bytes at %llu beyond its end (%llu bytes)",
-			       r->u.display, n, (unsigned long long)off,
-			       (unsigned long long)r->size);
-	b1 = (off + n - 1) / RM_BLOCK + 1;
 	if (rm_tracing())
 		rm_log(r, 7, "remote: %.3f read %zu at %llu", rm_now(), n,
 		       (unsigned long long)off);
@@ -521,22 +707,25 @@ int pt_remote_read(struct pt_remote *r, void *buf, size_t n, uint64_t off,
 	if (!r->stale && !rm_all_held(r, b0, b1, &lost)) {
 		/* another process may have fetched them */
 		rm_cache_load_map(&r->c, r->held, b0, b1);
-		if (!rm_all_held(r, b0, b1, &lost))
-			missed = true;
-		/* blocks nobody fetches yet: at least RM_MISS from here
-		 * (those in flight are waited for) */
-		if (lost) {
-			want = b0 * RM_BLOCK + RM_MISS;
-			rm_fetch(r, off, want > off + n ? want : off + n, true,
-				 &list);
-		}
+		/* blocks nobody fetches yet: fetched now (those in flight
+		 * are waited for), or read directly while the cache is full */
+		if (!rm_all_held(r, b0, b1, &lost) && lost)
+			direct = rm_now() < r->nospace_until;
+		if (lost && !direct)
+			rm_fetch(r, off, off + n, true, &list);
 	}
-	rm_read_ahead(r, off, off + n, missed, &list);
+	rm_read_ahead(r, off, off + n, &list);
 	pthread_mutex_unlock(&r->lock);
 	rm_submit(list);
+	if (direct)
+		return rm_read_direct(r, buf, n, off, err);
 	do {
 		pthread_mutex_lock(&r->lock);
 		rc = r->stale ? -1 : rm_wait(r, off, off + n, seq0);
+		if (rc == -3) {
+			pthread_mutex_unlock(&r->lock);
+			return rm_read_direct(r, buf, n, off, err);
+		}
 		if (rc == -2)
 			rc = pt_fail(err, -EINTR, "interrupted");
 		else if (rc)
@@ -553,6 +742,42 @@ int pt_remote_read(struct pt_remote *r, void *buf, size_t n, uint64_t off,
 	return rc;
 }
 
+/* Under r->lock: @d more (or fewer) reads need blocks [b0, b1). */
+static void rm_readers(struct pt_remote *r, uint64_t b0, uint64_t b1, int d)
+{
+	uint64_t b;
+
+	for (b = b0; r->readers && b < b1; b++)
+		r->readers[b] = (uint16_t)(r->readers[b] + d);
+}
+
+int pt_remote_read(struct pt_remote *r, void *buf, size_t n, uint64_t off,
+		   struct pt_error *err)
+{
+	uint64_t b0 = off / RM_BLOCK, b1;
+	int rc;
+
+	if (n == 0)
+		return 0;
+	if (off > r->size || n > r->size - off)
+		return pt_fail(err, -EIO,
+			       "%s: read of %zu bytes at %llu beyond its end (%llu bytes)",
+			       r->u.display, n, (unsigned long long)off,
+			       (unsigned long long)r->size);
+	/* an object with a budget: the blocks of this read are not punched
+	 * while it waits for them and copies them (else a small budget and
+	 * reads ahead of this one could punch them again and again) */
+	b1 = (off + n - 1) / RM_BLOCK + 1;
+	pthread_mutex_lock(&r->lock);
+	rm_readers(r, b0, b1, 1);
+	pthread_mutex_unlock(&r->lock);
+	rc = rm_read(r, buf, n, off, err);
+	pthread_mutex_lock(&r->lock);
+	rm_readers(r, b0, b1, -1);
+	pthread_mutex_unlock(&r->lock);
+	return rc;
+}
+
 bool pt_remote_extent(struct pt_remote *r, uint64_t off, uint64_t n, int *fd,
 		      uint64_t *file_off)
 {
@@ -566,7 +791,7 @@ bool pt_remote_extent(struct pt_remote *r, uint64_t off, uint64_t n, int *fd,
 					(off + n - 1) / RM_BLOCK + 1, &lost);
 	/* served without pt_remote_read: keep the read-ahead going */
 	if (held)
-		rm_read_ahead(r, off, off + n, false, &list);
+		rm_read_ahead(r, off, off + n, &list);
 	pthread_mutex_unlock(&r->lock);
 	rm_submit(list);
 	if (held) {
@@ -574,6 +799,46 @@ bool pt_remote_extent(struct pt_remote *r, uint64_t off, uint64_t n, int *fd,
 		*file_off = off;
 	}
 	return held;
+}
+
+void pt_remote_region(struct pt_remote *r, uint64_t off, uint64_t n)
+{
+	struct rm_region *g;
+	size_t at;
+
+	if (off >= r->size || n == 0)
+		return;
+	if (n > r->size - off)
+		n = r->size - off;
+	pthread_mutex_lock(&r->lock);
+	g = rm_region_at(r, off);
+	if (g || (g = rm_region_at(r, off + n - 1)) != NULL) {
+		pthread_mutex_unlock(&r->lock);
+		return;     /* known (or overlapping one: the first stays) */
+	}
+	if (r->nregions == r->cap_regions) {
+		size_t cap = r->cap_regions ? 2 * r->cap_regions : 64;
+		struct rm_region *nv = realloc(r->regions, cap * sizeof(*nv));
+
+		if (!nv) {
+			pthread_mutex_unlock(&r->lock);
+			return;     /* a hint: read without read-ahead */
+		}
+		r->regions = nv;
+		r->cap_regions = cap;
+	}
+	for (at = r->nregions; at > 0 && r->regions[at - 1].lo > off; at--)
+		;
+	memmove(&r->regions[at + 1], &r->regions[at],
+		(r->nregions - at) * sizeof(*r->regions));
+	memset(&r->regions[at], 0, sizeof(*r->regions));
+	r->regions[at].lo = off;
+	r->regions[at].hi = off + n;
+	r->nregions++;
+	pthread_mutex_unlock(&r->lock);
+	if (rm_tracing())
+		rm_log(r, 7, "remote: region %llu at %llu",
+		       (unsigned long long)n, (unsigned long long)off);
 }
 
 void pt_remote_prefetch(struct pt_remote *r, uint64_t off, uint64_t n)
@@ -584,27 +849,14 @@ void pt_remote_prefetch(struct pt_remote *r, uint64_t off, uint64_t n)
 		return;
 	if (n > r->size - off)
 		n = r->size - off;
-	if (n > r->pf_cap)
-		n = r->pf_cap;
+	if (n > r->win_max)
+		n = r->win_max;
 	if (rm_tracing())
 		rm_log(r, 7, "remote: prefetch %llu at %llu",
 		       (unsigned long long)n, (unsigned long long)off);
 	pthread_mutex_lock(&r->lock);
-	/* a hint repeated by every read of a tensor: new requests only once
-	 * the reads got through half of what was asked before, so that they
-	 * stay RM_CHUNK ranges instead of one small range per read */
-	if (off >= r->pf_off && off < r->pf_end &&
-	    r->pf_end - off >= n / 2) {
-		pthread_mutex_unlock(&r->lock);
-		return;
-	}
-	r->pf_off = off;
-	r->pf_end = off + n;
-	if (!r->stale && !r->closing) {
+	if (!r->stale && !r->closing)
 		rm_fetch(r, off, off + n, false, &list);
-		if (r->ahead < off + n && r->ahead + RM_WINDOW_MAX >= off)
-			r->ahead = off + n;
-	}
 	pthread_mutex_unlock(&r->lock);
 	rm_submit(list);
 }
@@ -625,12 +877,18 @@ int pt_remote_check(struct pt_remote *r, struct pt_error *err)
 
 /* ---- open ---- */
 
+static bool rm_safetensors(const struct rm_url *u)
+{
+	size_t n = strlen(u->rel);
+
+	return n >= 12 && !strcmp(u->rel + n - 12, ".safetensors");
+}
+
 static bool rm_head_first(const struct rm_url *u)
 {
 	size_t n = strlen(u->rel);
 
-	return (n >= 12 && !strcmp(u->rel + n - 12, ".safetensors")) ||
-	       (n >= 5 && !strcmp(u->rel + n - 5, ".json"));
+	return rm_safetensors(u) || (n >= 5 && !strcmp(u->rel + n - 5, ".json"));
 }
 
 /* One line for a failed open: the URL as given, where it was requested
@@ -672,8 +930,9 @@ static int rm_open_fail(struct pt_remote *r, const struct rm_job *j,
 /*
  * Send the open requests and wait for them: the last RM_TAIL bytes (a ZIP's
  * end records and central directory) and, in parallel, the first RM_FIRST
- * (the format's magic, a ZIP's data.pkl); only the head for .safetensors and
- * .json; only one conditional request when the cache has the object.
+ * (the format's magic, a ZIP's data.pkl); only the head for .safetensors (its
+ * first block: the header is read by its declared length) and .json; only
+ * one conditional request when the cache has the object.
  * *@main is the one that decides, *@extra the other (or NULL).
  */
 static int rm_probe(struct pt_remote *r, bool conditional,
@@ -682,7 +941,9 @@ static int rm_probe(struct pt_remote *r, bool conditional,
 {
 	bool head = rm_head_first(&r->u);
 	int want = head || conditional ? 1 : 2, got = 0;
-	struct rm_job *j = rm_job_new(r, 0, head ? RM_FIRST : RM_TAIL, true);
+	struct rm_job *j = rm_job_new(r, 0, !head ? RM_TAIL :
+				      rm_safetensors(&r->u) ? RM_BLOCK : RM_FIRST,
+				      true);
 	struct rm_job *h = want == 2 ? rm_job_new(r, 0, RM_FIRST, true) : NULL;
 
 	*main = *extra = NULL;
@@ -757,15 +1018,18 @@ static void rm_store_probe(struct pt_remote *r, const struct rm_job *j)
 		return;
 	first = j->status == 200 ? 0 : j->range_first;
 	end = first + j->mem_len;
-	if (pt_pwrite_full(r->c.data_fd, j->mem, j->mem_len, first) != 0)
-		return;
 	b0 = (first + RM_BLOCK - 1) / RM_BLOCK;
 	b1 = end == r->size ? r->nblocks : end / RM_BLOCK;
+	if (r->budget) {
+		if (rm_write_share(r, (const char *)j->mem, j->mem_len, first,
+				   b0, b1))
+			return;
+	} else if (pt_pwrite_full(r->c.data_fd, j->mem, j->mem_len, first) ||
+		   (b1 > b0 && rm_cache_mark(&r->c, b0, b1))) {
+		return;
+	}
 	for (b = b0; b < b1; b++)
 		rm_set(r->held, b);
-	if (b1 > b0)
-		rm_cache_mark(&r->c, r->held, b0, b1);
-	r->stored += j->mem_len;
 }
 
 static size_t rm_api_body(char *p, size_t size, size_t n, void *ud)
@@ -888,13 +1152,38 @@ static void rm_set_budget(struct pt_remote *r)
 	if (r->size <= lim)
 		return;
 	r->budget = lim > 4 * RM_BLOCK ? lim : 4 * RM_BLOCK;
-	r->pf_cap = r->win_max = r->budget / 4 > RM_MISS ? r->budget / 4 :
-				 RM_MISS;
-	if (r->pf_cap > RM_PREFETCH_CAP)
-		r->pf_cap = RM_PREFETCH_CAP;
+	r->readers = calloc(r->nblocks, sizeof(*r->readers));
+	if (!r->readers) {
+		r->budget = 0;      /* no bound of its own (never punched) */
+		return;
+	}
+	r->win_max = r->budget / 4 > RM_MISS ? r->budget / 4 : RM_MISS;
 	if (r->win_max > RM_WINDOW_MAX)
 		r->win_max = RM_WINDOW_MAX;
-	r->stored = held;
+}
+
+/*
+ * The object's place in the cache.  When its filesystem is full (ENOSPC,
+ * EDQUOT) even after every other version went: no place, and every read
+ * is served from the network (r->nospace_until for good).
+ */
+static int rm_cache_open_or_not(struct pt_remote *r, struct rm_meta *m,
+				struct pt_error *err)
+{
+	int rc = rm_cache_open(&r->c, r->cache_root, r->u.key, m, err);
+
+	if (rc == -ENOSPC || rc == -EDQUOT) {
+		rm_cache_evict(r->cache_root, 0, NULL);
+		rc = rm_cache_open(&r->c, r->cache_root, r->u.key, m, err);
+	}
+	if (rc != -ENOSPC && rc != -EDQUOT)
+		return rc;
+	rm_log(r, 4, "%s: %s: served from the network, not cached",
+	       r->u.display, err->msg);
+	pt_error_clear(err);
+	r->nospace_until = HUGE_VAL;
+	r->nospace_told = true;
+	return 0;
 }
 
 static int rm_open_common(struct pt_remote *r, struct pt_error *err)
@@ -923,7 +1212,7 @@ static int rm_open_common(struct pt_remote *r, struct pt_error *err)
 	if (!rc) {
 		r->size = m.size;
 		r->mtime = m.mtime;
-		rc = rm_cache_open(&r->c, r->cache_root, r->u.key, &m, err);
+		rc = rm_cache_open_or_not(r, &m, err);
 	}
 	if (!rc) {
 		r->nblocks = (r->size + RM_BLOCK - 1) / RM_BLOCK;
@@ -935,6 +1224,9 @@ static int rm_open_common(struct pt_remote *r, struct pt_error *err)
 	if (!rc) {
 		rm_cache_load_map(&r->c, r->held, 0, r->nblocks);
 		rm_set_budget(r);
+		/* it may splice from the file: no other process punches it */
+		if (!r->budget && r->c.splice_fd >= 0)
+			flock(r->c.splice_fd, LOCK_SH);
 		rm_store_probe(r, j);
 		/* the head, when it is the same version */
 		if (h && !h->rc && !strcmp(h->etag, j->etag) &&
@@ -974,10 +1266,11 @@ static struct pt_remote *rm_new(const struct pt_remote_opts *o)
 	if (!r->o.cache_size)
 		r->o.cache_size = (uint64_t)10 << 30;
 	r->c.data_fd = r->c.map_fd = r->c.lock_fd = -1;
+	r->c.splice_fd = r->c.punch_fd = -1;
+	pthread_mutex_init(&r->share_lock, NULL);
 	pthread_mutex_init(&r->lock, NULL);
 	pthread_cond_init(&r->cond, NULL);
 	pthread_rwlock_init(&r->punch, NULL);
-	r->pf_cap = RM_PREFETCH_CAP;
 	r->win_max = RM_WINDOW_MAX;
 	return r;
 }
@@ -1044,11 +1337,14 @@ void pt_remote_close(struct pt_remote *r)
 	free(r->origin);
 	free(r->held);
 	free(r->busy);
+	free(r->regions);
+	free(r->readers);
 	free(r->own[0]);
 	free(r->own[1]);
 	free(r->own[2]);
 	pthread_mutex_destroy(&r->lock);
 	pthread_cond_destroy(&r->cond);
 	pthread_rwlock_destroy(&r->punch);
+	pthread_mutex_destroy(&r->share_lock);
 	free(r);
 }

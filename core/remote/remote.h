@@ -76,8 +76,15 @@ int pt_remote_read(struct pt_remote *r, void *buf, size_t n, uint64_t off,
 bool pt_remote_extent(struct pt_remote *r, uint64_t off, uint64_t n, int *fd,
 		      uint64_t *file_off);
 
-/* Hint: [@off, @off + @n) is read soon (a tensor); starts parallel range
- * requests for it (capped) and returns at once. */
+/* Hint: [@off, @off + @n) is one region (io/source.h: a tensor's
+ * storage): reads inside it that continue each other are read ahead of,
+ * up to its end.  Reads outside every region are fetched exactly (their
+ * blocks).  Never blocks. */
+void pt_remote_region(struct pt_remote *r, uint64_t off, uint64_t n);
+
+/* Hint: [@off, @off + @n) is read whole, soon (a record): its missing
+ * blocks are requested now (as RM_CHUNK ranges in parallel, up to the
+ * read-ahead window's bound); returns at once. */
 void pt_remote_prefetch(struct pt_remote *r, uint64_t off, uint64_t n);
 
 /* 0 while the object is unchanged, -ESTALE once a response showed a new

@@ -19,9 +19,9 @@
 #define RM_BLOCK ((uint64_t)64 << 10)      /* cache granule */
 #define RM_FIRST ((uint64_t)1 << 20)       /* open: the first MiB */
 #define RM_TAIL ((uint64_t)2 << 20)        /* open: the last 2 MiB */
-#define RM_MISS ((uint64_t)1 << 20)        /* least fetched by a miss */
+#define RM_MISS ((uint64_t)1 << 20)        /* a read this far behind the
+					    * last one still continues it */
 #define RM_CHUNK ((uint64_t)8 << 20)       /* one parallel range */
-#define RM_PREFETCH_CAP ((uint64_t)256 << 20)
 #define RM_WINDOW_MAX ((uint64_t)128 << 20) /* sequential read-ahead */
 #define RM_MAX_INFLIGHT 16
 
@@ -67,6 +67,7 @@ struct rm_job {
 	bool conditional;       /* probe: If-None-Match r->etag */
 	bool cancel;            /* its object closes: stop it */
 	bool via_origin;        /* sent to r->origin (the CDN's URL expired) */
+	unsigned url_gen;       /* r->url_gen when it was sent to r->url */
 	char *redirect;         /* the Location being followed, or NULL */
 	unsigned hops;          /* redirects followed */
 	bool if_range;          /* sent If-Range: a 200 means a new version */
@@ -85,6 +86,8 @@ struct rm_job {
 	char *eff_url;
 	uint8_t *mem;           /* probe body */
 	uint64_t mem_len;
+	uint8_t *dst;           /* direct: the reader's buffer (len bytes) */
+	bool finished;          /* direct: on_done ran (the reader frees) */
 	int rc;                 /* result: 0, -errno */
 	char msg[320];
 	char errbody[1024];     /* the start of an error answer's body */
@@ -122,6 +125,8 @@ struct rm_cache {
 	int data_fd;            /* sparse file of the object's bytes */
 	int map_fd;             /* bitmap of blocks held (flock'ed) */
 	int lock_fd;            /* flock LOCK_SH while open: not evicted */
+	int splice_fd;          /* flock LOCK_SH: may splice from data */
+	int punch_fd;           /* flock LOCK_SH: storing or copying */
 	uint64_t written;       /* bytes stored since the last eviction pass */
 };
 
@@ -141,11 +146,26 @@ int rm_cache_open(struct rm_cache *c, const char *root, const char *key,
 void rm_cache_latest(const char *root, const char *key, struct rm_meta *m);
 int rm_cache_load_map(struct rm_cache *c, uint8_t *held, uint64_t b0,
 		      uint64_t b1);
-int rm_cache_mark(struct rm_cache *c, const uint8_t *held, uint64_t b0,
-		  uint64_t b1);
+int rm_cache_sync_map(struct rm_cache *c, uint8_t *held, uint64_t b0,
+		      uint64_t b1);
+int rm_cache_mark(struct rm_cache *c, uint64_t b0, uint64_t b1);
 int rm_cache_unmark(struct rm_cache *c, uint64_t b0, uint64_t b1);
 void rm_cache_evict(const char *root, uint64_t limit, const char *keep);
 void rm_cache_close(struct rm_cache *c);
+
+/*
+ * A region (io/source.h: a tensor's storage, a stored record) and the
+ * read-ahead of the reads inside it: the first read, or one that jumps,
+ * fetches its own blocks only; each read that continues the last makes
+ * the window at least RM_CHUNK, else 4 times larger (up to win_max: three
+ * reads reach it) and fetches that far ahead, never past @hi.
+ */
+struct rm_region {
+	uint64_t lo, hi;
+	uint64_t next;            /* end of the last read in it (0: none) */
+	uint64_t window;
+	uint64_t ahead;           /* read-ahead requested up to here */
+};
 
 struct pt_remote {
 	struct rm_url u;
@@ -154,6 +174,11 @@ struct pt_remote {
 	char *cache_root;
 	char *url;                /* request URL (the CDN's after a redirect) */
 	char *origin;             /* the URL that redirected there, or NULL */
+	/* the engine's thread only: a CDN URL that expired is replaced by
+	 * the one the origin redirects to now, asked by one job (renewer)
+	 * while the others wait for it; url_gen counts the replacements */
+	unsigned url_gen;
+	struct rm_job *renewer;
 	uint64_t size;
 	int64_t mtime;
 	char etag[160];           /* validator: If-Match / If-None-Match */
@@ -165,22 +190,31 @@ struct pt_remote {
 	uint8_t *busy;            /* blocks being fetched by this process */
 	uint64_t nblocks;
 	uint64_t seq_next;        /* end of the last read */
-	uint64_t window;          /* sequential read-ahead */
-	uint64_t ahead;           /* read-ahead requested up to here */
-	uint64_t pf_off, pf_end;  /* the last prefetch hint's range */
+	struct rm_region *regions; /* sorted by lo, not overlapping */
+	size_t nregions, cap_regions;
 	/* an object the cache cannot hold whole (larger than 7/8 of
-	 * cache_size): its own cold blocks are punched out so that it never
-	 * holds more than @budget bytes there, read-ahead shrinks to a
-	 * quarter of it, and its bytes are copied, not spliced (a punch
-	 * waits for the copies in flight, rm_make_room) */
+	 * cache_size): its cold blocks are punched out so that the cache
+	 * file never holds more than @budget bytes, whichever processes
+	 * read it, read-ahead shrinks to a quarter of it, and its bytes are
+	 * copied, not spliced (a punch waits for the stores and copies in
+	 * flight, rm_make_room) */
 	uint64_t budget;          /* 0: no bound of its own */
-	uint64_t stored;          /* bytes of it in the cache (budget only) */
 	uint64_t cursor;          /* the next block own eviction looks at */
-	uint64_t pf_cap, win_max; /* RM_PREFETCH_CAP, RM_WINDOW_MAX or less */
-	pthread_rwlock_t punch;
+	uint16_t *readers;        /* per block: reads waiting for it or
+				   * copying it (budget only): never punched */
+	uint64_t win_max;         /* RM_WINDOW_MAX or less */
+	pthread_rwlock_t punch;   /* rm_share_begin() / rm_make_room() */
+	pthread_mutex_t share_lock;
+	unsigned sharers;         /* threads in a share: punch file LOCK_SH */
 	int fail_rc;
 	char fail_msg[2048];
 	uint64_t fail_seq;
+	/* the cache's filesystem is full (ENOSPC, EDQUOT) and nothing could
+	 * be evicted: until then, reads of missing blocks are served from
+	 * the network into the reader's buffer (rm_read_direct), and there
+	 * is no read-ahead */
+	double nospace_until;
+	bool nospace_told;        /* warned once */
 	bool stale;
 	char stale_why[320];      /* what showed the new version */
 	bool closing;

@@ -16,6 +16,11 @@ static int rs_read(const struct pt_source *s, void *buf, size_t n,
 	return pt_remote_read(s->priv, buf, n, off, err);
 }
 
+static void rs_region(const struct pt_source *s, uint64_t off, uint64_t n)
+{
+	pt_remote_region(s->priv, off, n);
+}
+
 static void rs_prefetch(const struct pt_source *s, uint64_t off, uint64_t n)
 {
 	pt_remote_prefetch(s->priv, off, n);
@@ -56,6 +61,7 @@ static void rs_close(struct pt_source *s)
 
 static const struct pt_source_ops rs_ops = {
 	.read = rs_read,
+	.region = rs_region,
 	.prefetch = rs_prefetch,
 	.extent = rs_extent,
 	.check = rs_check,

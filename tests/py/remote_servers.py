@@ -330,6 +330,7 @@ class HubStandIn:
         self.seen = []
         self.sig = "1"              # the CDN URLs' signature generation
         self.location = None        # (commit, path) -> where to redirect
+        self.throttle = 0           # resolves answered 429 (Retry-After: 1)
 
     def __enter__(self):
         hub = self
@@ -351,6 +352,13 @@ class HubStandIn:
                 if len(parts) < 6 or parts[3] != "resolve":
                     return self._reply(404)
                 rev, path = parts[4], parts[5]
+                if hub.throttle > 0:
+                    hub.throttle -= 1
+                    self.send_response(429)
+                    self.send_header("Retry-After", "1")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 commit = hub.branches.get(rev, rev)
                 if commit not in hub.branches.values():
                     return self._reply(404)

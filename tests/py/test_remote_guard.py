@@ -374,6 +374,45 @@ def test_cache_size_bounds_the_object_being_read(root, cache):
         assert samples[-1] > 1 << 20        # it did cache, within the bound
 
 
+def test_cache_size_bounds_an_object_two_processes_read(root, cache):
+    """cache_size=8M and two processes streaming the same 24 MiB tensor
+    at once (one version, one cache file): the cache directory never
+    holds more than 8 MiB, and both get every byte right."""
+    want = torch.randn(6 << 20, generator=torch.Generator().manual_seed(9))
+    save({"w": want}, os.path.join(root, "m.pt"))
+    with rs.Nginx(root) as n, rs.FaultProxy(n.port, delay=0.002) as p:
+        os.makedirs(cache)
+        samples = []
+        procs = [subprocess.Popen([PTFS, "cat", *o(cache, "cache_size=8M"),
+                                   p.url("m.pt"), "w"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                 for _ in range(2)]
+        stop = threading.Event()
+
+        def sample():
+            while not stop.is_set():
+                samples.append(cache_bytes(cache))
+                time.sleep(0.01)
+        t = threading.Thread(target=sample)
+        t.start()
+        try:
+            outs = [q.communicate(timeout=120) for q in procs]
+        finally:
+            stop.set()
+            t.join()
+            for q in procs:
+                if q.poll() is None:
+                    q.kill()
+                    q.wait()
+        samples.append(cache_bytes(cache))
+        for q, (out, err) in zip(procs, outs):
+            assert q.returncode == 0, err
+            assert out == oracle.tensor_bytes(want)
+        assert len(version_dirs(cache)) == 1       # they shared one file
+        assert len(samples) >= 2
+        assert max(samples) <= 8 << 20, max(samples)
+
+
 @pytest.fixture
 def small_fs(tmp_path):
     """A 64 MiB ext4 filesystem on a loop device (root only)."""
@@ -462,6 +501,53 @@ def test_cache_filesystem_filled_by_another_writer_is_not_eio(root, small_fs):
         assert proc.returncode == 0, err
         assert out == oracle.tensor_bytes(want)
         assert not (old_dirs & set(version_dirs(cache)))   # it made room
+
+
+def fill(fs):
+    """Fill the filesystem @fs up (another writer): its last free block
+    taken, as root could (ext4 keeps 5% for root; root takes them)."""
+    with open(os.path.join(fs, "filler"), "wb") as f:
+        for size in (1 << 20, 4096):
+            try:
+                while True:
+                    f.write(b"\xff" * size)
+                    f.flush()
+            except OSError:
+                pass
+
+
+def test_full_cache_filesystem_with_nothing_to_evict_is_served_from_memory(root, small_fs):
+    """The cache's filesystem fills up after the open and nothing can be
+    evicted (no other version, the object well within its budget): the
+    reads are served from the network through the reader's buffer, every
+    byte right, not EIO; once space is back, the cache is used again."""
+    want = torch.randn(4 << 20, generator=torch.Generator().manual_seed(8))
+    save({"w": want}, os.path.join(root, "m.pt"))
+    cache = os.path.join(small_fs, "cache")
+    with rs.Nginx(root) as n, rs.FaultProxy(n.port) as p:
+        # the open's two requests pass, the tensor's wait for the gate
+        p.faults = [None, None] + ["gate"] * 100
+        proc = subprocess.Popen([PTFS, "cat", *o(cache), p.url("m.pt"), "w"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        end = time.time() + 60
+        while p.seen < 3 and time.time() < end and proc.poll() is None:
+            time.sleep(0.01)
+        assert p.seen >= 3 and len(version_dirs(cache)) == 1
+        fill(small_fs)
+        p.gate.set()
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        assert out == oracle.tensor_bytes(want)
+        assert b"not cached" in err, err         # said once, as a warning
+        assert err.count(b"\n") == 1, err
+        # a mount of it while the filesystem is still full: reads right
+        with mounted(n.url("m.pt"), *o(cache)) as mnt:
+            with open(os.path.join(mnt, "w"), "rb") as f:
+                assert f.read() == oracle.tensor_bytes(want)
+        os.unlink(os.path.join(small_fs, "filler"))
+        r = ptfs("cat", *o(cache), n.url("m.pt"), "w")
+        assert r.returncode == 0 and r.stdout == oracle.tensor_bytes(want), r.stderr
+        assert cache_bytes(cache) >= 4 << 20     # cached again
 
 
 def version_dirs(cache):
