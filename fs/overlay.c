@@ -898,9 +898,9 @@ static int ovs_read(const struct pt_source *src, void *buf, size_t n,
 
 static void ovs_region(const struct pt_source *src, uint64_t off, uint64_t n)
 {
-	struct ov *o = src->priv;
+	struct ov_file *f = src->priv;
 
-	pt_source_region(pt_ckpt_source(o->ck), off, n);
+	pt_source_region(pt_ckpt_source(f->ck), off, n);
 }
 
 static void ovs_prefetch(const struct pt_source *src, uint64_t off, uint64_t n)
