@@ -24,8 +24,15 @@
 #include "container/zipwrite.h"
 #include "decode/pickle_emit.h"
 
+/* Bytes in memory a new record is read from (a change's ctx). */
+struct span {
+	const uint8_t *p;
+	uint64_t len;
+};
+
 struct zkey {                           /* a storage the new pickle names */
 	const struct pt_storage *st;
+	struct span bytes;              /* a new storage's */
 	char key[24];                   /* its new key */
 	char *name;                     /* its record's full name */
 	struct pt_zw_change ch;         /* new bytes (a new storage) */
@@ -124,23 +131,13 @@ static unsigned data_proto(const struct pt_ckpt *ck)
 	return 2;
 }
 
-static int mem_read(void *ctx, void *buf, size_t n, uint64_t off)
+static int span_read(void *ctx, void *buf, size_t n, uint64_t off)
 {
-	const struct pt_storage *st = ctx;
+	const struct span *s = ctx;
 
-	if (off > st->nbytes || n > st->nbytes - off)
+	if (off > s->len || n > s->len - off)
 		return -EIO;
-	memcpy(buf, st->mem + off, n);
-	return 0;
-}
-
-static int pkl_read(void *ctx, void *buf, size_t n, uint64_t off)
-{
-	const struct pt_buf *b = ctx;
-
-	if (off > b->len || n > b->len - off)
-		return -EIO;
-	memcpy(buf, b->p + off, n);
+	memcpy(buf, s->p + off, n);
 	return 0;
 }
 
@@ -162,9 +159,11 @@ static int name_records(struct zed *z, const char *prefix, struct pt_error *err)
 		if (k->st->kind != PT_ST_MEM && k->st->kind != PT_ST_NONE)
 			return pt_fail(err, -EINVAL, "storage '%s' has no record to copy",
 				       k->st->key);
+		k->bytes.p = k->st->mem;
+		k->bytes.len = k->st->nbytes;
 		k->ch.size = k->st->nbytes;
-		k->ch.read = mem_read;
-		k->ch.ctx = (void *)(uintptr_t)k->st;
+		k->ch.read = span_read;
+		k->ch.ctx = &k->bytes;
 	}
 	return 0;
 }
@@ -226,6 +225,7 @@ static int restructure(struct zed *z, struct pt_buf *pkl, bool dry,
 		.pid_ctx = z,
 	};
 	struct pt_zw_change ch = { 0 };
+	struct span bytes;
 	struct pt_zw_rec *plan = NULL;
 	size_t n = 0;
 	int rc;
@@ -235,10 +235,12 @@ static int restructure(struct zed *z, struct pt_buf *pkl, bool dry,
 		rc = pt_fail(err, -ENOMEM, "out of memory");
 	if (rc == 0)
 		rc = name_records(z, pt_zip_info(ck->zip)->prefix, err);
+	bytes.p = (const uint8_t *)pkl->p;
+	bytes.len = pkl->len;
 	ch.entry = pt_zip_find_rel(ck->zip, "data.pkl");
 	ch.size = pkl->len;
-	ch.read = pkl_read;
-	ch.ctx = pkl;
+	ch.read = span_read;
+	ch.ctx = &bytes;
 	if (rc == 0)
 		rc = make_plan(z, &ch, &plan, &n, err);
 	if (rc == 0 && dry)
