@@ -817,9 +817,9 @@ static int zw_space(const struct zw *w, const char *path)
 			need = UINT64_MAX;
 		if (need > avail)
 			rc = pt_fail(w->err, -ENOSPC,
-				     "commit: needs %llu bytes in %s, %llu free",
+				     "commit: needs %llu bytes in %s, %llu free: %s",
 				     (unsigned long long)need, real,
-				     (unsigned long long)avail);
+				     (unsigned long long)avail, strerror(ENOSPC));
 	}
 	free(real);
 	return rc;

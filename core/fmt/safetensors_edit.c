@@ -154,8 +154,9 @@ static int st_write(struct pt_ckpt *ck, const struct pt_tensor **t, size_t n,
 		return rc;
 	if (fstatvfs(r.fd, &vfs) == 0 &&
 	    (uint64_t)vfs.f_bavail * vfs.f_frsize < total) {
-		rc = pt_fail(err, -ENOSPC, "needs %" PRIu64 " bytes beside %s, %" PRIu64 " free",
-			     total, r.real, (uint64_t)vfs.f_bavail * vfs.f_frsize);
+		rc = pt_fail(err, -ENOSPC, "needs %" PRIu64 " bytes beside %s, %" PRIu64 " free: %s",
+			     total, r.real, (uint64_t)vfs.f_bavail * vfs.f_frsize,
+			     strerror(ENOSPC));
 		pt_replace_abort(&r);
 		return rc;
 	}
