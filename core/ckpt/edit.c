@@ -8,8 +8,9 @@
  * renamed in place, a value moves to another mapping, a scalar or a
  * tensor gets a new value in its slot.  Values reached from elsewhere too
  * (memo sharing, tied storages) are never changed themselves; only the
- * slot that holds them is.  Paths are the tree's names, and the tree is
- * made again after every edit, so a batch of edits (a CLI command, a
+ * slot that holds them is.  Paths are the tree's names, and the listings
+ * an edit changes are made again on next use (the other nodes stay what
+ * they are: a mount's inodes), so a batch of edits (a CLI command, a
  * mount's pending changes) sees its own earlier edits.
  *
  * Nothing reaches the file until pt_edit_commit(), which hands the graph
@@ -158,13 +159,27 @@ static void seq_cut(struct pt_vseq *s, size_t pos, size_t k)
 
 /* ---- finding what a path names ---- */
 
-/* Rebuild the tree over the edited graph (directory tables are cached in
- * the values they list, and pt__tree_free() lets them go). */
-static int refresh(struct pt_ckpt *ck, struct pt_error *err)
+/*
+ * Graph changes happen between edit_lock() and edit_done(), under the
+ * tree's lock (the one table fills take), so that no thread lists a
+ * sequence while it is being cut.  edit_done() retires the tables of the
+ * directory values whose listing changed (@a, @b: NULL is fine): every
+ * other node keeps its identity, which a mount's inode numbers are.
+ */
+static void edit_lock(struct pt_ckpt *ck)
 {
+	pthread_mutex_lock(&ck->tree->lock);
+}
+
+static int edit_done(struct pt_ckpt *ck, struct pt_value *a, struct pt_value *b)
+{
+	if (a)
+		pt__tree_touched(ck, a);
+	if (b && b != a)
+		pt__tree_touched(ck, b);
 	ck->edits.n++;
-	pt__tree_free(ck);
-	return pt__tree_new(ck, err);
+	pthread_mutex_unlock(&ck->tree->lock);
+	return 0;
 }
 
 static int need_editable(struct pt_ckpt *ck, struct pt_error *err)
@@ -400,8 +415,9 @@ int pt_edit_remove(struct pt_ckpt *ck, const char *path, struct pt_error *err)
 	rc = slot_of(ck, path, n, &s, "removed", err);
 	if (rc)
 		return rc;
+	edit_lock(ck);
 	slot_remove(&s);
-	return refresh(ck, err);
+	return edit_done(ck, n->parent->val, NULL);
 }
 
 static bool inside(const struct pt_node *n, const struct pt_node *dir)
@@ -413,8 +429,9 @@ static bool inside(const struct pt_node *n, const struct pt_node *dir)
 }
 
 /* Give the value of @s (entry @src) to the existing entry @dst. */
-static int move_onto(struct pt_ckpt *ck, const char *to, struct pt_node *dst,
-		     const struct pt_slot *s, struct pt_error *err)
+static int move_onto(struct pt_ckpt *ck, const char *to, struct pt_node *src,
+		     struct pt_node *dst, const struct pt_slot *s,
+		     struct pt_error *err)
 {
 	struct pt_value *val = *slot_value(s);
 	struct pt_slot d;
@@ -425,11 +442,14 @@ static int move_onto(struct pt_ckpt *ck, const char *to, struct pt_node *dst,
 	rc = slot_of(ck, to, dst, &d, "replaced", err);
 	if (rc)
 		return rc;
+	edit_lock(ck);
 	rc = slot_set(ck, &d, NULL, val);
-	if (rc)
+	if (rc) {
+		pthread_mutex_unlock(&ck->tree->lock);
 		return pt_fail(err, rc, "out of memory");
+	}
 	slot_remove(s);
-	return 0;
+	return edit_done(ck, src->parent->val, dst->parent->val);
 }
 
 int pt_edit_move(struct pt_ckpt *ck, const char *from, const char *to,
@@ -461,8 +481,7 @@ int pt_edit_move(struct pt_ckpt *ck, const char *from, const char *to,
 	if (dst) {
 		if (inside(dst, n))
 			return pt_fail(err, -EINVAL, "cannot move %.*s%s into itself", SHOWN(from));
-		rc = move_onto(ck, to, dst, &s, err);
-		return rc ? rc : refresh(ck, err);
+		return move_onto(ck, to, n, dst, &s, err);
 	}
 	if (!dir && !(dir = parent_of(ck, to, name, sizeof(name), err, &rc)))
 		return rc;
@@ -471,6 +490,7 @@ int pt_edit_move(struct pt_ckpt *ck, const char *from, const char *to,
 	key = key_for(ck, to, name, err, &rc);
 	if (!key)
 		return rc;
+	edit_lock(ck);
 	val = *slot_value(&s);
 	if (dir == n->parent && s.kind != PT_SLOT_ITEM) {
 		/* a rename: the key changes in place, the order stays */
@@ -478,12 +498,15 @@ int pt_edit_move(struct pt_ckpt *ck, const char *from, const char *to,
 	} else {
 		kv = pairs_of(ck, dir->val);
 		if (!kv || !seq_append(ck, kv, key, val))
-			return pt_fail(err, -ENOMEM, "out of memory");
-		slot_remove(&s);
+			rc = -ENOMEM;
+		else
+			slot_remove(&s);
 	}
-	if (rc)
+	if (rc) {
+		pthread_mutex_unlock(&ck->tree->lock);
 		return pt_fail(err, rc, "out of memory");
-	return refresh(ck, err);
+	}
+	return edit_done(ck, n->parent->val, dir->val);
 }
 
 /* Add @val under the new entry @path (its directory a mapping). */
@@ -502,10 +525,13 @@ static int add_entry(struct pt_ckpt *ck, const char *path,
 	key = key_for(ck, path, name, err, &rc);
 	if (!key)
 		return rc;
+	edit_lock(ck);
 	kv = pairs_of(ck, dir->val);
-	if (!kv || !seq_append(ck, kv, key, val))
+	if (!kv || !seq_append(ck, kv, key, val)) {
+		pthread_mutex_unlock(&ck->tree->lock);
 		return pt_fail(err, -ENOMEM, "out of memory");
-	return refresh(ck, err);
+	}
+	return edit_done(ck, dir->val, NULL);
 }
 
 int pt_edit_mkdir(struct pt_ckpt *ck, const char *path, struct pt_error *err)
@@ -640,10 +666,13 @@ int pt_edit_scalar(struct pt_ckpt *ck, const char *path, const void *text,
 	if (!v)
 		return pt_fail(err, -EINVAL, "%.*s%s: the new value must be %s, or None",
 			       SHOWN(path), kind_word(old));
+	edit_lock(ck);
 	rc = slot_set(ck, &s, NULL, v);
-	if (rc)
+	if (rc) {
+		pthread_mutex_unlock(&ck->tree->lock);
 		return pt_fail(err, rc, "out of memory");
-	return refresh(ck, err);
+	}
+	return edit_done(ck, n->parent->val, NULL);
 }
 
 /* ---- tensors ---- */
@@ -853,10 +882,13 @@ int pt_edit_tensor(struct pt_ckpt *ck, const char *path,
 		return rc;
 	if (!n)
 		return add_entry(ck, path, v, err);
+	edit_lock(ck);
 	rc = slot_set(ck, &s, NULL, v);
-	if (rc)
+	if (rc) {
+		pthread_mutex_unlock(&ck->tree->lock);
 		return pt_fail(err, rc, "out of memory");
-	return refresh(ck, err);
+	}
+	return edit_done(ck, n->parent->val, NULL);
 }
 
 /* ---- renaming the keys of a mapping ---- */
@@ -1093,6 +1125,7 @@ int pt_edit_rename(struct pt_ckpt *ck, const char *dir, pt_rename_fn fn,
 		goto out;
 	}
 	rc = plan_rename(e, n, fn, ctx, &texts, span, err);
+	edit_lock(ck);
 	for (i = 0; i < n && rc == 0; i++) {
 		struct pt_value **ks = key_slot(&e[i].slot), *k;
 
@@ -1112,9 +1145,11 @@ int pt_edit_rename(struct pt_ckpt *ck, const char *dir, pt_rename_fn fn,
 	}
 	if (rc == 0 && renamed)
 		rc = rename_metadata(ck, d->val, fn, ctx);
-	if (rc == 0 && renamed)
-		rc = refresh(ck, err);
-	else if (rc > 0 || (rc < 0 && !err->msg[0]))
+	if (renamed)
+		edit_done(ck, d->val, NULL);    /* what changed, even on failure */
+	else
+		pthread_mutex_unlock(&ck->tree->lock);
+	if (rc > 0 || (rc < 0 && !err->msg[0]))
 		rc = pt_fail(err, rc < 0 ? rc : -ENOMEM, "out of memory");
 out:
 	pt_buf_free(&texts);

@@ -202,6 +202,20 @@ struct pt_tree {
 	bool previews;                  /* NAME.png beside tensors */
 	struct pt_vfile **vfiles;       /* every generated file, for freeing */
 	size_t n_vfiles, cap_vfiles;
+	struct retired *retired;        /* directories an edit changed: */
+	size_t n_retired, cap_retired;  /* what they showed before */
+};
+
+/*
+ * A directory node whose listing an edit changed (pt__tree_touched()):
+ * its table and children before the edit, kept until close (a thread may
+ * still read them), so that the children it makes again from the new
+ * table are the old nodes wherever the entry is the same one.
+ */
+struct retired {
+	struct pt_node *dir;
+	struct dtab *tab;
+	struct pt_node **kids;
 };
 
 /*
@@ -285,6 +299,11 @@ struct pt_node **pt__tree_nodes_where(struct pt_ckpt *ck,
 				      bool (*pick)(struct pt_ckpt *ck,
 						   struct pt_node *n, void *ctx),
 				      void *ctx, size_t *count);
+
+/* The listing of directory value @v changed (an edit): its table is
+ * retired and every directory node showing it lists it again on next use,
+ * keeping the children whose entry stayed the same.  Under the tree lock. */
+void pt__tree_touched(struct pt_ckpt *ck, struct pt_value *v);
 
 /* ---- pictures.c ---- */
 
