@@ -530,6 +530,9 @@ int ptfs_mount_main(int argc, char **argv)
 	/* a writable mount may roll an interrupted commit back; a read-only
 	 * one never writes (ckpt.h) */
 	c.copts.recover = !c.ro;
+	/* rm, mv, mkdir and new scalar values (mount_edit.c) need every
+	 * argument of the pickle */
+	c.copts.editable = !c.ro;
 	ptfs_heap_reserve();
 	pt_error_clear(&err);
 	if (ptfs_open_checkpoint(c.checkpoint, &c.copts, &fs.ck, &err) != 0) {
@@ -540,6 +543,8 @@ int ptfs_mount_main(int argc, char **argv)
 	ptfs_heap_settle();      /* the open's scratch goes back */
 	print_open_notes(fs.ck, c.checkpoint);
 	fs.ckpath = c.checkpoint;
+	/* rm -r removes a list's items one by one by their names */
+	pt_edit_keep_names(fs.ck);
 	fs.ro = c.ro || !pt_ckpt_writable(fs.ck);
 	if (!c.ro && !pt_ckpt_writable(fs.ck)) {
 		if (ptfs_is_url(c.checkpoint))
@@ -567,6 +572,7 @@ int ptfs_mount_main(int argc, char **argv)
 	fs.singlethread = fopts.singlethread;
 	fs.may_wait = !fopts.singlethread && fopts.max_threads != 1;
 	pthread_mutex_init(&fs.wlock, NULL);
+	pthread_mutex_init(&fs.elock, NULL);
 	fs.ov = ov_new(fs.ck);
 	if (!fs.ov)
 		goto out;
@@ -600,6 +606,8 @@ out:
 			free(w);
 		}
 	}
+	ptfs_scalars_free(&fs);
+	ptfs_gone_free(&fs);
 	while (fs.handles) {
 		struct fh *h = fs.handles;
 

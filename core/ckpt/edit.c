@@ -302,9 +302,52 @@ static int slot_set(struct pt_ckpt *ck, const struct pt_slot *s,
 	}
 }
 
-static void slot_remove(const struct pt_slot *s)
+/* Take the entry of slot @s out of its sequence: cut, or with
+ * pt_edit_keep_names() a list's item leaves a hole that keeps the others'
+ * indexes (closed by pt_edit_commit()). */
+static int slot_remove(struct pt_ckpt *ck, const struct pt_slot *s)
 {
-	seq_cut(s->seq, s->pos, s->kind == PT_SLOT_PAIR ? 2 : 1);
+	size_t i;
+
+	if (!ck->edits.holes || s->kind != PT_SLOT_ITEM || s->owner->kind != PT_V_LIST) {
+		seq_cut(s->seq, s->pos, s->kind == PT_SLOT_PAIR ? 2 : 1);
+		return 0;
+	}
+	for (i = 0; i < ck->edits.n_holed && ck->edits.holed[i] != s->owner; i++)
+		;
+	if (i == ck->edits.n_holed) {
+		if (!pt_grow((void **)&ck->edits.holed, &ck->edits.cap_holed, i,
+			     sizeof(*ck->edits.holed)))
+			return -ENOMEM;
+		ck->edits.holed[ck->edits.n_holed++] = (struct pt_value *)s->owner;
+	}
+	s->seq->v[s->pos] = &pt__hole;
+	return 0;
+}
+
+void pt_edit_keep_names(struct pt_ckpt *ck)
+{
+	ck->edits.holes = true;
+}
+
+/* Close the holes of every list (before the commit writes the graph):
+ * their items are numbered anew. */
+static void close_holes(struct pt_ckpt *ck)
+{
+	size_t i, j, k;
+
+	edit_lock(ck);
+	for (i = 0; i < ck->edits.n_holed; i++) {
+		struct pt_vseq *s = &ck->edits.holed[i]->u.seq;
+
+		for (j = k = 0; j < s->n; j++)
+			if (s->v[j] != &pt__hole)
+				s->v[k++] = s->v[j];
+		s->n = k;
+		pt__tree_touched(ck, ck->edits.holed[i]);
+	}
+	ck->edits.n_holed = 0;
+	pthread_mutex_unlock(&ck->tree->lock);
 }
 
 /*
@@ -416,7 +459,11 @@ int pt_edit_remove(struct pt_ckpt *ck, const char *path, struct pt_error *err)
 	if (rc)
 		return rc;
 	edit_lock(ck);
-	slot_remove(&s);
+	rc = slot_remove(ck, &s);
+	if (rc) {
+		pthread_mutex_unlock(&ck->tree->lock);
+		return pt_fail(err, rc, "out of memory");
+	}
 	return edit_done(ck, n->parent->val, NULL);
 }
 
@@ -433,7 +480,7 @@ static int move_onto(struct pt_ckpt *ck, const char *to, struct pt_node *src,
 		     struct pt_node *dst, const struct pt_slot *s,
 		     struct pt_error *err)
 {
-	struct pt_value *val = *slot_value(s);
+	struct pt_value *val = *slot_value(s), *dval;
 	struct pt_slot d;
 	int rc;
 
@@ -443,12 +490,19 @@ static int move_onto(struct pt_ckpt *ck, const char *to, struct pt_node *src,
 	if (rc)
 		return rc;
 	edit_lock(ck);
+	dval = *slot_value(&d);
 	rc = slot_set(ck, &d, NULL, val);
 	if (rc) {
 		pthread_mutex_unlock(&ck->tree->lock);
 		return pt_fail(err, rc, "out of memory");
 	}
-	slot_remove(s);
+	if (slot_remove(ck, s)) {
+		/* the value is in both places: give the target its old one */
+		slot_set(ck, &d, NULL, dval);
+		pthread_mutex_unlock(&ck->tree->lock);
+		return pt_fail(err, -ENOMEM, "out of memory");
+	}
+	pt__tree_moved(ck, src, dst->parent->val);
 	return edit_done(ck, src->parent->val, dst->parent->val);
 }
 
@@ -499,13 +553,14 @@ int pt_edit_move(struct pt_ckpt *ck, const char *from, const char *to,
 		kv = pairs_of(ck, dir->val);
 		if (!kv || !seq_append(ck, kv, key, val))
 			rc = -ENOMEM;
-		else
-			slot_remove(&s);
+		else if ((rc = slot_remove(ck, &s)))
+			kv->n -= 2;
 	}
 	if (rc) {
 		pthread_mutex_unlock(&ck->tree->lock);
 		return pt_fail(err, rc, "out of memory");
 	}
+	pt__tree_moved(ck, n, dir->val);
 	return edit_done(ck, n->parent->val, dir->val);
 }
 
@@ -634,6 +689,15 @@ static const char *kind_word(const struct pt_value *v)
 	}
 }
 
+bool pt_edit_scalar_node(const struct pt_node *n)
+{
+	const struct pt_value *v = n->val;
+
+	return n->role == R_VALUE && n->type == PT_NT_FILE && v && n->parent &&
+	       n->parent->role == R_VALUE && pt__vclass(v) == PT_C_SCALAR &&
+	       v->kind != PT_V_BYTES && v->kind != PT_V_BYTEARRAY;
+}
+
 int pt_edit_scalar(struct pt_ckpt *ck, const char *path, const void *text,
 		   size_t len, struct pt_error *err)
 {
@@ -646,8 +710,7 @@ int pt_edit_scalar(struct pt_ckpt *ck, const char *path, const void *text,
 	if (rc || !(n = find(ck, path, err, &rc)))
 		return rc;
 	old = n->val;
-	if (n->role != R_VALUE || !old || pt__vclass(old) != PT_C_SCALAR ||
-	    old->kind == PT_V_BYTES || old->kind == PT_V_BYTEARRAY)
+	if (!pt_edit_scalar_node(n))
 		return pt_fail(err, -EINVAL,
 			       "%.*s%s: not a scalar (int, float, bool, str or None)", SHOWN(path));
 	rc = slot_of(ck, path, n, &s, "changed", err);
@@ -1164,6 +1227,7 @@ int pt_edit_commit(struct pt_ckpt *ck, struct pt_error *err)
 
 	if (rc || ck->edits.n == 0)
 		return rc;
+	close_holes(ck);
 	return ck->fmt->restructure(ck, false, NULL, err);
 }
 
@@ -1173,5 +1237,6 @@ int pt_edit_size(struct pt_ckpt *ck, uint64_t *size, struct pt_error *err)
 
 	if (rc)
 		return rc;
+	close_holes(ck);
 	return ck->fmt->restructure(ck, true, size, err);
 }

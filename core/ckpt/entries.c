@@ -526,6 +526,8 @@ static int add_pairs(struct dtab *d, const struct pt_value *owner,
 	return 0;
 }
 
+struct pt_value pt__hole = { .kind = PT_V_NONE, .aux16 = PT_C_SCALAR };
+
 static int add_seq(struct dtab *d, const struct pt_value *owner,
 		   const struct pt_vseq *s, size_t *idx)
 {
@@ -533,6 +535,10 @@ static int add_seq(struct dtab *d, const struct pt_value *owner,
 	int rc;
 
 	for (i = 0; i < s->n; i++) {
+		if (s->v[i] == &pt__hole) {
+			(*idx)++;
+			continue;
+		}
 		at(d, owner, s, i, PT_SLOT_ITEM);
 		rc = add_indexed(d, (*idx)++, s->v[i]);
 		if (rc)

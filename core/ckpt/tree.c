@@ -342,15 +342,30 @@ static struct dtab *node_tab(struct pt_ckpt *ck, struct pt_node *dir, int *rc)
 }
 
 /* The node entry @e of @dir had before the last edit that changed @dir's
- * listing, when @e is the same entry (same name, role, value and key);
- * NULL otherwise.  Under the tree lock. */
-static struct pt_node *reused(const struct pt_tree *t, const struct pt_node *dir,
+ * listing, when @e is the same entry (same name, role, value and key), or
+ * the node whose value an edit moved to @e; NULL otherwise.  Under the
+ * tree lock. */
+static struct pt_node *reused(struct pt_tree *t, struct pt_node *dir,
 			      const struct dent *e)
 {
 	size_t k;
 
 	if (e->role != R_VALUE && e->role != R_JSON && e->role != R_META)
 		return NULL;
+	if (e->role == R_VALUE) {
+		for (k = 0; k < t->n_moved; k++) {
+			struct pt_node *n = t->moved[k].n;
+
+			if (n->val != e->val || t->moved[k].to != dir->val)
+				continue;
+			t->moved[k] = t->moved[--t->n_moved];
+			n->parent = dir;
+			n->name = e->name;
+			n->key = e->key;
+			n->depth = dir->depth + 1;
+			return n;
+		}
+	}
 	for (k = t->n_retired; k-- > 0;) {
 		const struct retired *r = &t->retired[k];
 		const struct dent *o;
@@ -990,6 +1005,7 @@ void pt__tree_free(struct pt_ckpt *ck)
 	for (i = 0; i < t->n_retired; i++)
 		free(t->retired[i].kids);
 	free(t->retired);
+	free(t->moved);
 	for (i = 0; i < t->n_tabs; i++) {
 		/* a tree made again (after an edit) fills its own tables */
 		if (t->tabs[i]->of)
@@ -1065,6 +1081,23 @@ void pt__tree_touched(struct pt_ckpt *ck, struct pt_value *v)
 			__atomic_store_n(&n->u.dir.tab, NULL, __ATOMIC_RELEASE);
 		}
 	}
+}
+
+void pt__tree_moved(struct pt_ckpt *ck, struct pt_node *n,
+		    const struct pt_value *to)
+{
+	struct pt_tree *t = ck->tree;
+
+	if (t->n_moved == t->cap_moved) {
+		size_t cap = t->cap_moved ? t->cap_moved * 2 : 8;
+		struct moved *m = realloc(t->moved, cap * sizeof(*m));
+
+		if (!m)
+			return;         /* its new entry gets a new node */
+		t->moved = m;
+		t->cap_moved = cap;
+	}
+	t->moved[t->n_moved++] = (struct moved){ .n = n, .to = to };
 }
 
 /* The nodes made so far for which @pick (called under the tree lock, which

@@ -204,6 +204,8 @@ struct pt_tree {
 	size_t n_vfiles, cap_vfiles;
 	struct retired *retired;        /* directories an edit changed: */
 	size_t n_retired, cap_retired;  /* what they showed before */
+	struct moved *moved;            /* nodes whose value an edit moved, */
+	size_t n_moved, cap_moved;      /* until their new place is listed */
 };
 
 /*
@@ -216,6 +218,11 @@ struct retired {
 	struct pt_node *dir;
 	struct dtab *tab;
 	struct pt_node **kids;
+};
+
+struct moved {
+	struct pt_node *n;
+	const struct pt_value *to;      /* the directory value it went to */
 };
 
 /*
@@ -256,6 +263,9 @@ struct dent *pt__tab_add(struct dtab *d, const char *name, size_t len,
 struct pt_value *pt__tree_deref(struct pt_value *v);
 /* Does @v show as a directory (a mapping, a sequence, an object)? */
 bool pt__is_dir_class(const struct pt_value *v);
+/* An item removed from a list while its siblings keep their names
+ * (pt_edit_keep_names()): listed as nothing, its index kept. */
+extern struct pt_value pt__hole;
 /* Claim a name for @val in @d (LAYOUT.md rule 5): 0, -ENOMEM, -EFBIG. */
 int pt__tab_claim(struct dtab *d, const char *base, size_t blen,
 		  struct pt_value *val);
@@ -304,6 +314,12 @@ struct pt_node **pt__tree_nodes_where(struct pt_ckpt *ck,
  * retired and every directory node showing it lists it again on next use,
  * keeping the children whose entry stayed the same.  Under the tree lock. */
 void pt__tree_touched(struct pt_ckpt *ck, struct pt_value *v);
+/* The value of node @n moved to an entry of directory value @to (an
+ * edit): the node its new entry gets is @n itself, renamed (a mount's
+ * inode keeps its identity across a rename, as POSIX says).  Under the
+ * tree lock. */
+void pt__tree_moved(struct pt_ckpt *ck, struct pt_node *n,
+		    const struct pt_value *to);
 
 /* ---- pictures.c ---- */
 
