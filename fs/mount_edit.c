@@ -97,12 +97,13 @@ static char *gone_key(const struct pt_node *p, const char *name, const char *ext
 }
 
 /*
- * A tensor file left with its NAME.json and NAME.png: the kernel is told
- * they are gone, and their unlink, which `rm -r` sends next from the
- * listing it read, succeeds once.  Under elock.
+ * A tensor file left with its NAME.json and NAME.png: their unlink, which
+ * `rm -r` sends next from the listing it read, succeeds once.  The
+ * kernel's entries for them are left to that unlink (dropped, the lookup
+ * would fail first); listings no longer show them.  Under elock.
  */
-static void sidecars_gone(struct ptfs *fs, fuse_ino_t parent,
-			  const struct pt_node *p, const char *name)
+static void sidecars_gone(struct ptfs *fs, const struct pt_node *p,
+			  const char *name)
 {
 	static const char *const ext[] = { ".json", ".png" };
 	size_t i;
@@ -120,10 +121,6 @@ static void sidecars_gone(struct ptfs *fs, fuse_ino_t parent,
 			HASH_ADD_STR(fs->gone, key, g);
 		}
 		free(k);
-		if (asprintf(&k, "%s%s", name, ext[i]) >= 0) {
-			ptfs_notify_inval_entry(fs->notify, parent, k);
-			free(k);
-		}
 	}
 }
 
@@ -179,7 +176,7 @@ static int remove_entry(struct ptfs *fs, fuse_ino_t parent, const char *name,
 		else if ((path = path_of(fs, p, name, &rc)))
 			rc = pt_edit_remove(fs->ck, path, &err);
 		if (rc == 0 && a.tensor)
-			sidecars_gone(fs, parent, p, name);
+			sidecars_gone(fs, p, name);
 	} else if (rc == -ENOENT && !dir && sidecar_taken(fs, p, name)) {
 		pthread_mutex_unlock(&fs->elock);
 		return 0;       /* nothing to edit */

@@ -257,6 +257,9 @@ static int slot_of(struct pt_ckpt *ck, const char *path, struct pt_node *n,
 	if (s->kind == PT_SLOT_NAMED)
 		return pt_fail(err, -EPERM, "%.*s%s: an object's %s cannot be %s",
 			       SHOWN(path), n->name, what);
+	if (ck->edits.holes && s->kind == PT_SLOT_ITEM && s->owner->kind == PT_V_TUPLE &&
+	    strcmp(what, "removed") == 0)
+		return 0;       /* rm -r in a mount: see pt_edit_keep_names() */
 	if (s->kind != PT_SLOT_PAIR && s->owner->kind != PT_V_LIST &&
 	    s->owner->kind != PT_V_SET && s->owner->kind != PT_V_CALL &&
 	    s->owner->kind != PT_V_OBJ)
@@ -309,7 +312,8 @@ static int slot_remove(struct pt_ckpt *ck, const struct pt_slot *s)
 {
 	size_t i;
 
-	if (!ck->edits.holes || s->kind != PT_SLOT_ITEM || s->owner->kind != PT_V_LIST) {
+	if (!ck->edits.holes || s->kind != PT_SLOT_ITEM ||
+	    (s->owner->kind != PT_V_LIST && s->owner->kind != PT_V_TUPLE)) {
 		seq_cut(s->seq, s->pos, s->kind == PT_SLOT_PAIR ? 2 : 1);
 		return 0;
 	}
@@ -503,7 +507,9 @@ static int move_onto(struct pt_ckpt *ck, const char *to, struct pt_node *src,
 		return pt_fail(err, -ENOMEM, "out of memory");
 	}
 	pt__tree_moved(ck, src, dst->parent->val);
-	return edit_done(ck, src->parent->val, dst->parent->val);
+	edit_done(ck, src->parent->val, dst->parent->val);
+	(void)pt_tree_lookup(ck, dst->parent, dst->name, &rc);  /* as above */
+	return 0;
 }
 
 int pt_edit_move(struct pt_ckpt *ck, const char *from, const char *to,
@@ -561,7 +567,11 @@ int pt_edit_move(struct pt_ckpt *ck, const char *from, const char *to,
 		return pt_fail(err, rc, "out of memory");
 	}
 	pt__tree_moved(ck, n, dir->val);
-	return edit_done(ck, n->parent->val, dir->val);
+	edit_done(ck, n->parent->val, dir->val);
+	/* the node goes to its new place now: a mount's inode that the
+	 * kernel has moved names its new path at once */
+	(void)pt_tree_lookup(ck, dir, name, &rc);
+	return 0;
 }
 
 /* Add @val under the new entry @path (its directory a mapping). */

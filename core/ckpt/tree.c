@@ -375,11 +375,12 @@ static struct pt_node *reused(struct pt_tree *t, struct pt_node *dir,
 			continue;
 		o = pt__tab_find(r->tab, e->name, strlen(e->name));
 		n = o ? r->kids[o->idx] : NULL;
-		if (n && n->role == e->role && n->val == e->val &&
+		if (!n)
+			continue;       /* not made then: an older listing may have */
+		if (n->role == e->role && n->val == e->val &&
 		    (e->role != R_VALUE || n->key == e->key))
 			return n;
-		if (o)
-			return NULL;
+		return NULL;
 	}
 	return NULL;
 }
