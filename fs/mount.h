@@ -11,8 +11,8 @@
  *                  files of scalars; their commit
  *   mount_main.c   the daemon: command line, mount, serve, drain, unmount
  *
- * mount_main.c calls mount.c and mount_write.c, mount.c calls
- * mount_write.c, both call mount_edit.c.
+ * mount_main.c calls the other three, mount.c calls mount_write.c, and
+ * mount.c, mount_write.c and mount_main.c call mount_edit.c.
  */
 #ifndef PTFS_FS_MOUNT_H
 #define PTFS_FS_MOUNT_H
@@ -188,7 +188,6 @@ void ptfs_scalar_release(struct ptfs *fs, struct fh *h, fuse_ino_t ino);
  * tensor writes: 0 or a negative errno (logged). */
 int ptfs_edits_commit(struct ptfs *fs, const char *why);
 /* Free what the scalar files and removed sidecars kept (after the loop). */
-void ptfs_scalars_free(struct ptfs *fs);
-void ptfs_gone_free(struct ptfs *fs);
+void ptfs_edits_free(struct ptfs *fs);
 
 #endif /* PTFS_FS_MOUNT_H */

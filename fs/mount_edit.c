@@ -140,16 +140,6 @@ static bool sidecar_taken(struct ptfs *fs, const struct pt_node *p, const char *
 	return g != NULL;
 }
 
-void ptfs_gone_free(struct ptfs *fs)
-{
-	struct gone *g, *tmp;
-
-	HASH_ITER(hh, fs->gone, g, tmp) {
-		HASH_DEL(fs->gone, g);
-		free(g);
-	}
-}
-
 /* Remove entry @name of @parent; @dir: rmdir (an empty directory). */
 static int remove_entry(struct ptfs *fs, fuse_ino_t parent, const char *name,
 			bool dir)
@@ -473,14 +463,19 @@ void ptfs_scalar_release(struct ptfs *fs, struct fh *h, fuse_ino_t ino)
 	pthread_mutex_unlock(&fs->wlock);
 }
 
-void ptfs_scalars_free(struct ptfs *fs)
+void ptfs_edits_free(struct ptfs *fs)
 {
 	struct sfile *s, *tmp;
+	struct gone *g, *gtmp;
 
 	HASH_ITER(hh, fs->sfiles, s, tmp) {
 		HASH_DEL(fs->sfiles, s);
 		free(s->text);
 		free(s);
+	}
+	HASH_ITER(hh, fs->gone, g, gtmp) {
+		HASH_DEL(fs->gone, g);
+		free(g);
 	}
 }
 

@@ -454,6 +454,8 @@ static int mount_and_serve(struct ptfs *fs, const struct fuse_cmdline_opts *fopt
 	struct fuse_session *se = fs->se;
 	int rc;
 
+	/* rm -r removes a list's items one by one by their names */
+	pt_edit_keep_names(fs->ck);
 	if (fuse_set_signal_handlers(se) != 0)
 		return PTFS_EXIT_ERROR;
 	if (ptfs_log_open(fs->logfile, !fopts->foreground) != 0) {
@@ -530,9 +532,7 @@ int ptfs_mount_main(int argc, char **argv)
 	/* a writable mount may roll an interrupted commit back; a read-only
 	 * one never writes (ckpt.h) */
 	c.copts.recover = !c.ro;
-	/* rm, mv, mkdir and new scalar values (mount_edit.c) need every
-	 * argument of the pickle */
-	c.copts.editable = !c.ro;
+	c.copts.editable = !c.ro;       /* rm, mv, mkdir (mount_edit.c) */
 	ptfs_heap_reserve();
 	pt_error_clear(&err);
 	if (ptfs_open_checkpoint(c.checkpoint, &c.copts, &fs.ck, &err) != 0) {
@@ -543,8 +543,6 @@ int ptfs_mount_main(int argc, char **argv)
 	ptfs_heap_settle();      /* the open's scratch goes back */
 	print_open_notes(fs.ck, c.checkpoint);
 	fs.ckpath = c.checkpoint;
-	/* rm -r removes a list's items one by one by their names */
-	pt_edit_keep_names(fs.ck);
 	fs.ro = c.ro || !pt_ckpt_writable(fs.ck);
 	if (!c.ro && !pt_ckpt_writable(fs.ck)) {
 		if (ptfs_is_url(c.checkpoint))
@@ -606,8 +604,7 @@ out:
 			free(w);
 		}
 	}
-	ptfs_scalars_free(&fs);
-	ptfs_gone_free(&fs);
+	ptfs_edits_free(&fs);
 	while (fs.handles) {
 		struct fh *h = fs.handles;
 
