@@ -519,8 +519,14 @@ int ptfs_final_commit(struct ptfs *fs, const char *why)
 	}
 	pthread_mutex_unlock(&fs->wlock);
 	rc = commit_writes(fs, why, false);
-	if (rc == 0)
-		return ptfs_edits_commit(fs, why) == 0 ? 0 : -1;
+	if (rc == 0 && ptfs_edits_commit(fs, why) == 0)
+		return 0;
+	if (rc == 0) {
+		fuse_log(FUSE_LOG_ERR,
+			 "ptfs: %s: a pending file cannot keep structural edits: they are lost\n",
+			 fs->ckpath);
+		return -1;
+	}
 	if (fs->edits)
 		fuse_log(FUSE_LOG_ERR,
 			 "ptfs: %s: the structural edits (%u) are not committed, and a pending file cannot keep them: they are lost\n",

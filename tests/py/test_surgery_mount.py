@@ -255,3 +255,14 @@ def test_sigterm_commits(tmp_path, train):
         os.rmdir(mnt)
     del before["model"]["fc.bias"]
     assert same(load(train), before)
+
+
+def test_failed_commit_at_unmount_says_so(tmp_path, train, mounts):
+    """The checkpoint untouched, `ptfs umount` exits 1 with the reason."""
+    before = sha(train)
+    m = mounts(tmp_path, train, env={"PTFS_FAULT": "rename:1:ENOSPC"})
+    os.unlink(m.path("epoch"))
+    rc, err = m.umount()
+    assert rc == 1, err
+    assert "could not be committed" in err and "they are lost" in err, err
+    assert sha(train) == before
