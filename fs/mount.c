@@ -242,6 +242,8 @@ static void ptfs_op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 
 	req_begin(&g, fs, req);
 	n = pt_tree_lookup(fs->ck, node_of(fs, parent), name, &rc);
+	if (!n && rc == -ENOENT)
+		n = ptfs_gone_lookup(fs, node_of(fs, parent), name);
 	if (!n) {
 		log_fill_error(fs, node_of(fs, parent));
 		req_end(&g);

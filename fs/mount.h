@@ -62,6 +62,7 @@ struct sfile {
  * in the listing and removes it next (mount_edit.c). */
 struct gone {
 	UT_hash_handle hh;
+	struct pt_node *node;           /* its node before the rm */
 	char key[];                     /* "PARENT-ADDRESS/NAME.json" */
 };
 
@@ -187,6 +188,10 @@ void ptfs_scalar_release(struct ptfs *fs, struct fh *h, fuse_ino_t ino);
 /* Commit the structural edits (one rewrite of the file), after the
  * tensor writes: 0 or a negative errno (logged). */
 int ptfs_edits_commit(struct ptfs *fs, const char *why);
+/* The node of @name in @dir when it is the sidecar of a tensor rm removed
+ * (a lookup finds it, for its unlink), else NULL. */
+struct pt_node *ptfs_gone_lookup(struct ptfs *fs, struct pt_node *dir,
+				 const char *name);
 /* Free what the scalar files and removed sidecars kept (after the loop). */
 void ptfs_edits_free(struct ptfs *fs);
 

@@ -97,19 +97,37 @@ static char *gone_key(const struct pt_node *p, const char *name, const char *ext
 }
 
 /*
- * A tensor file left with its NAME.json and NAME.png: their unlink, which
- * `rm -r` sends next from the listing it read, succeeds once.  The
- * kernel's entries for them are left to that unlink (dropped, the lookup
- * would fail first); listings no longer show them.  Under elock.
+ * A tensor file left with its NAME.json and NAME.png (@sc, their nodes
+ * before): their unlink, which `rm -r` sends next from the listing it
+ * read, succeeds once, and until then a lookup finds them
+ * (ptfs_gone_lookup()), which the kernel makes before that unlink when it
+ * has no entry cached.  Listings no longer show them.  Under elock.
  */
-static void sidecars_gone(struct ptfs *fs, const struct pt_node *p,
-			  const char *name)
+static const char *const sidecar_ext[] = { ".json", ".png" };
+
+/* The sidecar nodes of tensor @name of @p into @sc (NULL: none). */
+static void sidecars_of(struct ptfs *fs, struct pt_node *p, const char *name,
+			struct pt_node *sc[2])
 {
-	static const char *const ext[] = { ".json", ".png" };
 	size_t i;
 
 	for (i = 0; i < 2; i++) {
-		char *k = gone_key(p, name, ext[i]);
+		char *k = NULL;
+
+		sc[i] = NULL;
+		if (asprintf(&k, "%s%s", name, sidecar_ext[i]) >= 0)
+			sc[i] = pt_tree_lookup(fs->ck, p, k, NULL);
+		free(k);
+	}
+}
+
+static void sidecars_gone(struct ptfs *fs, const struct pt_node *p,
+			  const char *name, struct pt_node *sc[2])
+{
+	size_t i;
+
+	for (i = 0; i < 2; i++) {
+		char *k = sc[i] ? gone_key(p, name, sidecar_ext[i]) : NULL;
 		struct gone *g, *old;
 
 		if (!k)
@@ -117,6 +135,7 @@ static void sidecars_gone(struct ptfs *fs, const struct pt_node *p,
 		HASH_FIND_STR(fs->gone, k, old);
 		g = old ? NULL : malloc(sizeof(*g) + strlen(k) + 1);
 		if (g) {
+			g->node = sc[i];
 			strcpy(g->key, k);
 			HASH_ADD_STR(fs->gone, key, g);
 		}
@@ -140,11 +159,25 @@ static bool sidecar_taken(struct ptfs *fs, const struct pt_node *p, const char *
 	return g != NULL;
 }
 
+struct pt_node *ptfs_gone_lookup(struct ptfs *fs, struct pt_node *dir,
+				 const char *name)
+{
+	char *k = gone_key(dir, name, "");
+	struct gone *g = NULL;
+
+	pthread_mutex_lock(&fs->elock);
+	if (k)
+		HASH_FIND_STR(fs->gone, k, g);
+	pthread_mutex_unlock(&fs->elock);
+	free(k);
+	return g ? g->node : NULL;
+}
+
 /* Remove entry @name of @parent; @dir: rmdir (an empty directory). */
 static int remove_entry(struct ptfs *fs, fuse_ino_t parent, const char *name,
 			bool dir)
 {
-	struct pt_node *p = node_of(fs, parent), *n;
+	struct pt_node *p = node_of(fs, parent), *n, *sc[2] = { NULL, NULL };
 	struct pt_error err;
 	struct pt_nattr a;
 	char *path = NULL;
@@ -163,10 +196,13 @@ static int remove_entry(struct ptfs *fs, fuse_ino_t parent, const char *name,
 			rc = -EISDIR;
 		else if (dir && pt_tree_count(fs->ck, n, &count) == 0 && count)
 			rc = -ENOTEMPTY;
-		else if ((path = path_of(fs, p, name, &rc)))
+		else if ((path = path_of(fs, p, name, &rc))) {
+			if (a.tensor)
+				sidecars_of(fs, p, name, sc);
 			rc = pt_edit_remove(fs->ck, path, &err);
+		}
 		if (rc == 0 && a.tensor)
-			sidecars_gone(fs, p, name);
+			sidecars_gone(fs, p, name, sc);
 	} else if (rc == -ENOENT && !dir && sidecar_taken(fs, p, name)) {
 		pthread_mutex_unlock(&fs->elock);
 		return 0;       /* nothing to edit */

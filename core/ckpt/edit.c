@@ -334,24 +334,76 @@ void pt_edit_keep_names(struct pt_ckpt *ck)
 	ck->edits.holes = true;
 }
 
-/* Close the holes of every list (before the commit writes the graph):
- * their items are numbered anew. */
-static void close_holes(struct pt_ckpt *ck)
-{
-	size_t i, j, k;
+/* A list's items, holes among them, before the commit closed the holes. */
+struct holed_was {
+	struct pt_value **v;
+	size_t n;
+};
 
+/*
+ * Close the holes of every list for the commit to write the graph; each
+ * list's items before that go to *@was (NULL when there are none) for
+ * open_holes() to put back when the commit fails.  The tree keeps the
+ * listings with the holes: a mount's names stay what they were.  0 or
+ * -ENOMEM (nothing changed).
+ */
+static int close_holes(struct pt_ckpt *ck, struct holed_was **was)
+{
+	size_t i, j, k, n = ck->edits.n_holed;
+
+	*was = n ? calloc(n, sizeof(**was)) : NULL;
+	if (n && !*was)
+		return -ENOMEM;
+	for (i = 0; i < n; i++) {
+		struct pt_vseq *s = &ck->edits.holed[i]->u.seq;
+
+		(*was)[i].n = s->n;
+		(*was)[i].v = malloc((s->n ? s->n : 1) * sizeof(*s->v));
+		if (!(*was)[i].v) {
+			while (i--)
+				free((*was)[i].v);
+			free(*was);
+			*was = NULL;
+			return -ENOMEM;
+		}
+		memcpy((*was)[i].v, s->v, s->n * sizeof(*s->v));
+	}
 	edit_lock(ck);
-	for (i = 0; i < ck->edits.n_holed; i++) {
+	for (i = 0; i < n; i++) {
 		struct pt_vseq *s = &ck->edits.holed[i]->u.seq;
 
 		for (j = k = 0; j < s->n; j++)
 			if (s->v[j] != &pt__hole)
 				s->v[k++] = s->v[j];
 		s->n = k;
-		pt__tree_touched(ck, ck->edits.holed[i]);
 	}
-	ck->edits.n_holed = 0;
 	pthread_mutex_unlock(&ck->tree->lock);
+	return 0;
+}
+
+/* The commit is over: @done, the holes are gone for good; failed, they
+ * are back in place (the edits go on). */
+static void open_holes(struct pt_ckpt *ck, struct holed_was *was, bool done)
+{
+	size_t i;
+
+	if (!was)
+		return;
+	edit_lock(ck);
+	for (i = 0; i < ck->edits.n_holed; i++) {
+		struct pt_vseq *s = &ck->edits.holed[i]->u.seq;
+
+		if (!done) {
+			/* the same array: compaction only moved items down */
+			memcpy(s->v, was[i].v, was[i].n * sizeof(*s->v));
+			s->n = was[i].n;
+		}
+		free(was[i].v);
+	}
+	if (done)
+		ck->edits.n_holed = 0;
+	pthread_mutex_unlock(&ck->tree->lock);
+	free(was);
 }
 
 /*
@@ -1233,20 +1285,28 @@ out:
 
 int pt_edit_commit(struct pt_ckpt *ck, struct pt_error *err)
 {
+	struct holed_was *was;
 	int rc = need_editable(ck, err);
 
 	if (rc || ck->edits.n == 0)
 		return rc;
-	close_holes(ck);
-	return ck->fmt->restructure(ck, false, NULL, err);
+	if (close_holes(ck, &was))
+		return pt_fail(err, -ENOMEM, "out of memory");
+	rc = ck->fmt->restructure(ck, false, NULL, err);
+	open_holes(ck, was, rc == 0);
+	return rc;
 }
 
 int pt_edit_size(struct pt_ckpt *ck, uint64_t *size, struct pt_error *err)
 {
+	struct holed_was *was;
 	int rc = need_editable(ck, err);
 
 	if (rc)
 		return rc;
-	close_holes(ck);
-	return ck->fmt->restructure(ck, true, size, err);
+	if (close_holes(ck, &was))
+		return pt_fail(err, -ENOMEM, "out of memory");
+	rc = ck->fmt->restructure(ck, true, size, err);
+	open_holes(ck, was, false);
+	return rc;
 }

@@ -266,3 +266,18 @@ def test_failed_commit_at_unmount_says_so(tmp_path, train, mounts):
     assert rc == 1, err
     assert "could not be committed" in err and "they are lost" in err, err
     assert sha(train) == before
+
+
+def test_tensor_writes_and_edits_in_one_session(tmp_path, train, mounts):
+    """The tensor bytes are committed first, then the structure."""
+    before = load(train)
+    m = mounts(tmp_path, train)
+    new = os.urandom(before["model"]["fc.bias"].numel() * 4)
+    write_text(m.path("model/fc.bias"), new)
+    os.unlink(m.path("epoch"))
+    os.rename(m.path("model/fc.bias"), m.path("model/b"))
+    rc, err = m.umount()
+    assert rc == 0, err
+    after = load(train)
+    assert after["model"]["b"].numpy().tobytes() == new
+    assert "epoch" not in after and "fc.bias" not in after["model"]
