@@ -220,12 +220,7 @@ static bool is_mapping(const struct pt_node *n)
 static int slots_of(struct pt_ckpt *ck, struct pt_value *dir,
 		    struct pt_entry_slot **all, size_t *n)
 {
-	int rc;
-
-	pthread_mutex_lock(&ck->tree->lock);
-	rc = pt__entry_slots(ck, dir, all, n);
-	pthread_mutex_unlock(&ck->tree->lock);
-	return rc;
+	return pt__entry_slots(ck, dir, all, n);
 }
 
 /* The slot of the entry @n (a value of the object, not /.ptfs, not a

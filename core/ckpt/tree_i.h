@@ -86,7 +86,7 @@ struct dtab {
 					 * (-EFBIG past max_dir_entries, ...):
 					 * kept, empty, so that every later
 					 * call gets the error at once */
-	/* Only in a table made by pt__entry_slot(): where each entry's
+	/* Only in a value's table with opts.editable: where each entry's
 	 * value sits in the graph (rec[idx], for R_VALUE entries), and the
 	 * place of the value being added. */
 	struct pt_slot *rec;
@@ -274,9 +274,11 @@ int pt__tab_fill_value(struct pt_ckpt *ck, struct dtab *d, struct pt_value *v);
 /* The table of directory value @v, built on first use; NULL with *@rc. */
 struct dtab *pt__value_tab(struct pt_ckpt *ck, struct pt_value *v, int *rc);
 /* Where the values of the entries of directory value @dir sit in the
- * graph (the slots the tree took them from), in listing order, with their
- * names (in the tree's pool): a malloc()ed array in *@out.  0 or -ENOMEM
- * (or the error listing @dir gives).  Under the tree's lock. */
+ * graph (the slots its table took them from: a checkpoint opened with
+ * opts.editable records them), in listing order, with their names (in the
+ * tree's pool): a malloc()ed array in *@out.  0 or -ENOMEM (or the error
+ * listing @dir gives, -EINVAL without opts.editable).  Not under the tree
+ * lock (the table may be filled); the caller makes the only edits. */
 struct pt_entry_slot {
 	const char *name;
 	struct pt_slot slot;

@@ -281,3 +281,19 @@ def test_tensor_writes_and_edits_in_one_session(tmp_path, train, mounts):
     after = load(train)
     assert after["model"]["b"].numpy().tobytes() == new
     assert "epoch" not in after and "fc.bias" not in after["model"]
+
+
+def test_rm_r_of_a_large_dict(tmp_path, mounts):
+    """Past the first readdirplus batch the kernel has no entry cached
+    and looks NAME.json up before it unlinks it."""
+    import torch
+    ck = str(tmp_path / "sd.pt")
+    torch.save({"model": {"layer%d.w" % i: torch.zeros(4) for i in range(300)},
+                "epoch": 1}, ck)
+    m = mounts(tmp_path, ck)
+    r = subprocess.run(["rm", "-r", m.path("model")], capture_output=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert listing(m.mnt) == ["epoch"]
+    rc, err = m.umount()
+    assert rc == 0, err
+    assert load(ck) == {"epoch": 1}
