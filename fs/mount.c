@@ -36,7 +36,6 @@
 #include "push.h"
 
 /* Names and sizes never change while mounted: let the kernel cache them. */
-#define PTFS_TIMEOUT 86400.0
 
 /* The largest request libfuse can take (FUSE_MAX_MAX_PAGES pages). */
 #define PTFS_MAX_IO (1u << 20)
@@ -105,6 +104,11 @@ static void fill_stat(struct ptfs *fs, struct pt_node *n, struct stat *st)
 	pt_node_attr(n, &a);
 	if (a.writable)
 		a.size = file_size(fs, n, a.size);
+	else if (a.type == PT_NT_FILE && pt_edit_scalar_node(n)) {
+		/* a scalar's text: a new value is written as text */
+		(void)ptfs_scalar_size(fs, n, &a.size);
+		a.writable = true;
+	}
 	memset(st, 0, sizeof(*st));
 	st->st_ino = (ino_t)a.id;
 	st->st_uid = fs->uid;
@@ -117,7 +121,9 @@ static void fill_stat(struct ptfs *fs, struct pt_node *n, struct stat *st)
 	st->st_ctim = mt;
 	switch (a.type) {
 	case PT_NT_DIR:
-		st->st_mode = S_IFDIR | dir_mode(fs->mode);
+		/* entries may be removed, renamed and made (mount_edit.c) */
+		st->st_mode = S_IFDIR | dir_mode(fs->mode) |
+			      (fs_readonly(fs) ? 0 : (fs->mode & 0200));
 		st->st_nlink = 2;
 		st->st_size = 0;
 		st->st_blocks = 0;
@@ -127,7 +133,7 @@ static void fill_stat(struct ptfs *fs, struct pt_node *n, struct stat *st)
 		st->st_nlink = 1;
 		break;
 	case PT_NT_FILE:
-		st->st_mode = S_IFREG | (fs->mode & (a.writable && !fs->ro ? 0666 : 0444));
+		st->st_mode = S_IFREG | (fs->mode & (a.writable && !fs_readonly(fs) ? 0666 : 0444));
 		st->st_nlink = 1;
 		break;
 	}
@@ -236,6 +242,8 @@ static void ptfs_op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 
 	req_begin(&g, fs, req);
 	n = pt_tree_lookup(fs->ck, node_of(fs, parent), name, &rc);
+	if (!n && rc == -ENOENT)
+		n = ptfs_gone_lookup(fs, node_of(fs, parent), name);
 	if (!n) {
 		log_fill_error(fs, node_of(fs, parent));
 		req_end(&g);
@@ -553,8 +561,18 @@ static void ptfs_op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 		struct wfile *w;
 		uint64_t lo = 0;
 
-		if (fs->ro) {
+		if (fs_readonly(fs)) {
 			fuse_reply_err(req, EROFS);
+			return;
+		}
+		if (h ? h->scalar : pt_edit_scalar_node(n)) {
+			rc = ptfs_scalar_truncate(fs, n, (uint64_t)attr->st_size);
+			if (rc) {
+				fuse_reply_err(req, -rc);
+				return;
+			}
+			fill_stat(fs, n, &st);
+			fuse_reply_attr(req, &st, PTFS_TIMEOUT);
 			return;
 		}
 		if (!h) {
@@ -702,6 +720,10 @@ const struct fuse_lowlevel_ops ptfs_ops = {
 	.flush = ptfs_op_flush,
 	.release = ptfs_op_release,
 	.fsync = ptfs_op_fsync,
+	.unlink = ptfs_op_unlink,
+	.rmdir = ptfs_op_rmdir,
+	.mkdir = ptfs_op_mkdir,
+	.rename = ptfs_op_rename,
 	.getxattr = ptfs_op_getxattr,
 	.listxattr = ptfs_op_listxattr,
 	.statfs = ptfs_op_statfs,

@@ -7,9 +7,12 @@
  *                  reads, extended attributes
  *   mount_write.c  open files and writes: handles, write state,
  *                  truncation, close, commits
+ *   mount_edit.c   structural edits: rm, rmdir, mv, mkdir, and the text
+ *                  files of scalars; their commit
  *   mount_main.c   the daemon: command line, mount, serve, drain, unmount
  *
- * mount_main.c calls the other two, mount.c calls mount_write.c.
+ * mount_main.c calls the other three, mount.c calls mount_write.c, and
+ * mount.c, mount_write.c and mount_main.c call mount_edit.c.
  */
 #ifndef PTFS_FS_MOUNT_H
 #define PTFS_FS_MOUNT_H
@@ -38,12 +41,39 @@ struct wfile {
 	UT_hash_handle hh;
 };
 
+/* How long the kernel keeps entries and attributes (s), and how long a
+ * worker waits for the kernel's caches to be dropped (ms). */
+#define PTFS_TIMEOUT 86400.0
+#define PTFS_DROP_WAIT_MS 1000
+
+/* A scalar's text file while handles are open for writing: the text
+ * written, which becomes the value at the last writer's close
+ * (mount_edit.c). */
+struct sfile {
+	struct pt_node *node;           /* key */
+	char *text;                     /* len bytes (malloc()ed) */
+	size_t len;
+	int writers;
+	bool changed;                   /* written or truncated */
+	UT_hash_handle hh;
+};
+
+/* NAME.json (or NAME.png) of a tensor that rm removed: `rm -r` read it
+ * in the listing and removes it next (mount_edit.c). */
+struct gone {
+	UT_hash_handle hh;
+	struct pt_node *node;           /* its node before the rm */
+	char key[];                     /* "PARENT-ADDRESS/NAME.json" */
+};
+
 /* Per open file (fi->fh). */
 struct fh {
 	struct pt_node *node;
 	struct ov_st *ov;               /* storage overlay (tensor files) */
 	uint64_t lo;                    /* file's first byte in the storage */
 	bool write;                     /* opened for writing */
+	bool scalar;                    /* a scalar's text (struct sfile) */
+	bool wrote;                     /* written through this handle */
 	struct fh *prev, *next;         /* fs->handles */
 };
 
@@ -72,7 +102,21 @@ struct ptfs {
 	struct fh *handles;             /* open files: a signal can end the
 					 * loop before their RELEASE comes */
 	const char *logfile;            /* -o log=FILE, or NULL */
+	struct sfile *sfiles;           /* under wlock */
+	pthread_mutex_t elock;          /* one structural edit at a time;
+					 * guards edits */
+	unsigned edits;                 /* structural edits not committed */
+	struct gone *gone;              /* sidecars of removed tensors */
+	bool restructured;              /* a structural commit rewrote the
+					 * file: no more writes (atomic) */
 };
+
+/* Writes are refused: a read-only mount, or one whose checkpoint a
+ * structural commit rewrote (the tree describes the old file's layout). */
+static inline bool fs_readonly(struct ptfs *fs)
+{
+	return fs->ro || __atomic_load_n(&fs->restructured, __ATOMIC_ACQUIRE);
+}
 
 /* The mount a request is for; the node of inode @ino and back (the inode
  * number is the node's address, the root's FUSE_ROOT_ID). */
@@ -116,5 +160,39 @@ int ptfs_wfile_truncate(struct ptfs *fs, struct fh *h, struct wfile *w,
 /* The loop ended: commit what is pending, or keep it for `ptfs recover`;
  * 0 when every change is in the checkpoint, else -1 (logged). */
 int ptfs_final_commit(struct ptfs *fs, const char *why);
+
+/* mount_edit.c: structural edits, committed with the writes. */
+void ptfs_op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name);
+void ptfs_op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name);
+void ptfs_op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
+		   mode_t mode);
+void ptfs_op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
+		    fuse_ino_t newparent, const char *newname,
+		    unsigned int flags);
+/* A scalar's text file opened for writing through @h (@trunc: O_TRUNC):
+ * 0 or a negative errno. */
+int ptfs_scalar_open(struct ptfs *fs, struct fh *h, bool trunc);
+/* Write to / truncate the text of @h's scalar: bytes written or 0, or a
+ * negative errno. */
+ssize_t ptfs_scalar_write(struct ptfs *fs, struct fh *h, const char *buf,
+			  size_t size, off_t off);
+int ptfs_scalar_truncate(struct ptfs *fs, struct pt_node *n, uint64_t size);
+/* The size of @n's text while it is being written, into *@size. */
+bool ptfs_scalar_size(struct ptfs *fs, struct pt_node *n, uint64_t *size);
+/* A close of @h (inode @ino) after it wrote: the last writer's makes the
+ * text the scalar's new value; 0, or -EINVAL (logged) with the old value
+ * kept.  The handle's end (RELEASE) takes a change no close took (a
+ * truncation alone), its failure only logged. */
+int ptfs_scalar_flush(struct ptfs *fs, struct fh *h, fuse_ino_t ino);
+void ptfs_scalar_release(struct ptfs *fs, struct fh *h, fuse_ino_t ino);
+/* Commit the structural edits (one rewrite of the file), after the
+ * tensor writes: 0 or a negative errno (logged). */
+int ptfs_edits_commit(struct ptfs *fs, const char *why);
+/* The node of @name in @dir when it is the sidecar of a tensor rm removed
+ * (a lookup finds it, for its unlink), else NULL. */
+struct pt_node *ptfs_gone_lookup(struct ptfs *fs, struct pt_node *dir,
+				 const char *name);
+/* Free what the scalar files and removed sidecars kept (after the loop). */
+void ptfs_edits_free(struct ptfs *fs);
 
 #endif /* PTFS_FS_MOUNT_H */

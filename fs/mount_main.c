@@ -454,6 +454,8 @@ static int mount_and_serve(struct ptfs *fs, const struct fuse_cmdline_opts *fopt
 	struct fuse_session *se = fs->se;
 	int rc;
 
+	/* rm -r removes a list's items one by one by their names */
+	pt_edit_keep_names(fs->ck);
 	if (fuse_set_signal_handlers(se) != 0)
 		return PTFS_EXIT_ERROR;
 	if (ptfs_log_open(fs->logfile, !fopts->foreground) != 0) {
@@ -530,6 +532,7 @@ int ptfs_mount_main(int argc, char **argv)
 	/* a writable mount may roll an interrupted commit back; a read-only
 	 * one never writes (ckpt.h) */
 	c.copts.recover = !c.ro;
+	c.copts.editable = !c.ro;       /* rm, mv, mkdir (mount_edit.c) */
 	ptfs_heap_reserve();
 	pt_error_clear(&err);
 	if (ptfs_open_checkpoint(c.checkpoint, &c.copts, &fs.ck, &err) != 0) {
@@ -567,6 +570,7 @@ int ptfs_mount_main(int argc, char **argv)
 	fs.singlethread = fopts.singlethread;
 	fs.may_wait = !fopts.singlethread && fopts.max_threads != 1;
 	pthread_mutex_init(&fs.wlock, NULL);
+	pthread_mutex_init(&fs.elock, NULL);
 	fs.ov = ov_new(fs.ck);
 	if (!fs.ov)
 		goto out;
@@ -600,6 +604,7 @@ out:
 			free(w);
 		}
 	}
+	ptfs_edits_free(&fs);
 	while (fs.handles) {
 		struct fh *h = fs.handles;
 

@@ -24,7 +24,6 @@
 /* how long a worker waits for the kernel to drop what a commit or a close
  * made stale: past it (every other worker busy, notify.h) it goes on and
  * the drops follow soon after */
-#define PTFS_DROP_WAIT_MS 1000
 
 /* Keep @h in fs->handles from its open until its release. */
 static void fh_track(struct ptfs *fs, struct fh *h)
@@ -111,6 +110,31 @@ int ptfs_wfile_truncate(struct ptfs *fs, struct fh *h, struct wfile *w,
 	return rc;
 }
 
+/* A scalar's text file opened for writing (mount_edit.c). */
+static void open_scalar(fuse_req_t req, struct ptfs *fs, struct pt_node *n,
+			struct fuse_file_info *fi)
+{
+	struct fh *h = calloc(1, sizeof(*h));
+	int rc;
+
+	if (!h) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	h->node = n;
+	h->write = (fi->flags & O_ACCMODE) != O_RDONLY;
+	rc = ptfs_scalar_open(fs, h, fi->flags & O_TRUNC);
+	if (rc) {
+		free(h);
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	fi->direct_io = 1;      /* the text is the node's until the close */
+	fi->fh = (uint64_t)(uintptr_t)h;
+	fh_track(fs, h);
+	fuse_reply_open(req, fi);
+}
+
 void ptfs_op_open(fuse_req_t req, fuse_ino_t ino,
 		  struct fuse_file_info *fi)
 {
@@ -136,8 +160,12 @@ void ptfs_op_open(fuse_req_t req, fuse_ino_t ino,
 		return;
 	}
 	if (write || (fi->flags & O_TRUNC)) {
-		if (fs->ro) {
+		if (fs_readonly(fs)) {
 			fuse_reply_err(req, EROFS);
+			return;
+		}
+		if (pt_edit_scalar_node(n)) {
+			open_scalar(req, fs, n, fi);
 			return;
 		}
 		if (!a.writable) {
@@ -232,8 +260,17 @@ void ptfs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 	struct ptfs *fs = fs_of(req);
 	struct fh *h = (struct fh *)(uintptr_t)fi->fh;
 	struct wfile *w;
+	ssize_t n;
 	int rc;
 
+	if (h && h->write && h->scalar) {
+		n = ptfs_scalar_write(fs, h, buf, size, off);
+		if (n < 0)
+			fuse_reply_err(req, (int)-n);
+		else
+			fuse_reply_write(req, (size_t)n);
+		return;
+	}
 	if (!h || !h->write || !h->ov) {
 		fuse_reply_err(req, EBADF);
 		return;
@@ -288,11 +325,14 @@ void ptfs_op_flush(fuse_req_t req, fuse_ino_t ino,
 	struct wfile *w = NULL;
 	bool wrong = false;
 
-	(void)ino;
 	if (!h) {
 		/* opened by the kernel (read-only mount): nothing to check,
 		 * and ENOSYS stops further FLUSH requests */
 		fuse_reply_err(req, ENOSYS);
+		return;
+	}
+	if (h->scalar) {
+		fuse_reply_err(req, -ptfs_scalar_flush(fs, h, ino));
 		return;
 	}
 	if (h->write) {
@@ -330,7 +370,9 @@ void ptfs_op_release(fuse_req_t req, fuse_ino_t ino,
 
 	if (h && h->ov)
 		ov_note_close(h->ov, ino);
-	if (h && h->write) {
+	if (h && h->scalar)
+		ptfs_scalar_release(fs, h, ino);
+	else if (h && h->write) {
 		pthread_mutex_lock(&fs->wlock);
 		HASH_FIND_PTR(fs->wfiles, &h->node, w);
 		if (w && w->writers == 1 && w->changed && w->size != w->nbytes) {
@@ -376,11 +418,11 @@ void ptfs_op_release(fuse_req_t req, fuse_ino_t ino,
 	fuse_reply_err(req, 0);
 }
 
-/* Commit every pending change; 0 or a negative errno (-EINVAL: a file
- * whose size differs from its tensor's; -ENOSPC, -EDQUOT; else -EIO).
- * @live: the session loop runs (the kernel's caches are worth keeping
- * right). */
-static int commit_all(struct ptfs *fs, const char *why, bool live)
+/* Commit every pending tensor write; 0 or a negative errno (-EINVAL: a
+ * file whose size differs from its tensor's; -ENOSPC, -EDQUOT; else
+ * -EIO).  @live: the session loop runs (the kernel's caches are worth
+ * keeping right). */
+static int commit_writes(struct ptfs *fs, const char *why, bool live)
 {
 	struct pt_error err;
 	struct wfile *w, *tmp;
@@ -432,6 +474,15 @@ static int commit_all(struct ptfs *fs, const char *why, bool live)
 	return 0;
 }
 
+/* Commit every pending change: the tensor writes, then the structural
+ * edits (one rewrite of the whole file). */
+static int commit_all(struct ptfs *fs, const char *why, bool live)
+{
+	int rc = commit_writes(fs, why, live);
+
+	return rc ? rc : ptfs_edits_commit(fs, why);
+}
+
 /*
  * The loop ended (unmount, or a signal): nobody can be told of a failure
  * now.  A file left at a size other than its tensor's (a signal while it
@@ -467,8 +518,19 @@ int ptfs_final_commit(struct ptfs *fs, const char *why)
 			"still open at a size other than the tensor's, and dropping the write failed");
 	}
 	pthread_mutex_unlock(&fs->wlock);
-	if (commit_all(fs, why, false) == 0)
+	rc = commit_writes(fs, why, false);
+	if (rc == 0 && ptfs_edits_commit(fs, why) == 0)
 		return 0;
+	if (rc == 0) {
+		fuse_log(FUSE_LOG_ERR,
+			 "ptfs: %s: a pending file cannot keep structural edits: they are lost\n",
+			 fs->ckpath);
+		return -1;
+	}
+	if (fs->edits)
+		fuse_log(FUSE_LOG_ERR,
+			 "ptfs: %s: the structural edits (%u) are not committed, and a pending file cannot keep them: they are lost\n",
+			 fs->ckpath, fs->edits);
 	pt_error_clear(&err);
 	if (ov_save_pending(fs->ov, ptfs_state_dir(true), &where, &err) == 0)
 		fuse_log(FUSE_LOG_ERR, "ptfs: %s: the changes are kept in %s: 'ptfs recover %s' applies them\n",

@@ -24,12 +24,21 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <uthash.h>
 
 struct queued {
 	uint64_t ino;                   /* key */
 	UT_hash_handle hh;
+};
+
+/* A name whose lookup the kernel must make again. */
+struct qname {
+	struct qname *next;
+	uint64_t parent;
+	size_t len;
+	char name[];
 };
 
 struct ptfs_notify {
@@ -39,6 +48,7 @@ struct ptfs_notify {
 	pthread_cond_t more;            /* something was queued, or stop */
 	pthread_cond_t done;            /* a batch ran */
 	struct queued *set;             /* queued, not taken yet */
+	struct qname *names;            /* and names, newest first */
 	uint64_t asked;                 /* ptfs_notify_inval() calls */
 	uint64_t ran;                   /* those whose drop has run */
 	bool stop;
@@ -49,18 +59,30 @@ static void *run(void *arg)
 {
 	struct ptfs_notify *q = arg;
 	struct queued *batch, *e, *tmp;
+	struct qname *names;
 	uint64_t upto;
 
 	pthread_mutex_lock(&q->mu);
 	while (!q->stop) {
-		if (!q->set) {
+		if (!q->set && !q->names) {
 			pthread_cond_wait(&q->more, &q->mu);
 			continue;
 		}
 		batch = q->set;
+		names = q->names;
 		q->set = NULL;
+		q->names = NULL;
 		upto = q->asked;
 		pthread_mutex_unlock(&q->mu);
+		while (names) {
+			struct qname *nx = names->next;
+
+			/* -ENOENT: the kernel has no such entry cached */
+			fuse_lowlevel_notify_inval_entry(q->se, (fuse_ino_t)names->parent,
+							 names->name, names->len);
+			free(names);
+			names = nx;
+		}
 		HASH_ITER(hh, batch, e, tmp) {
 			/* -ENOENT: the kernel has forgotten the inode */
 			fuse_lowlevel_notify_inval_inode(q->se, (fuse_ino_t)e->ino, 0, 0);
@@ -140,6 +162,33 @@ int ptfs_notify_inval(struct ptfs_notify *q, fuse_ino_t ino)
 	return rc;
 }
 
+int ptfs_notify_inval_entry(struct ptfs_notify *q, fuse_ino_t parent,
+			    const char *name)
+{
+	size_t len = strlen(name);
+	struct qname *e;
+
+	if (!q)
+		return 0;
+	e = malloc(sizeof(*e) + len + 1);
+	if (!e) {
+		fuse_log(FUSE_LOG_ERR,
+			 "ptfs: out of memory: the kernel may show '%s' as it was until the cache timeout\n",
+			 name);
+		return -ENOMEM;
+	}
+	e->parent = (uint64_t)parent;
+	e->len = len;
+	memcpy(e->name, name, len + 1);
+	pthread_mutex_lock(&q->mu);
+	e->next = q->names;
+	q->names = e;
+	q->asked++;
+	pthread_cond_signal(&q->more);
+	pthread_mutex_unlock(&q->mu);
+	return 0;
+}
+
 bool ptfs_notify_wait(struct ptfs_notify *q, unsigned ms)
 {
 	struct timespec until;
@@ -172,7 +221,7 @@ bool ptfs_notify_idle(struct ptfs_notify *q)
 	if (!q)
 		return true;
 	pthread_mutex_lock(&q->mu);
-	idle = !q->set && q->ran == q->asked;
+	idle = !q->set && !q->names && q->ran == q->asked;
 	pthread_mutex_unlock(&q->mu);
 	return idle;
 }
@@ -197,6 +246,12 @@ bool ptfs_notify_free(struct ptfs_notify *q)
 	HASH_ITER(hh, q->set, e, tmp) {
 		HASH_DEL(q->set, e);
 		free(e);
+	}
+	while (q->names) {
+		struct qname *nx = q->names->next;
+
+		free(q->names);
+		q->names = nx;
 	}
 	pthread_cond_destroy(&q->done);
 	pthread_cond_destroy(&q->more);

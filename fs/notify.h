@@ -27,6 +27,14 @@ struct ptfs_notify *ptfs_notify_new(struct fuse_session *se);
 int ptfs_notify_inval(struct ptfs_notify *q, fuse_ino_t ino);
 
 /*
+ * Have the kernel look up @name in directory @parent again (its cached
+ * entry dropped), soon, the same way: an edit gave the name another node.
+ * 0, or -ENOMEM (logged).
+ */
+int ptfs_notify_inval_entry(struct ptfs_notify *q, fuse_ino_t parent,
+			    const char *name);
+
+/*
  * Wait until every drop queued before this call has run, at most @ms
  * milliseconds: true when they have.  A drop may wait for a page that a
  * queued READ holds, so only a worker of a loop with others to answer it

@@ -143,6 +143,7 @@ void pt_ckpt_close(struct pt_ckpt *ck)
 	if (!ck)
 		return;
 	pt__tree_free(ck);
+	free(ck->edits.holed);
 	pt__ckpt_free(ck);
 }
 

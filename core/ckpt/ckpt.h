@@ -395,6 +395,17 @@ int pt_edit_tensor(struct pt_ckpt *ck, const char *path,
 int pt_edit_rename(struct pt_ckpt *ck, const char *dir, pt_rename_fn fn,
 		   void *ctx, struct pt_buf *log, struct pt_error *err);
 int pt_edit_commit(struct pt_ckpt *ck, struct pt_error *err);
+/* From now on an item removed from a list (pt_edit_remove(), or moved
+ * away) leaves a hole: the other items keep their names (indexes) until
+ * pt_edit_commit() closes the holes, as a mount's inodes need (`rm -r`
+ * of a list removes 0, 1, 2, ... in turn).  Without it the items after
+ * it move up at once, as `del l[i]` does.  A tuple's items may then be
+ * removed too (`rm -r` of the tuple): one that keeps some is written as
+ * the shorter tuple. */
+void pt_edit_keep_names(struct pt_ckpt *ck);
+/* Is @n the text file of a scalar that pt_edit_scalar() can change (an
+ * int, float, bool, str or None in a dict, list or object's state)? */
+bool pt_edit_scalar_node(const struct pt_node *n);
 int pt_edit_size(struct pt_ckpt *ck, uint64_t *size, struct pt_error *err);
 
 /* Storages of every tensor file (views too): NULL if not in the file. */

@@ -267,6 +267,9 @@ struct pt_ckpt {
 	struct {                        /* edit.c */
 		uint32_t n;             /* edits made to the graph */
 		uint32_t next_key;      /* of new storages ("ptfs+N") */
+		bool holes;             /* pt_edit_keep_names() */
+		struct pt_value **holed; /* lists with holes, until commit */
+		size_t n_holed, cap_holed;
 	} edits;
 	struct pt_source *layer;        /* pt_ckpt_set_layer(), or NULL */
 	/* Set by the parent's format when the parent's commits write this

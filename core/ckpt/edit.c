@@ -8,8 +8,9 @@
  * renamed in place, a value moves to another mapping, a scalar or a
  * tensor gets a new value in its slot.  Values reached from elsewhere too
  * (memo sharing, tied storages) are never changed themselves; only the
- * slot that holds them is.  Paths are the tree's names, and the tree is
- * made again after every edit, so a batch of edits (a CLI command, a
+ * slot that holds them is.  Paths are the tree's names, and the listings
+ * an edit changes are made again on next use (the other nodes stay what
+ * they are: a mount's inodes), so a batch of edits (a CLI command, a
  * mount's pending changes) sees its own earlier edits.
  *
  * Nothing reaches the file until pt_edit_commit(), which hands the graph
@@ -158,13 +159,27 @@ static void seq_cut(struct pt_vseq *s, size_t pos, size_t k)
 
 /* ---- finding what a path names ---- */
 
-/* Rebuild the tree over the edited graph (directory tables are cached in
- * the values they list, and pt__tree_free() lets them go). */
-static int refresh(struct pt_ckpt *ck, struct pt_error *err)
+/*
+ * Graph changes happen between edit_lock() and edit_done(), under the
+ * tree's lock (the one table fills take), so that no thread lists a
+ * sequence while it is being cut.  edit_done() retires the tables of the
+ * directory values whose listing changed (@a, @b: NULL is fine): every
+ * other node keeps its identity, which a mount's inode numbers are.
+ */
+static void edit_lock(struct pt_ckpt *ck)
 {
+	pthread_mutex_lock(&ck->tree->lock);
+}
+
+static int edit_done(struct pt_ckpt *ck, struct pt_value *a, struct pt_value *b)
+{
+	if (a)
+		pt__tree_touched(ck, a);
+	if (b && b != a)
+		pt__tree_touched(ck, b);
 	ck->edits.n++;
-	pt__tree_free(ck);
-	return pt__tree_new(ck, err);
+	pthread_mutex_unlock(&ck->tree->lock);
+	return 0;
 }
 
 static int need_editable(struct pt_ckpt *ck, struct pt_error *err)
@@ -205,12 +220,7 @@ static bool is_mapping(const struct pt_node *n)
 static int slots_of(struct pt_ckpt *ck, struct pt_value *dir,
 		    struct pt_entry_slot **all, size_t *n)
 {
-	int rc;
-
-	pthread_mutex_lock(&ck->tree->lock);
-	rc = pt__entry_slots(ck, dir, all, n);
-	pthread_mutex_unlock(&ck->tree->lock);
-	return rc;
+	return pt__entry_slots(ck, dir, all, n);
 }
 
 /* The slot of the entry @n (a value of the object, not /.ptfs, not a
@@ -242,6 +252,9 @@ static int slot_of(struct pt_ckpt *ck, const char *path, struct pt_node *n,
 	if (s->kind == PT_SLOT_NAMED)
 		return pt_fail(err, -EPERM, "%.*s%s: an object's %s cannot be %s",
 			       SHOWN(path), n->name, what);
+	if (ck->edits.holes && s->kind == PT_SLOT_ITEM && s->owner->kind == PT_V_TUPLE &&
+	    strcmp(what, "removed") == 0)
+		return 0;       /* rm -r in a mount: see pt_edit_keep_names() */
 	if (s->kind != PT_SLOT_PAIR && s->owner->kind != PT_V_LIST &&
 	    s->owner->kind != PT_V_SET && s->owner->kind != PT_V_CALL &&
 	    s->owner->kind != PT_V_OBJ)
@@ -287,9 +300,105 @@ static int slot_set(struct pt_ckpt *ck, const struct pt_slot *s,
 	}
 }
 
-static void slot_remove(const struct pt_slot *s)
+/* Take the entry of slot @s out of its sequence: cut, or with
+ * pt_edit_keep_names() a list's item leaves a hole that keeps the others'
+ * indexes (closed by pt_edit_commit()). */
+static int slot_remove(struct pt_ckpt *ck, const struct pt_slot *s)
 {
-	seq_cut(s->seq, s->pos, s->kind == PT_SLOT_PAIR ? 2 : 1);
+	size_t i;
+
+	if (!ck->edits.holes || s->kind != PT_SLOT_ITEM ||
+	    (s->owner->kind != PT_V_LIST && s->owner->kind != PT_V_TUPLE)) {
+		seq_cut(s->seq, s->pos, s->kind == PT_SLOT_PAIR ? 2 : 1);
+		return 0;
+	}
+	for (i = 0; i < ck->edits.n_holed && ck->edits.holed[i] != s->owner; i++)
+		;
+	if (i == ck->edits.n_holed) {
+		if (!pt_grow((void **)&ck->edits.holed, &ck->edits.cap_holed, i,
+			     sizeof(*ck->edits.holed)))
+			return -ENOMEM;
+		ck->edits.holed[ck->edits.n_holed++] = (struct pt_value *)s->owner;
+	}
+	s->seq->v[s->pos] = &pt__hole;
+	return 0;
+}
+
+void pt_edit_keep_names(struct pt_ckpt *ck)
+{
+	ck->edits.holes = true;
+}
+
+/* A list's items, holes among them, before the commit closed the holes. */
+struct holed_was {
+	struct pt_value **v;
+	size_t n;
+};
+
+/*
+ * Close the holes of every list for the commit to write the graph; each
+ * list's items before that go to *@was (NULL when there are none) for
+ * open_holes() to put back when the commit fails.  The tree keeps the
+ * listings with the holes: a mount's names stay what they were.  0 or
+ * -ENOMEM (nothing changed).
+ */
+static int close_holes(struct pt_ckpt *ck, struct holed_was **was)
+{
+	size_t i, j, k, n = ck->edits.n_holed;
+
+	*was = n ? calloc(n, sizeof(**was)) : NULL;
+	if (n && !*was)
+		return -ENOMEM;
+	for (i = 0; i < n; i++) {
+		struct pt_vseq *s = &ck->edits.holed[i]->u.seq;
+
+		(*was)[i].n = s->n;
+		(*was)[i].v = malloc((s->n ? s->n : 1) * sizeof(*s->v));
+		if (!(*was)[i].v) {
+			while (i--)
+				free((*was)[i].v);
+			free(*was);
+			*was = NULL;
+			return -ENOMEM;
+		}
+		memcpy((*was)[i].v, s->v, s->n * sizeof(*s->v));
+	}
+	edit_lock(ck);
+	for (i = 0; i < n; i++) {
+		struct pt_vseq *s = &ck->edits.holed[i]->u.seq;
+
+		for (j = k = 0; j < s->n; j++)
+			if (s->v[j] != &pt__hole)
+				s->v[k++] = s->v[j];
+		s->n = k;
+	}
+	pthread_mutex_unlock(&ck->tree->lock);
+	return 0;
+}
+
+/* The commit is over: @done, the holes are gone for good; failed, they
+ * are back in place (the edits go on). */
+static void open_holes(struct pt_ckpt *ck, struct holed_was *was, bool done)
+{
+	size_t i;
+
+	if (!was)
+		return;
+	edit_lock(ck);
+	for (i = 0; i < ck->edits.n_holed; i++) {
+		struct pt_vseq *s = &ck->edits.holed[i]->u.seq;
+
+		if (!done) {
+			/* the same array: compaction only moved items down */
+			memcpy(s->v, was[i].v, was[i].n * sizeof(*s->v));
+			s->n = was[i].n;
+		}
+		free(was[i].v);
+	}
+	if (done)
+		ck->edits.n_holed = 0;
+	pthread_mutex_unlock(&ck->tree->lock);
+	free(was);
 }
 
 /*
@@ -400,8 +509,13 @@ int pt_edit_remove(struct pt_ckpt *ck, const char *path, struct pt_error *err)
 	rc = slot_of(ck, path, n, &s, "removed", err);
 	if (rc)
 		return rc;
-	slot_remove(&s);
-	return refresh(ck, err);
+	edit_lock(ck);
+	rc = slot_remove(ck, &s);
+	if (rc) {
+		pthread_mutex_unlock(&ck->tree->lock);
+		return pt_fail(err, rc, "out of memory");
+	}
+	return edit_done(ck, n->parent->val, NULL);
 }
 
 static bool inside(const struct pt_node *n, const struct pt_node *dir)
@@ -413,10 +527,11 @@ static bool inside(const struct pt_node *n, const struct pt_node *dir)
 }
 
 /* Give the value of @s (entry @src) to the existing entry @dst. */
-static int move_onto(struct pt_ckpt *ck, const char *to, struct pt_node *dst,
-		     const struct pt_slot *s, struct pt_error *err)
+static int move_onto(struct pt_ckpt *ck, const char *to, struct pt_node *src,
+		     struct pt_node *dst, const struct pt_slot *s,
+		     struct pt_error *err)
 {
-	struct pt_value *val = *slot_value(s);
+	struct pt_value *val = *slot_value(s), *dval;
 	struct pt_slot d;
 	int rc;
 
@@ -425,10 +540,22 @@ static int move_onto(struct pt_ckpt *ck, const char *to, struct pt_node *dst,
 	rc = slot_of(ck, to, dst, &d, "replaced", err);
 	if (rc)
 		return rc;
+	edit_lock(ck);
+	dval = *slot_value(&d);
 	rc = slot_set(ck, &d, NULL, val);
-	if (rc)
+	if (rc) {
+		pthread_mutex_unlock(&ck->tree->lock);
 		return pt_fail(err, rc, "out of memory");
-	slot_remove(s);
+	}
+	if (slot_remove(ck, s)) {
+		/* the value is in both places: give the target its old one */
+		slot_set(ck, &d, NULL, dval);
+		pthread_mutex_unlock(&ck->tree->lock);
+		return pt_fail(err, -ENOMEM, "out of memory");
+	}
+	pt__tree_moved(ck, src, dst->parent->val);
+	edit_done(ck, src->parent->val, dst->parent->val);
+	(void)pt_tree_lookup(ck, dst->parent, dst->name, &rc);  /* as above */
 	return 0;
 }
 
@@ -461,8 +588,7 @@ int pt_edit_move(struct pt_ckpt *ck, const char *from, const char *to,
 	if (dst) {
 		if (inside(dst, n))
 			return pt_fail(err, -EINVAL, "cannot move %.*s%s into itself", SHOWN(from));
-		rc = move_onto(ck, to, dst, &s, err);
-		return rc ? rc : refresh(ck, err);
+		return move_onto(ck, to, n, dst, &s, err);
 	}
 	if (!dir && !(dir = parent_of(ck, to, name, sizeof(name), err, &rc)))
 		return rc;
@@ -471,6 +597,7 @@ int pt_edit_move(struct pt_ckpt *ck, const char *from, const char *to,
 	key = key_for(ck, to, name, err, &rc);
 	if (!key)
 		return rc;
+	edit_lock(ck);
 	val = *slot_value(&s);
 	if (dir == n->parent && s.kind != PT_SLOT_ITEM) {
 		/* a rename: the key changes in place, the order stays */
@@ -478,12 +605,20 @@ int pt_edit_move(struct pt_ckpt *ck, const char *from, const char *to,
 	} else {
 		kv = pairs_of(ck, dir->val);
 		if (!kv || !seq_append(ck, kv, key, val))
-			return pt_fail(err, -ENOMEM, "out of memory");
-		slot_remove(&s);
+			rc = -ENOMEM;
+		else if ((rc = slot_remove(ck, &s)))
+			kv->n -= 2;
 	}
-	if (rc)
+	if (rc) {
+		pthread_mutex_unlock(&ck->tree->lock);
 		return pt_fail(err, rc, "out of memory");
-	return refresh(ck, err);
+	}
+	pt__tree_moved(ck, n, dir->val);
+	edit_done(ck, n->parent->val, dir->val);
+	/* the node goes to its new place now: a mount's inode that the
+	 * kernel has moved names its new path at once */
+	(void)pt_tree_lookup(ck, dir, name, &rc);
+	return 0;
 }
 
 /* Add @val under the new entry @path (its directory a mapping). */
@@ -502,10 +637,13 @@ static int add_entry(struct pt_ckpt *ck, const char *path,
 	key = key_for(ck, path, name, err, &rc);
 	if (!key)
 		return rc;
+	edit_lock(ck);
 	kv = pairs_of(ck, dir->val);
-	if (!kv || !seq_append(ck, kv, key, val))
+	if (!kv || !seq_append(ck, kv, key, val)) {
+		pthread_mutex_unlock(&ck->tree->lock);
 		return pt_fail(err, -ENOMEM, "out of memory");
-	return refresh(ck, err);
+	}
+	return edit_done(ck, dir->val, NULL);
 }
 
 int pt_edit_mkdir(struct pt_ckpt *ck, const char *path, struct pt_error *err)
@@ -608,6 +746,15 @@ static const char *kind_word(const struct pt_value *v)
 	}
 }
 
+bool pt_edit_scalar_node(const struct pt_node *n)
+{
+	const struct pt_value *v = n->val;
+
+	return n->role == R_VALUE && n->type == PT_NT_FILE && v && n->parent &&
+	       n->parent->role == R_VALUE && pt__vclass(v) == PT_C_SCALAR &&
+	       v->kind != PT_V_BYTES && v->kind != PT_V_BYTEARRAY;
+}
+
 int pt_edit_scalar(struct pt_ckpt *ck, const char *path, const void *text,
 		   size_t len, struct pt_error *err)
 {
@@ -620,8 +767,7 @@ int pt_edit_scalar(struct pt_ckpt *ck, const char *path, const void *text,
 	if (rc || !(n = find(ck, path, err, &rc)))
 		return rc;
 	old = n->val;
-	if (n->role != R_VALUE || !old || pt__vclass(old) != PT_C_SCALAR ||
-	    old->kind == PT_V_BYTES || old->kind == PT_V_BYTEARRAY)
+	if (!pt_edit_scalar_node(n))
 		return pt_fail(err, -EINVAL,
 			       "%.*s%s: not a scalar (int, float, bool, str or None)", SHOWN(path));
 	rc = slot_of(ck, path, n, &s, "changed", err);
@@ -640,10 +786,13 @@ int pt_edit_scalar(struct pt_ckpt *ck, const char *path, const void *text,
 	if (!v)
 		return pt_fail(err, -EINVAL, "%.*s%s: the new value must be %s, or None",
 			       SHOWN(path), kind_word(old));
+	edit_lock(ck);
 	rc = slot_set(ck, &s, NULL, v);
-	if (rc)
+	if (rc) {
+		pthread_mutex_unlock(&ck->tree->lock);
 		return pt_fail(err, rc, "out of memory");
-	return refresh(ck, err);
+	}
+	return edit_done(ck, n->parent->val, NULL);
 }
 
 /* ---- tensors ---- */
@@ -853,10 +1002,13 @@ int pt_edit_tensor(struct pt_ckpt *ck, const char *path,
 		return rc;
 	if (!n)
 		return add_entry(ck, path, v, err);
+	edit_lock(ck);
 	rc = slot_set(ck, &s, NULL, v);
-	if (rc)
+	if (rc) {
+		pthread_mutex_unlock(&ck->tree->lock);
 		return pt_fail(err, rc, "out of memory");
-	return refresh(ck, err);
+	}
+	return edit_done(ck, n->parent->val, NULL);
 }
 
 /* ---- renaming the keys of a mapping ---- */
@@ -1093,6 +1245,7 @@ int pt_edit_rename(struct pt_ckpt *ck, const char *dir, pt_rename_fn fn,
 		goto out;
 	}
 	rc = plan_rename(e, n, fn, ctx, &texts, span, err);
+	edit_lock(ck);
 	for (i = 0; i < n && rc == 0; i++) {
 		struct pt_value **ks = key_slot(&e[i].slot), *k;
 
@@ -1112,9 +1265,11 @@ int pt_edit_rename(struct pt_ckpt *ck, const char *dir, pt_rename_fn fn,
 	}
 	if (rc == 0 && renamed)
 		rc = rename_metadata(ck, d->val, fn, ctx);
-	if (rc == 0 && renamed)
-		rc = refresh(ck, err);
-	else if (rc > 0 || (rc < 0 && !err->msg[0]))
+	if (renamed)
+		edit_done(ck, d->val, NULL);    /* what changed, even on failure */
+	else
+		pthread_mutex_unlock(&ck->tree->lock);
+	if (rc > 0 || (rc < 0 && !err->msg[0]))
 		rc = pt_fail(err, rc < 0 ? rc : -ENOMEM, "out of memory");
 out:
 	pt_buf_free(&texts);
@@ -1125,18 +1280,28 @@ out:
 
 int pt_edit_commit(struct pt_ckpt *ck, struct pt_error *err)
 {
+	struct holed_was *was;
 	int rc = need_editable(ck, err);
 
 	if (rc || ck->edits.n == 0)
 		return rc;
-	return ck->fmt->restructure(ck, false, NULL, err);
+	if (close_holes(ck, &was))
+		return pt_fail(err, -ENOMEM, "out of memory");
+	rc = ck->fmt->restructure(ck, false, NULL, err);
+	open_holes(ck, was, rc == 0);
+	return rc;
 }
 
 int pt_edit_size(struct pt_ckpt *ck, uint64_t *size, struct pt_error *err)
 {
+	struct holed_was *was;
 	int rc = need_editable(ck, err);
 
 	if (rc)
 		return rc;
-	return ck->fmt->restructure(ck, true, size, err);
+	if (close_holes(ck, &was))
+		return pt_fail(err, -ENOMEM, "out of memory");
+	rc = ck->fmt->restructure(ck, true, size, err);
+	open_holes(ck, was, false);
+	return rc;
 }

@@ -85,6 +85,7 @@ void pt__tab_free(struct dtab *d)
 	if (!d)
 		return;
 	pt__tab_clear(d);
+	free(d->rec);
 	free(d);
 }
 
@@ -282,7 +283,7 @@ static size_t claim_base(const struct dtab *d, bool tensor, char *nm,
 	return blen + 2;
 }
 
-/* In a table of pt__entry_slot(): the last entry's value sits at d->cur. */
+/* In a table with rec: the last entry's value sits at d->cur. */
 static bool tab_record(struct dtab *d)
 {
 	size_t cap = d->cap_rec;
@@ -562,6 +563,8 @@ static int add_pairs(struct dtab *d, const struct pt_value *owner,
 	return 0;
 }
 
+struct pt_value pt__hole = { .kind = PT_V_NONE, .aux16 = PT_C_SCALAR };
+
 static int add_seq(struct dtab *d, const struct pt_value *owner,
 		   const struct pt_vseq *s, size_t *idx)
 {
@@ -569,6 +572,10 @@ static int add_seq(struct dtab *d, const struct pt_value *owner,
 	int rc;
 
 	for (i = 0; i < s->n; i++) {
+		if (s->v[i] == &pt__hole) {
+			(*idx)++;
+			continue;
+		}
 		at(d, owner, s, i, PT_SLOT_ITEM);
 		rc = add_indexed(d, (*idx)++, s->v[i]);
 		if (rc)
@@ -722,7 +729,12 @@ struct dtab *pt__value_tab(struct pt_ckpt *ck, struct pt_value *v, int *rc)
 		goto out;
 	}
 	d->of = v;
-	*rc = pt__tab_fill_value(ck, d, v);
+	if (ck->opts.editable) {
+		/* where each entry sits, for the edits (pt__entry_slots()) */
+		d->cap_rec = 16;
+		d->rec = malloc(d->cap_rec * sizeof(*d->rec));
+	}
+	*rc = ck->opts.editable && !d->rec ? -ENOMEM : pt__tab_fill_value(ck, d, v);
 	if (*rc) {
 		/* out of memory may pass; anything else would fail again */
 		pt__tab_clear(d);
@@ -746,32 +758,26 @@ out:
 int pt__entry_slots(struct pt_ckpt *ck, struct pt_value *dir,
 		    struct pt_entry_slot **out, size_t *n)
 {
-	struct dtab *d = calloc(1, sizeof(*d));
-	struct pt_entry_slot *v = NULL;
+	struct dtab *d;
+	struct pt_entry_slot *v;
 	size_t i, k = 0;
-	int rc;
+	int rc = 0;
 
 	*out = NULL;
 	*n = 0;
+	d = pt__value_tab(ck, dir, &rc);
 	if (!d)
+		return rc ? rc : -ENOMEM;
+	if (!d->rec)
+		return -EINVAL;         /* not opened with opts.editable */
+	v = calloc(d->n ? d->n : 1, sizeof(*v));
+	if (!v)
 		return -ENOMEM;
-	d->t = ck->tree;
-	d->cap_rec = 16;
-	d->rec = malloc(d->cap_rec * sizeof(*d->rec));
-	rc = d->rec ? pt__tab_fill_value(ck, d, dir) : -ENOMEM;
-	if (rc == 0 && !(v = calloc(d->n ? d->n : 1, sizeof(*v))))
-		rc = -ENOMEM;
-	for (i = 0; rc == 0 && i < d->n; i++) {
+	for (i = 0; i < d->n; i++) {
 		if (d->ents[i]->role != R_VALUE)
 			continue;
 		v[k].name = d->ents[i]->name;  /* the tree's pool */
 		v[k++].slot = d->rec[i];
-	}
-	free(d->rec);
-	pt__tab_free(d);
-	if (rc) {
-		free(v);
-		return rc;
 	}
 	*out = v;
 	*n = k;

@@ -330,9 +330,59 @@ static struct dtab *node_tab(struct pt_ckpt *ck, struct pt_node *dir, int *rc)
 		return d;
 	}
 	d = pt__value_tab(ck, dir->val, rc);
-	if (d)
-		__atomic_store_n(&dir->u.dir.tab, d, __ATOMIC_RELEASE);
+	if (d) {
+		/* kept only while it is the value's table: an edit may have
+		 * retired it meanwhile (pt__tree_touched()) */
+		pthread_mutex_lock(&t->lock);
+		if (!dir->u.dir.tab && dir->val->aux == d)
+			__atomic_store_n(&dir->u.dir.tab, d, __ATOMIC_RELEASE);
+		pthread_mutex_unlock(&t->lock);
+	}
 	return d;
+}
+
+/* The node entry @e of @dir had before the last edit that changed @dir's
+ * listing, when @e is the same entry (same name, role, value and key), or
+ * the node whose value an edit moved to @e; NULL otherwise.  Under the
+ * tree lock. */
+static struct pt_node *reused(struct pt_tree *t, struct pt_node *dir,
+			      const struct dent *e)
+{
+	size_t k;
+
+	if (e->role != R_VALUE && e->role != R_JSON && e->role != R_META)
+		return NULL;
+	if (e->role == R_VALUE) {
+		for (k = 0; k < t->n_moved; k++) {
+			struct pt_node *n = t->moved[k].n;
+
+			if (n->val != e->val || t->moved[k].to != dir->val)
+				continue;
+			t->moved[k] = t->moved[--t->n_moved];
+			n->parent = dir;
+			n->name = e->name;
+			n->key = e->key;
+			n->depth = dir->depth + 1;
+			return n;
+		}
+	}
+	for (k = t->n_retired; k-- > 0;) {
+		const struct retired *r = &t->retired[k];
+		const struct dent *o;
+		struct pt_node *n;
+
+		if (r->dir != dir)
+			continue;
+		o = pt__tab_find(r->tab, e->name, strlen(e->name));
+		n = o ? r->kids[o->idx] : NULL;
+		if (!n)
+			continue;       /* not made then: an older listing may have */
+		if (n->role == e->role && n->val == e->val &&
+		    (e->role != R_VALUE || n->key == e->key))
+			return n;
+		return NULL;
+	}
+	return NULL;
 }
 
 /* The child node for entry @i of @dir's table @d. */
@@ -382,6 +432,15 @@ again:
 		gen = NULL;
 		goto again;
 	}
+	if (dir->role == R_VALUE && dir->u.dir.tab != d) {
+		/* an edit retired @d after the caller found entry @i in it:
+		 * a node of that listing, not kept among the new one's */
+		n = node_new(ck, dir, d->ents[i], gen, gen_len);
+		gen = NULL;
+		if (!n)
+			*rc = -ENOMEM;
+		goto out;
+	}
 	if (!dir->u.dir.kids) {
 		kids = calloc(d->n ? d->n : 1, sizeof(*kids));
 		if (!kids) {
@@ -394,7 +453,9 @@ again:
 	kids = dir->u.dir.kids;
 	n = kids[i];
 	if (!n) {
-		n = node_new(ck, dir, d->ents[i], gen, gen_len);
+		n = t->n_retired ? reused(t, dir, d->ents[i]) : NULL;
+		if (!n)
+			n = node_new(ck, dir, d->ents[i], gen, gen_len);
 		gen = NULL;
 		if (!n)
 			*rc = -ENOMEM;
@@ -943,6 +1004,10 @@ void pt__tree_free(struct pt_ckpt *ck)
 		t->blks = b->next;
 		free(b);
 	}
+	for (i = 0; i < t->n_retired; i++)
+		free(t->retired[i].kids);
+	free(t->retired);
+	free(t->moved);
 	for (i = 0; i < t->n_tabs; i++) {
 		/* a tree made again (after an edit) fills its own tables */
 		if (t->tabs[i]->of)
@@ -974,6 +1039,67 @@ void pt__tree_free(struct pt_ckpt *ck)
 	pthread_mutex_destroy(&t->lock);
 	free(t);
 	ck->tree = NULL;
+}
+
+static bool shows(const struct pt_node *n, const struct pt_value *v)
+{
+	return n->type == PT_NT_DIR && n->role == R_VALUE && n->val == v;
+}
+
+void pt__tree_touched(struct pt_ckpt *ck, struct pt_value *v)
+{
+	struct pt_tree *t = ck->tree;
+	struct node_blk *b;
+	size_t i, need = t->n_retired;
+
+	for (b = t->blks; b; b = b->next)
+		for (i = 0; i < b->used; i++)
+			need += shows(&b->n[i], v) && b->n[i].u.dir.kids;
+	if (need > t->cap_retired) {
+		size_t cap = need * 2;
+		struct retired *r = realloc(t->retired, cap * sizeof(*r));
+
+		if (r) {
+			t->retired = r;
+			t->cap_retired = cap;
+		}
+	}
+	/* the old table stays in t->tabs, freed with the tree */
+	if (pt__is_dir_class(v))
+		__atomic_store_n((struct dtab **)&v->aux, NULL, __ATOMIC_RELEASE);
+	for (b = t->blks; b; b = b->next) {
+		for (i = 0; i < b->used; i++) {
+			struct pt_node *n = &b->n[i];
+
+			if (!shows(n, v))
+				continue;
+			/* out of memory: the old children are left, not freed
+			 * (a thread may read them), and made anew */
+			if (n->u.dir.kids && t->n_retired < t->cap_retired)
+				t->retired[t->n_retired++] = (struct retired){
+					.dir = n, .tab = n->u.dir.tab, .kids = n->u.dir.kids,
+				};
+			__atomic_store_n(&n->u.dir.kids, NULL, __ATOMIC_RELEASE);
+			__atomic_store_n(&n->u.dir.tab, NULL, __ATOMIC_RELEASE);
+		}
+	}
+}
+
+void pt__tree_moved(struct pt_ckpt *ck, struct pt_node *n,
+		    const struct pt_value *to)
+{
+	struct pt_tree *t = ck->tree;
+
+	if (t->n_moved == t->cap_moved) {
+		size_t cap = t->cap_moved ? t->cap_moved * 2 : 8;
+		struct moved *m = realloc(t->moved, cap * sizeof(*m));
+
+		if (!m)
+			return;         /* its new entry gets a new node */
+		t->moved = m;
+		t->cap_moved = cap;
+	}
+	t->moved[t->n_moved++] = (struct moved){ .n = n, .to = to };
 }
 
 /* The nodes made so far for which @pick (called under the tree lock, which

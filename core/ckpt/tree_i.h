@@ -91,7 +91,7 @@ struct dtab {
 					 * (-EFBIG past max_dir_entries, ...):
 					 * kept, empty, so that every later
 					 * call gets the error at once */
-	/* Only in a table made by pt__entry_slot(): where each entry's
+	/* Only in a value's table with opts.editable: where each entry's
 	 * value sits in the graph (rec[idx], for R_VALUE entries), and the
 	 * place of the value being added. */
 	struct pt_slot *rec;
@@ -208,6 +208,27 @@ struct pt_tree {
 	bool previews;                  /* NAME.png beside tensors */
 	struct pt_vfile **vfiles;       /* every generated file, for freeing */
 	size_t n_vfiles, cap_vfiles;
+	struct retired *retired;        /* directories an edit changed: */
+	size_t n_retired, cap_retired;  /* what they showed before */
+	struct moved *moved;            /* nodes whose value an edit moved, */
+	size_t n_moved, cap_moved;      /* until their new place is listed */
+};
+
+/*
+ * A directory node whose listing an edit changed (pt__tree_touched()):
+ * its table and children before the edit, kept until close (a thread may
+ * still read them), so that the children it makes again from the new
+ * table are the old nodes wherever the entry is the same one.
+ */
+struct retired {
+	struct pt_node *dir;
+	struct dtab *tab;
+	struct pt_node **kids;
+};
+
+struct moved {
+	struct pt_node *n;
+	const struct pt_value *to;      /* the directory value it went to */
 };
 
 /*
@@ -248,6 +269,9 @@ struct dent *pt__tab_add(struct dtab *d, const char *name, size_t len,
 struct pt_value *pt__tree_deref(struct pt_value *v);
 /* Does @v show as a directory (a mapping, a sequence, an object)? */
 bool pt__is_dir_class(const struct pt_value *v);
+/* An item removed from a list while its siblings keep their names
+ * (pt_edit_keep_names()): listed as nothing, its index kept. */
+extern struct pt_value pt__hole;
 /* Claim a name for @val in @d (LAYOUT.md rule 5): 0, -ENOMEM, -EFBIG. */
 int pt__tab_claim(struct dtab *d, const char *base, size_t blen,
 		  struct pt_value *val);
@@ -256,9 +280,11 @@ int pt__tab_fill_value(struct pt_ckpt *ck, struct dtab *d, struct pt_value *v);
 /* The table of directory value @v, built on first use; NULL with *@rc. */
 struct dtab *pt__value_tab(struct pt_ckpt *ck, struct pt_value *v, int *rc);
 /* Where the values of the entries of directory value @dir sit in the
- * graph (the slots the tree took them from), in listing order, with their
- * names (in the tree's pool): a malloc()ed array in *@out.  0 or -ENOMEM
- * (or the error listing @dir gives).  Under the tree's lock. */
+ * graph (the slots its table took them from: a checkpoint opened with
+ * opts.editable records them), in listing order, with their names (in the
+ * tree's pool): a malloc()ed array in *@out.  0 or -ENOMEM (or the error
+ * listing @dir gives, -EINVAL without opts.editable).  Not under the tree
+ * lock (the table may be filled); the caller makes the only edits. */
 struct pt_entry_slot {
 	const char *name;
 	struct pt_slot slot;
@@ -291,6 +317,17 @@ struct pt_node **pt__tree_nodes_where(struct pt_ckpt *ck,
 				      bool (*pick)(struct pt_ckpt *ck,
 						   struct pt_node *n, void *ctx),
 				      void *ctx, size_t *count);
+
+/* The listing of directory value @v changed (an edit): its table is
+ * retired and every directory node showing it lists it again on next use,
+ * keeping the children whose entry stayed the same.  Under the tree lock. */
+void pt__tree_touched(struct pt_ckpt *ck, struct pt_value *v);
+/* The value of node @n moved to an entry of directory value @to (an
+ * edit): the node its new entry gets is @n itself, renamed (a mount's
+ * inode keeps its identity across a rename, as POSIX says).  Under the
+ * tree lock. */
+void pt__tree_moved(struct pt_ckpt *ck, struct pt_node *n,
+		    const struct pt_value *to);
 
 /* ---- pictures.c ---- */
 

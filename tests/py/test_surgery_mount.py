@@ -1,0 +1,299 @@
+# SPDX-License-Identifier: MIT
+"""Checkpoint surgery in a writable mount (README "Surgery"): rm, rm -r,
+rmdir, mv, mkdir and new values of scalars written as text.
+
+The edits of a session are committed together (fsync, unmount, SIGTERM)
+as one atomic rewrite of the file; each is checked against the same edit
+made in Python on the object torch.load returns.  Listings are right after
+each edit without a remount, and the inodes the kernel knows stay what
+they were.
+"""
+import ctypes
+import errno
+import os
+import signal
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+from conftest import PTFS, is_mounted, needs_fuse
+from test_surgery import load, same, sha, training_checkpoint
+from test_write_model import Mount, mounts  # noqa: F401 (fixture)
+
+pytestmark = needs_fuse
+
+
+@pytest.fixture
+def train(tmp_path):
+    return training_checkpoint(str(tmp_path / "train.pt"))
+
+
+def listing(path):
+    return sorted(os.listdir(path))
+
+
+def write_text(path, text):
+    """open, write, close: the close's error is the edit's."""
+    fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+    try:
+        os.write(fd, text)
+    finally:
+        os.close(fd)
+
+
+def test_training_edits_match_python(tmp_path, train, mounts):
+    before = load(train)
+    m = mounts(tmp_path, train)
+    ino_emb = os.stat(m.path("model/emb.weight")).st_ino
+    ino_model = os.stat(m.path("model")).st_ino
+    subprocess.run(["rm", "-r", m.path("optimizer")], check=True, timeout=60)
+    assert "optimizer" not in listing(m.mnt)
+    os.rename(m.path("model/fc.weight"), m.path("model/fc.w"))
+    names = listing(m.path("model"))
+    assert "fc.w" in names and "fc.w.json" in names
+    assert "fc.weight" not in names and "fc.weight.json" not in names
+    os.mkdir(m.path("extra"))
+    assert "extra" in listing(m.mnt) and listing(m.path("extra")) == []
+    assert subprocess.run(["sh", "-c", "echo 8 > '%s'" % m.path("epoch")],
+                          timeout=60).returncode == 0
+    with open(m.path("epoch")) as f:
+        assert f.read() == "8\n"
+    # the other nodes kept their identity
+    assert os.stat(m.path("model")).st_ino == ino_model
+    assert os.stat(m.path("model/emb.weight")).st_ino == ino_emb
+    rc, err = m.umount()
+    assert rc == 0, err
+
+    del before["optimizer"]
+    sd = before["model"]
+    keys = [("fc.w" if k == "fc.weight" else k) for k in sd]
+    sd["fc.w"] = sd.pop("fc.weight")
+    for k in keys:
+        sd.move_to_end(k)
+    before["extra"] = {}
+    before["epoch"] = 8
+    after = load(train)
+    assert list(after["model"].keys()) == keys
+    assert same(after, before)
+    # tied weights stay tied
+    assert after["model"]["head.weight"].data_ptr() == after["model"]["emb.weight"].data_ptr()
+
+
+def test_mv_keeps_the_inode_and_moves_between_dicts(tmp_path, train, mounts):
+    before = load(train)
+    m = mounts(tmp_path, train)
+    os.mkdir(m.path("extra"))
+    ino = os.stat(m.path("model/fc.bias")).st_ino
+    os.rename(m.path("model/fc.bias"), m.path("extra/b"))
+    assert os.stat(m.path("extra/b")).st_ino == ino
+    assert "fc.bias" not in listing(m.path("model"))
+    assert listing(m.path("extra")) == ["b", "b.json"]
+    # a moved directory keeps its inode, and edits inside it work
+    os.mkdir(m.path("d"))
+    ino = os.stat(m.path("d")).st_ino
+    os.rename(m.path("d"), m.path("extra/d"))
+    assert os.stat(m.path("extra/d")).st_ino == ino
+    os.rename(m.path("extra/b"), m.path("extra/d/b"))
+    assert listing(m.path("extra/d")) == ["b", "b.json"]
+    assert listing(m.path("extra")) == ["d"]
+    # an object's attributes are not a mapping: nothing moves into it
+    with pytest.raises(OSError) as e:
+        os.rename(m.path("extra/d"), m.path("args/d"))
+    assert e.value.errno == errno.ENOTDIR
+    rc, err = m.umount()
+    assert rc == 0, err
+    after = load(train)
+    b = before["model"].pop("fc.bias")
+    before["extra"] = {"d": {"b": b}}
+    assert same(after, before)
+
+
+def test_refusals(tmp_path, train, mounts):
+    m = mounts(tmp_path, train)
+    with pytest.raises(OSError) as e:
+        os.rmdir(m.path("model"))
+    assert e.value.errno == errno.ENOTEMPTY
+    with pytest.raises(OSError) as e:
+        os.unlink(m.path("model"))
+    assert e.value.errno in (errno.EISDIR, errno.EPERM)
+    with pytest.raises(OSError) as e:
+        os.unlink(m.path("nothing"))
+    assert e.value.errno == errno.ENOENT
+    with pytest.raises(OSError) as e:
+        os.mkdir(m.path("model"))
+    assert e.value.errno == errno.EEXIST
+    with pytest.raises(OSError) as e:
+        os.unlink(m.path(".ptfs/info.txt"))
+    assert e.value.errno == errno.EPERM
+    with pytest.raises(OSError) as e:
+        os.mkdir(m.path("x" * 300))
+    assert e.value.errno == errno.ENAMETOOLONG
+    libc = ctypes.CDLL(None, use_errno=True)
+    for flags, want in ((2, errno.EINVAL), (1, errno.EEXIST)):   # EXCHANGE, NOREPLACE
+        rc = libc.renameat2(-100, m.path("model/fc.bias").encode(), -100,
+                            m.path("model/fc.weight").encode(), flags)
+        assert rc == -1 and ctypes.get_errno() == want
+    # an empty directory is replaced by rename, a full one is not
+    os.mkdir(m.path("e"))
+    with pytest.raises(OSError) as e:
+        os.rename(m.path("e"), m.path("model"))
+    assert e.value.errno == errno.ENOTEMPTY
+    rc, err = m.umount()
+    assert rc == 0, err
+
+
+def test_bad_scalar_value_fails_at_close(tmp_path, train, mounts):
+    log = str(tmp_path / "ptfs.log")
+    m = mounts(tmp_path, train, "-o", "log=" + log)
+    with pytest.raises(OSError) as e:
+        write_text(m.path("epoch"), b"three\n")
+    assert e.value.errno == errno.EINVAL
+    with open(m.path("epoch")) as f:
+        assert f.read() == "3\n"
+    with open(log) as f:
+        assert "epoch: the new value must be an int" in f.read()
+    write_text(m.path("args/name"), b"run-2\n")
+    with open(m.path("args/name")) as f:
+        assert f.read() == "run-2\n"
+    rc, err = m.umount()
+    assert rc == 0, err
+    after = load(train)
+    assert after["epoch"] == 3 and after["args"].name == "run-2"
+
+
+def test_read_only_mount_refuses(tmp_path, train, mounts):
+    before = sha(train)
+    m = mounts(tmp_path, train, "-o", "ro")
+    for op in (lambda: os.unlink(m.path("epoch")),
+               lambda: os.mkdir(m.path("x")),
+               lambda: os.rename(m.path("epoch"), m.path("e")),
+               lambda: write_text(m.path("epoch"), b"4\n")):
+        with pytest.raises(OSError) as e:
+            op()
+        assert e.value.errno == errno.EROFS
+    rc, err = m.umount()
+    assert rc == 0, err
+    assert sha(train) == before
+
+
+def test_fsync_commits_then_the_mount_is_read_only(tmp_path, train, mounts):
+    before = load(train)
+    m = mounts(tmp_path, train)
+    os.unlink(m.path("epoch"))
+    fd = os.open(m.path("model/fc.bias"), os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    del before["epoch"]
+    assert same(load(train), before)
+    # the tree describes the old file's layout: no more writes
+    with pytest.raises(OSError) as e:
+        os.unlink(m.path("model/fc.weight"))
+    assert e.value.errno == errno.EROFS
+    with pytest.raises(OSError) as e:
+        os.mkdir(m.path("x"))
+    assert e.value.errno == errno.EROFS
+    with pytest.raises(OSError) as e:
+        write_text(m.path("model/fc.bias"), b"\0" * 32)
+    assert e.value.errno == errno.EROFS
+    # reads still see the checkpoint
+    with open(m.path("model/fc.bias"), "rb") as f:
+        assert f.read() == before["model"]["fc.bias"].numpy().tobytes()
+    rc, err = m.umount()
+    assert rc == 0, err
+    assert same(load(train), before)
+
+
+def test_kill_9_before_unmount_leaves_the_old_file(tmp_path, train):
+    before = sha(train)
+    mnt = tempfile.mkdtemp(prefix="ptfs-sm-")
+    env = dict(os.environ, XDG_STATE_HOME=str(tmp_path / "state"))
+    p = subprocess.Popen([PTFS, "-f", train, mnt], env=env,
+                         stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(200):
+            if is_mounted(mnt):
+                break
+            time.sleep(0.05)
+        assert is_mounted(mnt)
+        subprocess.run(["rm", "-r", os.path.join(mnt, "optimizer")], check=True,
+                       timeout=60)
+        os.mkdir(os.path.join(mnt, "extra"))
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+        subprocess.run(["fusermount3", "-u", "-z", mnt], capture_output=True)
+        os.rmdir(mnt)
+    assert sha(train) == before
+    assert [n for n in os.listdir(tmp_path) if "ptfs-" in n] == []
+
+
+def test_sigterm_commits(tmp_path, train):
+    before = load(train)
+    mnt = tempfile.mkdtemp(prefix="ptfs-sm-")
+    env = dict(os.environ, XDG_STATE_HOME=str(tmp_path / "state"))
+    p = subprocess.Popen([PTFS, "-f", train, mnt], env=env,
+                         stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(200):
+            if is_mounted(mnt):
+                break
+            time.sleep(0.05)
+        assert is_mounted(mnt)
+        os.unlink(os.path.join(mnt, "model/fc.bias"))
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=60) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+        subprocess.run(["fusermount3", "-u", "-z", mnt], capture_output=True)
+        os.rmdir(mnt)
+    del before["model"]["fc.bias"]
+    assert same(load(train), before)
+
+
+def test_failed_commit_at_unmount_says_so(tmp_path, train, mounts):
+    """The checkpoint untouched, `ptfs umount` exits 1 with the reason."""
+    before = sha(train)
+    m = mounts(tmp_path, train, env={"PTFS_FAULT": "rename:1:ENOSPC"})
+    os.unlink(m.path("epoch"))
+    rc, err = m.umount()
+    assert rc == 1, err
+    assert "could not be committed" in err and "they are lost" in err, err
+    assert sha(train) == before
+
+
+def test_tensor_writes_and_edits_in_one_session(tmp_path, train, mounts):
+    """The tensor bytes are committed first, then the structure."""
+    before = load(train)
+    m = mounts(tmp_path, train)
+    new = os.urandom(before["model"]["fc.bias"].numel() * 4)
+    write_text(m.path("model/fc.bias"), new)
+    os.unlink(m.path("epoch"))
+    os.rename(m.path("model/fc.bias"), m.path("model/b"))
+    rc, err = m.umount()
+    assert rc == 0, err
+    after = load(train)
+    assert after["model"]["b"].numpy().tobytes() == new
+    assert "epoch" not in after and "fc.bias" not in after["model"]
+
+
+def test_rm_r_of_a_large_dict(tmp_path, mounts):
+    """Past the first readdirplus batch the kernel has no entry cached
+    and looks NAME.json up before it unlinks it."""
+    import torch
+    ck = str(tmp_path / "sd.pt")
+    torch.save({"model": {"layer%d.w" % i: torch.zeros(4) for i in range(300)},
+                "epoch": 1}, ck)
+    m = mounts(tmp_path, ck)
+    r = subprocess.run(["rm", "-r", m.path("model")], capture_output=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert listing(m.mnt) == [".ptfs", "epoch"]
+    rc, err = m.umount()
+    assert rc == 0, err
+    assert load(ck) == {"epoch": 1}
