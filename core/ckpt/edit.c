@@ -184,8 +184,16 @@ static int edit_done(struct pt_ckpt *ck, struct pt_value *a, struct pt_value *b)
 
 static int need_editable(struct pt_ckpt *ck, struct pt_error *err)
 {
+	uint64_t kept = ck->tree ? ck->tree->retired_entries : 0;
+
 	if (!ck->opts.editable)
 		return pt_fail(err, -EINVAL, "checkpoint not opened for editing");
+	/* each edit lists its directory again and keeps the old listing
+	 * until close: the same budget as one walk of the tree */
+	if (kept > ck->opts.limits.max_walk_entries)
+		return pt_fail(err, -E2BIG,
+			       "these edits listed directories again %" PRIu64 " entries over (max_walk_entries %" PRIu64 "): commit them and remount, or use 'ptfs rm' for large dicts",
+			       kept, ck->opts.limits.max_walk_entries);
 	if (!ck->fmt->restructure)
 		return pt_fail(err, -EROFS, "%s checkpoints cannot be restructured",
 			       pt_ckpt_format(ck));

@@ -1075,6 +1075,8 @@ void pt__tree_touched(struct pt_ckpt *ck, struct pt_value *v)
 				continue;
 			/* out of memory: the old children are left, not freed
 			 * (a thread may read them), and made anew */
+			if (n->u.dir.tab)
+				t->retired_entries += n->u.dir.tab->n;
 			if (n->u.dir.kids && t->n_retired < t->cap_retired)
 				t->retired[t->n_retired++] = (struct retired){
 					.dir = n, .tab = n->u.dir.tab, .kids = n->u.dir.kids,

@@ -210,6 +210,8 @@ struct pt_tree {
 	size_t n_vfiles, cap_vfiles;
 	struct retired *retired;        /* directories an edit changed: */
 	size_t n_retired, cap_retired;  /* what they showed before */
+	uint64_t retired_entries;       /* entries of their tables, the
+					 * memory edits hold until close */
 	struct moved *moved;            /* nodes whose value an edit moved, */
 	size_t n_moved, cap_moved;      /* until their new place is listed */
 };

@@ -395,3 +395,16 @@ def test_killed_or_failed_commit_leaves_old(train, fault):
     left = [n for n in os.listdir(os.path.dirname(train)) if "ptfs-" in n]
     assert left == []
     assert "optimizer" in load(train) and "scheduler" not in load(train)
+
+
+def test_edits_stay_within_the_walk_budget(tmp_path):
+    """Each edit lists its directory again and keeps the old listing until
+    close: past max_walk_entries of them, edits are refused with one line
+    (a mount's rm -r of a huge dict stops instead of eating the memory)."""
+    ck = str(tmp_path / "many.pt")
+    torch.save({"k%d" % i: torch.ones(1) for i in range(20)}, ck)
+    keys = ["k%d" % i for i in range(10)]
+    err = refused("rm", ck, "-o", "max_walk_entries=50", *keys)
+    assert "max_walk_entries 50" in err and "ptfs rm" in err
+    ok("rm", ck, *keys)
+    assert list(load(ck).keys()) == ["k%d" % i for i in range(10, 20)]
