@@ -35,6 +35,7 @@ for t in "${targets[@]}"; do
 	echo "== fuzz_$t: ${secs}s on $jobs jobs"
 	sd=$t
 	[ "$t" = tree ] && sd=ckpt     # whole checkpoints, like fuzz_ckpt
+	[ "$t" = edit ] && sd=ckpt     # surgery on whole checkpoints
 	[ "$t" = pkemit ] && sd=pickle # writes back what fuzz_pickle reads
 	seeds=("$PWD/$dir/seeds/$sd" "$PWD/$regress")
 	# fuzz_journal: real journals, kept in its regress folder
