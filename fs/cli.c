@@ -397,7 +397,7 @@ static int cmd_set(int argc, char **argv)
 	if (pt_node_kind(node) == PT_NK_SCALAR) {
 		/* a new value for an int, a str...: surgery (fs/edit.c) */
 		pt_ckpt_close(ck);
-		return ptfs_cmd_edit(argc, argv, &cli_opts);
+		return ptfs_cmd_edit(argc, argv, &cli_opts, cli_verbose);
 	}
 	memset(&c, 0, sizeof(c));
 	c.st = pt_node_writable_storage(node, &c.lo);
@@ -593,7 +593,7 @@ int ptfs_cli(int argc, char **argv)
 		return cmd_recover(argc, argv);
 	if (one_of(argv[0], "rm mv mkdir add rename") || (strcmp(argv[0], "set") == 0 &&
 							     shapes_given(argc, argv)))
-		return ptfs_cmd_edit(argc, argv, &cli_opts);
+		return ptfs_cmd_edit(argc, argv, &cli_opts, false);
 	if (strcmp(argv[0], "set") != 0)
 		return ptfs_view_cmd(argc, argv, &cli_opts);
 	return cmd_set(argc, argv);

@@ -444,9 +444,10 @@ static int run(struct ecmd *e, const struct pt_ckpt_opts *o)
 	return rc == 0 ? PTFS_EXIT_OK : PTFS_EXIT_ERROR;
 }
 
-int ptfs_cmd_edit(int argc, char **argv, const struct pt_ckpt_opts *o)
+int ptfs_cmd_edit(int argc, char **argv, const struct pt_ckpt_opts *o,
+		  bool verbose)
 {
-	struct ecmd e = { .cmd = argv[0] };
+	struct ecmd e = { .cmd = argv[0], .verbose = verbose };
 	int rc;
 
 	if (o->nested || o->suffix)

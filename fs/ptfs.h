@@ -39,11 +39,13 @@ int ptfs_cmd_tree(int argc, char **argv, const struct pt_ckpt_opts *o);
 int ptfs_cmd_export(int argc, char **argv, const struct pt_ckpt_opts *o);
 /* edit.c: checkpoint surgery, `ptfs rm|mv|mkdir|add|rename ...` and `ptfs
  * set` of a scalar or with --dtype/--shape (argv[0] is the subcommand; @o
- * the parsed -o options).  ptfs_read_stdin(): all of stdin, up to @max + 1
+ * the parsed -o options; @verbose: -v was taken before, by `ptfs set`
+ * handing a scalar over).  ptfs_read_stdin(): all of stdin, up to @max + 1
  * bytes (so that a longer input shows), into malloc()ed *@out; 0 or
  * -errno.  @pg may be NULL. */
 struct ptfs_progress;
-int ptfs_cmd_edit(int argc, char **argv, const struct pt_ckpt_opts *o);
+int ptfs_cmd_edit(int argc, char **argv, const struct pt_ckpt_opts *o,
+		  bool verbose);
 int ptfs_read_stdin(uint8_t **out, uint64_t *len, uint64_t max,
 		    struct ptfs_progress *pg);
 /* `ptfs info --weights-only CHECKPOINT`: exit 0 when torch >= 2.6 would

@@ -23,6 +23,7 @@ import pytest
 import torch
 
 from conftest import PTFS
+from test_commits import reflink_fs  # noqa: F401  (fixture)
 
 torch.manual_seed(0)
 
@@ -408,3 +409,104 @@ def test_edits_stay_within_the_walk_budget(tmp_path):
     assert "max_walk_entries 50" in err and "ptfs rm" in err
     ok("rm", ck, *keys)
     assert list(load(ck).keys()) == ["k%d" % i for i in range(10, 20)]
+
+
+# ---- what README promises besides the edits themselves ----
+
+def onnx_model(path):
+    torch.onnx.export(torch.nn.Linear(2, 2), torch.zeros(1, 2), path)
+    return path
+
+
+def legacy_model(path):
+    torch.save({"a": torch.arange(3), "n": 4}, path, _use_new_zipfile_serialization=False)
+    return path
+
+
+def tar_model(path):
+    from test_legacy import save_tar
+    save_tar({"a": torch.arange(3), "n": 4}, path)
+    return path
+
+
+@pytest.mark.parametrize("kind, make", [("torch.save legacy", legacy_model),
+                                        ("tar", tar_model),
+                                        ("ONNX", onnx_model)],
+                         ids=["legacy", "tar", "onnx"])
+def test_read_only_formats_refuse_surgery(tmp_path, kind, make):
+    """README: legacy, tar, .pt2, sharded, DCP and ONNX checkpoints are
+    read-only for surgery: one line naming the file, nothing written."""
+    ck = make(str(tmp_path / "ck"))
+    name = "a" if kind != "ONNX" else "bias"
+    err = refused("rm", ck, name)
+    assert "cannot be restructured" in err and ck in err, err
+    assert refused("mv", ck, name, "b") == err
+    assert os.listdir(str(tmp_path)) == ["ck"]
+
+
+def test_remote_checkpoints_refuse_surgery():
+    for cmd in (["rm", "http://127.0.0.1:1/x.pt", "a"],
+                ["rename", "s3://bucket/x.pt", "--strip-prefix", "module."]):
+        r = ptfs(*cmd)
+        err = r.stderr.decode()
+        assert r.returncode == 1 and "remote checkpoints cannot be edited" in err, err
+        assert len(err.splitlines()) == 1, err
+
+
+def test_set_verbose_says_how_a_scalar_was_committed(train):
+    r = ptfs("set", "-v", train, "epoch", input=b"9\n")
+    assert r.returncode == 0, r.stderr.decode()
+    assert re.search(rb"committed \((rewrite|clone)", r.stderr), r.stderr
+    assert load(train)["epoch"] == 9
+    r = ptfs("set", train, "epoch", input=b"10\n")
+    assert r.returncode == 0 and r.stderr == b"", r.stderr
+
+
+def test_no_room_leaves_the_file(tmp_path):
+    """README: the new file is written beside the old one after a check
+    that the filesystem has room for it.  Both writers, on a tmpfs too
+    small for a second copy."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a small tmpfs")
+    d = str(tmp_path / "small")
+    os.mkdir(d)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=7m", "tmpfs", d], check=True)
+    try:
+        pt = os.path.join(d, "m.pt")
+        torch.save({"w": torch.zeros(1 << 20), "b": torch.ones(4)}, pt)
+        err = refused("rm", pt, "b")
+        assert "No space left on device" in err and pt in err, err
+        assert os.listdir(d) == ["m.pt"]
+        os.unlink(pt)
+        st = os.path.join(d, "m.safetensors")
+        n = 4 << 20
+        h = json.dumps({"w": {"dtype": "F32", "shape": [n // 4], "data_offsets": [0, n]},
+                        "b": {"dtype": "F32", "shape": [1], "data_offsets": [n, n + 4]}}).encode()
+        h += b" " * (-len(h) % 8)
+        with open(st, "wb") as f:
+            f.write(struct.pack("<Q", len(h)) + h + bytes(n) + struct.pack("<f", 1.0))
+        err = refused("rm", st, "b")
+        assert "No space left on device" in err and st in err, err
+        assert os.listdir(d) == ["m.safetensors"]
+        # room now: the same edit goes through
+        subprocess.run(["mount", "-o", "remount,size=16m", d], check=True)
+        ok("rm", st, "b")
+        assert [l.split()[2] for l in ok("ls", st).stdout.decode().splitlines()] == ["w"]
+    finally:
+        subprocess.run(["umount", "-l", d], capture_output=True)
+
+
+def test_unchanged_records_share_blocks(reflink_fs):
+    """README: unchanged tensor records are copied with copy_file_range,
+    so XFS and btrfs share their blocks: removing a small entry from a
+    128 MiB checkpoint takes far less than a copy's worth of space."""
+    import shutil
+    ck = os.path.join(reflink_fs, "big.pt")
+    torch.save({"big": torch.zeros(32 << 20, dtype=torch.int32), "small": torch.ones(4)}, ck)
+    subprocess.run(["sync", "-f", ck], check=True)
+    free = shutil.disk_usage(reflink_fs).free
+    ok("rm", ck, "small")
+    subprocess.run(["sync", "-f", ck], check=True)
+    assert free - shutil.disk_usage(reflink_fs).free < (16 << 20)
+    got = load(ck)
+    assert list(got) == ["big"] and int(got["big"].abs().sum()) == 0
