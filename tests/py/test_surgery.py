@@ -22,7 +22,8 @@ import zipfile
 import pytest
 import torch
 
-from conftest import PTFS
+from conftest import FIXTURES, PTFS, fixture_corpus
+from test_dcp import dcp113  # noqa: F401  (fixture)
 from test_commits import reflink_fs  # noqa: F401  (fixture)
 
 torch.manual_seed(0)
@@ -510,3 +511,23 @@ def test_unchanged_records_share_blocks(reflink_fs):
     assert free - shutil.disk_usage(reflink_fs).free < (16 << 20)
     got = load(ck)
     assert list(got) == ["big"] and int(got["big"].abs().sum()) == 0
+
+
+@fixture_corpus
+def test_pt2_refuses_surgery(tmp_path):
+    import shutil
+    ck = str(tmp_path / "linear.pt2")
+    shutil.copyfile(os.path.join(FIXTURES, "pytorch__executorch/"
+                                 "extension__named_data_map__test__linear.pt2"), ck)
+    err = refused("rm", ck, "linear.bias")
+    assert "cannot be restructured" in err and ck in err, err
+
+
+def test_dcp_refuses_surgery(dcp113):
+    ck, _ = dcp113
+    before = {n: sha(os.path.join(ck, n)) for n in os.listdir(ck)}
+    r = ptfs("rm", ck, "model.weight")
+    err = r.stderr.decode()
+    assert r.returncode == 1 and len(err.splitlines()) == 1, err
+    assert "cannot be restructured" in err and ck in err, err
+    assert {n: sha(os.path.join(ck, n)) for n in os.listdir(ck)} == before
