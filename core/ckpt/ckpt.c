@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <dirent.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -18,22 +19,68 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* The file to open for directory @dir, from the first format whose
- * probe_dir() claims it (malloc()ed in *@out). */
-static int probe_dir(const char *dir, char **out, struct pt_error *err)
+int pt_ckpt_pick(const struct pt_dir_entry *e, size_t n, char **file,
+		 struct pt_error *err)
 {
 	size_t i;
 	int rc;
 
-	*out = NULL;
+	*file = NULL;
 	for (i = 0; pt_formats[i]; i++) {
 		if (!pt_formats[i]->probe_dir)
 			continue;
-		rc = pt_formats[i]->probe_dir(dir, out, err);
+		rc = pt_formats[i]->probe_dir(e, n, file, err);
 		if (rc)
 			return rc < 0 ? rc : 0;
 	}
 	return pt_fail(err, -EISDIR, "is a directory, not a checkpoint");
+}
+
+/* The listing of directory @dir into @l; 0 or -errno with a message. */
+static int list_dir(const char *dir, struct pt_dir_list *l,
+		    struct pt_error *err)
+{
+	struct dirent *de;
+	DIR *d = opendir(dir);
+	int rc = 0;
+
+	if (!d)
+		return pt_fail(err, -errno, "%s", strerror(errno));
+	while (!rc && (de = readdir(d)) != NULL) {
+		struct stat st;
+
+		rc = pt_dir_list_add(l, de->d_name, strlen(de->d_name),
+				     fstatat(dirfd(d), de->d_name, &st, 0) == 0 &&
+				     S_ISREG(st.st_mode));
+	}
+	closedir(d);
+	if (!rc)
+		rc = pt_dir_list_end(l);
+	if (rc == -EFBIG)
+		return pt_fail(err, rc, "is a directory of more than %u entries, not a checkpoint",
+			       PT_MAX_DIR_ENTRIES);
+	return rc ? pt_fail(err, rc, "out of memory") : 0;
+}
+
+/* The path of the file to open for directory @dir (malloc()ed in *@out). */
+static int probe_dir(const char *dir, char **out, struct pt_error *err)
+{
+	struct pt_dir_list l;
+	char *file = NULL;
+	int rc;
+
+	*out = NULL;
+	pt_dir_list_init(&l);
+	rc = list_dir(dir, &l, err);
+	if (!rc)
+		rc = pt_ckpt_pick(l.e, l.n, &file, err);
+	if (!rc && asprintf(out, "%s/%s", dir, file) < 0) {
+		*out = NULL;
+		rc = pt_fail(err, -ENOMEM, "out of memory");
+	}
+	free(file);
+	pt_dir_list_free(&l);
+	return rc;
 }
 
 /* A checkpoint of a front end: a tree over the loaded checkpoint. */

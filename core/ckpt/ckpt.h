@@ -25,6 +25,7 @@
 
 #include "container/journal.h"  /* enum pt_commit_way */
 #include "base/buf.h"
+#include "base/dirlist.h"
 #include "base/error.h"
 #include "base/pt_limits.h"
 
@@ -64,6 +65,16 @@ struct pt_ckpt_opts {
 
 /* The defaults: limits of pt_limits_default(), nested off, recover off. */
 void pt_ckpt_opts_default(struct pt_ckpt_opts *o);
+
+/*
+ * Which file of the directory listed in @e[0 .. @n) stands for its
+ * checkpoint (docs/FORMATS.md, "Recognition"): a DCP .metadata, else the
+ * sharded index (*.index.json, one naming safetensors shards first), else
+ * the only weights file.  Its name, malloc()ed, in *@file; or -errno
+ * with one line saying why the directory is no checkpoint.
+ */
+int pt_ckpt_pick(const struct pt_dir_entry *e, size_t n, char **file,
+		 struct pt_error *err);
 
 /*
  * Open the checkpoint at @path.  On failure *@out is NULL and @err holds one

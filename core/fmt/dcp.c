@@ -1255,18 +1255,18 @@ static int dcp_open(struct pt_ckpt *ck, struct pt_error *err)
 
 /* struct pt_format.probe_dir: a directory with a regular file .metadata
  * (docs/FORMATS.md, "Recognition") opens that file. */
-static int dcp_probe_dir(const char *dir, char **file, struct pt_error *err)
+static int dcp_probe_dir(const struct pt_dir_entry *e, size_t n, char **file,
+			 struct pt_error *err)
 {
-	struct stat st;
+	size_t i;
 
-	if (asprintf(file, "%s/.metadata", dir) < 0) {
-		*file = NULL;
-		return pt_fail(err, -ENOMEM, "out of memory");
-	}
-	if (stat(*file, &st) == 0 && S_ISREG(st.st_mode))
-		return 1;
-	free(*file);
 	*file = NULL;
+	for (i = 0; i < n; i++) {
+		if (!e[i].regular || strcmp(e[i].name, ".metadata") != 0)
+			continue;
+		*file = strdup(".metadata");
+		return *file ? 1 : pt_fail(err, -ENOMEM, "out of memory");
+	}
 	return 0;
 }
 

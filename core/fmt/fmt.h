@@ -6,9 +6,9 @@
  * pt_format and is listed in pt_formats[] (fmt.c), in probe order.  ckpt.c
  * drives it:
  *
- *   1. a directory is offered to every probe_dir() in order; the first that
- *      claims it names the file to open in it (DCP: .metadata; sharded:
- *      the *.index.json);
+ *   1. a directory's listing is offered to every probe_dir() in order; the
+ *      first that claims it names the file to open in it (DCP: .metadata;
+ *      sharded: the *.index.json);
  *   2. the file's source (io/source.h) and its first bytes are offered to
  *      every probe() in order; the first that claims it opens it;
  *   3. open() decodes the container: sets ck->root (and the pickles,
@@ -31,6 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/dirlist.h"
 #include "base/error.h"
 #include "container/journal.h"
 
@@ -52,11 +53,12 @@ struct pt_format {
 	 * names.  Must not be NULL. */
 	int (*probe)(struct pt_ckpt *ck, const uint8_t *head, size_t n,
 		     struct pt_error *err);
-	/* Does this format claim the directory @dir?  1 with the path of
-	 * the file to open instead in *@file (malloc()ed), 0 when not, or
-	 * -errno with a message saying why @dir is no checkpoint.  NULL
-	 * for formats that are one file. */
-	int (*probe_dir)(const char *dir, char **file, struct pt_error *err);
+	/* Does this format claim the directory listed in @e[0 .. @n)?  1
+	 * with the name of the file in it to open instead in *@file
+	 * (malloc()ed), 0 when not, or -errno with a message saying why it
+	 * is no checkpoint.  NULL for formats that are one file. */
+	int (*probe_dir)(const struct pt_dir_entry *e, size_t n, char **file,
+			 struct pt_error *err);
 	/* Decode the container: set ck->root.  0 or -errno with a message. */
 	int (*open)(struct pt_ckpt *ck, struct pt_error *err);
 	/* Resolve the persistent id value @pid (a PT_V_PERSID's payload,

@@ -17,19 +17,15 @@
  */
 #include "ckpt/ckpt_i.h"
 
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #define SH_MAX_INDEX (256u << 20)       /* bytes of an index file */
 #define SH_MAX_SHARDS 4096              /* distinct shard files */
 #define SH_PROBE_SCAN (64u << 10)       /* where "weight_map" must appear */
-#define SH_MAX_DIR_SCAN 100000          /* directory entries looked at */
 
 struct shard {
 	const uint8_t *name;            /* as in the index (strings kept) */
@@ -489,113 +485,61 @@ static bool is_weights_name(const char *s)
 	       ends_with(s, ".pt") || ends_with(s, ".pth");
 }
 
-/* Keep the smaller of *@best and @name (ownership of the copy). */
-static int keep_min(char **best, const char *name)
+/* Keep the smaller of *@best and @name. */
+static void keep_min(const char **best, const char *name)
 {
-	char *c;
-
-	if (*best && strcmp(*best, name) <= 0)
-		return 0;
-	c = strdup(name);
-	if (!c)
-		return -ENOMEM;
-	free(*best);
-	*best = c;
-	return 0;
+	if (!*best || strcmp(name, *best) < 0)
+		*best = name;
 }
 
 /*
- * Which file stands for directory @dir: its *.index.json (one naming
- * safetensors shards first, then the smallest name), or else its only
- * weights file (*.safetensors, *.bin, *.pt, *.pth).
+ * struct pt_format.probe_dir: the file to open for the directory listed in
+ * @e[0 .. @n): its *.index.json (one naming safetensors shards first, then
+ * the smallest name), or else its only weights file (*.safetensors, *.bin,
+ * *.pt, *.pth).  A directory with a .metadata file is left to DCP
+ * (fmt/dcp.c); any other is claimed, with a message saying why it is not
+ * a checkpoint when there is nothing to open in it.
  */
-/*
- * struct pt_format.probe_dir: the index file to open for directory @dir (a
- * sharded checkpoint's *.index.json, or its only weights file).  A
- * directory with a .metadata file is left to DCP (fmt/dcp.c); any other
- * is claimed, with a message saying why it is not a checkpoint when there
- * is nothing to open in it.
- */
-static int sh_probe_dir(const char *dir, char **out, struct pt_error *err)
+static int sh_probe_dir(const struct pt_dir_entry *e, size_t n, char **out,
+			struct pt_error *err)
 {
-	char *st_index = NULL, *index = NULL, *weights = NULL, *pick;
-	size_t n_weights = 0, seen = 0;
+	const char *st_index = NULL, *index = NULL, *weights = NULL, *pick;
+	size_t n_weights = 0, i;
 	bool dcp = false;
-	struct dirent *de;
-	struct stat mst;
-	DIR *d;
-	int rc = 0;
 
 	*out = NULL;
-	d = opendir(dir);
-	if (!d)
-		return pt_fail(err, -errno, "%s", strerror(errno));
-	if (fstatat(dirfd(d), ".metadata", &mst, 0) == 0 &&
-	    S_ISREG(mst.st_mode)) {
-		closedir(d);
-		return 0;
-	}
-	while ((de = readdir(d)) != NULL) {
-		struct stat st;
+	for (i = 0; i < n; i++) {
+		const char *name = e[i].name;
 
-		if (++seen > SH_MAX_DIR_SCAN) {
-			rc = pt_fail(err, -EFBIG,
-				     "is a directory of more than %u entries, not a checkpoint",
-				     SH_MAX_DIR_SCAN);
-			goto out;
-		}
-		if (strcmp(de->d_name, ".metadata") == 0) {
+		if (strcmp(name, ".metadata") == 0) {
+			if (e[i].regular)
+				return 0;
 			dcp = true;
-			continue;
 		}
-		if (!ends_with(de->d_name, ".index.json") &&
-		    !is_weights_name(de->d_name))
+		if (!e[i].regular)
 			continue;
-		if (fstatat(dirfd(d), de->d_name, &st, 0) != 0 ||
-		    !S_ISREG(st.st_mode))
-			continue;
-		if (ends_with(de->d_name, ".safetensors.index.json"))
-			rc = keep_min(&st_index, de->d_name);
-		else if (ends_with(de->d_name, ".index.json"))
-			rc = keep_min(&index, de->d_name);
-		else if (++n_weights == 1)
-			rc = keep_min(&weights, de->d_name);
-		if (rc) {
-			rc = pt_fail(err, rc, "out of memory");
-			goto out;
-		}
+		if (ends_with(name, ".safetensors.index.json"))
+			keep_min(&st_index, name);
+		else if (ends_with(name, ".index.json"))
+			keep_min(&index, name);
+		else if (is_weights_name(name) && ++n_weights == 1)
+			weights = name;
 	}
 	pick = st_index ? st_index : index ? index :
 	       n_weights == 1 ? weights : NULL;
-	if (!pick) {
-		if (dcp)
-			rc = pt_fail(err, -ENOTSUP,
-				     "is a distributed checkpoint (DCP) directory: not supported");
-		else if (n_weights > 1)
-			rc = pt_fail(err, -EISDIR,
-				     "is a directory of %zu weights files without a *.index.json: give one file",
-				     n_weights);
-		else
-			rc = pt_fail(err, -EISDIR,
-				     "is a directory without a *.index.json or weights file, not a checkpoint");
-		goto out;
+	if (pick) {
+		*out = strdup(pick);
+		return *out ? 1 : pt_fail(err, -ENOMEM, "out of memory");
 	}
-	{
-		size_t len = strlen(dir) + strlen(pick) + 2;
-
-		*out = malloc(len);
-		if (!*out) {
-			rc = pt_fail(err, -ENOMEM, "out of memory");
-			goto out;
-		}
-		snprintf(*out, len, "%s/%s", dir, pick);
-	}
-out:
-	closedir(d);
-	free(st_index);
-	free(index);
-	free(weights);
-	return rc ? rc : 1;
+	if (dcp)
+		return pt_fail(err, -ENOTSUP,
+			       "is a distributed checkpoint (DCP) directory whose .metadata is not a file");
+	if (n_weights > 1)
+		return pt_fail(err, -EISDIR,
+			       "is a directory of %zu weights files without a *.index.json: give one file",
+			       n_weights);
+	return pt_fail(err, -EISDIR,
+		       "is a directory without a *.index.json or weights file, not a checkpoint");
 }
 
 const struct pt_format pt_fmt_sharded = {
