@@ -26,6 +26,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "base/dirlist.h"
 #include "base/error.h"
 
 struct pt_remote;
@@ -55,6 +56,19 @@ void pt_remote_opts_default(struct pt_remote_opts *o);
  */
 int pt_remote_open(struct pt_remote **out, const char *url,
 		   const struct pt_remote_opts *o, struct pt_error *err);
+
+/* Does @url name a "directory" (it ends with '/')? */
+bool pt_remote_is_prefix(const char *url);
+
+/*
+ * The names directly under the directory @url names, into @l (dirlist.h,
+ * done): s3://BUCKET/PREFIX/ is listed page after page (ListObjectsV2),
+ * at most PT_MAX_DIR_ENTRIES names; keys are files, common prefixes are
+ * not.  Other schemes have no listing: -EISDIR with a line saying to
+ * name the checkpoint's file.  S3's refusals give the lines of an open.
+ */
+int pt_remote_list(const char *url, const struct pt_remote_opts *o,
+		   struct pt_dir_list *l, struct pt_error *err);
 
 /* Open the object named @rel relative to @r (a shard beside its index),
  * sharing @r's options and pinned revision. */

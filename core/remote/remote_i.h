@@ -46,6 +46,10 @@ struct rm_url {
 /* url.c */
 int rm_url_parse(struct rm_url *u, const char *url, const char *s3_endpoint,
 		 struct pt_error *err);
+/* A "directory": s3://BUCKET/PREFIX/ (rel: the prefix, escaped); any
+ * other scheme is refused with a line saying to name a file. */
+int rm_url_parse_prefix(struct rm_url *u, const char *url,
+			const char *s3_endpoint, struct pt_error *err);
 int rm_url_sibling(struct rm_url *out, const struct rm_url *u,
 		   const char *rel, struct pt_error *err);
 char *rm_url_request(const struct rm_url *u);  /* malloc()ed */

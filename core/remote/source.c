@@ -4,10 +4,14 @@
  * core reads, prefetches and checks it like any other input and never
  * learns that its bytes come over the network.  Bytes already in the block
  * cache have an extent (the cache file: zero-copy replies); there is no
- * local path (read-only: commits refuse).
+ * local path (read-only: commits refuse).  A URL that names a directory
+ * (s3://BUCKET/PREFIX/) opens the checkpoint file its listing picks.
  */
+#include <stdio.h>
 #include <stdlib.h>
 
+#include "base/url.h"
+#include "ckpt/ckpt.h"
 #include "remote/remote_source.h"
 
 static int rs_read(const struct pt_source *s, void *buf, size_t n,
@@ -88,14 +92,50 @@ static int rs_wrap(struct pt_remote *r, struct pt_source **out,
 	return 0;
 }
 
+/* The URL of the checkpoint's file under the directory @url names (a
+ * sharded index, a DCP .metadata: ckpt.h, pt_ckpt_pick()), malloc()ed. */
+static int rs_pick(const char *url, const struct pt_remote_opts *o,
+		   char **file_url, struct pt_error *err)
+{
+	struct pt_dir_list l;
+	char *file = NULL;
+	int rc;
+
+	pt_dir_list_init(&l);
+	rc = pt_remote_list(url, o, &l, err);
+	if (!rc) {
+		rc = pt_ckpt_pick(l.e, l.n, &file, err);
+		if (rc) {
+			char shown[2048];
+
+			pt_error_prefix(err, "%s",
+					pt_url_redact(url, shown, sizeof(shown)));
+		}
+	}
+	if (!rc && asprintf(file_url, "%s%s", url, file) < 0) {
+		*file_url = NULL;
+		rc = pt_fail(err, -ENOMEM, "out of memory");
+	}
+	free(file);
+	pt_dir_list_free(&l);
+	return rc;
+}
+
 int pt_source_open_remote(const char *url, const struct pt_remote_opts *o,
 			  struct pt_source **out, struct pt_error *err)
 {
 	struct pt_remote *r;
-	int rc;
+	char *file_url = NULL;
+	int rc = 0;
 
 	*out = NULL;
-	rc = pt_remote_open(&r, url, o, err);
+	if (pt_remote_is_prefix(url)) {
+		rc = rs_pick(url, o, &file_url, err);
+		url = file_url;
+	}
+	if (!rc)
+		rc = pt_remote_open(&r, url, o, err);
+	free(file_url);
 	return rc ? rc : rs_wrap(r, out, err);
 }
 

@@ -159,8 +159,26 @@ static void rm_s3_prefix(char *buf, size_t cap, const struct rm_aws *a,
 	}
 }
 
+/* A prefix of keys: "" (the bucket's root) or a path ending in '/'. */
+static bool rm_prefix_ok(const char *p)
+{
+	size_t n = strlen(p);
+	char *path;
+	bool ok;
+
+	if (!n)
+		return true;
+	if (p[n - 1] != '/' || !(path = rm_ndup(p, n - 1)))
+		return false;
+	ok = rm_path_ok(path);
+	free(path);
+	return ok;
+}
+
+/* s3://BUCKET/KEY, or with @dir s3://BUCKET/PREFIX/ (rel is then the
+ * prefix, escaped). */
 static int rm_parse_s3(struct rm_url *u, const char *url, const char *ep,
-		       const char *shown, struct pt_error *err)
+		       const char *shown, bool dir, struct pt_error *err)
 {
 	const char *b = url + 5;
 	const char *slash = strchr(b, '/');
@@ -169,8 +187,10 @@ static int rm_parse_s3(struct rm_url *u, const char *url, const char *ep,
 	size_t blen;
 	int rc;
 
-	if (!slash || slash == b || !rm_path_ok(slash + 1))
-		return pt_fail(err, -EINVAL,
+	if (!slash || slash == b ||
+	    !(dir ? rm_prefix_ok(slash + 1) : rm_path_ok(slash + 1)))
+		return pt_fail(err, -EINVAL, dir ?
+			       "%s: expected s3://BUCKET/PREFIX/" :
 			       "%s: expected s3://BUCKET/KEY", shown);
 	blen = (size_t)(slash - b);
 	if (blen > 63)
@@ -275,8 +295,9 @@ static int rm_parse_hf(struct rm_url *u, const char *url, const char *shown,
 	return 0;
 }
 
-int rm_url_parse(struct rm_url *u, const char *url, const char *s3_endpoint,
-		 struct pt_error *err)
+/* rm_url_parse(), and with @dir rm_url_parse_prefix(). */
+static int rm_parse(struct rm_url *u, const char *url, const char *s3_endpoint,
+		    bool dir, struct pt_error *err)
 {
 	char shown[2048];
 	int rc;
@@ -286,10 +307,14 @@ int rm_url_parse(struct rm_url *u, const char *url, const char *s3_endpoint,
 	if (strlen(url) > 1500)
 		return pt_fail(err, -ENAMETOOLONG, "URL too long (%zu bytes)",
 			       strlen(url));
-	if (!strncmp(url, "http://", 7) || !strncmp(url, "https://", 8))
+	if (dir && strncmp(url, "s3://", 5))
+		rc = pt_fail(err, -EISDIR,
+			     "%s: names a directory, and only s3:// prefixes can be listed: give the URL of the checkpoint's file (its *.index.json, or .metadata for DCP)",
+			     shown);
+	else if (!strncmp(url, "http://", 7) || !strncmp(url, "https://", 8))
 		rc = rm_parse_http(u, url, shown, err);
 	else if (!strncmp(url, "s3://", 5))
-		rc = rm_parse_s3(u, url, s3_endpoint, shown, err);
+		rc = rm_parse_s3(u, url, s3_endpoint, shown, dir, err);
 	else if (!strncmp(url, "hf://", 5))
 		rc = rm_parse_hf(u, url, shown, err);
 	else
@@ -302,6 +327,18 @@ int rm_url_parse(struct rm_url *u, const char *url, const char *s3_endpoint,
 	if (rc)
 		rm_url_free(u);
 	return rc;
+}
+
+int rm_url_parse(struct rm_url *u, const char *url, const char *s3_endpoint,
+		 struct pt_error *err)
+{
+	return rm_parse(u, url, s3_endpoint, false, err);
+}
+
+int rm_url_parse_prefix(struct rm_url *u, const char *url,
+			const char *s3_endpoint, struct pt_error *err)
+{
+	return rm_parse(u, url, s3_endpoint, true, err);
 }
 
 /* @s with its last '/'-component replaced by @name (malloc()ed). */

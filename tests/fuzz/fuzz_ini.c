@@ -2,15 +2,18 @@
 /*
  * fuzz_ini.c -- libFuzzer target for what a user's files and a server's
  * error answer make of core/remote/aws.c: the INI parser of
- * ~/.aws/credentials and ~/.aws/config, and the <Code> reader of S3 error
- * bodies.
+ * ~/.aws/credentials and ~/.aws/config, the <Code> reader of S3 error
+ * bodies and the reader of S3 listings (ListObjectsV2 pages).
  *
  * Checked: every section, key and value handed over is terminated, shorter
  * than a line, free of '\n' and of blanks at its ends; a key is lower case;
  * a failure has a message naming the file; a code read is a plain word
- * found in the input.
+ * found in the input; a listing's names are not empty, hold no '/' and
+ * are no longer than the input, its token is bounded.
  */
 #include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fuzz.h"
@@ -39,6 +42,27 @@ static int on_pair(void *ctx, const char *section, const char *key,
 	return 0;
 }
 
+static void listing(const char *p, size_t size)
+{
+	struct pt_dir_list l;
+	char *token = NULL;
+	size_t i;
+	int rc;
+
+	pt_dir_list_init(&l);
+	rc = rm_s3_list_parse(p, size, "run/", &l, &token);
+	FUZZ_CHECK(rc == 0 || rc == -EBADMSG || rc == -EFBIG || rc == -ENOMEM);
+	FUZZ_CHECK(!token || (rc == 0 && strlen(token) <= 4096));
+	if (rc == 0 && pt_dir_list_end(&l) == 0)
+		for (i = 0; i < l.n; i++) {
+			FUZZ_CHECK(l.e[i].name[0]);
+			FUZZ_CHECK(!strchr(l.e[i].name, '/'));
+			FUZZ_CHECK(strlen(l.e[i].name) < size);
+		}
+	free(token);
+	pt_dir_list_free(&l);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	const char *p = (const char *)data;
@@ -55,5 +79,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	for (size_t i = 0; code[i]; i++)
 		FUZZ_CHECK(isalnum((unsigned char)code[i]));
 	FUZZ_CHECK(!code[0] || memmem(p, size, code, strlen(code)));
+	listing(p, size);
 	return 0;
 }

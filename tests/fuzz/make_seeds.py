@@ -137,6 +137,15 @@ INI_SEEDS = {
     "errors": "<?xml version=\"1.0\"?>\n<Error><Code>NoSuchKey</Code>"
               "<Message>The specified key does not exist.</Message></Error>\n"
               "[bad\nkey before = section\n<Code>a b</Code>\n",
+    "listing": "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<ListBucketResult "
+               "xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"><Name>b</Name>"
+               "<Prefix>run/</Prefix><IsTruncated>true</IsTruncated>"
+               "<NextContinuationToken>1a&amp;2</NextContinuationToken>"
+               "<Contents><Key>run/model.safetensors.index.json</Key><Size>9</Size></Contents>"
+               "<Contents><Key>run/a &amp; &lt;b&gt;&#x41;&#66;</Key></Contents>"
+               "<Contents><Key>run/</Key></Contents>"
+               "<CommonPrefixes><Prefix>run/logs/</Prefix></CommonPrefixes>"
+               "</ListBucketResult>\n",
 }
 
 

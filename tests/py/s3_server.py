@@ -4,7 +4,9 @@
 Written here from AWS's published signing rules (the canonical request,
 the string to sign, the derived signing key: "Signature Version 4 signing
 process" of the AWS documentation), not one that accepts any signature.
-It serves GET and HEAD of ROOT/BUCKET/KEY, with Range, both path style
+It serves GET and HEAD of ROOT/BUCKET/KEY, with Range, ListObjectsV2
+(GET of the bucket with list-type=2: prefix, delimiter, continuation
+tokens, pages of .page_size entries), both path style
 (Host 127.0.0.1:PORT, path /BUCKET/KEY) and virtual-hosted style (Host
 BUCKET.localhost:PORT, path /KEY), and answers as S3 does, with an XML
 <Error><Code>:
@@ -75,6 +77,7 @@ class S3Checker:
         self.root, self.keys, self.region = root, keys, region
         self.public = set(public)
         self.seen = []
+        self.page_size = 1000
 
     def __enter__(self):
         checker = self
@@ -170,11 +173,69 @@ class S3Checker:
         res = None
         if bucket not in self.public or "authorization" in headers:
             res = self._check_signature(h, headers)
-        if res is None:
+        query = urllib.parse.parse_qs(h.path.partition("?")[2], keep_blank_values=True)
+        if res is None and not key and query.get("list-type") == ["2"]:
+            res = self._list(h, bucket, query, body)
+        elif res is None:
             res = self._object(h, bucket, key, headers, body)
         else:
             self._error(h, res[0], res[1], body)
         self.seen.append((headers.get("host", ""), h.path, kid, res[1]))
+
+    def _list(self, h, bucket, query, body):
+        """ListObjectsV2: the keys under prefix; with a delimiter, the
+        names below it grouped into CommonPrefixes; sorted, in pages."""
+        bdir = os.path.join(self.root, bucket)
+        if not bucket or not os.path.isdir(bdir):
+            return self._error(h, 404, "NoSuchBucket", body)
+        prefix = query.get("prefix", [""])[0]
+        delim = query.get("delimiter", [""])[0]
+        keys = []
+        for d, _, files in os.walk(bdir):
+            for f in files:
+                keys.append(os.path.relpath(os.path.join(d, f), bdir))
+        items = set()
+        for k in keys:
+            if not k.startswith(prefix):
+                continue
+            rest = k[len(prefix):]
+            if delim and delim in rest:
+                items.add((prefix + rest.split(delim)[0] + delim, True))
+            else:
+                items.add((k, False))
+        items = sorted(items)
+        token = query.get("continuation-token", [None])[0]
+        if token is not None:
+            after = bytes.fromhex(token[4:]).decode()
+            items = [it for it in items if it[0] > after]
+        page, more = items[:self.page_size], len(items) > self.page_size
+
+        def esc(t):
+            return t.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+        xml = ['<?xml version="1.0" encoding="UTF-8"?>\n<ListBucketResult '
+               'xmlns="http://s3.amazonaws.com/doc/2006-03-01/">',
+               "<Name>%s</Name><Prefix>%s</Prefix><KeyCount>%d</KeyCount>"
+               "<IsTruncated>%s</IsTruncated>"
+               % (bucket, esc(prefix), len(page), "true" if more else "false")]
+        if more:
+            xml.append("<NextContinuationToken>tok:%s</NextContinuationToken>"
+                       % page[-1][0].encode().hex())
+        for name, common in page:
+            if common:
+                xml.append("<CommonPrefixes><Prefix>%s</Prefix></CommonPrefixes>" % esc(name))
+            else:
+                size = os.path.getsize(os.path.join(bdir, name))
+                xml.append("<Contents><Key>%s</Key><Size>%d</Size>"
+                           "<StorageClass>STANDARD</StorageClass></Contents>" % (esc(name), size))
+        xml.append("</ListBucketResult>")
+        data = "".join(xml).encode()
+        h.send_response(200)
+        h.send_header("Content-Type", "application/xml")
+        h.send_header("Content-Length", str(len(data)))
+        h.end_headers()
+        if body:
+            h.wfile.write(data)
+        return 200, "List"
 
     def _object(self, h, bucket, key, headers, body):
         bdir = os.path.join(self.root, bucket)

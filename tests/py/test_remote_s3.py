@@ -16,6 +16,7 @@ import torch
 import oracle
 import s3_server
 from conftest import PTFS, mounted, needs_curl, needs_fuse
+from test_dcp import dcp113  # noqa: F401  (fixture)
 
 pytestmark = needs_curl
 
@@ -203,3 +204,87 @@ def test_findmnt_shows_the_url(store, home, monkeypatch):
         assert src == "%s/pub/run/model.pt" % s.endpoint, src
         with open(os.path.join(mnt, "b"), "rb") as f:
             assert f.read() == oracle.tensor_bytes(obj["b"])
+
+
+# ---- a checkpoint stored under a prefix: s3://BUCKET/PREFIX/ ----
+
+@pytest.fixture(scope="module")
+def listed(dcp113):
+    """ROOT/lst/{sharded,dcp,single,empty}/ (a safetensors index and its
+    three shards; a DCP checkpoint; one model.pt; no checkpoint) served
+    in pages of 3 names, so that every listing takes several requests."""
+    from test_safetensors import write_index, write_st
+    d = tempfile.mkdtemp(prefix="ptfs-s3ls-")
+    b = os.path.join(d, "lst")
+    sh = os.path.join(b, "sharded")
+    os.makedirs(sh)
+    wm = {}
+    for i in range(3):
+        name = "model-%05d-of-00003.safetensors" % (i + 1)
+        write_st(os.path.join(sh, name), [("layer%d.w" % i, "I32", (4,), bytes(range(16 * i, 16 * i + 16)))])
+        wm["layer%d.w" % i] = name
+    write_index(sh, wm)
+    with open(os.path.join(sh, "config.json"), "w") as f:
+        f.write("{}")
+    shutil.copytree(dcp113[0], os.path.join(b, "dcp"))
+    os.makedirs(os.path.join(b, "single", "logs"))
+    torch.save({"w": torch.arange(5)}, os.path.join(b, "single", "model.pt"))
+    for extra in ("args.yaml", "notes & <todo>.txt", "logs/train.log"):
+        with open(os.path.join(b, "single", extra), "w") as f:
+            f.write("-")
+    os.makedirs(os.path.join(b, "empty"))
+    with open(os.path.join(b, "empty", "README.txt"), "w") as f:
+        f.write("nothing here")
+    try:
+        with s3_server.S3Checker(d, {"AKIDDEV": SECRET}, region="eu-west-3") as s:
+            s.page_size = 3
+            yield s, b
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.mark.parametrize("kind", ["sharded", "dcp", "single"])
+def test_prefix_opens_like_its_directory(listed, home, kind):
+    """`ptfs ls s3://lst/KIND/` lists the prefix (ListObjectsV2, page by
+    page, signed), picks the checkpoint file as for a local directory and
+    shows what the local directory shows."""
+    s, b = listed
+    write_aws(home, *profiles(s))
+    dev = {"AWS_PROFILE": "dev"}
+    n = len(s.seen)
+    r = ptfs(home, "ls", "s3://lst/%s/" % kind, env=dev)
+    assert r.returncode == 0, r.stderr
+    local = ptfs(home, "ls", os.path.join(b, kind))
+    assert local.returncode == 0, local.stderr
+    assert r.stdout == local.stdout and r.stdout
+    lists = [e for e in s.seen[n:] if "list-type=2" in e[1]]
+    assert len(lists) >= 2 and all(e[2] == "AKIDDEV" and e[3] == "List" for e in lists), lists
+    name = local.stdout.split(b"\n")[0].split()[2].decode()
+    got = ptfs(home, "cat", "s3://lst/%s/" % kind, name, env=dev)
+    assert got.returncode == 0 and got.stdout == ptfs(home, "cat", os.path.join(b, kind), name).stdout
+
+
+def test_prefix_virtual_hosted(listed, home):
+    s, b = listed
+    write_aws(home, *profiles(s, "virtual", "http://localhost:%d" % s.port))
+    r = ptfs(home, "ls", "s3://lst/sharded/", env={"AWS_PROFILE": "dev"})
+    assert r.returncode == 0, r.stderr
+    assert b"layer2.w" in r.stdout
+    assert s.seen[-1][0] == "lst.localhost:%d" % s.port
+
+
+def test_prefix_problems_have_one_line(listed, home):
+    s, _ = listed
+    write_aws(home, *profiles(s))
+    dev = {"AWS_PROFILE": "dev"}
+    fails(home, "s3://lst/empty/", dev, "s3://lst/empty/",
+          "without a *.index.json or weights file")
+    fails(home, "s3://nobucket/x/", dev, "cannot list", "NoSuchBucket")
+    fails(home, "s3://lst/sharded/", {"AWS_ACCESS_KEY_ID": "AKIDBAD",
+                                      "AWS_SECRET_ACCESS_KEY": "nope",
+                                      "AWS_ENDPOINT_URL": s.endpoint,
+                                      "AWS_REGION": "eu-west-3"},
+          "cannot list", "InvalidAccessKeyId")
+    fails(home, "s3://lst/../x/", dev, "expected s3://BUCKET/PREFIX/")
+    fails(home, "http://127.0.0.1:%d/lst/sharded/" % s.port, dev,
+          "only s3:// prefixes can be listed")

@@ -1,0 +1,216 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * list.c -- the names under s3://BUCKET/PREFIX/: S3's ListObjectsV2 with
+ * the delimiter '/', page after page (a continuation token), so that a
+ * sharded or distributed checkpoint stored under a prefix opens by that
+ * prefix, as a local directory does (ckpt.h, pt_ckpt_pick()).
+ * Each page bounded (LS_MAX_PAGE), read by rm_s3_list_parse() (aws.c).
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "remote/remote_i.h"
+
+#define LS_MAX_PAGE (8u << 20)  /* bytes of one page's XML */
+#define LS_ATTEMPTS 4           /* a page sent again after a 5xx/429/reset */
+
+struct ls_page {
+	struct pt_buf body;
+	char code[48];          /* S3's error code, when it failed */
+	long status;
+};
+
+bool pt_remote_is_prefix(const char *url)
+{
+	size_t n = strcspn(url, "?#");
+
+	return n && url[n - 1] == '/';
+}
+
+static size_t ls_body(char *p, size_t size, size_t n, void *ud)
+{
+	struct pt_buf *b = ud;
+
+	if (b->len + size * n > LS_MAX_PAGE)
+		return 0;       /* stops the transfer: a page too big */
+	pt_buf_add(b, p, size * n);
+	return b->oom ? 0 : size * n;
+}
+
+/* @s %-escaped as a query value (RFC 3986 unreserved kept: the form
+ * SigV4 signs) onto @b. */
+static void ls_put_escaped(struct pt_buf *b, const char *s)
+{
+	static const char hex[] = "0123456789ABCDEF";
+
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if (isalnum(c) || strchr("-._~", c)) {
+			pt_buf_putc(b, (char)c);
+		} else {
+			pt_buf_putc(b, '%');
+			pt_buf_putc(b, hex[c >> 4]);
+			pt_buf_putc(b, hex[c & 15]);
+		}
+	}
+}
+
+/* The request of one page: parameters in their sorted order, as SigV4's
+ * canonical query string has them. */
+static char *ls_request(const struct rm_url *u, const char *prefix,
+			const char *token)
+{
+	struct pt_buf b;
+
+	pt_buf_init(&b);
+	pt_buf_puts(&b, u->prefix);
+	pt_buf_putc(&b, '?');
+	if (token) {
+		pt_buf_puts(&b, "continuation-token=");
+		ls_put_escaped(&b, token);
+		pt_buf_putc(&b, '&');
+	}
+	pt_buf_puts(&b, "delimiter=%2F&list-type=2&prefix=");
+	ls_put_escaped(&b, prefix);
+	if (b.oom) {
+		pt_buf_free(&b);
+		return NULL;
+	}
+	return b.p;
+}
+
+static bool ls_transient(CURLcode cc, long status)
+{
+	return cc == CURLE_OPERATION_TIMEDOUT || cc == CURLE_RECV_ERROR ||
+	       cc == CURLE_SEND_ERROR || cc == CURLE_GOT_NOTHING ||
+	       cc == CURLE_PARTIAL_FILE || cc == CURLE_COULDNT_CONNECT ||
+	       (cc == CURLE_OK && (status >= 500 || status == 429));
+}
+
+/* GET one page into @pg: 0, 1 when S3 answered with an error (its code
+ * in pg->code), or -errno with one line. */
+static int ls_get(struct pt_remote *r, const char *url, struct ls_page *pg,
+		  struct pt_error *err)
+{
+	CURLcode cc = CURLE_OK;
+	unsigned a;
+
+	for (a = 0; a < LS_ATTEMPTS; a++) {
+		struct curl_slist *hdrs = NULL;
+		CURL *h = curl_easy_init();
+
+		if (!h)
+			return pt_fail(err, -ENOMEM, "libcurl: no handle");
+		if (a)
+			usleep(250000u << a);
+		pt_buf_free(&pg->body);
+		pg->status = 0;
+		rm_http_setup(h, r, url, &hdrs);
+		if (hdrs)
+			curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+		curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, ls_body);
+		curl_easy_setopt(h, CURLOPT_WRITEDATA, &pg->body);
+		curl_easy_setopt(h, CURLOPT_TIMEOUT, (long)r->o.timeout_s);
+		cc = curl_easy_perform(h);
+		curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &pg->status);
+		curl_easy_cleanup(h);
+		curl_slist_free_all(hdrs);
+		if (!ls_transient(cc, pg->status))
+			break;
+	}
+	if (cc == CURLE_WRITE_ERROR)
+		return pt_fail(err, pg->body.oom ? -ENOMEM : -EFBIG,
+			       "%s: a page of the listing exceeds %u bytes",
+			       r->u.display, LS_MAX_PAGE);
+	if (cc != CURLE_OK)
+		return pt_fail(err, -EIO, "%s: listing: %s", r->u.display,
+			       curl_easy_strerror(cc));
+	if (pg->status == 200)
+		return 0;
+	rm_s3_code(pg->body.p, pg->body.len, pg->code, sizeof(pg->code));
+	return 1;
+}
+
+/* One line for a page S3 refused, as an open's (remote.c rm_open_fail). */
+static int ls_refused(const struct pt_remote *r, const struct ls_page *pg,
+		      struct pt_error *err)
+{
+	char hint[800];
+
+	rm_s3_hint(pg->code, r->u.aws, hint, sizeof(hint));
+	if (!*hint)
+		snprintf(hint, sizeof(hint), "HTTP %ld", pg->status);
+	return pt_fail(err, pg->status == 404 ? -ENOENT : -EACCES,
+		       "%s: cannot list: %s", r->u.display, hint);
+}
+
+static int ls_pages(struct pt_remote *r, const char *prefix,
+		    struct pt_dir_list *l, struct pt_error *err)
+{
+	struct ls_page pg;
+	char *token = NULL, *url;
+	int rc;
+
+	memset(&pg, 0, sizeof(pg));
+	pt_buf_init(&pg.body);
+	do {
+		url = ls_request(&r->u, prefix, token);
+		free(token);
+		token = NULL;
+		if (!url) {
+			rc = pt_fail(err, -ENOMEM, "out of memory");
+			break;
+		}
+		rc = ls_get(r, url, &pg, err);
+		free(url);
+		if (rc == 1)
+			rc = ls_refused(r, &pg, err);
+		if (rc)
+			break;
+		rc = rm_s3_list_parse(pg.body.p, pg.body.len, prefix, l, &token);
+		if (rc == -EFBIG)
+			rc = pt_fail(err, rc, "%s: lists more than %u names, not a checkpoint",
+				     r->u.display, PT_MAX_DIR_ENTRIES);
+		else if (rc == -EBADMSG)
+			rc = pt_fail(err, rc, "%s: the listing is not an S3 ListObjectsV2 answer",
+				     r->u.display);
+		else if (rc)
+			rc = pt_fail(err, rc, "out of memory");
+	} while (!rc && token);
+	free(token);
+	pt_buf_free(&pg.body);
+	return rc;
+}
+
+int pt_remote_list(const char *url, const struct pt_remote_opts *o,
+		   struct pt_dir_list *l, struct pt_error *err)
+{
+	struct pt_remote *r = calloc(1, sizeof(*r));
+	const char *prefix;
+	int rc;
+
+	if (!r)
+		return pt_fail(err, -ENOMEM, "out of memory");
+	r->o = *o;
+	rc = rm_url_parse_prefix(&r->u, url, o->s3_endpoint, err);
+	if (!rc)
+		rc = rm_engine_get(err);        /* libcurl, loaded and set up */
+	if (rc) {
+		rm_url_free(&r->u);
+		free(r);
+		return rc;
+	}
+	prefix = strchr(url + 5, '/') + 1;      /* s3://BUCKET/: checked */
+	rc = ls_pages(r, prefix, l, err);
+	if (!rc && pt_dir_list_end(l))
+		rc = pt_fail(err, -ENOMEM, "out of memory");
+	rm_engine_put();
+	rm_url_free(&r->u);
+	free(r);
+	return rc;
+}
