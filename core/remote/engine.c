@@ -579,8 +579,11 @@ static void rm_unlink_running(struct rm_job *j)
 }
 
 /* Collect finished transfers: done, or back in the queue for a retry. */
-static void rm_reap(void)
+/* Finish the transfers that are done; true when one goes again (a
+ * redirect, a retry): the loop must not sleep before looking at it. */
+static bool rm_reap(void)
 {
+	bool requeued = false;
 	CURLMsg *msg;
 	int left;
 
@@ -605,7 +608,9 @@ static void rm_reap(void)
 		pthread_mutex_unlock(&E.lock);
 		if (!again)
 			j->on_done(j);
+		requeued |= again;
 	}
+	return requeued;
 }
 
 /* Under E.lock: start queued jobs that are due, urgent ones first; return
@@ -709,9 +714,11 @@ static void *rm_loop(void *arg)
 			j->on_done(j);
 		}
 		curl_multi_perform(E.m, &running);
-		rm_reap();
-		curl_multi_poll(E.m, NULL, 0, wait_ms > 1000 ? 1000 : wait_ms,
-				NULL);
+		/* a job queued again (a redirect to follow now) was not in
+		 * wait_ms: it would wait out the poll */
+		if (!rm_reap())
+			curl_multi_poll(E.m, NULL, 0,
+					wait_ms > 1000 ? 1000 : wait_ms, NULL);
 		pthread_mutex_lock(&E.lock);
 	}
 	pthread_mutex_unlock(&E.lock);

@@ -315,7 +315,8 @@ def test_stalled_server_gives_up_at_the_deadline(root, cache):
     its attempts (the proxy saw at least as many requests, and the client
     hung up on every stalled one) and the time it took by its own clock, at
     least the deadline.  Counted, not timed: a stalled attempt is given up
-    after a quarter of the deadline, so no more than four fit in it."""
+    after a quarter of the deadline in whole seconds (2 s of 10), so no
+    more than five fit in it."""
     save({"w": torch.ones(4 << 20)}, os.path.join(root, "m.pt"))
     with rs.Nginx(root) as n, rs.FaultProxy(n.port) as p:
         p.stall_s = 60
@@ -326,7 +327,7 @@ def test_stalled_server_gives_up_at_the_deadline(root, cache):
         m = re.search(r"gave up after (\d+) attempts in ([0-9.]+) s, -o timeout=10", err)
         assert m, err
         # retried, each attempt at least one request the proxy saw
-        assert 2 <= int(m.group(1)) <= min(4, p.seen - 2), (err, p.seen)
+        assert 2 <= int(m.group(1)) <= min(5, p.seen - 2), (err, p.seen)
         assert p.abandoned == p.seen - 2, (p.seen, p.abandoned)
         assert float(m.group(2)) >= 9.0, err
 
