@@ -11,7 +11,6 @@
 
 #include <stddef.h>
 
-#include "base/dirlist.h"
 #include "base/error.h"
 
 #define RM_INI_MAX_FILE ((size_t)1 << 20)  /* larger: refused */
@@ -69,17 +68,5 @@ void rm_s3_code(const char *body, size_t n, char *out, size_t cap);
  * keys (never a key): "" for a code it does not know. */
 const char *rm_s3_hint(const char *code, const struct rm_aws *a, char *out,
 		       size_t cap);
-
-/*
- * One page of an S3 ListObjectsV2 answer (@xml, @n bytes): each key under
- * @prefix in <Contents><Key> is added to @l as a file, each common prefix
- * (<CommonPrefixes><Prefix>) as a directory, by its name below @prefix
- * (entities decoded; names with a '/' left out).  *@token: the next
- * page's continuation token (malloc()ed), NULL after the last page.
- * 0, -EBADMSG for an answer that is no listing, -EFBIG (dirlist.h's
- * bound), -ENOMEM.
- */
-int rm_s3_list_parse(const char *xml, size_t n, const char *prefix,
-		     struct pt_dir_list *l, char **token);
 
 #endif

@@ -1,10 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * list.c -- the names under s3://BUCKET/PREFIX/: S3's ListObjectsV2 with
- * the delimiter '/', page after page (a continuation token), so that a
- * sharded or distributed checkpoint stored under a prefix opens by that
- * prefix, as a local directory does (ckpt.h, pt_ckpt_pick()).
- * Each page bounded (LS_MAX_PAGE), read by rm_s3_list_parse() (aws.c).
+ * list.c -- the names in a remote "directory", so that a sharded or
+ * distributed checkpoint stored there opens by the directory's URL, as a
+ * local directory does (ckpt.h, pt_ckpt_pick()):
+ *
+ *   s3://BUCKET/PREFIX/    S3's ListObjectsV2 with the delimiter '/',
+ *                          page after page (a continuation token);
+ *   hf://ORG/REPO[@REV][/PATH/]  the hub's tree API, page after page (a
+ *                          Link header's rel="next", on the hub only).
+ *
+ * Each page bounded (LS_MAX_PAGE), read by listing.c.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -13,22 +18,44 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/url.h"
+#include "remote/listing.h"
 #include "remote/remote_i.h"
 
 #define LS_MAX_PAGE (8u << 20)  /* bytes of one page's XML */
 #define LS_ATTEMPTS 4           /* a page sent again after a 5xx/429/reset */
+#define LS_MAX_PAGES 10000
 
 struct ls_page {
 	struct pt_buf body;
 	char code[48];          /* S3's error code, when it failed */
+	char *next;             /* the hub: the next page's URL, or NULL */
 	long status;
 };
 
 bool pt_remote_is_prefix(const char *url)
 {
 	size_t n = strcspn(url, "?#");
+	const char *p = url + 5;
 
-	return n && url[n - 1] == '/';
+	if (n && url[n - 1] == '/')
+		return true;
+	if (strncmp(url, "hf://", 5))
+		return false;
+	/* hf://[KIND/]ORG/REPO[@REV]: the repository itself */
+	if (!strncmp(p, "datasets/", 9) || !strncmp(p, "spaces/", 7))
+		p = strchr(p, '/') + 1;
+	p = strchr(p, '/');
+	return p && !strchr(p + 1, '/');
+}
+
+static size_t ls_header(char *p, size_t size, size_t n, void *ud)
+{
+	struct ls_page *pg = ud;
+
+	if (!pg->next && rm_link_next(p, size * n, &pg->next))
+		return 0;
+	return size * n;
 }
 
 static size_t ls_body(char *p, size_t size, size_t n, void *ud)
@@ -92,8 +119,8 @@ static bool ls_transient(CURLcode cc, long status)
 	       (cc == CURLE_OK && (status >= 500 || status == 429));
 }
 
-/* GET one page into @pg: 0, 1 when S3 answered with an error (its code
- * in pg->code), or -errno with one line. */
+/* GET one page into @pg: 0, 1 when the server answered with an error
+ * (S3's code in pg->code), or -errno with one line. */
 static int ls_get(struct pt_remote *r, const char *url, struct ls_page *pg,
 		  struct pt_error *err)
 {
@@ -109,12 +136,16 @@ static int ls_get(struct pt_remote *r, const char *url, struct ls_page *pg,
 		if (a)
 			usleep(250000u << a);
 		pt_buf_free(&pg->body);
+		free(pg->next);
+		pg->next = NULL;
 		pg->status = 0;
 		rm_http_setup(h, r, url, &hdrs);
 		if (hdrs)
 			curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
 		curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, ls_body);
 		curl_easy_setopt(h, CURLOPT_WRITEDATA, &pg->body);
+		curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, ls_header);
+		curl_easy_setopt(h, CURLOPT_HEADERDATA, pg);
 		curl_easy_setopt(h, CURLOPT_TIMEOUT, (long)r->o.timeout_s);
 		cc = curl_easy_perform(h);
 		curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &pg->status);
@@ -136,53 +167,130 @@ static int ls_get(struct pt_remote *r, const char *url, struct ls_page *pg,
 	return 1;
 }
 
-/* One line for a page S3 refused, as an open's (remote.c rm_open_fail). */
+/* One line for a page the server refused, as an open's (remote.c
+ * rm_open_fail). */
 static int ls_refused(const struct pt_remote *r, const struct ls_page *pg,
 		      struct pt_error *err)
 {
 	char hint[800];
 
-	rm_s3_hint(pg->code, r->u.aws, hint, sizeof(hint));
+	hint[0] = '\0';
+	if (r->u.kind == RM_S3)
+		rm_s3_hint(pg->code, r->u.aws, hint, sizeof(hint));
+	else if (pg->status == 401 || pg->status == 403)
+		snprintf(hint, sizeof(hint), "HTTP %ld%s", pg->status,
+			 getenv("HF_TOKEN") ? " (HF_TOKEN has no access to it)" :
+			 " (gated or private? set HF_TOKEN)");
 	if (!*hint)
-		snprintf(hint, sizeof(hint), "HTTP %ld", pg->status);
+		snprintf(hint, sizeof(hint), "HTTP %ld%s", pg->status,
+			 pg->status == 404 ? " (not found)" : "");
 	return pt_fail(err, pg->status == 404 ? -ENOENT : -EACCES,
 		       "%s: cannot list: %s", r->u.display, hint);
 }
 
-static int ls_pages(struct pt_remote *r, const char *prefix,
+/* The hub's tree URL of @u's directory: <endpoint>/api/KIND/ORG/REPO/
+ * tree/REV[/PATH] (hf_api ends in "revision/"), malloc()ed. */
+static char *ls_tree_url(const struct rm_url *u)
+{
+	size_t base = strlen(u->hf_api) - strlen("revision/");
+	size_t rel = strlen(u->rel);
+	struct pt_buf b;
+
+	pt_buf_init(&b);
+	pt_buf_add(&b, u->hf_api, base);
+	pt_buf_puts(&b, "tree/");
+	pt_buf_puts(&b, u->rev);
+	if (rel > 1) {
+		pt_buf_putc(&b, '/');
+		pt_buf_add(&b, u->rel, rel - 1);        /* no final '/' */
+	}
+	if (b.oom) {
+		pt_buf_free(&b);
+		return NULL;
+	}
+	return b.p;
+}
+
+/* The directory's path as the listing names it: S3's PREFIX/, the hub's
+ * PATH/ ("" for the repository's root); it lies in @url, checked by
+ * rm_url_parse_prefix(). */
+static const char *ls_dir(const char *url, enum rm_kind kind)
+{
+	const char *p = url + 5;
+
+	if (kind == RM_S3)
+		return strchr(p, '/') + 1;
+	if (!strncmp(p, "datasets/", 9) || !strncmp(p, "spaces/", 7))
+		p = strchr(p, '/') + 1;
+	p = strchr(strchr(p, '/') + 1, '/');
+	return p ? p + 1 : "";
+}
+
+/* The names of page @pg into @l; *@next the next page's URL or NULL. */
+static int ls_page_names(const struct pt_remote *r, const struct ls_page *pg,
+			 const char *dir, struct pt_dir_list *l, char **next)
+{
+	char *token = NULL;
+	int rc;
+
+	*next = NULL;
+	if (r->u.kind == RM_HF) {
+		rc = rm_hf_tree_parse(pg->body.p, pg->body.len, dir, l);
+		/* the next page only from the hub itself: its token goes there */
+		if (!rc && pg->next && pt_url_same_origin(pg->next, r->u.hf_api))
+			*next = strdup(pg->next);
+		else if (!rc && pg->next)
+			rc = -EBADMSG;
+		return !rc && pg->next && !*next ? -ENOMEM : rc;
+	}
+	rc = rm_s3_list_parse(pg->body.p, pg->body.len, dir, l, &token);
+	if (!rc && token && !(*next = ls_request(&r->u, dir, token)))
+		rc = -ENOMEM;
+	free(token);
+	return rc;
+}
+
+static int ls_pages(struct pt_remote *r, const char *dir,
 		    struct pt_dir_list *l, struct pt_error *err)
 {
 	struct ls_page pg;
-	char *token = NULL, *url;
-	int rc;
+	unsigned pages = 0;
+	char *url;
+	int rc = 0;
 
 	memset(&pg, 0, sizeof(pg));
 	pt_buf_init(&pg.body);
-	do {
-		url = ls_request(&r->u, prefix, token);
-		free(token);
-		token = NULL;
-		if (!url) {
-			rc = pt_fail(err, -ENOMEM, "out of memory");
+	url = r->u.kind == RM_HF ? ls_tree_url(&r->u) :
+	      ls_request(&r->u, dir, NULL);
+	if (!url)
+		rc = pt_fail(err, -ENOMEM, "out of memory");
+	while (!rc && url) {
+		char *next = NULL;
+
+		if (++pages > LS_MAX_PAGES) {
+			rc = pt_fail(err, -EFBIG, "%s: the listing goes on past %u pages",
+				     r->u.display, LS_MAX_PAGES);
 			break;
 		}
 		rc = ls_get(r, url, &pg, err);
-		free(url);
 		if (rc == 1)
 			rc = ls_refused(r, &pg, err);
-		if (rc)
-			break;
-		rc = rm_s3_list_parse(pg.body.p, pg.body.len, prefix, l, &token);
+		if (!rc)
+			rc = ls_page_names(r, &pg, dir, l, &next);
 		if (rc == -EFBIG)
 			rc = pt_fail(err, rc, "%s: lists more than %u names, not a checkpoint",
 				     r->u.display, PT_MAX_DIR_ENTRIES);
 		else if (rc == -EBADMSG)
-			rc = pt_fail(err, rc, "%s: the listing is not an S3 ListObjectsV2 answer",
-				     r->u.display);
-		else if (rc)
+			rc = pt_fail(err, rc, "%s: the server's listing cannot be read (%s)",
+				     r->u.display, r->u.kind == RM_HF ?
+				     "the hub's tree API" : "S3 ListObjectsV2");
+		else if (rc == -ENOMEM)
 			rc = pt_fail(err, rc, "out of memory");
-	} while (!rc && token);
-	free(token);
+		free(url);
+		url = next;
+	}
+	free(url);
+	free(pg.next);
 	pt_buf_free(&pg.body);
 	return rc;
 }
@@ -191,7 +299,6 @@ int pt_remote_list(const char *url, const struct pt_remote_opts *o,
 		   struct pt_dir_list *l, struct pt_error *err)
 {
 	struct pt_remote *r = calloc(1, sizeof(*r));
-	const char *prefix;
 	int rc;
 
 	if (!r)
@@ -205,8 +312,7 @@ int pt_remote_list(const char *url, const struct pt_remote_opts *o,
 		free(r);
 		return rc;
 	}
-	prefix = strchr(url + 5, '/') + 1;      /* s3://BUCKET/: checked */
-	rc = ls_pages(r, prefix, l, err);
+	rc = ls_pages(r, ls_dir(url, r->u.kind), l, err);
 	if (!rc && pt_dir_list_end(l))
 		rc = pt_fail(err, -ENOMEM, "out of memory");
 	rm_engine_put();

@@ -9,6 +9,7 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/url.h"
 #include "ckpt/ckpt.h"
@@ -112,7 +113,8 @@ static int rs_pick(const char *url, const struct pt_remote_opts *o,
 					pt_url_redact(url, shown, sizeof(shown)));
 		}
 	}
-	if (!rc && asprintf(file_url, "%s%s", url, file) < 0) {
+	if (!rc && asprintf(file_url, "%s%s%s", url,
+			    url[strlen(url) - 1] == '/' ? "" : "/", file) < 0) {
 		*file_url = NULL;
 		rc = pt_fail(err, -ENOMEM, "out of memory");
 	}

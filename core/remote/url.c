@@ -232,8 +232,11 @@ static bool rm_is_commit(const char *s)
 	return i == 40;
 }
 
+/* hf://[KIND/]ORG/REPO[@REV]/PATH, or with @dir a directory of the
+ * repository: nothing after the repository, or a PATH ending in '/' (rel
+ * is then "" or that path, escaped). */
 static int rm_parse_hf(struct rm_url *u, const char *url, const char *shown,
-		       struct pt_error *err)
+		       bool dir, struct pt_error *err)
 {
 	const char *p = url + 5;
 	const char *ep = rm_env("HF_ENDPOINT", NULL);
@@ -252,11 +255,13 @@ static int rm_parse_hf(struct rm_url *u, const char *url, const char *shown,
 		return pt_fail(err, -EINVAL,
 			       "%s: expected hf://ORG/REPO[@REVISION]/PATH", shown);
 	repo_end = p + 1 + strcspn(p + 1, "@/");
-	if (repo_end == p + 1 || !*repo_end)
+	if (repo_end == p + 1 || (!*repo_end && !dir))
 		return pt_fail(err, -EINVAL,
 			       "%s: expected hf://ORG/REPO[@REVISION]/PATH", shown);
 	if (*repo_end == '@') {
 		path = strchr(repo_end, '/');
+		if (!path && dir)
+			path = repo_end + strlen(repo_end);
 		if (!path || path == repo_end + 1)
 			return pt_fail(err, -EINVAL,
 				       "%s: expected hf://ORG/REPO@REVISION/PATH",
@@ -268,9 +273,10 @@ static int rm_parse_hf(struct rm_url *u, const char *url, const char *shown,
 	}
 	if (!rev)
 		return -ENOMEM;
-	if (!rm_path_ok(path + 1)) {
+	if (dir ? *path && !rm_prefix_ok(path + 1) : !rm_path_ok(path + 1)) {
 		free(rev);
-		return pt_fail(err, -EINVAL, "%s: URL names no file", shown);
+		return pt_fail(err, -EINVAL, dir ? "%s: URL names no directory" :
+			       "%s: URL names no file", shown);
 	}
 	if (!ep)
 		ep = "https://huggingface.co";
@@ -286,11 +292,11 @@ static int rm_parse_hf(struct rm_url *u, const char *url, const char *shown,
 		 (int)(strlen(ep) - (ep[strlen(ep) - 1] == '/')), ep,
 		 *kind ? kind : "models/", (int)(repo_end - org), org);
 	u->hf_api = strdup(buf);
-	u->rel = rm_escape_path(path + 1);
+	u->rel = rm_escape_path(*path ? path + 1 : path);
 	u->query = strdup("");
 	u->display = strdup(shown);
 	snprintf(buf, sizeof(buf), "%s hf://%s%.*s/%s", ep, kind,
-		 (int)(repo_end - org), org, path + 1);
+		 (int)(repo_end - org), org, *path ? path + 1 : path);
 	u->key = strdup(buf);
 	return 0;
 }
@@ -307,16 +313,16 @@ static int rm_parse(struct rm_url *u, const char *url, const char *s3_endpoint,
 	if (strlen(url) > 1500)
 		return pt_fail(err, -ENAMETOOLONG, "URL too long (%zu bytes)",
 			       strlen(url));
-	if (dir && strncmp(url, "s3://", 5))
+	if (dir && strncmp(url, "s3://", 5) && strncmp(url, "hf://", 5))
 		rc = pt_fail(err, -EISDIR,
-			     "%s: names a directory, and only s3:// prefixes can be listed: give the URL of the checkpoint's file (its *.index.json, or .metadata for DCP)",
+			     "%s: names a directory, and only s3:// and hf:// directories can be listed: give the URL of the checkpoint's file (its *.index.json, or .metadata for DCP)",
 			     shown);
 	else if (!strncmp(url, "http://", 7) || !strncmp(url, "https://", 8))
 		rc = rm_parse_http(u, url, shown, err);
 	else if (!strncmp(url, "s3://", 5))
 		rc = rm_parse_s3(u, url, s3_endpoint, shown, dir, err);
 	else if (!strncmp(url, "hf://", 5))
-		rc = rm_parse_hf(u, url, shown, err);
+		rc = rm_parse_hf(u, url, shown, dir, err);
 	else
 		rc = pt_fail(err, -EINVAL, "%s: not an http(s)://, s3:// or hf:// URL",
 			     shown);

@@ -3,7 +3,8 @@
  * fuzz_ini.c -- libFuzzer target for what a user's files and a server's
  * error answer make of core/remote/aws.c: the INI parser of
  * ~/.aws/credentials and ~/.aws/config, the <Code> reader of S3 error
- * bodies and the reader of S3 listings (ListObjectsV2 pages).
+ * bodies, and the readers of listings (remote/listing.h: S3's
+ * ListObjectsV2 pages, the hub's tree pages and their Link headers).
  *
  * Checked: every section, key and value handed over is terminated, shorter
  * than a line, free of '\n' and of blanks at its ends; a key is lower case;
@@ -18,6 +19,7 @@
 
 #include "fuzz.h"
 #include "remote/aws.h"
+#include "remote/listing.h"
 
 static int on_pair(void *ctx, const char *section, const char *key,
 		   const char *value, unsigned line)
@@ -42,25 +44,36 @@ static int on_pair(void *ctx, const char *section, const char *key,
 	return 0;
 }
 
+static void check_names(struct pt_dir_list *l, int rc, size_t size)
+{
+	size_t i;
+
+	FUZZ_CHECK(rc == 0 || rc == -EBADMSG || rc == -EFBIG || rc == -ENOMEM);
+	if (rc == 0 && pt_dir_list_end(l) == 0)
+		for (i = 0; i < l->n; i++) {
+			FUZZ_CHECK(l->e[i].name[0]);
+			FUZZ_CHECK(!strchr(l->e[i].name, '/'));
+			FUZZ_CHECK(strlen(l->e[i].name) < size);
+		}
+	pt_dir_list_free(l);
+}
+
 static void listing(const char *p, size_t size)
 {
 	struct pt_dir_list l;
-	char *token = NULL;
-	size_t i;
+	char *token = NULL, *next = NULL;
 	int rc;
 
 	pt_dir_list_init(&l);
 	rc = rm_s3_list_parse(p, size, "run/", &l, &token);
-	FUZZ_CHECK(rc == 0 || rc == -EBADMSG || rc == -EFBIG || rc == -ENOMEM);
 	FUZZ_CHECK(!token || (rc == 0 && strlen(token) <= 4096));
-	if (rc == 0 && pt_dir_list_end(&l) == 0)
-		for (i = 0; i < l.n; i++) {
-			FUZZ_CHECK(l.e[i].name[0]);
-			FUZZ_CHECK(!strchr(l.e[i].name, '/'));
-			FUZZ_CHECK(strlen(l.e[i].name) < size);
-		}
+	check_names(&l, rc, size);
 	free(token);
-	pt_dir_list_free(&l);
+	rc = rm_hf_tree_parse(p, size, size & 1 ? "" : "sub/", &l);
+	check_names(&l, rc, size);
+	FUZZ_CHECK(rm_link_next(p, size, &next) == 0);
+	FUZZ_CHECK(!next || strlen(next) < size);
+	free(next);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -12,6 +12,7 @@ nginx, with X-Repo-Commit and X-Linked-Etag, like huggingface.co).
 Every server is stopped by its context manager, also on failure.
 """
 import hashlib
+import json
 import http.server
 import os
 import shutil
@@ -320,7 +321,10 @@ class HubStandIn:
     """The hub's resolve endpoint: /ORG/REPO/resolve/REV/PATH answers 302 to
     the CDN (nginx: /COMMIT/PATH?signature) with X-Repo-Commit and
     X-Linked-Etag; REV may be a branch (branches: name -> commit) or a
-    commit.  Records every request (path, Authorization) in .seen."""
+    commit.  /api/models/ORG/REPO/tree/REV[/PATH] lists the commit's
+    directory as the hub does, in pages of .tree_page entries linked by a
+    Link: <...?cursor=N>; rel="next" header.  Records every request (path,
+    Authorization) in .seen."""
 
     def __init__(self, cdn, branches, token=None, commit_header=True):
         self.cdn = cdn              # Nginx
@@ -331,6 +335,7 @@ class HubStandIn:
         self.sig = "1"              # the CDN URLs' signature generation
         self.location = None        # (commit, path) -> where to redirect
         self.throttle = 0           # resolves answered 429 (Retry-After: 1)
+        self.tree_page = 1000
 
     def __enter__(self):
         hub = self
@@ -346,6 +351,9 @@ class HubStandIn:
 
             def do_GET(self, body=True):
                 hub.seen.append((self.path, self.headers.get("Authorization")))
+                if self.path.startswith("/api/models/") and \
+                        self.path.split("/")[5:6] == ["tree"]:
+                    return self._tree(body)
                 if self.path.startswith("/api/models/"):
                     return self._api(body)
                 parts = self.path.split("/", 5)
@@ -389,6 +397,42 @@ class HubStandIn:
                         % (parts[3], parts[4], commit)).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if body:
+                    self.wfile.write(data)
+
+            def _tree(self, body):
+                # /api/models/ORG/REPO/tree/REV[/PATH][?cursor=N]
+                path, _, query = self.path.partition("?")
+                parts = path.split("/", 7)
+                commit = hub.branches.get(parts[6], parts[6])
+                sub = parts[7] if len(parts) > 7 else ""
+                if commit not in hub.branches.values():
+                    return self._reply(404)
+                if hub.token and self.headers.get("Authorization") != "Bearer " + hub.token:
+                    return self._reply(401)
+                local = os.path.join(hub.cdn.root, commit, sub)
+                if not os.path.isdir(local):
+                    return self._reply(404)
+                entries = []
+                for name in sorted(os.listdir(local)):
+                    rel = (sub + "/" if sub else "") + name
+                    if os.path.isdir(os.path.join(local, name)):
+                        entries.append({"type": "directory", "oid": "0" * 40, "size": 0,
+                                        "path": rel})
+                    else:
+                        entries.append({"type": "file", "oid": "0" * 40,
+                                        "size": os.path.getsize(os.path.join(local, name)),
+                                        "path": rel, "lfs": {"size": 1}})
+                start = int(query[len("cursor="):]) if query.startswith("cursor=") else 0
+                page = entries[start:start + hub.tree_page]
+                data = json.dumps(page).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                if start + hub.tree_page < len(entries):
+                    self.send_header("Link", '<%s%s?cursor=%d>; rel="next"'
+                                     % (hub.endpoint, path, start + hub.tree_page))
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 if body:

@@ -335,6 +335,56 @@ def test_hub_resolve_pin_and_token(served, cache, tmp_path):
         shutil.rmtree(os.path.join(n.root, c2))
 
 
+def test_hub_repository_opens_like_its_directory(served, cache):
+    """hf://ORG/REPO (and @REV, and a folder PATH/) lists the repository
+    through the hub's tree API, page after page, with the token, and opens
+    the checkpoint a local directory of the same files would open."""
+    n, _, _ = served
+    c1 = "c" * 40
+    top = os.path.join(n.root, c1)
+    os.makedirs(os.path.join(top, "sub"))
+    os.makedirs(os.path.join(top, "docs"))
+    wm = {}
+    for i in range(3):
+        name = "model-%05d-of-00003.safetensors" % (i + 1)
+        sts.write_st(os.path.join(top, name), [("h.%d.w" % i, "I16", (3,), bytes(range(6 * i, 6 * i + 6)))])
+        wm["h.%d.w" % i] = name
+    sts.write_index(top, wm)
+    for extra in ("config.json", "README.md", "docs/card.md"):
+        with open(os.path.join(top, extra), "w") as f:
+            f.write("{}")
+    torch.save({"x": torch.arange(3)}, os.path.join(top, "sub", "m.pt"))
+    try:
+        with rs.HubStandIn(n, {"main": c1}, token="hf_secret") as hub:
+            hub.tree_page = 2
+            env = {"HF_ENDPOINT": hub.endpoint, "HF_TOKEN": "hf_secret"}
+            local = ptfs("ls", top)
+            assert local.returncode == 0, local.stderr
+            for url in ("hf://org/repo", "hf://org/repo/", "hf://org/repo@main",
+                        "hf://org/repo@%s/" % c1):
+                del hub.seen[:]
+                r = ptfs("ls", *o(cache), url, env=env)
+                assert r.returncode == 0, (url, r.stderr)
+                assert r.stdout == local.stdout, url
+                trees = [p for p, a in hub.seen if "/tree/" in p]
+                assert len(trees) >= 3 and all(a == "Bearer hf_secret" for _, a in hub.seen), hub.seen
+            r = ptfs("cat", *o(cache), "hf://org/repo/sub/", "x", env=env)
+            assert r.returncode == 0 and r.stdout == torch.arange(3).numpy().tobytes(), r.stderr
+            for url, want in (("hf://org/repo/docs/", "without a *.index.json"),
+                              ("hf://org/repo/nope/", "404"),
+                              ("hf://org/repo@%s/" % ("d" * 40), "404")):
+                r = ptfs("ls", *o(cache), url, env=env)
+                err = r.stderr.decode()
+                assert r.returncode == 1 and err.count("\n") == 1 and url in err and want in err, err
+            r = ptfs("ls", *o(cache), "hf://org/repo", env={"HF_ENDPOINT": hub.endpoint,
+                                                            "HF_TOKEN": "hf_wrong"})
+            err = r.stderr.decode()
+            assert r.returncode == 1 and err.count("\n") == 1 and "401" in err, err
+            assert "hf_wrong" not in err and "cannot list" in err
+    finally:
+        shutil.rmtree(top)
+
+
 @needs_fuse
 @pytest.mark.parametrize("commit_header", [True, False])
 def test_hub_branch_pinned_for_the_mount(served, cache, commit_header):

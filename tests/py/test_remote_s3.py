@@ -287,4 +287,4 @@ def test_prefix_problems_have_one_line(listed, home):
           "cannot list", "InvalidAccessKeyId")
     fails(home, "s3://lst/../x/", dev, "expected s3://BUCKET/PREFIX/")
     fails(home, "http://127.0.0.1:%d/lst/sharded/" % s.port, dev,
-          "only s3:// prefixes can be listed")
+          "only s3:// and hf:// directories can be listed")
