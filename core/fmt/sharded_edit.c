@@ -22,6 +22,7 @@
  * of the tensors' bytes.
  */
 #include <errno.h>
+#include <limits.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,7 +42,9 @@ struct ent {                            /* an entry of the edited root */
 	struct pt_value *val;
 	const struct pt_tensor *t;
 	size_t part;
-	UT_hash_handle hh;              /* by tensor */
+	bool placed;                    /* a new tensor put in its shard */
+	UT_hash_handle hh;              /* by tensor (a shard's own) */
+	UT_hash_handle hk;              /* by key (a new one) */
 };
 
 struct part {                           /* one shard */
@@ -70,6 +73,7 @@ struct plan {
 	struct ent *e;
 	size_t n;
 	struct ent *by_t;
+	struct ent *by_key;
 	struct part *p;
 	size_t np;
 	struct part *by_name;
@@ -284,6 +288,7 @@ static int entries(struct plan *pl)
 		if (e->part == SIZE_MAX) {
 			HASH_FIND(hh, pl->old, k->u.s.p, k->u.s.len, o);
 			e->part = o ? o->part : SIZE_MAX;
+			HASH_ADD_KEYPTR(hk, pl->by_key, k->u.s.p, k->u.s.len, e);
 		} else {
 			HASH_ADD_PTR(pl->by_t, t, e);
 		}
@@ -331,9 +336,19 @@ static size_t root_seqs(struct pt_value *r, struct pt_vseq **out)
 	return k;
 }
 
+/* A torch.save shard's new pickle names the storage of new tensor @e by
+ * its key (zip_edit.c): make it one of shard @p's.  0 or -ENOMEM. */
+static int own_storage(struct part *p, const struct ent *e)
+{
+	if (pt__storage_find(p->ck, e->t->st->key))
+		return 0;
+	return pt__storage_add(p->ck, e->t->st);
+}
+
 /* The new pairs of shard @p in @kv: its own in its order (renamed, the
- * removed left out, what the index did not name kept), then its new
- * tensors in the root's order. */
+ * removed left out or replaced by a new tensor of their key, what the
+ * index did not name kept), then its other new tensors in the root's
+ * order. */
 static int new_pairs(struct plan *pl, struct part *p, struct pt_vseq *kv)
 {
 	struct pt_vseq *seqs[2];
@@ -355,8 +370,16 @@ static int new_pairs(struct plan *pl, struct part *p, struct pt_vseq *kv)
 
 			if (t && t->st->home == p->ck) {
 				HASH_FIND_PTR(pl->by_t, &t, e);
-				if (!e)
-					continue;       /* removed */
+				if (!e)         /* removed, or set anew */
+					HASH_FIND(hk, pl->by_key, k->u.s.p, k->u.s.len, e);
+				if (!e || e->placed || e->part != (size_t)(p - pl->p))
+					continue;
+				if (e->t != t) {        /* a new tensor */
+					e->placed = true;
+					v = e->val;
+					if (own_storage(p, e))
+						return oom(pl);
+				}
 				k = e->key;
 			}
 			kv->v[kv->n++] = k;
@@ -365,14 +388,12 @@ static int new_pairs(struct plan *pl, struct part *p, struct pt_vseq *kv)
 	for (i = 0; i < pl->n; i++) {
 		struct ent *e = &pl->e[i];
 
-		if (e->part != (size_t)(p - pl->p) || home_part(pl, e->t) != SIZE_MAX)
+		if (e->part != (size_t)(p - pl->p) || e->placed ||
+		    home_part(pl, e->t) != SIZE_MAX)
 			continue;
 		kv->v[kv->n++] = e->key;
 		kv->v[kv->n++] = e->val;
-		/* a torch.save shard's pickle names the new storage by key
-		 * (zip_edit.c): make it one of the shard's */
-		if (!pt__storage_find(p->ck, e->t->st->key) &&
-		    pt__storage_add(p->ck, e->t->st))
+		if (own_storage(p, e))
 			return oom(pl);
 	}
 	return 0;
@@ -624,22 +645,25 @@ static int rename_all(struct plan *pl, struct pt_replace *ir)
 	if (ir && pl->adds)
 		order[n++] = ir;
 	for (k = 0; k < n; k++) {
-		const char *real = order[k]->real;
+		const char *slash = strrchr(order[k]->real, '/');
+		char base[PATH_MAX];
 		size_t len = strlen(names);
 
 		if (rc) {
 			pt_replace_abort(order[k]);
 			continue;
 		}
-		if (len + strlen(real) + 3 < sizeof(names))
-			snprintf(names + len, sizeof(names) - len, "%s%s",
-				 len ? ", " : "", strrchr(real, '/') ? strrchr(real, '/') + 1 : real);
+		/* its name, for the message: the rename frees it */
+		snprintf(base, sizeof(base), "%s", slash ? slash + 1 : order[k]->real);
 		rc = pt_replace_rename(order[k], pl->err);
 		if (rc == 0)
 			done++;
+		if (rc == 0 && len + strlen(base) + 3 < sizeof(names))
+			snprintf(names + len, sizeof(names) - len, "%s%s",
+				 len ? ", " : "", base);
 	}
 	if (rc && done)
-		pt_error_prefix(pl->err, "%zu of %zu files replaced (of %s), the rest not",
+		pt_error_prefix(pl->err, "%zu of %zu files replaced (%s), the rest not",
 				done, n, names);
 	free(order);
 	return rc;
@@ -691,6 +715,7 @@ static int commit(struct plan *pl)
 static void plan_free(struct plan *pl)
 {
 	HASH_CLEAR(hh, pl->by_t);
+	HASH_CLEAR(hk, pl->by_key);
 	HASH_CLEAR(hh, pl->by_name);
 	HASH_CLEAR(hh, pl->old);
 	free(pl->oldkeys);
