@@ -568,7 +568,7 @@ static int shard_write(struct plan *pl, struct part *p, bool dry)
 
 /* Room for every new file beside the index (the shards are files of its
  * directory), before anything is written. */
-static int space(struct plan *pl, uint64_t need)
+static int space(struct plan *pl, uint64_t need, size_t files)
 {
 	const char *path = pt_source_local_path(pl->ck->src);
 	struct statvfs vfs;
@@ -587,8 +587,8 @@ static int space(struct plan *pl, uint64_t need)
 		(uint64_t)vfs.f_bavail * vfs.f_frsize : UINT64_MAX;
 	if (need > avail)
 		rc = pt_fail(pl->err, -ENOSPC,
-			     "commit: needs %" PRIu64 " bytes in %s, %" PRIu64 " free: %s",
-			     need, dir, avail, strerror(ENOSPC));
+			     "needs %" PRIu64 " bytes in %s for %zu new files, %" PRIu64 " free: %s",
+			     need, dir, files, avail, strerror(ENOSPC));
 	free(dir);
 	return rc;
 }
@@ -672,7 +672,7 @@ static int rename_all(struct plan *pl, struct pt_replace *ir)
 static int commit(struct plan *pl)
 {
 	struct pt_replace ir;
-	uint64_t need = pl->index_new ? pl->index.len : 0, written;
+	uint64_t need = pl->index_new ? pl->index.len : 0;
 	size_t i, files = 0;
 	char note[512];
 	int rc = 0;
@@ -681,9 +681,11 @@ static int commit(struct plan *pl)
 		if (pl->p[i].root) {
 			rc = shard_write(pl, &pl->p[i], true);
 			need += pl->p[i].size;
+			files++;
 		}
+	files += pl->index_new;
 	if (rc == 0)
-		rc = space(pl, need);
+		rc = space(pl, need, files);
 	/* what a killed commit left beside the shards goes first, as a
 	 * writable open of a file does (container/replace.h) */
 	for (i = 0; i < pl->np && rc == 0; i++)
@@ -704,11 +706,8 @@ static int commit(struct plan *pl)
 		pt_error_prefix(pl->err, "commit (rewrite)");
 		return rc;
 	}
-	for (i = 0, written = need; i < pl->np; i++)
-		files += pl->p[i].root != NULL;
-	files += pl->index_new;
 	snprintf(pl->ck->last_commit, sizeof(pl->ck->last_commit),
-		 "rewrite, %" PRIu64 " bytes written in %zu files", written, files);
+		 "rewrite, %" PRIu64 " bytes written in %zu files", need, files);
 	return 0;
 }
 

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import PTFS
+from conftest import PTFS, needs_root
 
 ST_DTYPES = {torch.float32: "F32", torch.int64: "I64", torch.int32: "I32",
              torch.float16: "F16"}
@@ -100,13 +100,13 @@ SHARDS = [
 ]
 
 
-def make(tmp_path, kind):
+def make(tmp_path, kind, shards=SHARDS):
     """A sharded checkpoint in @tmp_path: its index's path."""
     ext, stem = (("safetensors", "model") if kind == "st"
                  else ("bin", "pytorch_model"))
     wm, total = {}, 0
-    for i, sd in enumerate(SHARDS):
-        name = "%s-%05d-of-%05d.%s" % (stem, i + 1, len(SHARDS), ext)
+    for i, sd in enumerate(shards):
+        name = "%s-%05d-of-%05d.%s" % (stem, i + 1, len(shards), ext)
         if kind == "st":
             write_st(str(tmp_path / name), sd)
         else:
@@ -280,3 +280,25 @@ def test_rename_window_after_rm_leaves_a_loadable_index(tmp_path, kind):
     assert r.returncode == 1 and "1 of 2 files replaced" in err, err
     assert "lm_head.weight" not in ok("ls", idx).stdout.decode()
     assert "lm_head.weight" not in json.load(open(idx))["weight_map"]
+
+
+@needs_root
+@pytest.mark.parametrize("kind", KINDS)
+def test_no_room_for_the_new_shards(tmp_path, kind):
+    """Three shards of 512 KiB each fit, a second copy of them does not:
+    refused before anything is written, though each shard alone would fit
+    (the torch.save writer wants 1 MiB to spare besides)."""
+    small = tmp_path / "small"
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2816k", "tmpfs", str(small)],
+                   check=True)
+    try:
+        big = [{"model.w%d" % i: torch.full((131072,), float(i))} for i in range(3)]
+        idx = make(small, kind, big)
+        err = refused(idx, "rename", "--strip-prefix", "model.")
+        assert "for 4 new files" in err and "No space left on device" in err, err
+        assert [n for n in os.listdir(str(small)) if "ptfs-" in n] == []
+        ok("rm", idx, "model.w0")           # one small new shard fits
+        assert sorted(state(idx)) == ["model.w1", "model.w2"]
+    finally:
+        subprocess.run(["umount", str(small)])
