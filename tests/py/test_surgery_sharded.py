@@ -166,6 +166,10 @@ def test_rm(tmp_path, kind):
     del want["model.layers.0.bias"], want["lm_head.weight"]
     same(state(idx), want)
     assert "lm_head.weight" not in ok("ls", idx).stdout.decode()
+    # the directory stands for its index
+    ok("rm", str(tmp_path), "model.norm.weight")
+    del want["model.norm.weight"]
+    same(state(idx), want)
 
 
 @pytest.mark.parametrize("kind", KINDS)
