@@ -487,10 +487,13 @@ static int ent_cmp(const void *a, const void *b)
 	return x->key->u.s.len < y->key->u.s.len ? -1 : x->key->u.s.len > y->key->u.s.len;
 }
 
-/* The weight_map's new text: sorted, indent 2, as transformers writes. */
+/* The weight_map's new text: sorted, with indent 2 as transformers
+ * writes it, or on one line (json.dumps' default) when it was. */
 static int weight_map_text(struct plan *pl, struct pt_buf *b)
 {
 	struct ent **v = malloc((pl->n ? pl->n : 1) * sizeof(*v));
+	const uint8_t *old = pl->j.p + pl->wm[0];
+	bool flat = pl->wm[1] - pl->wm[0] > 2 && !memchr(old, '\n', pl->wm[1] - pl->wm[0]);
 	size_t i;
 
 	if (!v)
@@ -498,16 +501,19 @@ static int weight_map_text(struct plan *pl, struct pt_buf *b)
 	for (i = 0; i < pl->n; i++)
 		v[i] = &pl->e[i];
 	qsort(v, pl->n, sizeof(*v), ent_cmp);
-	pt_buf_puts(b, pl->n ? "{\n" : "{}");
+	pt_buf_puts(b, !pl->n ? "{}" : flat ? "{" : "{\n");
 	for (i = 0; i < pl->n; i++) {
 		const struct part *p = &pl->p[v[i]->part];
 		struct oldkey *o;
 
-		pt_buf_puts(b, "    \"");
+		pt_buf_puts(b, flat ? "\"" : "    \"");
 		pt_json_str(b, v[i]->key->u.s.p, v[i]->key->u.s.len);
 		pt_buf_puts(b, "\": \"");
 		pt_json_str(b, p->name, p->name_len);
-		pt_buf_puts(b, i + 1 < pl->n ? "\",\n" : "\"\n  }");
+		if (i + 1 < pl->n)
+			pt_buf_puts(b, flat ? "\", " : "\",\n");
+		else
+			pt_buf_puts(b, flat ? "\"}" : "\"\n  }");
 		HASH_FIND(hh, pl->old, v[i]->key->u.s.p, v[i]->key->u.s.len, o);
 		if (!o || o->part != v[i]->part)
 			pl->adds = true;

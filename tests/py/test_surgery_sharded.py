@@ -306,3 +306,30 @@ def test_no_room_for_the_new_shards(tmp_path, kind):
         assert sorted(state(idx)) == ["model.w1", "model.w2"]
     finally:
         subprocess.run(["umount", str(small)])
+
+
+def test_ordered_dict_shard_odd_keys_compact_index(tmp_path):
+    """A shard saved as a state dict (an OrderedDict with _metadata), keys
+    that JSON must escape, an index on one line: it stays on one line,
+    the shard an OrderedDict."""
+    import collections
+    a = collections.OrderedDict([("0.weight", torch.ones(2, 2)), ("0.bias", torch.zeros(2))])
+    a._metadata = collections.OrderedDict([("0", {"version": 1})])
+    b = {'w\u00e9"ird\\key': torch.arange(3), "1.bias": torch.ones(2)}
+    torch.save(a, str(tmp_path / "s1.bin"))
+    torch.save(b, str(tmp_path / "s2.bin"))
+    wm = dict([(k, "s1.bin") for k in a] + [(k, "s2.bin") for k in b])
+    idx = tmp_path / "pytorch_model.bin.index.json"
+    idx.write_text(json.dumps({"metadata": {"total_size": 1, "format": "pt"}, "weight_map": wm}))
+    ok("rename", str(idx), "--add-prefix", "m.")
+    text = idx.read_text()
+    assert "\n" not in text.strip()
+    index = json.loads(text)
+    assert index["metadata"] == {"total_size": 16 + 8 + 24 + 8, "format": "pt"}
+    assert list(index["weight_map"]) == sorted(index["weight_map"])
+    got = torch.load(str(tmp_path / "s1.bin"), weights_only=True)
+    assert type(got) is collections.OrderedDict and list(got) == ["m.0.weight", "m.0.bias"]
+    got = torch.load(str(tmp_path / "s2.bin"), weights_only=True)
+    assert list(got) == ['m.w\u00e9"ird\\key', "m.1.bias"]
+    assert torch.equal(got['m.w\u00e9"ird\\key'], torch.arange(3))
+    assert index["weight_map"]['m.w\u00e9"ird\\key'] == "s2.bin"
