@@ -42,6 +42,8 @@ struct ent {                            /* an entry of the edited root */
 	struct pt_value *val;
 	const struct pt_tensor *t;
 	size_t part;
+	bool own;                       /* one of its shard's tensors (else
+					 * made by an edit) */
 	bool placed;                    /* a new tensor put in its shard */
 	UT_hash_handle hh;              /* by tensor (a shard's own) */
 	UT_hash_handle hk;              /* by key (a new one) */
@@ -59,6 +61,7 @@ struct part {                           /* one shard */
 	bool sealed;                    /* r is a sealed new file */
 	struct pt_replace r;
 	UT_hash_handle hh;              /* by name */
+	UT_hash_handle hc;              /* by checkpoint */
 };
 
 struct oldkey {                         /* a weight_map key before */
@@ -77,6 +80,9 @@ struct plan {
 	struct part *p;
 	size_t np;
 	struct part *by_name;
+	struct part *by_ck;
+	struct ent **news;              /* the entries made by edits */
+	size_t n_news;
 	struct oldkey *old;             /* hash, the array in oldkeys */
 	struct oldkey *oldkeys;
 	struct pt_js j;                 /* the old index, scanned */
@@ -240,21 +246,19 @@ static int shards(struct plan *pl, const struct pt_shard_ref *sh, size_t n)
 				       "shard '%.*s': a %s shard cannot be rewritten",
 				       SHOWN(p->name, p->name_len), pt_ckpt_format(p->ck));
 		HASH_ADD_KEYPTR(hh, pl->by_name, p->name, p->name_len, p);
+		HASH_ADD(hc, pl->by_ck, ck, sizeof(p->ck), p);
 	}
 	return 0;
 }
 
-/* The shard a tensor of the root came from, or SIZE_MAX (a new one). */
+/* The shard a tensor of the root came from (its storage's home:
+ * sharded.c), or SIZE_MAX: an edit made it. */
 static size_t home_part(const struct plan *pl, const struct pt_tensor *t)
 {
-	size_t i;
+	struct part *p;
 
-	if (t->st->kind != PT_ST_FILE || !t->st->home)
-		return SIZE_MAX;
-	for (i = 0; i < pl->np; i++)
-		if (pl->p[i].ck == t->st->home)
-			return i;
-	return SIZE_MAX;
+	HASH_FIND(hc, pl->by_ck, &t->st->home, sizeof(t->st->home), p);
+	return p ? (size_t)(p - pl->p) : SIZE_MAX;
 }
 
 /* The entries of the edited root, each with its shard. */
@@ -266,7 +270,8 @@ static int entries(struct plan *pl)
 	if (pl->ck->root->kind != PT_V_DICT)
 		return pt_fail(pl->err, -EINVAL, "the root is no longer a dict");
 	pl->e = calloc(kv->n / 2 + 1, sizeof(*pl->e));
-	if (!pl->e)
+	pl->news = calloc(kv->n / 2 + 1, sizeof(*pl->news));
+	if (!pl->e || !pl->news)
 		return oom(pl);
 	for (i = 0; i + 1 < kv->n; i += 2) {
 		struct ent *e = &pl->e[pl->n++];
@@ -285,10 +290,12 @@ static int entries(struct plan *pl)
 				       "a sharded checkpoint holds tensors only: '%.*s' is not one",
 				       SHOWN(k->u.s.p, k->u.s.len));
 		e->part = home_part(pl, e->t);
-		if (e->part == SIZE_MAX) {
+		e->own = e->part != SIZE_MAX;
+		if (!e->own) {
 			HASH_FIND(hh, pl->old, k->u.s.p, k->u.s.len, o);
 			e->part = o ? o->part : SIZE_MAX;
 			HASH_ADD_KEYPTR(hk, pl->by_key, k->u.s.p, k->u.s.len, e);
+			pl->news[pl->n_news++] = e;
 		} else {
 			HASH_ADD_PTR(pl->by_t, t, e);
 		}
@@ -299,16 +306,18 @@ static int entries(struct plan *pl)
 		pl->total += e->t->nbytes;
 	}
 	/* new keys: each to the shard holding the fewest bytes then */
-	for (i = 0; i < pl->n; i++) {
-		if (pl->e[i].part != SIZE_MAX)
+	for (i = 0; i < pl->n_news; i++) {
+		struct ent *e = pl->news[i];
+
+		if (e->part != SIZE_MAX)
 			continue;
 		if (!pl->np)
 			return pt_fail(pl->err, -EINVAL, "the index names no shard");
 		for (least = 0, s = 1; s < pl->np; s++)
 			if (pl->p[s].bytes <= pl->p[least].bytes)
 				least = s;
-		pl->e[i].part = least;
-		pl->p[least].bytes += pl->e[i].t->nbytes;
+		e->part = least;
+		pl->p[least].bytes += e->t->nbytes;
 		pl->p[least].n++;
 	}
 	return 0;
@@ -385,11 +394,10 @@ static int new_pairs(struct plan *pl, struct part *p, struct pt_vseq *kv)
 			kv->v[kv->n++] = k;
 			kv->v[kv->n++] = v;
 		}
-	for (i = 0; i < pl->n; i++) {
-		struct ent *e = &pl->e[i];
+	for (i = 0; i < pl->n_news; i++) {
+		struct ent *e = pl->news[i];
 
-		if (e->part != (size_t)(p - pl->p) || e->placed ||
-		    home_part(pl, e->t) != SIZE_MAX)
+		if (e->part != (size_t)(p - pl->p) || e->placed)
 			continue;
 		kv->v[kv->n++] = e->key;
 		kv->v[kv->n++] = e->val;
@@ -722,9 +730,11 @@ static void plan_free(struct plan *pl)
 	HASH_CLEAR(hh, pl->by_t);
 	HASH_CLEAR(hk, pl->by_key);
 	HASH_CLEAR(hh, pl->by_name);
+	HASH_CLEAR(hc, pl->by_ck);
 	HASH_CLEAR(hh, pl->old);
 	free(pl->oldkeys);
 	free(pl->e);
+	free(pl->news);
 	free(pl->p);
 	pt__js_free(&pl->j);
 	pt_buf_free(&pl->index);
