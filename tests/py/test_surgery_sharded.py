@@ -333,3 +333,22 @@ def test_ordered_dict_shard_odd_keys_compact_index(tmp_path):
     assert list(got) == ['m.w\u00e9"ird\\key', "m.1.bias"]
     assert torch.equal(got['m.w\u00e9"ird\\key'], torch.arange(3))
     assert index["weight_map"]['m.w\u00e9"ird\\key'] == "s2.bin"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_symlinks_stay_and_their_targets_change(tmp_path, kind):
+    """Index and shards as links to the real files elsewhere: the real
+    files are written, the links stay links."""
+    real = tmp_path / "real"
+    real.mkdir()
+    make(real, kind)
+    links = tmp_path / "links"
+    links.mkdir()
+    for n in os.listdir(str(real)):
+        os.symlink(os.path.join("..", "real", n), str(links / n))
+    idx = [str(links / n) for n in os.listdir(str(links)) if n.endswith(".index.json")][0]
+    ok("rename", idx, "--strip-prefix", "model.")
+    assert all(os.path.islink(str(links / n)) for n in os.listdir(str(links)))
+    want = {k[len("model."):] if k.startswith("model.") else k: t
+            for k, t in expected().items()}
+    same(state(idx), want)
