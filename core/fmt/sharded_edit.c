@@ -10,11 +10,11 @@
  * (docs/FORMATS.md, "Restructuring a sharded checkpoint").
  *
  * Where each tensor goes: a tensor of a shard stays in that shard, under
- * its new name and at its place in the shard's order; a new one (add,
- * set) goes to the shard its key was in, a new key to the shard holding
- * the fewest tensor bytes.  A shard left without tensors is written empty
- * and drops out of the weight_map (no file is deleted).  What a shard
- * holds that the index never named stays in it.
+ * its new name and at its place in the shard's order; a tensor set anew
+ * takes the place of the one it replaces; a new key goes last into the
+ * shard holding the fewest tensor bytes.  A shard left without tensors is
+ * written empty and drops out of the weight_map (no file is deleted).
+ * What a shard holds that the index never named stays in it.
  *
  * The index is written as transformers' save_pretrained writes it: its
  * weight_map sorted by key (json.dumps(sort_keys=True), indent 2), every

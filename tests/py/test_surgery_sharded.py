@@ -352,3 +352,20 @@ def test_symlinks_stay_and_their_targets_change(tmp_path, kind):
     want = {k[len("model."):] if k.startswith("model.") else k: t
             for k, t in expected().items()}
     same(state(idx), want)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_what_the_index_never_named_stays_in_its_shard(tmp_path, kind):
+    idx = make(tmp_path, kind)
+    shard = json.load(open(idx))["weight_map"]["lm_head.weight"]
+    path = str(tmp_path / shard)
+    extra = dict(SHARDS[2], unnamed=torch.arange(3, dtype=torch.int64))
+    if kind == "st":
+        write_st(path, extra)
+    else:
+        torch.save(extra, path)
+    assert "unnamed" not in ok("ls", idx).stdout.decode()
+    ok("rm", idx, "lm_head.weight")
+    got = read_st(path) if kind == "st" else torch.load(path, weights_only=True)
+    assert list(got) == ["model.norm.weight", "unnamed"]
+    assert torch.equal(got["unnamed"], torch.arange(3))
