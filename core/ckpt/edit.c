@@ -16,7 +16,9 @@
  * Nothing reaches the file until pt_edit_commit(), which hands the graph
  * to the format's restructure() hook (fmt/fmt.h): the torch.save writer
  * re-emits the pickle and keeps only the storages it still names; the
- * safetensors writer writes a new header and moves the data.
+ * safetensors writer writes a new header and moves the data; a sharded
+ * checkpoint writes the shards the edits touched and its index together
+ * (fmt/sharded_edit.c), and refuses mkdir (struct pt_format.flat).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -661,6 +663,10 @@ int pt_edit_mkdir(struct pt_ckpt *ck, const char *path, struct pt_error *err)
 
 	if (rc)
 		return rc;
+	if (ck->fmt->flat)
+		return pt_fail(err, -EPERM,
+			       "%.*s%s: a %s is one flat mapping of names to tensors (dots in the names): no directories",
+			       SHOWN(path), pt_ckpt_format(ck));
 	if (pt_tree_path(ck, path, &rc))
 		return pt_fail(err, -EEXIST, "%.*s%s: exists", SHOWN(path));
 	d = node_new(ck, PT_V_DICT);

@@ -102,6 +102,8 @@ struct zw {
 	uint64_t cd_off;                /* laid out: central directory */
 	uint64_t cd_size;
 	uint64_t size;                  /* laid out: the whole file */
+	struct pt_replace *sealed;      /* pt_zip_stage_plan(): sealed here,
+					 * not renamed */
 	struct pt_error *err;
 };
 
@@ -968,11 +970,13 @@ static int zw_commit(struct zw *w, const char *path,
 			     r.tmp, r.real);
 		goto fail;
 	}
-	rc = pt_replace_commit(&r, err);
+	rc = w->sealed ? pt_replace_seal(&r, err) : pt_replace_commit(&r, err);
 	if (rc) {
 		pt_error_prefix(err, "commit");
 		return rc;
 	}
+	if (w->sealed)
+		*w->sealed = r;
 	for (i = 0; i < w->n; i++)
 		if (w->recs[i].ch && w->recs[i].ch->crc_out)
 			*w->recs[i].ch->crc_out = w->recs[i].crc;
@@ -1180,6 +1184,24 @@ int pt_zip_write_plan(const char *path, const struct pt_zip *z,
 		return rc;
 	zw_init(&w, z, r, n, err);
 	rc = zw_run(&w, path, true, expect, faults);
+	free(r);
+	return rc;
+}
+
+int pt_zip_stage_plan(const char *path, const struct pt_zip *z,
+		      const struct pt_zw_rec *recs, size_t n,
+		      struct pt_replace *sealed, struct pt_error *err)
+{
+	struct zw_rec *r;
+	struct zw w;
+	int rc;
+
+	rc = zw_plan_recs(z, recs, n, &r, err);
+	if (rc)
+		return rc;
+	zw_init(&w, z, r, n, err);
+	w.sealed = sealed;
+	rc = zw_run(&w, path, true, NULL, NULL);
 	free(r);
 	return rc;
 }

@@ -41,6 +41,7 @@
 #include <sys/types.h>
 
 #include "base/error.h"
+#include "container/replace.h"
 #include "container/zip.h"
 
 /* New contents for one record. */
@@ -124,6 +125,17 @@ int pt_zip_write_plan(const char *path, const struct pt_zip *z,
 		      const struct pt_zw_rec *recs, size_t n,
 		      const struct pt_zw_expect *expect,
 		      const struct pt_zw_faults *faults, struct pt_error *err);
+
+/*
+ * pt_zip_write_plan() up to the rename, for a commit that replaces several
+ * files together: the new archive written beside the original and sealed
+ * (pt_replace_seal(), container/replace.h) into *@sealed, which the
+ * caller gives to pt_replace_rename() or pt_replace_abort().  On failure
+ * nothing is left beside the original.
+ */
+int pt_zip_stage_plan(const char *path, const struct pt_zip *z,
+		      const struct pt_zw_rec *recs, size_t n,
+		      struct pt_replace *sealed, struct pt_error *err);
 
 /*
  * The size in bytes of the file pt_zip_write_plan() would write for this

@@ -86,6 +86,17 @@ struct pt_format {
 	 * NULL: the format is never restructured. */
 	int (*restructure)(struct pt_ckpt *ck, bool dry, uint64_t *size,
 			   struct pt_error *err);
+	/* restructure() as one file of a commit that writes several (the
+	 * shards of a sharded checkpoint: sharded_edit.c): the new file
+	 * written beside the old one and sealed into *@sealed
+	 * (pt_replace_seal(), container/replace.h), for the caller to
+	 * rename or abort; the original untouched.  NULL: the format cannot
+	 * be part of such a commit. */
+	int (*stage)(struct pt_ckpt *ck, struct pt_replace *sealed,
+		     struct pt_error *err);
+	/* The root is one flat mapping of names to tensors (a sharded
+	 * index's weight_map): no directory can be made in it. */
+	bool flat;
 };
 
 /* Every format, in probe order (fmt.c); NULL-terminated. */
@@ -116,6 +127,26 @@ int pt__zip_probe(struct pt_ckpt *ck, const uint8_t *head, size_t n,
 int pt__zip_restructure(struct pt_ckpt *ck, bool dry, uint64_t *size,
 			struct pt_error *err);
 int pt__st_restructure(struct pt_ckpt *ck, bool dry, uint64_t *size,
+		       struct pt_error *err);
+/* ... and their struct pt_format.stage. */
+int pt__zip_stage(struct pt_ckpt *ck, struct pt_replace *sealed,
+		  struct pt_error *err);
+int pt__st_stage(struct pt_ckpt *ck, struct pt_replace *sealed,
+		 struct pt_error *err);
+
+/*
+ * sharded_edit.c: struct pt_format.restructure of sharded checkpoints,
+ * called by sharded.c with the shards of @ck in the index's order: each
+ * one's checkpoint and file name as the index writes it.
+ */
+struct pt_shard_ref {
+	struct pt_ckpt *ck;
+	const uint8_t *name;            /* not NUL-terminated */
+	size_t name_len;
+};
+
+int pt__sh_restructure(struct pt_ckpt *ck, const struct pt_shard_ref *sh,
+		       size_t n, bool dry, uint64_t *size,
 		       struct pt_error *err);
 
 /*

@@ -590,4 +590,5 @@ const struct pt_format pt_fmt_safetensors = {
 	.close = NULL,
 	.commit = st_commit,
 	.restructure = pt__st_restructure,
+	.stage = pt__st_stage,
 };

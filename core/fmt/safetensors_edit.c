@@ -122,8 +122,8 @@ static int st_header(struct pt_ckpt *ck, const struct pt_tensor **t, size_t n,
 
 /* The bytes of tensor @t to @at of the new file: copied from the old one
  * (shared where the filesystem can), or written from memory. */
-static int st_data(struct pt_replace *r, const struct pt_tensor *t,
-		   uint64_t at, struct pt_error *err)
+static int st_data(const struct pt_ckpt *ck, struct pt_replace *r,
+		   const struct pt_tensor *t, uint64_t at, struct pt_error *err)
 {
 	const struct pt_storage *st = t->st;
 
@@ -131,13 +131,18 @@ static int st_data(struct pt_replace *r, const struct pt_tensor *t,
 		return pt_replace_write(r, st->mem, st->nbytes, at, err);
 	if (st->kind == PT_ST_NONE || st->nbytes == 0)
 		return 0;
-	if (st->kind != PT_ST_FILE || st->home)
+	/* (a shard's own storages name the shard as their home:
+	 * fmt/sharded.c) */
+	if (st->kind != PT_ST_FILE || (st->home && st->home != ck))
 		return pt_fail(err, -EINVAL, "storage '%s' is not in the file", st->key);
 	return pt_replace_copy(r, r->orig, st->file_off, st->nbytes, at, err);
 }
 
+/* Write the new file beside the old one, then rename it over the old
+ * one, or seal it into *@sealed (struct pt_format.stage). */
 static int st_write(struct pt_ckpt *ck, const struct pt_tensor **t, size_t n,
-		    const struct pt_buf *h, uint64_t total, struct pt_error *err)
+		    const struct pt_buf *h, uint64_t total,
+		    struct pt_replace *sealed, struct pt_error *err)
 {
 	struct pt_replace r;
 	struct pt_replace_expect ex = { 0 };
@@ -166,17 +171,23 @@ static int st_write(struct pt_ckpt *ck, const struct pt_tensor **t, size_t n,
 	if (rc == 0)
 		rc = pt_replace_write(&r, h->p, h->len, 8, err);
 	for (i = 0, at = 8 + h->len; rc == 0 && i < n; at += t[i++]->nbytes)
-		rc = st_data(&r, t[i], at, err);
+		rc = st_data(ck, &r, t[i], at, err);
 	if (rc) {
 		pt_replace_abort(&r);
 		return rc;
 	}
-	return pt_replace_commit(&r, err);
+	if (!sealed)
+		return pt_replace_commit(&r, err);
+	rc = pt_replace_seal(&r, err);
+	if (rc == 0)
+		*sealed = r;
+	return rc;
 }
 
-/* struct pt_format.restructure of safetensors files. */
-int pt__st_restructure(struct pt_ckpt *ck, bool dry, uint64_t *size,
-		       struct pt_error *err)
+/* The new file: its size in *@size (@dry), sealed into *@sealed, or
+ * renamed over the old one (with ck->last_commit). */
+static int st_restructure(struct pt_ckpt *ck, bool dry, uint64_t *size,
+			  struct pt_replace *sealed, struct pt_error *err)
 {
 	const struct pt_tensor **t = NULL;
 	struct pt_buf h;
@@ -192,10 +203,26 @@ int pt__st_restructure(struct pt_ckpt *ck, bool dry, uint64_t *size,
 		total += t[i]->nbytes;
 	if (rc == 0 && dry)
 		*size = total;
+	else if (rc == 0 && sealed)
+		rc = st_write(ck, t, n, &h, total, sealed, err);
 	else if (rc == 0)
-		rc = pt__commit_end(ck, st_write(ck, t, n, &h, total, err),
+		rc = pt__commit_end(ck, st_write(ck, t, n, &h, total, NULL, err),
 				    PT_COMMIT_REWRITE, total, err);
 	pt_buf_free(&h);
 	free(t);
 	return rc;
+}
+
+/* struct pt_format.restructure of safetensors files. */
+int pt__st_restructure(struct pt_ckpt *ck, bool dry, uint64_t *size,
+		       struct pt_error *err)
+{
+	return st_restructure(ck, dry, size, NULL, err);
+}
+
+/* struct pt_format.stage of safetensors files. */
+int pt__st_stage(struct pt_ckpt *ck, struct pt_replace *sealed,
+		 struct pt_error *err)
+{
+	return st_restructure(ck, false, NULL, sealed, err);
 }

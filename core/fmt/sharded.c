@@ -542,6 +542,27 @@ static int sh_probe_dir(const struct pt_dir_entry *e, size_t n, char **out,
 		       "is a directory without a *.index.json or weights file, not a checkpoint");
 }
 
+/* struct pt_format.restructure: fmt/sharded_edit.c, given the shards. */
+static int sh_restructure(struct pt_ckpt *ck, bool dry, uint64_t *size,
+			  struct pt_error *err)
+{
+	const struct sh_state *s = ck->fmt_state;
+	struct pt_shard_ref *refs = calloc(s->n + 1, sizeof(*refs));
+	size_t i;
+	int rc;
+
+	if (!refs)
+		return pt_fail(err, -ENOMEM, "out of memory");
+	for (i = 0; i < s->n; i++) {
+		refs[i].ck = s->shards[i].ck;
+		refs[i].name = s->shards[i].name;
+		refs[i].name_len = s->shards[i].name_len;
+	}
+	rc = pt__sh_restructure(ck, refs, s->n, dry, size, err);
+	free(refs);
+	return rc;
+}
+
 const struct pt_format pt_fmt_sharded = {
 	.name = "sharded checkpoint index",
 	.probe = sh_probe,
@@ -549,4 +570,6 @@ const struct pt_format pt_fmt_sharded = {
 	.open = sh_open,
 	.storage = NULL,
 	.close = sh_close,
+	.restructure = sh_restructure,
+	.flat = true,
 };

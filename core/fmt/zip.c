@@ -574,6 +574,7 @@ const struct pt_format pt_fmt_zip = {
 	.open = zip_open,
 	.storage = zip_storage,
 	.restructure = pt__zip_restructure,
+	.stage = pt__zip_stage,
 	.close = NULL,
 	.commit = zip_commit,
 };

@@ -214,8 +214,11 @@ static int make_plan(struct zed *z, const struct pt_zw_change *pkl,
 	return 0;
 }
 
+/* The new archive: its size in *@size (@dry), sealed into *@sealed, or
+ * renamed over the old one. */
 static int restructure(struct zed *z, struct pt_buf *pkl, bool dry,
-		       uint64_t *size, struct pt_error *err)
+		       uint64_t *size, struct pt_replace *sealed,
+		       struct pt_error *err)
 {
 	struct pt_ckpt *ck = z->ck;
 	struct pt_pkemit_opts o = {
@@ -245,6 +248,9 @@ static int restructure(struct zed *z, struct pt_buf *pkl, bool dry,
 		rc = make_plan(z, &ch, &plan, &n, err);
 	if (rc == 0 && dry)
 		rc = pt_zip_plan_size(ck->zip, plan, n, size, err);
+	else if (rc == 0 && sealed)
+		rc = pt_zip_stage_plan(pt_source_local_path(ck->src), ck->zip,
+				       plan, n, sealed, err);
 	else if (rc == 0)
 		rc = pt_zip_write_plan(pt_source_local_path(ck->src), ck->zip,
 				       plan, n, NULL, NULL, err);
@@ -252,9 +258,8 @@ static int restructure(struct zed *z, struct pt_buf *pkl, bool dry,
 	return rc;
 }
 
-/* struct pt_format.restructure of torch.save archives. */
-int pt__zip_restructure(struct pt_ckpt *ck, bool dry, uint64_t *size,
-			struct pt_error *err)
+static int zip_restructure(struct pt_ckpt *ck, bool dry, uint64_t *size,
+			   struct pt_replace *sealed, struct pt_error *err)
 {
 	struct zed z = { .ck = ck };
 	struct pt_buf pkl;
@@ -268,10 +273,26 @@ int pt__zip_restructure(struct pt_ckpt *ck, bool dry, uint64_t *size,
 			return rc;
 	}
 	pt_buf_init(&pkl);
-	rc = restructure(&z, &pkl, dry, size, err);
+	rc = restructure(&z, &pkl, dry, size, sealed, err);
 	pt_buf_free(&pkl);
 	zed_free(&z);
+	return rc;
+}
+
+/* struct pt_format.restructure of torch.save archives. */
+int pt__zip_restructure(struct pt_ckpt *ck, bool dry, uint64_t *size,
+			struct pt_error *err)
+{
+	int rc = zip_restructure(ck, dry, size, NULL, err);
+
 	if (!dry)
 		rc = pt__commit_end(ck, rc, PT_COMMIT_REWRITE, ck->src->size, err);
 	return rc;
+}
+
+/* struct pt_format.stage of torch.save archives. */
+int pt__zip_stage(struct pt_ckpt *ck, struct pt_replace *sealed,
+		  struct pt_error *err)
+{
+	return zip_restructure(ck, false, NULL, sealed, err);
 }
