@@ -18,8 +18,11 @@
 #include "ckpt/ckpt_i.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 void pt_ckpt_opts_default(struct pt_ckpt_opts *o)
 {
@@ -37,6 +40,30 @@ static char *make_stem(const char *path)
 	if (!dot || dot == base)
 		dot = base + strlen(base);
 	return strndup(base, (size_t)(dot - base));
+}
+
+/*
+ * @path made absolute (malloc()ed): the daemon chdir()s to / when it
+ * detaches, and a commit must still find the file.  Symbolic links are
+ * kept, as for a path given absolute: shards are found beside the index's
+ * link, not beside the file it names (the Hugging Face cache links each
+ * file of a snapshot to a blob of its own).  A name that is no file (a
+ * memory source's) is kept as it is.
+ */
+static char *abs_path(const char *path)
+{
+	struct stat st;
+	char *cwd, *out = NULL;
+
+	if (path[0] == '/' || lstat(path, &st) != 0)
+		return strdup(path);
+	cwd = getcwd(NULL, 0);
+	if (!cwd)
+		return realpath(path, NULL);
+	if (asprintf(&out, "%s/%s", cwd, path) < 0)
+		out = NULL;
+	free(cwd);
+	return out;
 }
 
 int pt__ckpt_new(struct pt_ckpt **out, const char *path,
@@ -59,11 +86,7 @@ int pt__ckpt_new(struct pt_ckpt **out, const char *path,
 	pt_buf_init(&ck->warnings);
 	pt_buf_init(&ck->notes);
 	pt_buf_init(&ck->globals);
-	/* absolute: the daemon chdir()s to / when it detaches, and a commit
-	 * must still find the file (a memory source keeps its name) */
-	ck->path = path[0] == '/' ? strdup(path) : realpath(path, NULL);
-	if (!ck->path)
-		ck->path = strdup(path);
+	ck->path = abs_path(path);
 	ck->stem = make_stem(path);
 	if (!ck->path || !ck->stem) {
 		pt__ckpt_free(ck);

@@ -7,6 +7,7 @@ The mount and `ptfs cat` must give each tensor's bytes, the tree must list
 tensors in header order, and hostile headers must fail with one line naming
 the file.
 """
+import hashlib
 import json
 import os
 import re
@@ -545,3 +546,29 @@ def test_write_through_mount_and_set(tmp_path):
     new = open(p, "rb").read()
     assert new[:b_off] == raw[:b_off] and new[b_off:b_off + 32] == np.full(4, 9, np.int64).tobytes()
     assert not [f for f in os.listdir(tmp_path) if ".ptfs-" in f]
+
+
+def test_hugging_face_cache_layout(tmp_path):
+    """The hub's cache: every file of snapshots/COMMIT/ is a link to a
+    blob named by its hash.  Shards are found beside the index's link (the
+    path as given, relative or absolute, or its directory), not beside the
+    blob it names."""
+    repo = tmp_path / "models--org--repo"
+    blobs, snap = repo / "blobs", repo / "snapshots" / ("c" * 40)
+    blobs.mkdir(parents=True)
+    snap.mkdir(parents=True)
+    made = str(tmp_path / "made")
+    os.mkdir(made)
+    wm = {}
+    for i in range(2):
+        name = "model-%05d-of-00002.safetensors" % (i + 1)
+        write_st(os.path.join(made, name), [("t%d" % i, "U8", (2,), bytes([i, i + 1]))])
+        wm["t%d" % i] = name
+    write_index(made, wm)
+    for name in os.listdir(made):
+        blob = hashlib.sha256(open(os.path.join(made, name), "rb").read()).hexdigest()
+        os.rename(os.path.join(made, name), str(blobs / blob))
+        os.symlink(os.path.join("..", "..", "blobs", blob), str(snap / name))
+    index = str(snap / "model.safetensors.index.json")
+    for path in (index, os.path.relpath(index), str(snap)):
+        assert cat(path, "t1") == b"\x01\x02", path
