@@ -60,8 +60,9 @@ static void tf_rekey(struct ptfs *fs, struct tfile *t, struct pt_node *dir,
 		HASH_ADD_PTR(fs->tfiles, node, t);
 }
 
-/* The kernel forgets NAME and NAME.json of @dir: their nodes are new. */
-static void forget_names(struct ptfs *fs, struct pt_node *dir, const char *name)
+/* Have the kernel forget NAME and NAME.json of @dir, soon (notify.h):
+ * their nodes are new.  No lock of ours is needed. */
+static void queue_forget(struct ptfs *fs, struct pt_node *dir, const char *name)
 {
 	char *j = NULL;
 
@@ -71,8 +72,29 @@ static void forget_names(struct ptfs *fs, struct pt_node *dir, const char *name)
 	if (asprintf(&j, "%s.json", name) >= 0)
 		ptfs_notify_inval_entry(fs->notify, ino_of(fs, dir), j);
 	free(j);
-	if (fs->may_wait)
+}
+
+/* Wait until the kernel forgot them, when other workers can answer the
+ * lookups that may wait for (with no lock of ours held). */
+static void wait_forgotten(struct ptfs *fs)
+{
+	if (fs->may_wait && !__atomic_load_n(&fs->draining, __ATOMIC_ACQUIRE))
 		(void)ptfs_notify_wait(fs->notify, PTFS_DROP_WAIT_MS);
+}
+
+/* The kernel forgets NAME and NAME.json of @dir before this returns. */
+static void forget_names(struct ptfs *fs, struct pt_node *dir, const char *name)
+{
+	queue_forget(fs, dir, name);
+	wait_forgotten(fs);
+}
+
+/* Is @t's node still in the tree (not removed by rm since)? */
+static bool tf_live(struct ptfs *fs, const struct tfile *t)
+{
+	struct pt_node *dir = t->node ? pt_node_parent(t->node) : NULL;
+
+	return dir && pt_tree_lookup(fs->ck, dir, pt_node_name(t->node), NULL) == t->node;
 }
 
 /*
@@ -576,13 +598,20 @@ static int tf_undeclare(struct ptfs *fs, struct tfile *t, struct pt_error *err)
 static int tf_settle(struct ptfs *fs, struct tfile *t, bool last)
 {
 	struct pt_error err;
-	struct pt_node *n = t->node;
+	struct pt_node *n = t->node, *dir = n ? pt_node_parent(n) : NULL;
 	bool was = t->was != NULL;
 	int rc = 0;
 
+	if (!tf_live(fs, t)) {
+		t->whole = true;        /* removed since: nothing to settle */
+		tf_drop_writes(t);
+		return 0;
+	}
 	pt_error_clear(&err);
 	if (t->changed && tf_size_right(t)) {
 		rc = tf_apply(fs, t, &err);
+		if (rc == 0)
+			queue_forget(fs, dir, pt_node_name(n));
 	} else if (t->changed && last) {
 		log_line(fs, n, "", "still open at a size other than its NAME.json gives: the write is dropped");
 		tf_drop_writes(t);
@@ -617,6 +646,7 @@ int ptfs_tfiles_settle(struct ptfs *fs, const char *why, bool last)
 			rc = r;
 	}
 	pthread_mutex_unlock(&fs->elock);
+	wait_forgotten(fs);
 	return rc;
 }
 
