@@ -324,3 +324,34 @@ def test_safetensors(tmp_path, mounts):
     assert b["dtype"] == "I16" and b["shape"] == [3]
     assert data[a["data_offsets"][0]:a["data_offsets"][1]] == struct.pack("<3f", 1, 2, 3)
     assert data[b["data_offsets"][0]:b["data_offsets"][1]] == struct.pack("<3h", 1, 2, 3)
+
+
+def test_tools_write_new_tensors(tmp_path, ck, mounts):
+    """numpy.tofile, dd without conv=notrunc (ftruncate, then writes), a
+    declared tensor removed again, and a new tensor moved before the
+    commit."""
+    log = str(tmp_path / "ptfs.log")
+    m = mounts(tmp_path, ck, "-o", "log=" + log)
+    a = np.arange(6, dtype=np.float64)
+    write_file(m.path("model/a.json"), spec("float64", (6,)))
+    a.tofile(m.path("model/a"))
+    b = tmp_path / "b.bin"
+    b.write_bytes(struct.pack("<4i", 1, 2, 3, 4))
+    write_file(m.path("model/b.json"), spec("int32", (2, 2)))
+    r = subprocess.run(["dd", "if=%s" % b, "of=" + m.path("model/b"), "bs=4"],
+                       capture_output=True)
+    assert r.returncode == 0, r.stderr
+    write_file(m.path("model/gone.json"), spec("float32", (100,)))
+    os.unlink(m.path("model/gone"))
+    write_file(m.path("model/emb.weight.json"), spec("float32", (99,)), os.O_WRONLY | os.O_TRUNC)
+    os.unlink(m.path("model/emb.weight"))
+    os.rename(m.path("model/a"), m.path("a_moved"))
+    assert sorted(os.listdir(m.path("model"))) == ["b", "b.json", "fc.bias", "fc.bias.json"]
+    rc, err = m.umount()
+    assert rc == 0, err
+    after = load(ck)
+    assert torch.equal(after["a_moved"], torch.from_numpy(a))
+    assert torch.equal(after["model"]["b"], torch.tensor([[1, 2], [3, 4]], dtype=torch.int32))
+    assert list(after["model"].keys()) == ["fc.bias", "b"]
+    with open(log) as f:
+        assert "never written whole" not in f.read()
