@@ -242,8 +242,9 @@ int ptfs_tfile_create(struct ptfs *fs, struct pt_node *dir, const char *name,
 		t->rank = 1;
 		t->any_size = k == 0;   /* else NAME.json says */
 		tf_rekey(fs, t, dir, tname);
-		*n = pt_tree_lookup(fs->ck, dir, name, &rc);
-		t = NULL;
+		*n = t->node ? pt_tree_lookup(fs->ck, dir, name, &rc) : NULL;
+		if (t->node)
+			t = NULL;       /* fs->tfiles's */
 	}
 	rc = ptfs_edit_end(fs, rc, "create", &err);
 	free(tname);
@@ -299,8 +300,8 @@ ssize_t ptfs_tfile_write(struct ptfs *fs, struct fh *h, const char *buf,
 	int rc;
 
 	pthread_mutex_lock(&fs->elock);
-	rc = tf_load(fs, t);
-	if (rc == 0 && !t->any_size && (off < 0 || end > t->nbytes))
+	rc = off < 0 ? -EINVAL : tf_load(fs, t);
+	if (rc == 0 && !t->any_size && end > t->nbytes)
 		rc = -EFBIG;
 	if (rc == 0)
 		rc = tf_grow(t, end);
