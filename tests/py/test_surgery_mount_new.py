@@ -42,11 +42,18 @@ ITEMSIZE = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2,
             "uint64": 8}
 
 
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(10, 4)
+        self.fc = torch.nn.Linear(4, 3)
+
+
 def model_checkpoint(path):
+    """A state dict (an OrderedDict with _metadata), a Parameter, an int."""
     torch.manual_seed(0)
-    sd = {"emb.weight": torch.randn(10, 4), "fc.bias": torch.randn(3)}
-    obj = {"model": sd, "param": torch.nn.Parameter(torch.randn(4)),
-           "epoch": 3}
+    obj = {"model": Net().state_dict(),
+           "param": torch.nn.Parameter(torch.randn(4)), "epoch": 3}
     torch.save(obj, path)
     return path
 
@@ -120,11 +127,15 @@ def test_new_tensor_of_every_dtype(tmp_path, ck, mounts):
     """The dtypes this torch loads, compared with torch.load."""
     dtypes = [dt for dt in DTYPES if torch_loads(dt)]
     assert len(dtypes) >= 11
+    before = load(ck)
     m = mounts(tmp_path, ck)
     made = add_all(m, dtypes)
     rc, err = m.umount()
     assert rc == 0, err
     after = load(ck)
+    assert after["model"]._metadata == before["model"]._metadata
+    assert list(after["model"].keys()) == \
+        list(before["model"].keys()) + ["new_" + dt for dt in dtypes]
     for dt, data in made.items():
         t = after["model"]["new_" + dt]
         assert type(t) is torch.Tensor        # as `ptfs add`: a plain tensor
@@ -217,7 +228,7 @@ def test_resize_embedding_with_cp(tmp_path, ck, mounts):
     assert rc == 0, err
     after = load(ck)
     assert torch.equal(after["model"]["emb.weight"], bigger)
-    assert list(after["model"].keys()) == ["emb.weight", "fc.bias"]
+    assert list(after["model"].keys()) == ["emb.weight", "fc.weight", "fc.bias"]
     assert type(after["param"]) is torch.nn.Parameter
     assert after["param"].requires_grad and torch.equal(after["param"].data, p)
 
@@ -346,12 +357,13 @@ def test_tools_write_new_tensors(tmp_path, ck, mounts):
     write_file(m.path("model/emb.weight.json"), spec("float32", (99,)), os.O_WRONLY | os.O_TRUNC)
     os.unlink(m.path("model/emb.weight"))
     os.rename(m.path("model/a"), m.path("a_moved"))
-    assert sorted(os.listdir(m.path("model"))) == ["b", "b.json", "fc.bias", "fc.bias.json"]
+    assert sorted(os.listdir(m.path("model"))) == ["b", "b.json", "fc.bias", "fc.bias.json",
+                                                   "fc.weight", "fc.weight.json"]
     rc, err = m.umount()
     assert rc == 0, err
     after = load(ck)
     assert torch.equal(after["a_moved"], torch.from_numpy(a))
     assert torch.equal(after["model"]["b"], torch.tensor([[1, 2], [3, 4]], dtype=torch.int32))
-    assert list(after["model"].keys()) == ["fc.bias", "b"]
+    assert list(after["model"].keys()) == ["fc.weight", "fc.bias", "b"]
     with open(log) as f:
         assert "never written whole" not in f.read()
