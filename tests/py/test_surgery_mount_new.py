@@ -25,7 +25,7 @@ import torch
 
 from conftest import needs_fuse
 from test_surgery import load
-from test_write_model import Mount, mounts  # noqa: F401 (fixture)
+from test_write_model import mounts  # noqa: F401 (fixture)
 
 pytestmark = needs_fuse
 
