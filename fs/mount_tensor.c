@@ -252,10 +252,21 @@ int ptfs_tfile_create(struct ptfs *fs, struct pt_node *dir, const char *name,
 	return *n ? 0 : rc ? rc : -EIO;
 }
 
+/* Does the mount hold any tensor?  Read without elock, which a commit
+ * holds while it writes the file: a stat then waits only when there is
+ * something to find (a tensor made meanwhile is made by a request the
+ * kernel waits for, with its attributes asked again afterwards). */
+static bool any_tfile(struct ptfs *fs)
+{
+	return __atomic_load_n(&fs->tfiles, __ATOMIC_ACQUIRE) != NULL;
+}
+
 struct tfile *ptfs_tfile_of(struct ptfs *fs, struct pt_node *n)
 {
 	struct tfile *t;
 
+	if (!any_tfile(fs))
+		return NULL;
 	pthread_mutex_lock(&fs->elock);
 	t = tf_find(fs, n);
 	pthread_mutex_unlock(&fs->elock);
@@ -266,6 +277,8 @@ bool ptfs_tfile_size(struct ptfs *fs, struct pt_node *n, uint64_t *size)
 {
 	struct tfile *t;
 
+	if (!any_tfile(fs))
+		return false;
 	pthread_mutex_lock(&fs->elock);
 	t = tf_find(fs, n);
 	if (t && t->loaded)
