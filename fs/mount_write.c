@@ -136,8 +136,8 @@ static void open_scalar(fuse_req_t req, struct ptfs *fs, struct pt_node *n,
 	fuse_reply_open(req, fi);
 }
 
-/* A tensor whose bytes the mount holds, opened for writing
- * (mount_tensor.c); @reply_entry: answers a create with @e. */
+/* A tensor whose bytes the mount holds, or a NAME.json, opened for
+ * writing (mount_tensor.c); with @e the answer to a create. */
 static void open_held(fuse_req_t req, struct ptfs *fs, struct pt_node *n,
 		      struct fuse_file_info *fi, const struct fuse_entry_param *e)
 {
