@@ -367,3 +367,16 @@ def test_tools_write_new_tensors(tmp_path, ck, mounts):
     assert list(after["model"].keys()) == ["fc.weight", "fc.bias", "b"]
     with open(log) as f:
         assert "never written whole" not in f.read()
+
+
+def test_json_of_a_tensor_open_for_writing_is_busy(tmp_path, ck, mounts):
+    before = load(ck)
+    m = mounts(tmp_path, ck)
+    with open(m.path("model/fc.bias"), "r+b"):
+        with pytest.raises(OSError) as e:
+            write_file(m.path("model/fc.bias.json"), spec("float32", (4,)), os.O_WRONLY | os.O_TRUNC)
+        assert e.value.errno == errno.EBUSY
+    assert os.path.getsize(m.path("model/fc.bias")) == 12
+    rc, err = m.umount()
+    assert rc == 0, err
+    assert torch.equal(load(ck)["model"]["fc.bias"], before["model"]["fc.bias"])
