@@ -104,10 +104,13 @@ static void fill_stat(struct ptfs *fs, struct pt_node *n, struct stat *st)
 	pt_node_attr(n, &a);
 	if (a.writable)
 		a.size = file_size(fs, n, a.size);
-	else if (a.type == PT_NT_FILE && pt_edit_scalar_node(n)) {
-		/* a scalar's text: a new value is written as text */
+	else if (a.type == PT_NT_FILE && (pt_edit_scalar_node(n) || pt_node_is_sidecar(n))) {
+		/* a scalar's text: a new value is written as text; a
+		 * NAME.json: a new dtype or shape (mount_tensor.c) */
 		(void)ptfs_scalar_size(fs, n, &a.size);
 		a.writable = true;
+	} else if (a.tensor && ptfs_tfile_size(fs, n, &a.size)) {
+		a.writable = true;      /* bytes the mount holds */
 	}
 	memset(st, 0, sizeof(*st));
 	st->st_ino = (ino_t)a.id;
@@ -565,7 +568,17 @@ static void ptfs_op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 			fuse_reply_err(req, EROFS);
 			return;
 		}
-		if (h ? h->scalar : pt_edit_scalar_node(n)) {
+		if (h ? h->tf != NULL : ptfs_tfile_of(fs, n) != NULL) {
+			rc = ptfs_tfile_truncate(fs, n, (uint64_t)attr->st_size);
+			if (rc) {
+				fuse_reply_err(req, -rc);
+				return;
+			}
+			fill_stat(fs, n, &st);
+			fuse_reply_attr(req, &st, PTFS_TIMEOUT);
+			return;
+		}
+		if (h ? h->scalar : pt_edit_scalar_node(n) || pt_node_is_sidecar(n)) {
 			rc = ptfs_scalar_truncate(fs, n, (uint64_t)attr->st_size);
 			if (rc) {
 				fuse_reply_err(req, -rc);
@@ -714,6 +727,7 @@ const struct fuse_lowlevel_ops ptfs_ops = {
 	.readdir = ptfs_op_readdir,
 	.readdirplus = ptfs_op_readdirplus,
 	.open = ptfs_op_open,
+	.create = ptfs_op_create,
 	.read = ptfs_op_read,
 	.write = ptfs_op_write,
 	.setattr = ptfs_op_setattr,

@@ -9,10 +9,13 @@
  *                  truncation, close, commits
  *   mount_edit.c   structural edits: rm, rmdir, mv, mkdir, and the text
  *                  files of scalars; their commit
+ *   mount_tensor.c new tensors and new shapes or dtypes: files made by
+ *                  create, NAME.json written, tensors written whole
  *   mount_main.c   the daemon: command line, mount, serve, drain, unmount
  *
  * mount_main.c calls the other three, mount.c calls mount_write.c, and
- * mount.c, mount_write.c and mount_main.c call mount_edit.c.
+ * mount.c, mount_write.c and mount_main.c call mount_edit.c and
+ * mount_tensor.c, which calls mount_edit.c.
  */
 #ifndef PTFS_FS_MOUNT_H
 #define PTFS_FS_MOUNT_H
@@ -66,6 +69,38 @@ struct gone {
 	char key[];                     /* "PARENT-ADDRESS/NAME.json" */
 };
 
+/*
+ * A tensor whose bytes the mount holds (mount_tensor.c): one made by
+ * create(2), or one a NAME.json gave another shape or dtype.  Its file is
+ * written into @buf, which becomes the tensor (a new value, a new node)
+ * at the last writer's close when its size is right.  Kept until unmount.
+ */
+struct tfile {
+	struct pt_node *node;           /* key: the tensor file's node now */
+	const char *dtype;              /* what it must be written as */
+	uint32_t rank;
+	int64_t shape[PT_EDIT_MAX_RANK];
+	uint64_t nbytes;
+	bool any_size;                  /* made without NAME.json: uint8,
+					 * one dimension, any size */
+	bool whole;                     /* holds bytes written for it (else
+					 * zeros a NAME.json declared) */
+	struct pt_value *was;           /* not whole: the value to put back
+					 * at unmount, NULL: remove it */
+	uint8_t *buf;                   /* the file as written, size bytes */
+	uint64_t size, cap;
+	bool loaded;                    /* buf is the file (else the node) */
+	bool changed;                   /* written or truncated */
+	int writers;
+	UT_hash_handle hh;
+};
+
+/* Bytes handed to the graph (a tensor's storage until unmount). */
+struct held {
+	struct held *next;
+	uint8_t *p;
+};
+
 /* Per open file (fi->fh). */
 struct fh {
 	struct pt_node *node;
@@ -74,6 +109,8 @@ struct fh {
 	bool write;                     /* opened for writing */
 	bool scalar;                    /* a scalar's text (struct sfile) */
 	bool wrote;                     /* written through this handle */
+	bool spec;                      /* a NAME.json (with scalar) */
+	struct tfile *tf;               /* a tensor the mount holds */
 	struct fh *prev, *next;         /* fs->handles */
 };
 
@@ -109,6 +146,8 @@ struct ptfs {
 	struct gone *gone;              /* sidecars of removed tensors */
 	bool restructured;              /* a structural commit rewrote the
 					 * file: no more writes (atomic) */
+	struct tfile *tfiles;           /* under elock */
+	struct held *held;              /* under elock */
 };
 
 /* Writes are refused: a read-only mount, or one whose checkpoint a
@@ -144,6 +183,8 @@ extern const struct fuse_lowlevel_ops ptfs_ops;
 
 /* mount_write.c: the requests of open files and writes. */
 void ptfs_op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void ptfs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
+		    mode_t mode, struct fuse_file_info *fi);
 void ptfs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 		   size_t size, off_t off, struct fuse_file_info *fi);
 void ptfs_op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
@@ -194,5 +235,40 @@ struct pt_node *ptfs_gone_lookup(struct ptfs *fs, struct pt_node *dir,
 				 const char *name);
 /* Free what the scalar files and removed sidecars kept (after the loop). */
 void ptfs_edits_free(struct ptfs *fs);
+/* For mount_tensor.c: an edit's start and end (edit_begin(), edit_end()),
+ * and the tree path of @name in @dir (malloc()ed; NULL with *@rc). */
+int ptfs_edit_begin(struct ptfs *fs);
+int ptfs_edit_end(struct ptfs *fs, int rc, const char *what,
+		  const struct pt_error *err);
+char *ptfs_edit_path(struct ptfs *fs, struct pt_node *dir, const char *name,
+		     int *rc);
+
+/* mount_tensor.c: new tensors, new shapes and dtypes. */
+/* A new file @name in @dir: a tensor NAME (uint8, any size), or NAME.json
+ * of a new tensor NAME to be declared; its node in *@n.  0 or -errno. */
+int ptfs_tfile_create(struct ptfs *fs, struct pt_node *dir, const char *name,
+		      struct pt_node **n);
+/* The tensor the mount holds at @n, or NULL. */
+struct tfile *ptfs_tfile_of(struct ptfs *fs, struct pt_node *n);
+/* Its size while written, into *@size (false: not one of them). */
+bool ptfs_tfile_size(struct ptfs *fs, struct pt_node *n, uint64_t *size);
+/* Open for writing through @h (@trunc: O_TRUNC); write; truncate. */
+int ptfs_tfile_open(struct ptfs *fs, struct fh *h, bool trunc);
+ssize_t ptfs_tfile_write(struct ptfs *fs, struct fh *h, const char *buf,
+			 size_t size, off_t off);
+int ptfs_tfile_truncate(struct ptfs *fs, struct pt_node *n, uint64_t size);
+/* A close of @h: the last writer's makes what it wrote the tensor, or
+ * fails with -EINVAL at a wrong size (RELEASE drops it, logged). */
+int ptfs_tfile_flush(struct ptfs *fs, struct fh *h);
+void ptfs_tfile_release(struct ptfs *fs, struct fh *h);
+/* A NAME.json written: applied at its last writer's close (flush) or at
+ * its release: a tensor of that dtype and shape at NAME. */
+int ptfs_spec_flush(struct ptfs *fs, struct fh *h);
+void ptfs_spec_release(struct ptfs *fs, struct fh *h);
+/* Before a commit: tensors written whole become the tensor; -EINVAL
+ * (logged) while one is declared but not written whole, or open at
+ * another size.  @last (unmount): those are dropped instead, logged. */
+int ptfs_tfiles_settle(struct ptfs *fs, const char *why, bool last);
+void ptfs_tfiles_free(struct ptfs *fs);
 
 #endif /* PTFS_FS_MOUNT_H */

@@ -546,3 +546,22 @@ int ptfs_edits_commit(struct ptfs *fs, const char *why)
 		 fs->ckpath, n, why, pt_ckpt_last_commit(fs->ck));
 	return 0;
 }
+
+/* ---- for mount_tensor.c ---- */
+
+int ptfs_edit_begin(struct ptfs *fs)
+{
+	return edit_begin(fs);
+}
+
+int ptfs_edit_end(struct ptfs *fs, int rc, const char *what,
+		  const struct pt_error *err)
+{
+	return edit_end(fs, rc, what, err);
+}
+
+char *ptfs_edit_path(struct ptfs *fs, struct pt_node *dir, const char *name,
+		     int *rc)
+{
+	return path_of(fs, dir, name, rc);
+}

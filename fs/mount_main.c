@@ -605,6 +605,7 @@ out:
 		}
 	}
 	ptfs_edits_free(&fs);
+	ptfs_tfiles_free(&fs);
 	while (fs.handles) {
 		struct fh *h = fs.handles;
 

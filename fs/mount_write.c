@@ -123,6 +123,7 @@ static void open_scalar(fuse_req_t req, struct ptfs *fs, struct pt_node *n,
 	}
 	h->node = n;
 	h->write = (fi->flags & O_ACCMODE) != O_RDONLY;
+	h->spec = pt_node_is_sidecar(n);
 	rc = ptfs_scalar_open(fs, h, fi->flags & O_TRUNC);
 	if (rc) {
 		free(h);
@@ -133,6 +134,84 @@ static void open_scalar(fuse_req_t req, struct ptfs *fs, struct pt_node *n,
 	fi->fh = (uint64_t)(uintptr_t)h;
 	fh_track(fs, h);
 	fuse_reply_open(req, fi);
+}
+
+/* A tensor whose bytes the mount holds, or a NAME.json, opened for
+ * writing (mount_tensor.c); with @e the answer to a create. */
+static void open_held(fuse_req_t req, struct ptfs *fs, struct pt_node *n,
+		      struct fuse_file_info *fi, const struct fuse_entry_param *e)
+{
+	struct fh *h = calloc(1, sizeof(*h));
+	bool trunc = e || (fi->flags & O_TRUNC);
+	int rc;
+
+	if (!h) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	h->node = n;
+	h->write = true;
+	h->spec = pt_node_is_sidecar(n);
+	h->scalar = h->spec;
+	rc = h->spec ? ptfs_scalar_open(fs, h, trunc) : ptfs_tfile_open(fs, h, trunc);
+	if (rc) {
+		free(h);
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	fi->direct_io = 1;      /* its bytes are the mount's until the close */
+	fi->fh = (uint64_t)(uintptr_t)h;
+	fh_track(fs, h);
+	if (e)
+		fuse_reply_create(req, e, fi);
+	else
+		fuse_reply_open(req, fi);
+}
+
+static void open_tfile(fuse_req_t req, struct ptfs *fs, struct pt_node *n,
+		       struct fuse_file_info *fi)
+{
+	if (fi->flags & O_APPEND) {
+		log_err(fs, n, "open for appending", "write the tensor whole, or in place");
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	open_held(req, fs, n, fi, NULL);
+}
+
+/*
+ * create(2) of a new file: a new tensor NAME (uint8, of what is written),
+ * or NAME.json declaring a new tensor NAME (mount_tensor.c).  The kernel
+ * asks for the attributes afterwards.
+ */
+void ptfs_op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
+		    mode_t mode, struct fuse_file_info *fi)
+{
+	struct ptfs *fs = fs_of(req);
+	struct fuse_entry_param e;
+	struct pt_node *n = NULL;
+	int rc;
+
+	(void)mode;
+	if (fs_readonly(fs)) {
+		fuse_reply_err(req, EROFS);
+		return;
+	}
+	rc = ptfs_tfile_create(fs, node_of(fs, parent), name, &n);
+	if (rc) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	memset(&e, 0, sizeof(e));
+	e.ino = ino_of(fs, n);
+	e.entry_timeout = PTFS_TIMEOUT;
+	e.attr_timeout = 0;
+	e.attr.st_ino = (ino_t)e.ino;
+	e.attr.st_mode = S_IFREG | (fs->mode & 0666);
+	e.attr.st_nlink = 1;
+	e.attr.st_uid = fs->uid;
+	e.attr.st_gid = fs->gid;
+	open_held(req, fs, n, fi, &e);
 }
 
 void ptfs_op_open(fuse_req_t req, fuse_ino_t ino,
@@ -164,8 +243,12 @@ void ptfs_op_open(fuse_req_t req, fuse_ino_t ino,
 			fuse_reply_err(req, EROFS);
 			return;
 		}
-		if (pt_edit_scalar_node(n)) {
+		if (pt_edit_scalar_node(n) || pt_node_is_sidecar(n)) {
 			open_scalar(req, fs, n, fi);
+			return;
+		}
+		if (ptfs_tfile_of(fs, n)) {
+			open_tfile(req, fs, n, fi);
 			return;
 		}
 		if (!a.writable) {
@@ -263,8 +346,9 @@ void ptfs_op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 	ssize_t n;
 	int rc;
 
-	if (h && h->write && h->scalar) {
-		n = ptfs_scalar_write(fs, h, buf, size, off);
+	if (h && h->write && (h->scalar || h->tf)) {
+		n = h->tf ? ptfs_tfile_write(fs, h, buf, size, off) :
+		    ptfs_scalar_write(fs, h, buf, size, off);
 		if (n < 0)
 			fuse_reply_err(req, (int)-n);
 		else
@@ -332,7 +416,12 @@ void ptfs_op_flush(fuse_req_t req, fuse_ino_t ino,
 		return;
 	}
 	if (h->scalar) {
-		fuse_reply_err(req, -ptfs_scalar_flush(fs, h, ino));
+		fuse_reply_err(req, -(h->spec ? ptfs_spec_flush(fs, h) :
+				      ptfs_scalar_flush(fs, h, ino)));
+		return;
+	}
+	if (h->tf) {
+		fuse_reply_err(req, -ptfs_tfile_flush(fs, h));
 		return;
 	}
 	if (h->write) {
@@ -370,9 +459,13 @@ void ptfs_op_release(fuse_req_t req, fuse_ino_t ino,
 
 	if (h && h->ov)
 		ov_note_close(h->ov, ino);
-	if (h && h->scalar)
+	if (h && h->scalar) {
+		if (h->spec)
+			ptfs_spec_release(fs, h);
 		ptfs_scalar_release(fs, h, ino);
-	else if (h && h->write) {
+	} else if (h && h->tf) {
+		ptfs_tfile_release(fs, h);
+	} else if (h && h->write) {
 		pthread_mutex_lock(&fs->wlock);
 		HASH_FIND_PTR(fs->wfiles, &h->node, w);
 		if (w && w->writers == 1 && w->changed && w->size != w->nbytes) {
@@ -478,7 +571,10 @@ static int commit_writes(struct ptfs *fs, const char *why, bool live)
  * edits (one rewrite of the whole file). */
 static int commit_all(struct ptfs *fs, const char *why, bool live)
 {
-	int rc = commit_writes(fs, why, live);
+	int rc = ptfs_tfiles_settle(fs, why, false);
+
+	if (rc == 0)
+		rc = commit_writes(fs, why, live);
 
 	return rc ? rc : ptfs_edits_commit(fs, why);
 }
@@ -518,6 +614,7 @@ int ptfs_final_commit(struct ptfs *fs, const char *why)
 			"still open at a size other than the tensor's, and dropping the write failed");
 	}
 	pthread_mutex_unlock(&fs->wlock);
+	(void)ptfs_tfiles_settle(fs, why, true);        /* logged */
 	rc = commit_writes(fs, why, false);
 	if (rc == 0 && ptfs_edits_commit(fs, why) == 0)
 		return 0;

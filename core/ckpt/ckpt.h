@@ -419,6 +419,30 @@ void pt_edit_keep_names(struct pt_ckpt *ck);
 bool pt_edit_scalar_node(const struct pt_node *n);
 int pt_edit_size(struct pt_ckpt *ck, uint64_t *size, struct pt_error *err);
 
+/* ---- a mount's new tensors ----
+ *
+ * pt_edit_spec_parse() reads the text written to a NAME.json: "dtype" (a
+ * torch dtype, not a packed one) and "shape" are needed, "stride" may be
+ * given and must then be C order, every other key (those ptfs's own
+ * NAME.json carries) is ignored; 0, or -EINVAL with one line.
+ * pt_edit_value() is the value a path names now (NULL: none), which
+ * pt_edit_put_back() puts back in that path's slot, undoing a
+ * pt_edit_tensor() with @replace (the value keeps what it shared).
+ */
+#define PT_EDIT_MAX_RANK 64
+struct pt_edit_spec {
+	const char *dtype;              /* static torch name */
+	uint32_t rank;
+	int64_t shape[PT_EDIT_MAX_RANK];
+	uint64_t nbytes;                /* dtype x shape */
+};
+struct pt_value;
+int pt_edit_spec_parse(const void *text, size_t len, struct pt_edit_spec *sp,
+		       struct pt_error *err);
+struct pt_value *pt_edit_value(struct pt_ckpt *ck, const char *path);
+int pt_edit_put_back(struct pt_ckpt *ck, const char *path, struct pt_value *v,
+		     struct pt_error *err);
+
 /* Storages of every tensor file (views too): NULL if not in the file. */
 const struct pt_storage *pt_node_viewed_storage(const struct pt_node *n);
 

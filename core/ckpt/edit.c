@@ -1319,3 +1319,158 @@ int pt_edit_size(struct pt_ckpt *ck, uint64_t *size, struct pt_error *err)
 	open_holes(ck, was, false);
 	return rc;
 }
+
+/* ---- a mount's new tensors: NAME.json written, values put back ---- */
+
+/* The elements of @shape (rank @rank), or false on overflow. */
+static bool spec_numel(const int64_t *shape, uint32_t rank, uint64_t *numel)
+{
+	uint64_t n = 1;
+	uint32_t i;
+
+	for (i = 0; i < rank; i++) {
+		if (shape[i] && n > INT64_MAX / (uint64_t)shape[i])
+			return false;
+		n *= (uint64_t)shape[i];
+	}
+	*numel = n;
+	return true;
+}
+
+/* A JSON array of at most @cap non-negative integers into @v. */
+static int js_ints(struct pt_js *j, int64_t *v, uint32_t cap, uint32_t *n)
+{
+	bool empty, more = true;
+	uint64_t d;
+	int rc = pt__js_open(j, '[', &empty);
+
+	*n = 0;
+	while (!rc && !empty && more) {
+		if (*n == cap)
+			return pt__js_fail(j, "more than 64 dimensions");
+		rc = pt__js_uint(j, INT64_MAX, &d);
+		if (!rc)
+			v[(*n)++] = (int64_t)d;
+		if (!rc)
+			rc = pt__js_next(j, ']', &more);
+	}
+	return rc;
+}
+
+/* Strides in elements that C order gives @shape (a dimension of one
+ * element may have any: torch's is_contiguous() says the same). */
+static bool c_order(const int64_t *shape, const int64_t *stride, uint32_t rank)
+{
+	int64_t want = 1;
+	uint32_t i;
+
+	for (i = rank; i-- > 0;) {
+		if (shape[i] > 1 && stride[i] != want)
+			return false;
+		want *= shape[i] ? shape[i] : 1;
+	}
+	return true;
+}
+
+static int spec_members(struct pt_js *j, struct pt_edit_spec *sp,
+			int64_t *stride, uint32_t *nstride, bool *shape_seen)
+{
+	const uint8_t *k, *s;
+	size_t kn, sn;
+	bool empty, more = true;
+	char name[32];
+	int rc = pt__js_open(j, '{', &empty);
+
+	while (!rc && !empty && more) {
+		rc = pt__js_key(j, &k, &kn);
+		if (rc)
+			break;
+		if (kn == 5 && memcmp(k, "dtype", 5) == 0) {
+			rc = pt__js_peek(j) == '"' ? pt__js_str(j, &s, &sn) :
+			     pt__js_fail(j, "\"dtype\" must be a string");
+			if (!rc && sn < sizeof(name)) {
+				memcpy(name, s, sn);
+				name[sn] = '\0';
+				sp->dtype = pt_dtype_from_torch(name) ?
+					    pt_dtype_from_torch(name)->name : NULL;
+			}
+			if (!rc && (sn >= sizeof(name) || !sp->dtype ||
+				    pt_dtype_from_torch(name)->packed))
+				rc = pt__js_fail(j, "\"dtype\" is not a torch dtype (float32, bfloat16, int64, ...)");
+		} else if (kn == 5 && memcmp(k, "shape", 5) == 0) {
+			rc = js_ints(j, sp->shape, PT_EDIT_MAX_RANK, &sp->rank);
+			*shape_seen = true;
+		} else if (kn == 6 && memcmp(k, "stride", 6) == 0) {
+			rc = js_ints(j, stride, PT_EDIT_MAX_RANK, nstride);
+		} else {
+			rc = pt__js_skip(j);    /* ptfs's other keys */
+		}
+		if (!rc)
+			rc = pt__js_next(j, '}', &more);
+	}
+	return rc;
+}
+
+int pt_edit_spec_parse(const void *text, size_t len, struct pt_edit_spec *sp,
+		       struct pt_error *err)
+{
+	int64_t stride[PT_EDIT_MAX_RANK];
+	uint32_t nstride = UINT32_MAX;
+	bool shape_seen = false;
+	uint64_t numel = 0;
+	struct pt_js j;
+	int rc = pt__js_init(&j, text, len, "the JSON", err);
+
+	if (rc)
+		return pt_fail(err, rc, "out of memory");
+	memset(sp, 0, sizeof(*sp));
+	if (pt__js_peek(&j) != '{')
+		rc = pt__js_fail(&j, "not a JSON object");
+	if (!rc)
+		rc = spec_members(&j, sp, stride, &nstride, &shape_seen);
+	if (!rc)
+		rc = pt__js_end(&j);
+	if (!rc && (!sp->dtype || !shape_seen))
+		rc = pt_fail(err, -EINVAL, "\"dtype\" and \"shape\" are needed");
+	if (!rc && nstride != UINT32_MAX &&
+	    (nstride != sp->rank || !c_order(sp->shape, stride, sp->rank)))
+		rc = pt_fail(err, -EINVAL, "\"stride\" must be C order for that shape (or left out)");
+	if (!rc && (!spec_numel(sp->shape, sp->rank, &numel) ||
+		    numel > UINT64_MAX / pt_dtype_from_torch(sp->dtype)->size))
+		rc = pt_fail(err, -EINVAL, "\"shape\" too large");
+	if (!rc)
+		sp->nbytes = numel * pt_dtype_from_torch(sp->dtype)->size;
+	pt__js_free(&j);
+	return rc == -EBADMSG ? -EINVAL : rc;
+}
+
+struct pt_value *pt_edit_value(struct pt_ckpt *ck, const char *path)
+{
+	struct pt_node *n = pt_tree_path(ck, path, NULL);
+
+	return n && n->role == R_VALUE ? n->val : NULL;
+}
+
+int pt_edit_put_back(struct pt_ckpt *ck, const char *path, struct pt_value *v,
+		     struct pt_error *err)
+{
+	struct pt_slot s;
+	struct pt_node *n;
+	int rc = need_editable(ck, err);
+
+	if (rc)
+		return rc;
+	n = find(ck, path, err, &rc);
+	if (!n)
+		return rc;
+	rc = slot_of(ck, path, n, &s, "replaced", err);
+	if (rc)
+		return rc;
+	edit_lock(ck);
+	rc = slot_set(ck, &s, NULL, v);
+	if (rc) {
+		pthread_mutex_unlock(&ck->tree->lock);
+		return pt_fail(err, rc, "out of memory");
+	}
+	return edit_done(ck, n->parent->val, NULL);
+}
