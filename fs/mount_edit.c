@@ -372,7 +372,7 @@ ssize_t ptfs_scalar_write(struct ptfs *fs, struct fh *h, const char *buf,
 			  size_t size, off_t off)
 {
 	struct sfile *s;
-	char *t;
+	char *t = NULL;
 	ssize_t rc = (ssize_t)size;
 	size_t end = (size_t)off + size;
 
@@ -385,7 +385,7 @@ ssize_t ptfs_scalar_write(struct ptfs *fs, struct fh *h, const char *buf,
 	} else if (end > s->len && !(t = realloc(s->text, end))) {
 		rc = -ENOMEM;
 	} else {
-		if (end > s->len) {
+		if (end > s->len) {     /* t: the text, grown */
 			s->text = t;
 			memset(s->text + s->len, 0, end - s->len);
 			s->len = end;

@@ -83,8 +83,6 @@ int pt__commit_end(struct pt_ckpt *ck, int rc, enum pt_commit_way used,
 		pt_error_prefix(err, "commit (%s)", pt_commit_way_name(used));
 		return rc;
 	}
-	if (used == PT_COMMIT_REWRITE)
-		bytes = ck->src->size;
 	snprintf(ck->last_commit, sizeof(ck->last_commit),
 		 "%s, %llu bytes written", pt_commit_way_name(used),
 		 (unsigned long long)bytes);

@@ -155,8 +155,8 @@ int pt__sh_restructure(struct pt_ckpt *ck, const struct pt_shard_ref *sh,
  * @p on ck's file, the way -o commit says, expecting the file still to be
  * the size and mtime the source opened.  pt__commit_end(): @rc of the
  * commit, which wrote @bytes the way @used says (a rewrite: the whole
- * file): on success ck->last_commit says how, on failure @err's line is
- * prefixed with the way; returns @rc.
+ * new file, or files): on success ck->last_commit says how, on failure
+ * @err's line is prefixed with the way; returns @rc.
  */
 /* pt__commit_plan(): the patches of @c[0 .. @n): each storage's changed
  * ranges (all of it when the commit does not say) at the storage's

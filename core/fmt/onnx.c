@@ -1488,11 +1488,10 @@ static int ox_commit(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
 	if (rc == 0)
 		rc = pt_patch_apply_files(pl.f, pl.nf, ck->opts.commit,
 					  &ck->no_clone, &used, err);
-	rc = pt__commit_end(ck, rc, used, pl.bytes, err);
-	/* a rewrite wrote the files it replaced whole, which need not be
-	 * the model (pt__commit_end() counts the model's size) */
-	if (rc == 0 && used == PT_COMMIT_REWRITE)
+	/* a rewrite wrote the files it replaced whole */
+	if (used == PT_COMMIT_REWRITE)
 		pl.bytes = pl.sizes;
+	rc = pt__commit_end(ck, rc, used, pl.bytes, err);
 	if (rc == 0 && pl.nf == 1)
 		snprintf(ck->last_commit, sizeof(ck->last_commit),
 			 "%s, %llu bytes written", pt_commit_way_name(used),

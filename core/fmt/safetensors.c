@@ -576,7 +576,8 @@ static int st_commit(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
 		rc = pt_fail(err, -ENOMEM, "out of memory");
 	else
 		rc = pt__commit_patch(ck, p, np, false, &used, err);
-	rc = pt__commit_end(ck, rc, used, bytes, err);
+	rc = pt__commit_end(ck, rc, used,
+			    used == PT_COMMIT_REWRITE ? ck->src->size : bytes, err);
 	free(p);
 	free(subs);
 	return rc;

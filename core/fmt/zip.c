@@ -433,7 +433,8 @@ static int zip_commit(struct pt_ckpt *ck, const struct pt_commit *c,
 		used = PT_COMMIT_REWRITE;
 		rc = zip_rewrite(ck, c, n, crcs, err);
 	}
-	rc = pt__commit_end(ck, rc, used, bytes, err);
+	rc = pt__commit_end(ck, rc, used,
+			    used == PT_COMMIT_REWRITE ? ck->src->size : bytes, err);
 	for (i = 0; rc == 0 && i < n; i++)
 		pt_zip_set_crc(ck->zip, c[i].st->entry, crcs[i]);
 	free(crcs);

@@ -246,8 +246,10 @@ static int restructure(struct zed *z, struct pt_buf *pkl, bool dry,
 	ch.ctx = &bytes;
 	if (rc == 0)
 		rc = make_plan(z, &ch, &plan, &n, err);
-	if (rc == 0 && dry)
+	if (rc == 0)
 		rc = pt_zip_plan_size(ck->zip, plan, n, size, err);
+	if (rc == 0 && dry)
+		;
 	else if (rc == 0 && sealed)
 		rc = pt_zip_stage_plan(pt_source_local_path(ck->src), ck->zip,
 				       plan, n, sealed, err);
@@ -283,10 +285,13 @@ static int zip_restructure(struct pt_ckpt *ck, bool dry, uint64_t *size,
 int pt__zip_restructure(struct pt_ckpt *ck, bool dry, uint64_t *size,
 			struct pt_error *err)
 {
-	int rc = zip_restructure(ck, dry, size, NULL, err);
+	uint64_t new_size = 0;
+	int rc = zip_restructure(ck, dry, &new_size, NULL, err);
 
+	if (size)
+		*size = new_size;
 	if (!dry)
-		rc = pt__commit_end(ck, rc, PT_COMMIT_REWRITE, ck->src->size, err);
+		rc = pt__commit_end(ck, rc, PT_COMMIT_REWRITE, new_size, err);
 	return rc;
 }
 
@@ -294,5 +299,7 @@ int pt__zip_restructure(struct pt_ckpt *ck, bool dry, uint64_t *size,
 int pt__zip_stage(struct pt_ckpt *ck, struct pt_replace *sealed,
 		  struct pt_error *err)
 {
-	return zip_restructure(ck, false, NULL, sealed, err);
+	uint64_t size;
+
+	return zip_restructure(ck, false, &size, sealed, err);
 }

@@ -457,8 +457,14 @@ def test_remote_checkpoints_refuse_surgery():
 def test_set_verbose_says_how_a_scalar_was_committed(train):
     r = ptfs("set", "-v", train, "epoch", input=b"9\n")
     assert r.returncode == 0, r.stderr.decode()
-    assert re.search(rb"committed \((rewrite|clone)", r.stderr), r.stderr
+    m = re.search(rb"committed \((rewrite|clone), (\d+) bytes written\)", r.stderr)
+    assert m, r.stderr
+    assert int(m.group(2)) == os.path.getsize(train)
     assert load(train)["epoch"] == 9
+    before = os.path.getsize(train)
+    r = ptfs("rm", "-v", train, "optimizer")
+    m = re.search(rb"committed \(rewrite, (\d+) bytes written\)", r.stderr)
+    assert m and int(m.group(1)) == os.path.getsize(train) < before, r.stderr
     r = ptfs("set", train, "epoch", input=b"10\n")
     assert r.returncode == 0 and r.stderr == b"", r.stderr
 
