@@ -47,9 +47,19 @@ static struct pt_value *node_new(struct pt_ckpt *ck, enum pt_vkind kind)
 	return v;
 }
 
+/* A new None, bool, int, float or str: the caller sets its value. */
+static struct pt_value *scalar_new(struct pt_ckpt *ck, enum pt_vkind kind)
+{
+	struct pt_value *v = node_new(ck, kind);
+
+	if (v)
+		v->aux16 = PT_C_SCALAR;
+	return v;
+}
+
 static struct pt_value *str_new(struct pt_ckpt *ck, const void *p, size_t n)
 {
-	struct pt_value *v = node_new(ck, PT_V_STR);
+	struct pt_value *v = scalar_new(ck, PT_V_STR);
 	uint8_t *copy = pt__alloc(ck, n + 1);
 
 	if (!v || !copy)
@@ -58,18 +68,24 @@ static struct pt_value *str_new(struct pt_ckpt *ck, const void *p, size_t n)
 	v->u.s.p = copy;
 	v->u.s.len = n;
 	v->u.s.in_off = UINT64_MAX;
-	v->aux16 = PT_C_SCALAR;
 	return v;
 }
 
 static struct pt_value *int_new(struct pt_ckpt *ck, int64_t i)
 {
-	struct pt_value *v = node_new(ck, PT_V_INT);
+	struct pt_value *v = scalar_new(ck, PT_V_INT);
 
-	if (v) {
+	if (v)
 		v->u.i = i;
-		v->aux16 = PT_C_SCALAR;
-	}
+	return v;
+}
+
+static struct pt_value *bool_new(struct pt_ckpt *ck, bool b)
+{
+	struct pt_value *v = scalar_new(ck, PT_V_BOOL);
+
+	if (v)
+		v->u.b = b;
 	return v;
 }
 
@@ -720,23 +736,17 @@ static struct pt_value *scalar_from(struct pt_ckpt *ck, const struct pt_value *o
 
 	if (old->kind == PT_V_STR && !(old->flags & PT_VF_PY2STR))
 		return pt_utf8_valid((const uint8_t *)t, len) ? str_new(ck, t, len) : NULL;
-	if (none || (tf && (old->kind == PT_V_BOOL || old->kind == PT_V_NONE))) {
-		v = node_new(ck, none ? PT_V_NONE : PT_V_BOOL);
-		if (v) {
-			v->u.b = !none && t[0] == 'T';
-			v->aux16 = PT_C_SCALAR;
-		}
-		return v;
-	}
+	if (none)
+		return scalar_new(ck, PT_V_NONE);
+	if (tf && (old->kind == PT_V_BOOL || old->kind == PT_V_NONE))
+		return bool_new(ck, t[0] == 'T');
 	if ((old->kind == PT_V_INT || old->kind == PT_V_BIGINT || old->kind == PT_V_NONE) &&
 	    parse_int(t, &i))
 		return int_new(ck, i);
 	if ((old->kind == PT_V_FLOAT || old->kind == PT_V_NONE) && parse_float(t, &f)) {
-		v = node_new(ck, PT_V_FLOAT);
-		if (v) {
+		v = scalar_new(ck, PT_V_FLOAT);
+		if (v)
 			v->u.f = f;
-			v->aux16 = PT_C_SCALAR;
-		}
 		return v;
 	}
 	if ((old->kind == PT_V_NONE || old->kind == PT_V_STR) &&
@@ -810,17 +820,6 @@ int pt_edit_scalar(struct pt_ckpt *ck, const char *path, const void *text,
 }
 
 /* ---- tensors ---- */
-
-static struct pt_value *bool_new(struct pt_ckpt *ck, bool b)
-{
-	struct pt_value *v = node_new(ck, PT_V_BOOL);
-
-	if (v) {
-		v->u.b = b;
-		v->aux16 = PT_C_SCALAR;
-	}
-	return v;
-}
 
 /* collections.OrderedDict(): a tensor's backward hooks */
 static struct pt_value *no_hooks(struct pt_ckpt *ck)
