@@ -177,12 +177,12 @@ int rm_http_setup(CURL *h, const struct pt_remote *r, const char *url,
 	/* redirects are followed by the engine (rm_job_finished), which
 	 * decides the credentials of every hop by its origin */
 	curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
-	/* HTTP/1.1 over TLS too, parallel ranges on parallel connections:
-	 * libcurl (7.88) spends about a sixth more of this thread's time per
-	 * byte on 16 HTTP/2 streams multiplexed on one connection (framing,
-	 * and copies of the streams it is not reading), and this thread, which
-	 * also decrypts and stores every byte, is what limits a stream
-	 * (docs/BENCHMARKS.md, "Remote checkpoints") */
+	/* HTTP/1.1 over TLS too: parallel ranges on parallel connections, as
+	 * over http:// and to S3, so that the read-ahead's 16 ranges are not
+	 * one TCP flow (one congestion window; a lost segment stalls them
+	 * all).  On loopback the two cost the same wall time, and without
+	 * delay HTTP/2 multiplexing costs this thread a little more CPU per
+	 * byte (docs/BENCHMARKS.md, "Remote checkpoints") */
 	curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
 	curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
 	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
