@@ -10,12 +10,21 @@ the same network.  Prints a table (medians of --reps) and the ratios:
   ls      `ptfs ls` of a 20,000-tensor .pt, cold cache: requests, seconds,
           against 4 round trips + the bytes at curl's speed
   seq     sequential read (1 MiB reads) of a 1 GiB tensor through a mount
-          vs `curl -o /dev/null` of the same byte range
-  memmap  numpy.memmap full pass over a 256 MiB tensor vs curl of its range
+          vs `curl -o /dev/null` of the same byte range, over http and
+          https, with DELAY and with none
+  memmap  numpy.memmap full pass over a 256 MiB tensor vs curl of its
+          range, over http and https
   again   a second mount of the unchanged file: requests
 
+https (nginx's TLS port, HTTP/2 offered) goes through
+remote_servers.DelayRelay instead, which delays every byte, not only the
+requests and the answers' heads: FaultProxy cannot read TLS.  --before
+OLD/ptfs adds that binary's https sequential read, alternated rep by rep.
+The ptfs daemon's CPU seconds (all threads, and its busiest thread: the
+engine's) are printed for every sequential read.
+
   /usr/bin/python3 contrib/bench/remote.py [--ptfs build/ptfs] [--reps 3]
-      [--delay 0.025] [--gib 1]
+      [--delay 0.025] [--gib 1] [--before OLD/ptfs]
 """
 import argparse
 import os
@@ -57,11 +66,22 @@ def tensor_range(ptfs, url, cache, key):
     return m["file_offset"], m["nbytes"]
 
 
-def curl_range(url, off, n):
+def curl_range(url, off, n, cafile=None):
     t = time.monotonic()
-    subprocess.run(["curl", "-sf", "-o", "/dev/null", "-r",
-                    "%d-%d" % (off, off + n - 1), url], check=True)
+    subprocess.run(["curl", "-sf", "-o", "/dev/null", "-r", "%d-%d" % (off, off + n - 1)]
+                   + (["--cacert", cafile] if cafile else []) + [url], check=True)
     return time.monotonic() - t
+
+
+def cpu_seconds(pid):
+    """(all threads, the busiest thread) of process @pid, in CPU seconds."""
+    tick = os.sysconf("SC_CLK_TCK")
+    per = []
+    for t in os.listdir("/proc/%d/task" % pid):
+        with open("/proc/%d/task/%s/stat" % (pid, t)) as f:
+            x = f.read().rsplit(")", 1)[1].split()
+        per.append((int(x[11]) + int(x[12])) / tick)
+    return sum(per), max(per)
 
 
 def read_seq(path):
@@ -86,19 +106,23 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--delay", type=float, default=0.025)
     ap.add_argument("--gib", type=float, default=1.0)
+    ap.add_argument("--before", help="another ptfs binary for the https row")
     a = ap.parse_args()
     ptfs = os.path.abspath(a.ptfs)
+    before = os.path.abspath(a.before) if a.before else None
     work = tempfile.mkdtemp(prefix="ptfs-bench-remote-")
     os.chmod(work, 0o755)
     res = {}
     try:
         print("generating checkpoints in %s ..." % work, flush=True)
         make(work, a.gib)
-        with rs.Nginx(work) as n, rs.ProxyProcess(n.port, delay=a.delay) as p, \
-                rs.ProxyProcess(n.port, delay=0.0) as p0:
+        with rs.Nginx(work, tls=True) as n, rs.ProxyProcess(n.port, delay=a.delay) as p, \
+                rs.ProxyProcess(n.port, delay=0.0) as p0, \
+                rs.ProxyProcess(n.tls_port, delay=a.delay, kind="relay") as t, \
+                rs.ProxyProcess(n.tls_port, delay=0.0, kind="relay") as t0:
             rtt = 2 * a.delay
             res.update(bench_ls(ptfs, n, p, p0, work, a.reps, rtt))
-            res.update(bench_read(ptfs, n, p, work, a.reps))
+            res.update(bench_read(ptfs, before, n, p, p0, t, t0, work, a.reps))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     report(res, a)
@@ -149,35 +173,66 @@ def bench_ls(ptfs, n, p, p0, work, reps, rtt):
             "wide_size": size}
 
 
-def bench_read(ptfs, n, p, work, reps):
+def mount_argv(ptfs, cache, url, cafile):
+    o = "cache_dir=" + cache + (",cafile=" + cafile if cafile else "")
+    return [ptfs, "-f", "-o", o, url]
+
+
+def seq_once(ptfs, work, tag, url, cafile):
+    """A cold sequential read through a mount: (seconds, CPU s, busiest
+    thread's CPU s)."""
+    with Mount(mount_argv(ptfs, fresh(work, tag), url, cafile),
+               os.path.join(work, "mnt"), foreground=True) as m:
+        dt = read_seq(os.path.join(work, "mnt", "big"))
+        return (dt,) + cpu_seconds(m.pid)
+
+
+def bench_read(ptfs, before, n, p, p0, t, t0, work, reps):
+    cert = n.cert
     url = p.url("big.pt")
     cache0 = fresh(work, "meta")
     big_off, big_n = tensor_range(ptfs, url, cache0, "big")
     mid_off, mid_n = tensor_range(ptfs, url, cache0, "mid")
-    out = {"seq_bytes": big_n, "memmap_bytes": mid_n}
-    seq, seq_curl, mm, mm_curl = [], [], [], []
+    # (name, url, cafile, binaries): every row alternates ptfs and curl
+    rows = [("http", url, None, [ptfs]),
+            ("http0", p0.url("big.pt"), None, [ptfs]),
+            ("https", t.url("big.pt", tls=True), cert, [ptfs] + ([before] if before else [])),
+            ("https0", t0.url("big.pt", tls=True), cert, [ptfs])]
+    seq = {(r[0], b): [] for r in rows for b in r[3]}
+    curl = {r[0]: [] for r in rows}
+    mm = {"http": [], "https": []}
+    mm_curl = {"http": [], "https": []}
+    mm_url = {"http": url, "https": rows[2][1]}
+    mm_ca = {"http": None, "https": cert}
     for i in range(reps):
-        seq_curl.append(curl_range(url, big_off, big_n))
-        cache = fresh(work, "seq%d" % i)
-        with Mount([ptfs, "-f", "-o", "cache_dir=" + cache, url],
-                   os.path.join(work, "mnt"), foreground=True):
-            seq.append(read_seq(os.path.join(work, "mnt", "big")))
-        mm_curl.append(curl_range(url, mid_off, mid_n))
-        cache = fresh(work, "mm%d" % i)
-        with Mount([ptfs, "-f", "-o", "cache_dir=" + cache, url],
-                   os.path.join(work, "mnt"), foreground=True):
-            t, s = memmap_pass(os.path.join(work, "mnt", "mid"))
-            assert s == float(mid_n // 4), s
-            mm.append(t)
-    # a second mount of the unchanged file (cache of the last run)
+        for name, u, ca, bins in rows:
+            curl[name].append(curl_range(u, big_off, big_n, ca))
+            for b in bins:
+                seq[(name, b)].append(seq_once(b, work, "seq-" + name, u, ca))
+        for k in mm:
+            mm_curl[k].append(curl_range(mm_url[k], mid_off, mid_n, mm_ca[k]))
+            with Mount(mount_argv(ptfs, fresh(work, "mm"), mm_url[k], mm_ca[k]),
+                       os.path.join(work, "mnt"), foreground=True):
+                dt, total = memmap_pass(os.path.join(work, "mnt", "mid"))
+                assert total == float(mid_n // 4), total
+                mm[k].append(dt)
+        print("rep %d: %s" % (i, ", ".join(
+            "%s %s %.2f s" % (k[0], "ptfs" if k[1] == ptfs else "before", v[-1][0])
+            for k, v in seq.items())), flush=True)
+    # a second mount of the unchanged file (the cache of the last http run)
+    cache = os.path.join(work, "cache-seq-http")
     m = n.mark()
-    with Mount([ptfs, "-f", "-o", "cache_dir=" + cache, url],
-               os.path.join(work, "mnt"), foreground=True):
+    with Mount(mount_argv(ptfs, cache, url, None), os.path.join(work, "mnt"),
+               foreground=True):
         os.listdir(os.path.join(work, "mnt"))
-    out["again_requests"] = len(n.since(m, "big.pt"))
-    out.update(seq_s=statistics.median(seq), seq_curl_s=statistics.median(seq_curl),
-               mm_s=statistics.median(mm), mm_curl_s=statistics.median(mm_curl))
-    return out
+    med = statistics.median
+    return {"seq_bytes": big_n, "memmap_bytes": mid_n,
+            "again_requests": len(n.since(m, "big.pt")),
+            "seq": [(name, "ptfs" if b == ptfs else "before",
+                     med(x[0] for x in v), med(x[1] for x in v), med(x[2] for x in v),
+                     med(curl[name]), [x[0] for x in v])
+                    for (name, b), v in seq.items()],
+            "mm": [(k, med(mm[k]), med(mm_curl[k])) for k in mm]}
 
 
 def report(r, a):
@@ -195,16 +250,20 @@ def report(r, a):
               r["ls_nodelay_s"], r["ls_local_s"], r["ls_budget_s"],
               (r["ls_s"] - r["ls_nodelay_s"]) / r["rtt"], r["ls_requests"] <= 3,
               r["ls_s"] - r["ls_local_s"]))
-    print("| sequential read, %.0f MiB tensor (mount) | %.2f s, %.0f MB/s | curl %.2f s, "
-          "%.0f MB/s | %.2fx (target >= 0.8x) |" % (
-              r["seq_bytes"] / MiB, r["seq_s"], mb(r["seq_bytes"], r["seq_s"]),
-              r["seq_curl_s"], mb(r["seq_bytes"], r["seq_curl_s"]),
-              r["seq_curl_s"] / r["seq_s"]))
-    print("| numpy.memmap pass, %.0f MiB tensor | %.2f s, %.0f MB/s | curl %.2f s, "
-          "%.0f MB/s | %.2fx (target >= 0.5x) |" % (
-              r["memmap_bytes"] / MiB, r["mm_s"], mb(r["memmap_bytes"], r["mm_s"]),
-              r["mm_curl_s"], mb(r["memmap_bytes"], r["mm_curl_s"]),
-              r["mm_curl_s"] / r["mm_s"]))
+    where = {"http": "http, %.0f ms each way" % (a.delay * 1e3), "http0": "http, 0 ms",
+             "https": "https, %.0f ms each way" % (a.delay * 1e3), "https0": "https, 0 ms"}
+    for name, who, t, cpu, busy, tc, every in r["seq"]:
+        print("| sequential read, %.0f MiB tensor (mount), %s%s | %.2f s, %.0f MB/s "
+              "(CPU %.2f s, engine thread %.2f s; reps %s) | curl %.2f s, %.0f MB/s "
+              "| %.2fx (target >= 0.9x) |" % (
+                  r["seq_bytes"] / MiB, where[name], "" if who == "ptfs" else ", --before",
+                  t, mb(r["seq_bytes"], t), cpu, busy,
+                  " ".join("%.2f" % x for x in every), tc, mb(r["seq_bytes"], tc), tc / t))
+    for name, t, tc in r["mm"]:
+        print("| numpy.memmap pass, %.0f MiB tensor, %s | %.2f s, %.0f MB/s | curl %.2f s, "
+              "%.0f MB/s | %.2fx (target >= 0.7x) |" % (
+                  r["memmap_bytes"] / MiB, where[name], t, mb(r["memmap_bytes"], t),
+                  tc, mb(r["memmap_bytes"], tc), tc / t))
     print("| second mount of the unchanged file | %d request(s) | | target 1 |"
           % r["again_requests"])
 

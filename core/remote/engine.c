@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * engine.c -- one thread per process drives a libcurl multi handle: range
- * requests of every remote object share its connections (keep-alive,
- * HTTP/2 multiplexing where the server offers it, at most RM_MAX_INFLIGHT
- * prefetch requests at once; a request a reader waits for never queues
- * behind them).  A transient failure (timeout, reset, 5xx, 429) is sent
+ * requests of every remote object share its connections (HTTP/1.1 kept
+ * alive, also over TLS; at most RM_MAX_INFLIGHT prefetch requests at once,
+ * each on a connection of its own; a request a reader waits for never
+ * queues behind them).  A transient failure (timeout, reset, 5xx, 429) is sent
  * again after an exponential backoff with full jitter, resuming after the
  * bytes already stored, until the job's deadline; Retry-After is honoured.
  */
@@ -177,10 +177,13 @@ int rm_http_setup(CURL *h, const struct pt_remote *r, const char *url,
 	/* redirects are followed by the engine (rm_job_finished), which
 	 * decides the credentials of every hop by its origin */
 	curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
-	curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
-	/* over TLS, wait for the connection's ALPN answer and multiplex on
-	 * it when it is HTTP/2; plain http:// is HTTP/1.1: open in parallel */
-	curl_easy_setopt(h, CURLOPT_PIPEWAIT, strncmp(url, "https:", 6) ? 0L : 1L);
+	/* HTTP/1.1 over TLS too: parallel ranges on parallel connections, as
+	 * over http:// and to S3, so that the read-ahead's 16 ranges are not
+	 * one TCP flow (one congestion window; a lost segment stalls them
+	 * all).  On loopback the two cost the same wall time, and without
+	 * delay HTTP/2 multiplexing costs this thread a little more CPU per
+	 * byte (docs/BENCHMARKS.md, "Remote checkpoints") */
+	curl_easy_setopt(h, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_1_1);
 	curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
 	curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, slow);
@@ -745,8 +748,6 @@ int rm_engine_get(struct pt_error *err)
 		if (!E.m) {
 			rc = pt_fail(err, -ENOMEM, "libcurl: no multi handle");
 		} else {
-			curl_multi_setopt(E.m, CURLMOPT_PIPELINING,
-					  (long)CURLPIPE_MULTIPLEX);
 			curl_multi_setopt(E.m, CURLMOPT_MAX_HOST_CONNECTIONS,
 					  (long)RM_MAX_INFLIGHT + 2);
 			/* keep idle connections for the next request: the

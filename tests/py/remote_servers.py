@@ -4,9 +4,11 @@
 Nginx: Debian's nginx run as our own child (generated config in a temp
 directory, daemon off, its own pid file and prefix), HTTP and HTTPS (a
 self-signed certificate made here with openssl, HTTP/2 on the TLS port); its
-access log gives the requests ($request $status $bytes_sent $http_range).
+access log gives the requests ($request $status $bytes_sent $http_range ...
+$connection: the serial number of the connection that carried it).
 FaultProxy: a small HTTP/1.1 proxy in front of it that can drop a
 connection mid-body, answer 503/429, and add a delay each way.
+DelayRelay: a TCP relay that delays every byte each way (for TLS).
 HubStandIn: the hub's resolve endpoint (redirects to the "CDN", i.e.
 nginx, with X-Repo-Commit and X-Linked-Etag, like huggingface.co).
 Every server is stopped by its context manager, also on failure.
@@ -62,7 +64,7 @@ pid {p}/nginx.pid;
 error_log {p}/error.log warn;
 events {{ worker_connections 512; }}
 http {{
-  log_format ptfs '$request $status $bytes_sent "$http_range" "$http_if_none_match" "$http_if_match" "$http_authorization" "$http_if_range" "$http_if_unmodified_since" "$http_x_amz_security_token"';
+  log_format ptfs '$request $status $bytes_sent "$http_range" "$http_if_none_match" "$http_if_match" "$http_authorization" "$http_if_range" "$http_if_unmodified_since" "$http_x_amz_security_token" $connection';
   access_log {p}/access.log ptfs;
   client_body_temp_path {p}/tmp-body;
   proxy_temp_path {p}/tmp-proxy;
@@ -148,7 +150,7 @@ class Nginx:
                             "range": q[0], "if_none_match": q[2],
                             "if_match": q[4], "authorization": q[6],
                             "if_range": q[8], "if_unmodified_since": q[10],
-                            "amz_token": q[12]})
+                            "amz_token": q[12], "connection": int(q[13])})
         return out
 
     def mark(self):
@@ -315,6 +317,99 @@ class FaultProxy:
             os.close(r)
             os.close(w)
         return True
+
+
+class DelayRelay:
+    """A TCP relay on 127.0.0.1 in front of upstream port @up that delays
+    every byte by @delay seconds in each direction (the connection's
+    handshake by a round trip too), without looking into the stream: for
+    TLS, where FaultProxy cannot read the requests.  Unlike FaultProxy,
+    bodies are delayed as well, so HTTP/2's flow-control window updates
+    pay the round trip as on a real network; the relay's queue is not
+    bounded (a link that TCP autotuning has opened).  Counts the accepted
+    connections in .connections."""
+
+    def __init__(self, up, delay=0.0, port=0):
+        self.up, self.delay, self.want_port = up, delay, port
+        self.connections = 0
+
+    def __enter__(self):
+        relay = self
+
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self):
+                relay._serve(self.request)
+
+        class Server(socketserver.ThreadingTCPServer):
+            allow_reuse_address = True
+            daemon_threads = True
+
+        self.server = Server(("127.0.0.1", self.want_port), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+    def _serve(self, c):
+        self.connections += 1
+        if self.delay:
+            time.sleep(2 * self.delay)      # the TCP handshake's round trip
+        try:
+            up = socket.create_connection(("127.0.0.1", self.up))
+        except OSError:
+            c.close()
+            return
+        for s in (c, up):
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        back = threading.Thread(target=self._pump, args=(up, c), daemon=True)
+        back.start()
+        self._pump(c, up)
+        back.join()
+        c.close()
+        up.close()
+
+    def _pump(self, src, dst):
+        """Copy src to dst, every chunk sent @delay after it arrived."""
+        import collections
+        q = collections.deque()
+        cond = threading.Condition()
+
+        def send():
+            while True:
+                with cond:
+                    while not q:
+                        cond.wait()
+                    due, data = q.popleft()
+                if data is None:
+                    break
+                wait = due - time.monotonic()
+                if wait > 0:
+                    time.sleep(wait)
+                try:
+                    dst.sendall(data)
+                except OSError:
+                    break
+            try:
+                dst.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+
+        sender = threading.Thread(target=send, daemon=True)
+        sender.start()
+        while True:
+            try:
+                data = src.recv(1 << 20)
+            except OSError:
+                data = b""
+            with cond:
+                q.append((time.monotonic() + self.delay, data or None))
+                cond.notify()
+            if not data:
+                break
+        sender.join()
 
 
 class HubStandIn:
@@ -499,18 +594,20 @@ class Redirector:
 
 
 class ProxyProcess:
-    """A FaultProxy (delay only) in a process of its own: a client that
-    blocks in a page fault on a FUSE file (numpy.memmap) holds its process's
-    memory map lock, so a proxy thread in that process could not even start
-    a thread to serve the daemon's request."""
+    """A FaultProxy (delay only), or a DelayRelay (kind="relay"), in a
+    process of its own: a client that blocks in a page fault on a FUSE file
+    (numpy.memmap) holds its process's memory map lock, so a proxy thread
+    in that process could not even start a thread to serve the daemon's
+    request."""
 
-    def __init__(self, up, delay=0.0, port=0):
+    def __init__(self, up, delay=0.0, port=0, kind="proxy"):
         self.up, self.delay, self.want_port = up, delay, port
+        self.kind = kind        # "proxy": FaultProxy; "relay": DelayRelay
 
     def __enter__(self):
         import sys
         self.proc = subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), "proxy", str(self.up),
+            [sys.executable, os.path.abspath(__file__), self.kind, str(self.up),
              str(self.delay), str(self.want_port)], stdout=subprocess.PIPE)
         self.port = int(self.proc.stdout.readline())
         wait_port(self.port, self.proc)
@@ -520,14 +617,14 @@ class ProxyProcess:
         self.proc.terminate()
         self.proc.wait(timeout=10)
 
-    def url(self, name):
-        return "http://127.0.0.1:%d/%s" % (self.port, name)
+    def url(self, name, tls=False):
+        return "%s://127.0.0.1:%d/%s" % ("https" if tls else "http", self.port, name)
 
 
 if __name__ == "__main__":
     import sys
-    if len(sys.argv) in (4, 5) and sys.argv[1] == "proxy":
-        with FaultProxy(int(sys.argv[2]), delay=float(sys.argv[3]),
+    if len(sys.argv) in (4, 5) and sys.argv[1] in ("proxy", "relay"):
+        with (FaultProxy if sys.argv[1] == "proxy" else DelayRelay)(int(sys.argv[2]), delay=float(sys.argv[3]),
                         port=int(sys.argv[4]) if len(sys.argv) == 5 else 0) as _p:
             print(_p.port, flush=True)
             while True:

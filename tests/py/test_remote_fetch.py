@@ -49,7 +49,7 @@ def served():
     xdg = os.environ.get("XDG_CACHE_HOME")
     os.environ["XDG_CACHE_HOME"] = os.path.join(d, ".xdg-cache")  # never ~
     try:
-        with rs.Nginx(d) as n:
+        with rs.Nginx(d, tls=True) as n:
             yield n
     finally:
         if xdg is None:
@@ -160,3 +160,29 @@ def test_random_4k_reads_cost_one_block_each(served, cache):
         finally:
             os.close(fd)
             want.close()
+
+
+@needs_fuse
+def test_https_streams_over_parallel_connections(served, cache):
+    """Over TLS the read-ahead's parallel ranges go over connections of
+    their own, HTTP/1.1 (core/remote/engine.c says why), not multiplexed on
+    one HTTP/2 connection; the tensor's bytes are the file's."""
+    n = served
+    off, nbytes = tensor_at(n, cache + "-probe", "big")
+    with mounted(n.url("m.pt", tls=True), "-o", "cache_dir=%s,cafile=%s"
+                 % (cache, n.cert)) as mnt:
+        m = n.mark()
+        got = bytearray()
+        with open(os.path.join(mnt, "big"), "rb") as f:
+            while True:
+                b = f.read(MiB)
+                if not b:
+                    break
+                got += b
+        reqs = n.since(m, "m.pt")
+    with open(os.path.join(n.root, "m.pt"), "rb") as f:
+        f.seek(off)
+        assert got == f.read(nbytes)
+    assert all(e["proto"] == "HTTP/1.1" for e in reqs), reqs
+    conns = {e["connection"] for e in reqs}
+    assert len(conns) > 1, [(e["connection"], e["range"]) for e in reqs]
