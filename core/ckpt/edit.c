@@ -326,6 +326,22 @@ static int slot_set(struct pt_ckpt *ck, const struct pt_slot *s,
 	}
 }
 
+/* Put @v in slot @s of entry @n, as one edit. */
+static int replace_value(struct pt_ckpt *ck, const struct pt_slot *s,
+			 const struct pt_node *n, struct pt_value *v,
+			 struct pt_error *err)
+{
+	int rc;
+
+	edit_lock(ck);
+	rc = slot_set(ck, s, NULL, v);
+	if (rc) {
+		pthread_mutex_unlock(&ck->tree->lock);
+		return pt_fail(err, rc, "out of memory");
+	}
+	return edit_done(ck, n->parent->val, NULL);
+}
+
 /* Take the entry of slot @s out of its sequence: cut, or with
  * pt_edit_keep_names() a list's item leaves a hole that keeps the others'
  * indexes (closed by pt_edit_commit()). */
@@ -810,13 +826,7 @@ int pt_edit_scalar(struct pt_ckpt *ck, const char *path, const void *text,
 	if (!v)
 		return pt_fail(err, -EINVAL, "%.*s%s: the new value must be %s, or None",
 			       SHOWN(path), kind_word(old));
-	edit_lock(ck);
-	rc = slot_set(ck, &s, NULL, v);
-	if (rc) {
-		pthread_mutex_unlock(&ck->tree->lock);
-		return pt_fail(err, rc, "out of memory");
-	}
-	return edit_done(ck, n->parent->val, NULL);
+	return replace_value(ck, &s, n, v, err);
 }
 
 /* ---- tensors ---- */
@@ -1015,13 +1025,7 @@ int pt_edit_tensor(struct pt_ckpt *ck, const char *path,
 		return rc;
 	if (!n)
 		return add_entry(ck, path, v, err);
-	edit_lock(ck);
-	rc = slot_set(ck, &s, NULL, v);
-	if (rc) {
-		pthread_mutex_unlock(&ck->tree->lock);
-		return pt_fail(err, rc, "out of memory");
-	}
-	return edit_done(ck, n->parent->val, NULL);
+	return replace_value(ck, &s, n, v, err);
 }
 
 /* ---- renaming the keys of a mapping ---- */
@@ -1465,11 +1469,5 @@ int pt_edit_put_back(struct pt_ckpt *ck, const char *path, struct pt_value *v,
 	rc = slot_of(ck, path, n, &s, "replaced", err);
 	if (rc)
 		return rc;
-	edit_lock(ck);
-	rc = slot_set(ck, &s, NULL, v);
-	if (rc) {
-		pthread_mutex_unlock(&ck->tree->lock);
-		return pt_fail(err, rc, "out of memory");
-	}
-	return edit_done(ck, n->parent->val, NULL);
+	return replace_value(ck, &s, n, v, err);
 }
