@@ -34,7 +34,8 @@ HDR = 1 * KiB                   # an answer's status line and headers, at most
 
 @pytest.fixture(scope="module")
 def served():
-    """nginx serving big.pt (one 256 MiB tensor) and small.pt (16 MiB),
+    """nginx serving big.pt (one 256 MiB tensor), small.pt (16 MiB) and
+    two.pt (two of 16 MiB),
     and a proxy in a process of its own adding 5 ms each way, so that
     the two readers' requests overlap as over a network."""
     d = tempfile.mkdtemp(prefix="ptfs-shared-")
@@ -42,6 +43,8 @@ def served():
     g = torch.Generator().manual_seed(11)
     torch.save({"w": torch.randn(64 * MiB, generator=g)}, os.path.join(d, "big.pt"))
     torch.save({"w": torch.randn(4 * MiB, generator=g)}, os.path.join(d, "small.pt"))
+    torch.save({"a": torch.randn(4 * MiB, generator=g),
+                "b": torch.randn(4 * MiB, generator=g)}, os.path.join(d, "two.pt"))
     for f in os.listdir(d):
         os.chmod(os.path.join(d, f), 0o644)
     try:
@@ -156,6 +159,32 @@ def test_a_mount_and_cat_fetch_a_tensor_once(served, cache):
     assert shas[0] == want and sha == want
     # the cat's open: one conditional request more
     assert got <= nbytes + 2 * BLOCK + len(reqs) * HDR, (got / nbytes, len(reqs))
+
+
+@needs_fuse
+def test_readers_in_opposite_orders_do_not_deadlock(served, cache):
+    """One mount reads tensor a then b while another reads b then a: both
+    end with the right bytes, and each tensor is fetched once."""
+    n, p = served
+    url = p.url("two.pt")
+    r = ptfs("cat", *o(cache), url, "a.json")
+    assert r.returncode == 0, r.stderr
+    with open(os.path.join(n.root, "two.pt"), "rb") as f:
+        raw = f.read()
+    want = {}
+    for k in "ab":
+        j = json.loads(ptfs("cat", *o(cache), url, k + ".json").stdout)
+        want[k] = hashlib.sha256(raw[j["file_offset"]:j["file_offset"] + j["nbytes"]]).hexdigest()
+    with mounted(url, *o(cache)) as m1, mounted(url, *o(cache)) as m2:
+        os.listdir(m1)
+        os.listdir(m2)
+        mark = n.mark()
+        got = at_once(lambda: [file_sha(os.path.join(m1, k)) for k in "ab"],
+                      lambda: [file_sha(os.path.join(m2, k)) for k in "ba"])
+        fetched_bytes, reqs = fetched(n, mark)
+    assert got == [[want["a"], want["b"]], [want["b"], want["a"]]]
+    assert fetched_bytes <= 32 * MiB + 4 * BLOCK + len(reqs) * HDR, \
+        (fetched_bytes / (32 * MiB), len(reqs))
 
 
 def stalled_owner(n, cache, name):
