@@ -35,8 +35,9 @@
  * fetches the block itself.  Nobody blocks on a claim while holding one
  * (claims are only tried, F_OFD_SETLK, never waited for), so no two
  * processes reading in opposite orders can deadlock.  Without the file
- * (a read-only directory) or OFD locks, every claim succeeds: each process
- * fetches alone, as before.
+ * (it could not be made) or OFD locks (Linux before 3.15), every claim
+ * succeeds: each process fetches alone.  A cache that cannot be written
+ * at all (read-only, full) is not used: reads go to the network.
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -601,7 +602,8 @@ void rm_cache_evict(const char *root, uint64_t limit, const char *keep)
 	}
 	for (i = 0; i < n; i++)
 		total += v[i].bytes;
-	qsort(v, n, sizeof(*v), rm_ver_cmp);
+	if (n > 1)  /* none at all: a root that could not be made */
+		qsort(v, n, sizeof(*v), rm_ver_cmp);
 	for (i = 0; i < n && (total > limit || avail < floor); i++) {
 		uint64_t freed;
 
