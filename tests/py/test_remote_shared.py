@@ -236,6 +236,32 @@ def test_killed_reader_leaves_its_blocks_to_the_other(served, cache):
         p.__exit__(None, None, None)
 
 
+@needs_fuse
+def test_reader_waiting_for_another_process_can_be_killed(served, cache):
+    """A program reading a mount waits for blocks another process claimed
+    and is killed: the daemon ends that wait (the kernel's interrupt,
+    core/base/cancel.h), so the program is gone within moments, not when
+    the blocks come; the mount then serves the tensor."""
+    n, _ = served
+    p, a, (_, _, want) = stalled_owner(n, cache, "small.pt")
+    try:
+        with mounted(p.url("small.pt"), *o(cache)) as mnt:
+            reader = subprocess.Popen(["cat", os.path.join(mnt, "w")],
+                                      stdout=subprocess.DEVNULL)
+            time.sleep(1.0)
+            assert reader.poll() is None, "it did not wait"
+            t0 = time.monotonic()
+            reader.kill()
+            reader.wait(timeout=30)
+            assert time.monotonic() - t0 < 1.5
+            a.kill()
+            a.wait()
+            assert file_sha(os.path.join(mnt, "w")) == want
+    finally:
+        a.kill()
+        p.__exit__(None, None, None)
+
+
 def test_stopped_reader_is_outwaited_after_the_deadline(served, cache):
     """A reader holding a claim is stopped (SIGSTOP): the other waits for
     it no longer than its deadline (-o timeout=3), then fetches the blocks
