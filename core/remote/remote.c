@@ -17,6 +17,9 @@
  *    RM_CHUNK ranges in parallel, and never past the region's end
  *    (struct rm_region).
  * Every request after open carries If-Match with the version seen at open.
+ * Blocks that another process sharing the cache is fetching are waited
+ * for, not fetched again (rm_job_claim, rm_look_theirs; cache.c, "One
+ * download per block").
  */
 #include <fcntl.h>
 #include <linux/falloc.h>
