@@ -102,9 +102,10 @@ struct rm_job {
 	 * the end (after which the engine forgets the job) */
 	size_t (*on_body)(struct rm_job *j, const char *p, size_t n);
 	void (*on_done)(struct rm_job *j);
-	/* optional, once, on the engine's thread under its lock (the
-	 * owner may take its own after it), just before the first request:
-	 * may shrink the range; false: no request, on_done runs now */
+	/* optional, once, just before the first request, on the engine's
+	 * thread under the engine's lock (the owner may take its own inside,
+	 * never the other way round): may shrink the range; false: no
+	 * request, on_done runs instead */
 	bool (*on_start)(struct rm_job *j);
 	struct rm_job *next;
 };
@@ -201,8 +202,8 @@ struct pt_remote {
 	pthread_cond_t cond;
 	uint8_t *held;            /* blocks in the cache */
 	uint8_t *busy;            /* blocks being fetched by this process */
-	uint8_t *theirs;          /* ... by another one: their claim was
-				   * refused (cache.c), reads wait for them */
+	uint8_t *theirs;          /* ... by another one, whose claim came
+				   * first (cache.c): reads wait for them */
 	uint64_t nblocks;
 	uint64_t seq_next;        /* end of the last read */
 	struct rm_region *regions; /* sorted by lo, not overlapping */
