@@ -15,11 +15,15 @@ each way (default 25 ms).  Each binary, cold cache each time:
   rand20  a mount, then 20 such reads
   dd      `dd bs=1M` of the 1 GiB tensor through a mount: seconds, the two
           binaries alternated rep by rep, medians
+  two     two readers at once of a 256 MiB tensor on one cache_dir (two
+          mounts; a mount and `ptfs cat`), its metadata cached first:
+          bytes fetched over the tensor's size, and seconds
 
   /usr/bin/python3 contrib/bench/remote_fetch.py --before OLD/ptfs
-      [--after build/ptfs] [--reps 5] [--delay 0.025] [--gib 1]
+      [--after build/ptfs] [--reps 5] [--delay 0.025] [--gib 1] [--only two]
 """
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -27,6 +31,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -49,7 +54,8 @@ def make(d, gib):
     # "small" lies between two tensors, away from the open's probes
     torch.save({"a": torch.randn(MiB, generator=g),
                 "small": torch.randn(MiB, generator=g),
-                "big": torch.ones(int(gib * (1 << 30)) // 4)},
+                "big": torch.ones(int(gib * (1 << 30)) // 4),
+                "quarter": torch.randn(64 * MiB, generator=g)},
                os.path.join(d, "m.pt"))
     raw = np.arange(MiB, dtype=np.float32).tobytes()
     sts.write_st(os.path.join(d, "m.safetensors"),
@@ -97,6 +103,69 @@ def one(ptfs, n, p, work, tag, big):
     return out
 
 
+def sha_of(stream):
+    h = hashlib.sha256()
+    while True:
+        b = stream.read(MiB)
+        if not b:
+            return h.hexdigest()
+        h.update(b)
+
+
+def two_readers(ptfs, n, p, work, tag, how, want):
+    """(bytes fetched, seconds) of two readers at once of "quarter" on
+    one cold cache (its metadata cached first): two mounts, or a mount and
+    `ptfs cat`.  Both must read its bytes (sha256 @want)."""
+    cache = os.path.join(work, "cache-two-" + tag)
+    shutil.rmtree(cache, ignore_errors=True)
+    url = p.url("m.pt")
+    subprocess.run([ptfs, "cat", "-o", "cache_dir=" + cache, url, "quarter.json"],
+                   check=True, capture_output=True)
+    mnts = [os.path.join(work, "mnt-two-%d" % i) for i in (1, 2)]
+    with mount(ptfs, url, cache, mnts[0]), \
+            (mount(ptfs, url, cache, mnts[1]) if how == "mounts" else Nothing()):
+        for d in mnts[:2 if how == "mounts" else 1]:
+            os.listdir(d)
+        m = n.mark()
+        go = threading.Barrier(2)
+        shas = [None, None]
+
+        def from_mount(i):
+            go.wait()
+            with open(os.path.join(mnts[i], "quarter"), "rb") as f:
+                shas[i] = sha_of(f)
+
+        def from_cat():
+            go.wait()
+            c = subprocess.Popen([ptfs, "cat", "-o", "cache_dir=" + cache, url, "quarter"],
+                                 stdout=subprocess.PIPE)
+            shas[1] = sha_of(c.stdout)
+            if c.wait() != 0:
+                shas[1] = "cat failed"
+        ts = [threading.Thread(target=from_mount, args=(0,)),
+              threading.Thread(target=from_mount, args=(1,)) if how == "mounts"
+              else threading.Thread(target=from_cat)]
+        t = time.monotonic()
+        for th in ts:
+            th.start()
+        for th in ts:
+            th.join()
+        dt = time.monotonic() - t
+        got = fetched(n, m, "m.pt")[0]
+    shutil.rmtree(cache, ignore_errors=True)
+    if shas != [want, want]:
+        raise RuntimeError("%s, %s: wrong bytes %s" % (tag, how, shas))
+    return got, dt
+
+
+class Nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
 def dd_once(ptfs, p, work, tag):
     cache = os.path.join(work, "cache-dd-" + tag)
     mnt = os.path.join(work, "mnt")
@@ -111,6 +180,36 @@ def dd_once(ptfs, p, work, tag):
     return dt
 
 
+def quarter_sha(ptfs, p, work):
+    """The sha256 of tensor "quarter" in the served file, and its size."""
+    r = subprocess.run([ptfs, "cat", "-o", "cache_dir=" + os.path.join(
+        work, "cache-meta"), p.url("m.pt"), "quarter.json"],
+        capture_output=True, check=True)
+    q = json.loads(r.stdout)
+    with open(os.path.join(work, "m.pt"), "rb") as f:
+        f.seek(q["file_offset"])
+        return hashlib.sha256(f.read(q["nbytes"])).hexdigest(), q["nbytes"]
+
+
+def alternated(reps):
+    """The binaries' order in each repetition: flipped every other one."""
+    for i in range(reps):
+        yield from (("before", "after") if i % 2 == 0 else ("after", "before"))
+
+
+def print_two(two, reps):
+    for how, label in (("mounts", "two mounts on one cache_dir"),
+                       ("cat", "a mount and `ptfs cat`")):
+        cells = []
+        for k in ("before", "after"):
+            xs = [x for x in two[k] if x[0] == how]
+            cells.append("%.3fx (%s), %.2f s" % (
+                statistics.median(x[1] for x in xs), " ".join("%.3f" % x[1] for x in xs),
+                statistics.median(x[2] for x in xs)))
+        print("| two concurrent readers' bytes fetched / tensor (256 MiB), %s, "
+              "medians of %d | %s | %s |" % (label, reps, cells[0], cells[1]))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--before", required=True)
@@ -118,6 +217,7 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--delay", type=float, default=0.025)
     ap.add_argument("--gib", type=float, default=1.0)
+    ap.add_argument("--only", choices=("two",), help="only the two-reader rows")
     a = ap.parse_args()
     bins = {"before": os.path.abspath(a.before), "after": os.path.abspath(a.after)}
     work = tempfile.mkdtemp(prefix="ptfs-bench-fetch-")
@@ -126,14 +226,22 @@ def main():
         print("generating checkpoints in %s ..." % work, flush=True)
         make(work, a.gib)
         with rs.Nginx(work) as n, rs.ProxyProcess(n.port, delay=a.delay) as p:
-            r = subprocess.run([bins["after"], "cat", "-o", "cache_dir=" + os.path.join(
-                work, "cache-meta"), p.url("m.pt"), "big.json"],
-                capture_output=True, check=True)
-            big = json.loads(r.stdout)["nbytes"]
-            counts = {k: one(b, n, p, work, k, big) for k, b in bins.items()}
-            dd = {k: [] for k in bins}
-            for i in range(a.reps):
-                for k in (("before", "after") if i % 2 == 0 else ("after", "before")):
+            want, qbytes = quarter_sha(bins["after"], p, work)
+            two = {k: [] for k in bins}
+            for k in alternated(a.reps):
+                for how in ("mounts", "cat"):
+                    got, dt = two_readers(bins[k], n, p, work, k, how, want)
+                    two[k].append((how, got / qbytes, dt))
+                    print("two %s %s %.3fx %.2f s" % (k, how, got / qbytes, dt),
+                          flush=True)
+            if a.only != "two":
+                r = subprocess.run([bins["after"], "cat", "-o", "cache_dir=" + os.path.join(
+                    work, "cache-meta"), p.url("m.pt"), "big.json"],
+                    capture_output=True, check=True)
+                big = json.loads(r.stdout)["nbytes"]
+                counts = {k: one(b, n, p, work, k, big) for k, b in bins.items()}
+                dd = {k: [] for k in bins}
+                for k in alternated(a.reps):
                     dd[k].append(dd_once(bins[k], p, work, k))
                     print("dd %s %.2f s" % (k, dd[k][-1]), flush=True)
     finally:
@@ -141,6 +249,9 @@ def main():
     print()
     print("| fetched (nginx's log: bytes, requests) | before | after |")
     print("|---|---|---|")
+    print_two(two, a.reps)
+    if a.only == "two":
+        return
     for k, label in (("ls-st", "`ptfs ls` of a 4.7 MB .safetensors"),
                      ("tensor", "one 4 MiB tensor of a .pt (mount, cat)"),
                      ("rand1", "one 4 KiB read of a %g GiB tensor" % a.gib),

@@ -13,6 +13,8 @@
  *       punch  flock(LOCK_SH) around every store (pwrite and mark) and
  *              copy of a bounded object's blocks; LOCK_EX|LOCK_NB, with
  *              splice's, to punch blocks out and unmark them
+ *       inflight  empty; byte N stands for block N: an OFD write lock
+ *              (fcntl F_OFD_SETLK) on it claims the block's download
  *
  * A block is written with pwrite() first and marked in map after, under
  * flock(map, LOCK_EX), merging with the marks of other processes, so a
@@ -20,6 +22,22 @@
  * only while no process stores or copies (punch) nor splices (splice),
  * and unmarked before anyone looks again.  A version is immutable:
  * a changed object gets a new directory, never rewrites one in use.
+ *
+ * One download per block: a process claims blocks just before it asks
+ * for them (rm_cache_claim, when the request starts, not when it is
+ * queued), marks them in map as they arrive (every MiB) and releases the
+ * claim after the mark, or when the fetch fails.  The claim is taken
+ * first and map read after it, so a block marked and released meanwhile
+ * is seen held, never fetched twice.  A process that finds a block
+ * claimed waits for its mark instead of fetching it (remote.c, rm_wait);
+ * once the claim is gone without a mark (the owner failed, or died: the
+ * kernel drops the locks of a dead process's open files), it claims and
+ * fetches the block itself.  Nobody blocks on a claim while holding one
+ * (claims are only tried, F_OFD_SETLK, never waited for), so no two
+ * processes reading in opposite orders can deadlock.  Without the file
+ * (it could not be made) or OFD locks (Linux before 3.15), every claim
+ * succeeds: each process fetches alone.  A cache that cannot be written
+ * at all (read-only, full) is not used: reads go to the network.
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -64,6 +82,14 @@ static int rm_mkdirs(char *path)
 	return 0;
 }
 
+/* A cache that cannot be written (@rc): a read-only directory or
+ * filesystem, a full one. */
+bool rm_cache_unwritable(int rc)
+{
+	return rc == -EROFS || rc == -EACCES || rc == -EPERM ||
+	       rc == -ENOSPC || rc == -EDQUOT;
+}
+
 int rm_cache_root(const struct pt_remote_opts *o, char **root,
 		  struct pt_error *err)
 {
@@ -82,7 +108,9 @@ int rm_cache_root(const struct pt_remote_opts *o, char **root,
 		return pt_fail(err, -EINVAL,
 			       "no cache directory: set -o cache_dir=, XDG_CACHE_HOME or HOME");
 	rc = rm_mkdirs(buf);
-	if (rc)
+	/* read-only or full: rm_cache_open fails too, and the objects are
+	 * read without a cache (remote.c) */
+	if (rc && !rm_cache_unwritable(rc))
 		return pt_fail(err, rc, "cache directory %s: %s", buf,
 			       strerror(-rc));
 	*root = strdup(buf);
@@ -192,6 +220,7 @@ int rm_cache_open(struct rm_cache *c, const char *root, const char *key,
 
 	memset(c, 0, sizeof(*c));
 	c->data_fd = c->map_fd = c->lock_fd = c->splice_fd = c->punch_fd = -1;
+	c->inflight_fd = -1;
 	snprintf(m->url, sizeof(m->url), "%s", key);
 	snprintf(path, sizeof(path), "%s/%016llx/%016llx", root,
 		 (unsigned long long)rm_fnv(key),
@@ -213,6 +242,9 @@ int rm_cache_open(struct rm_cache *c, const char *root, const char *key,
 	c->splice_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	snprintf(path, sizeof(path), "%s/punch", c->dir);
 	c->punch_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	/* without it (cannot be made), this process fetches alone */
+	snprintf(path, sizeof(path), "%s/inflight", c->dir);
+	c->inflight_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	if (c->data_fd < 0 || c->map_fd < 0 || c->splice_fd < 0 ||
 	    c->punch_fd < 0 || fstat(c->data_fd, &st))
 		goto fail_errno;
@@ -334,6 +366,102 @@ int rm_cache_unmark(struct rm_cache *c, uint64_t b0, uint64_t b1)
 	return rc;
 }
 
+/* ---- claims (the inflight file): one download per block ---- */
+
+/* fcntl(@cmd) of an OFD lock of @type on blocks [b0, b1): 0 or -1. */
+static int rm_claim_fcntl(const struct rm_cache *c, int cmd, short type,
+			  uint64_t b0, uint64_t b1, struct flock *fl)
+{
+	memset(fl, 0, sizeof(*fl));
+	fl->l_type = type;
+	fl->l_whence = SEEK_SET;
+	fl->l_start = (off_t)b0;
+	fl->l_len = (off_t)(b1 - b0);
+	return fcntl(c->inflight_fd, cmd, fl);
+}
+
+/* The end of the claim @fl found by F_OFD_GETLK, at most @b1. */
+static uint64_t rm_claim_end(const struct flock *fl, uint64_t b1)
+{
+	uint64_t e = (uint64_t)fl->l_start + (uint64_t)fl->l_len;
+
+	return fl->l_len <= 0 || e > b1 ? b1 : e;
+}
+
+/*
+ * Claim blocks from @b0 on, before fetching them: true, with *@end the
+ * end of the run claimed (more than @b0, at most @b1), or false when
+ * another process claims block @b0, with *@end the end of its claim (at
+ * most @b1).  Without an inflight file or OFD locks, everything is
+ * claimed (the process fetches alone).
+ */
+bool rm_cache_claim(struct rm_cache *c, uint64_t b0, uint64_t b1,
+		    uint64_t *end)
+{
+	uint64_t hi = b1;
+	struct flock fl;
+	int tries;
+
+	for (tries = 0; tries < 64; tries++) {
+		if (c->inflight_fd < 0 ||
+		    rm_claim_fcntl(c, F_OFD_SETLK, F_WRLCK, b0, hi, &fl) == 0 ||
+		    (errno != EAGAIN && errno != EACCES))
+			break;
+		/* a claim in the way: take what lies before it */
+		if (rm_claim_fcntl(c, F_OFD_GETLK, F_WRLCK, b0, hi, &fl))
+			break;
+		if (fl.l_type == F_UNLCK)
+			continue;           /* released meanwhile */
+		if ((uint64_t)fl.l_start <= b0) {
+			*end = rm_claim_end(&fl, b1);
+			return false;
+		}
+		hi = (uint64_t)fl.l_start;
+	}
+	if (tries == 64) {          /* claims come and go: ask later */
+		*end = b0 + 1;
+		return false;
+	}
+	*end = hi;
+	return true;
+}
+
+/* Release the claim of blocks [b0, b1) (marked in map, or not fetched). */
+void rm_cache_release(struct rm_cache *c, uint64_t b0, uint64_t b1)
+{
+	struct flock fl;
+
+	if (c->inflight_fd >= 0 && b1 > b0)
+		rm_claim_fcntl(c, F_OFD_SETLK, F_UNLCK, b0, b1, &fl);
+}
+
+/* Clear the bits of @bits in [b0, b1) whose blocks no other process
+ * claims (any more). */
+void rm_cache_unclaimed(struct rm_cache *c, uint8_t *bits, uint64_t b0,
+			uint64_t b1)
+{
+	struct flock fl;
+	uint64_t b;
+
+	while (b0 < b1) {
+		uint64_t lo;
+
+		if (c->inflight_fd < 0 ||
+		    rm_claim_fcntl(c, F_OFD_GETLK, F_WRLCK, b0, b1, &fl) ||
+		    fl.l_type == F_UNLCK) {
+			for (b = b0; b < b1; b++)
+				rm_clr(bits, b);
+			return;
+		}
+		/* one claim: the blocks before it may be free, or claimed
+		 * by others still (GETLK names one of them) */
+		lo = (uint64_t)fl.l_start > b0 ? (uint64_t)fl.l_start : b0;
+		if (lo > b0)
+			rm_cache_unclaimed(c, bits, b0, lo);
+		b0 = rm_claim_end(&fl, b1);
+	}
+}
+
 void rm_cache_close(struct rm_cache *c)
 {
 	if (c->lock_fd >= 0) {
@@ -348,9 +476,12 @@ void rm_cache_close(struct rm_cache *c)
 		close(c->splice_fd);
 	if (c->punch_fd >= 0)
 		close(c->punch_fd);
+	if (c->inflight_fd >= 0)
+		close(c->inflight_fd);      /* drops this process's claims */
 	free(c->dir);
 	memset(c, 0, sizeof(*c));
 	c->data_fd = c->map_fd = c->lock_fd = c->splice_fd = c->punch_fd = -1;
+	c->inflight_fd = -1;
 }
 
 struct rm_ver {
@@ -429,6 +560,8 @@ static uint64_t rm_drop(const struct rm_ver *x)
 	unlink(p);
 	snprintf(p, sizeof(p), "%s/punch", x->path);
 	unlink(p);
+	snprintf(p, sizeof(p), "%s/inflight", x->path);
+	unlink(p);
 	snprintf(p, sizeof(p), "%s/lock", x->path);
 	unlink(p);
 	close(fd);
@@ -469,7 +602,8 @@ void rm_cache_evict(const char *root, uint64_t limit, const char *keep)
 	}
 	for (i = 0; i < n; i++)
 		total += v[i].bytes;
-	qsort(v, n, sizeof(*v), rm_ver_cmp);
+	if (n > 1)  /* none at all: a root that could not be made */
+		qsort(v, n, sizeof(*v), rm_ver_cmp);
 	for (i = 0; i < n && (total > limit || avail < floor); i++) {
 		uint64_t freed;
 

@@ -641,6 +641,16 @@ static int rm_start_due(struct rm_job **failed)
 				continue;
 			}
 			*pp = j->next;
+			if (j->on_start) {      /* once: it may shrink the job */
+				bool go = j->on_start(j);
+
+				j->on_start = NULL;
+				if (!go) {      /* nothing to ask: it ends */
+					j->next = *failed;
+					*failed = j;
+					continue;
+				}
+			}
 			j->rc = rm_job_start(j);
 			if (j->rc) {
 				if (j->r->renewer == j)

@@ -17,6 +17,9 @@
  *    RM_CHUNK ranges in parallel, and never past the region's end
  *    (struct rm_region).
  * Every request after open carries If-Match with the version seen at open.
+ * Blocks that another process sharing the cache is fetching are waited
+ * for, not fetched again (rm_job_claim, rm_look_theirs; cache.c, "One
+ * download per block").
  */
 #include <fcntl.h>
 #include <linux/falloc.h>
@@ -34,6 +37,14 @@
 #include "base/url.h"
 #include "io/fd.h"
 #include "remote/remote_i.h"
+
+/* A block fetch marks what it stored in the map, and releases its claim
+ * of it, every this many blocks (1 MiB): another process waiting for
+ * them goes on before the whole range arrived. */
+#define RM_PUBLISH (((uint64_t)1 << 20) / RM_BLOCK)
+/* A read waiting for another process's blocks looks at the map again
+ * after this many ms, up to 8 times longer while none arrive. */
+#define RM_LOOK_MS 2L
 
 void pt_remote_opts_default(struct pt_remote_opts *o)
 {
@@ -74,6 +85,25 @@ static void rm_job_mark(struct rm_job *j, uint64_t end)
 		rm_clr(r->busy, j->marked);
 	}
 	pthread_cond_broadcast(&r->cond);
+}
+
+/*
+ * Blocks [j->published, j->marked) of a block fetch are in the cache file:
+ * marked in the map (a bounded object's were as they came, rm_store), then
+ * no longer claimed, so that other processes waiting for them go on.
+ * Every RM_PUBLISH blocks, and at the end.
+ */
+static void rm_job_publish(struct rm_job *j)
+{
+	struct pt_remote *r = j->r;
+
+	if (j->marked <= j->published)
+		return;
+	if (!r->budget)
+		rm_cache_mark(&r->c, j->published, j->marked);
+	if (j->claimed)
+		rm_cache_release(&r->c, j->published, j->marked);
+	j->published = j->marked;
 }
 
 static size_t rm_probe_body(struct rm_job *j, const char *p, size_t n)
@@ -313,7 +343,15 @@ static size_t rm_job_body(struct rm_job *j, const char *p, size_t n)
 	rm_job_mark(j, j->off + j->got);
 	r->c.written += n;
 	pthread_mutex_unlock(&r->lock);
+	if (j->marked >= j->published + RM_PUBLISH)
+		rm_job_publish(j);
 	return n;
+}
+
+/* The block after the last one of a block fetch. */
+static uint64_t rm_job_end(const struct rm_job *j)
+{
+	return (j->off + j->len + RM_BLOCK - 1) / RM_BLOCK;
 }
 
 static void rm_job_free(struct rm_job *j)
@@ -346,11 +384,15 @@ static void rm_job_outcome(struct pt_remote *r, const struct rm_job *j)
 static void rm_job_done(struct rm_job *j)
 {
 	struct pt_remote *r = j->r;
-	uint64_t b, end = (j->off + j->len + RM_BLOCK - 1) / RM_BLOCK;
+	uint64_t b, end = rm_job_end(j);
 
-	/* a bounded object's blocks were marked as they came (rm_store) */
-	if (!j->probe && !r->budget && j->marked > j->start / RM_BLOCK)
-		rm_cache_mark(&r->c, j->start / RM_BLOCK, j->marked);
+	/* what came is marked in the map; the rest of the claim goes (a
+	 * failure, a cancel): another process may fetch it */
+	if (!j->probe) {
+		rm_job_publish(j);
+		if (j->claimed)
+			rm_cache_release(&r->c, j->published, end);
+	}
 	pthread_mutex_lock(&r->lock);
 	r->jobs--;
 	if (j->probe) {
@@ -436,18 +478,84 @@ static struct rm_job *rm_job_new(struct pt_remote *r, uint64_t off,
 	j->on_done = rm_job_done;
 	j->off = j->start = off;
 	j->len = len;
-	j->marked = off / RM_BLOCK;
+	j->marked = j->published = off / RM_BLOCK;
 	j->urgent = urgent;
 	return j;
 }
 
 /*
- * Under r->lock: jobs for the blocks of [@off, @end) that are neither held
- * nor being fetched, as ranges of at most RM_CHUNK, marked busy and
- * chained on *@list for rm_submit() once the lock is dropped.
+ * The on_start of a block fetch, on the engine's thread under its lock
+ * (then r->lock: never the other way round): claim its blocks (cache.c)
+ * and keep the first run of them that no other process claims and that
+ * the map, read after the claim, does not hold.  Its other blocks are no
+ * longer busy: those another process claimed are theirs (rm_wait waits
+ * for their marks), the others are fetched again by whoever reads them.
+ * False when nothing is left to fetch.
  */
-static void rm_fetch(struct pt_remote *r, uint64_t off, uint64_t end,
-		     bool urgent, struct rm_job **list)
+static bool rm_job_claim(struct rm_job *j)
+{
+	struct pt_remote *r = j->r;
+	uint64_t b0 = j->start / RM_BLOCK, e = rm_job_end(j);
+	uint64_t b = b0, s = e, k = e, x;
+
+	pthread_mutex_lock(&r->lock);
+	while (b < e && s == e && !r->closing) {
+		uint64_t ce;
+
+		if (!rm_cache_claim(&r->c, b, e, &ce)) {
+			for (; b < ce; b++)
+				rm_set(r->theirs, b);
+			continue;
+		}
+		rm_cache_load_map(&r->c, r->held, b, ce);
+		for (x = b; x < ce && rm_bit(r->held, x); x++)
+			;
+		rm_cache_release(&r->c, b, x);
+		if (x < ce) {
+			s = x;
+			for (k = s; k < ce && !rm_bit(r->held, k); k++)
+				;
+			rm_cache_release(&r->c, k, ce);
+		}
+		b = ce;
+	}
+	for (x = b0; x < e; x++)
+		if (x < s || x >= k)
+			rm_clr(r->busy, x);
+	if (s < k) {
+		j->off = j->start = s * RM_BLOCK;
+		j->len = (k == r->nblocks ? r->size : k * RM_BLOCK) - j->off;
+		j->marked = j->published = s;
+		j->claimed = true;
+	} else {
+		j->len = 0;
+		j->rc = r->closing ? -ECANCELED : 0;
+	}
+	pthread_cond_broadcast(&r->cond);
+	pthread_mutex_unlock(&r->lock);
+	if (rm_tracing() && (s != b0 || k != e))
+		rm_log(r, 7, "remote: %.3f claimed %llu-%llu of blocks %llu-%llu",
+		       rm_now(), (unsigned long long)s, (unsigned long long)k,
+		       (unsigned long long)b0, (unsigned long long)e);
+	return s < k;
+}
+
+/* Under r->lock: whether block @b is for rm_fetch_as() to fetch. */
+static bool rm_wanted(const struct pt_remote *r, uint64_t b, bool alone)
+{
+	return !rm_bit(r->held, b) && !rm_bit(r->busy, b) &&
+	       (alone || !rm_bit(r->theirs, b));
+}
+
+/*
+ * Under r->lock: jobs for the blocks of [@off, @end) that are neither held
+ * nor being fetched (here, or by another process unless @alone), as
+ * ranges of at most RM_CHUNK, marked busy and chained on *@list for
+ * rm_submit() once the lock is dropped.  They claim their blocks when
+ * they start (rm_job_claim), unless @alone.
+ */
+static void rm_fetch_as(struct pt_remote *r, uint64_t off, uint64_t end,
+			bool urgent, bool alone, struct rm_job **list)
 {
 	uint64_t b = off / RM_BLOCK;
 	uint64_t b1 = end >= r->size ? r->nblocks : (end + RM_BLOCK - 1) / RM_BLOCK;
@@ -457,24 +565,33 @@ static void rm_fetch(struct pt_remote *r, uint64_t off, uint64_t end,
 		uint64_t e = b, k;
 		struct rm_job *j;
 
-		if (rm_bit(r->held, b) || rm_bit(r->busy, b)) {
+		if (!rm_wanted(r, b, alone)) {
 			b++;
 			continue;
 		}
-		while (e < b1 && e - b < per && !rm_bit(r->held, e) &&
-		       !rm_bit(r->busy, e))
+		while (e < b1 && e - b < per && rm_wanted(r, e, alone))
 			e++;
 		j = rm_job_new(r, b * RM_BLOCK,
 			       (e == r->nblocks ? r->size : e * RM_BLOCK) -
 				       b * RM_BLOCK, urgent);
 		if (!j)
 			return;     /* a reader sees its blocks lost, retries */
-		for (k = b; k < e; k++)
+		if (!alone)
+			j->on_start = rm_job_claim;
+		for (k = b; k < e; k++) {
 			rm_set(r->busy, k);
+			rm_clr(r->theirs, k);
+		}
 		j->next = *list;
 		*list = j;
 		b = e;
 	}
+}
+
+static void rm_fetch(struct pt_remote *r, uint64_t off, uint64_t end,
+		     bool urgent, struct rm_job **list)
+{
+	rm_fetch_as(r, off, end, urgent, false, list);
 }
 
 /* Hand the jobs of rm_fetch() to the engine, in offset order. */
@@ -509,10 +626,22 @@ static bool rm_all_held(const struct pt_remote *r, uint64_t b0, uint64_t b1,
 		if (rm_bit(r->held, b))
 			continue;
 		all = false;
-		if (!rm_bit(r->busy, b))
+		if (!rm_bit(r->busy, b) && !rm_bit(r->theirs, b))
 			*lost = true;
 	}
 	return all;
+}
+
+/* Under r->lock: whether a block of [b0, b1) is missing and another
+ * process's to fetch. */
+static bool rm_theirs_in(const struct pt_remote *r, uint64_t b0, uint64_t b1)
+{
+	uint64_t b;
+
+	for (b = b0; b < b1; b++)
+		if (rm_bit(r->theirs, b) && !rm_bit(r->held, b))
+			return true;
+	return false;
 }
 
 /* Under r->lock: the region that holds byte @off, or NULL. */
@@ -578,23 +707,87 @@ static int rm_read_fail(struct pt_remote *r, struct pt_error *err)
 		       r->fail_msg);
 }
 
-/* Under r->lock: wait for news (a job's end) at most 100 ms, so that a
- * reader that went away (a killed program, a daemon that ends) is seen:
- * true when pt_cancelled() says it did. */
-static bool rm_wait_a_little(struct pt_remote *r)
+/* Under r->lock: wait for news (a job's end) at most @ms (100 or less),
+ * so that a reader that went away (a killed program, a daemon that ends)
+ * is seen: true when pt_cancelled() says it did. */
+static bool rm_wait_a_little(struct pt_remote *r, long ms)
 {
 	struct timespec ts;
 
 	if (pt_cancelled())
 		return true;
 	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_nsec += 100 * 1000 * 1000;
+	ts.tv_nsec += ms * 1000 * 1000;
 	if (ts.tv_nsec >= 1000000000) {
 		ts.tv_sec++;
 		ts.tv_nsec -= 1000000000;
 	}
 	pthread_cond_timedwait(&r->cond, &r->lock, &ts);
 	return false;
+}
+
+/* A read waiting for blocks another process fetches (rm_look_theirs). */
+struct rm_patience {
+	uint64_t have;          /* blocks of the read held at the last look */
+	double since;           /* when one last arrived */
+	long ms;                /* the next look after this many ms */
+};
+
+/*
+ * Under r->lock, while a read of [@off, @end) waits for blocks another
+ * process claimed (theirs): the map's marks make them held; those whose
+ * claim went without a mark (that fetch failed, or its process died) are
+ * fetched here, with the read-ahead of the region after them; and when
+ * none arrived for the deadline (-o timeout), the claims are not waited
+ * for any longer (a stopped process): the read's blocks are fetched here
+ * too.  The next look comes sooner after progress, later without.
+ */
+static void rm_look_theirs(struct pt_remote *r, uint64_t off, uint64_t end,
+			   struct rm_patience *p, struct rm_job **list)
+{
+	uint64_t b0 = off / RM_BLOCK, b1 = (end - 1) / RM_BLOCK + 1;
+	struct rm_region *g = rm_region_at(r, off);
+	uint64_t ahead = g && g->ahead > end ?
+			 (g->ahead - 1) / RM_BLOCK + 1 : b1;
+	uint64_t have = 0, b, x;
+	bool stalled;
+
+	rm_cache_load_map(&r->c, r->held, b0, ahead);
+	for (b = b0; b < b1; b++)
+		have += rm_bit(r->held, b);
+	if (have > p->have) {
+		p->have = have;
+		p->since = rm_now();
+		p->ms = RM_LOOK_MS;
+	} else if (p->ms < 8 * RM_LOOK_MS) {
+		p->ms *= 2;
+	}
+	for (b = b0; b < ahead; b = x) {      /* runs of theirs, missing */
+		for (; b < ahead && (!rm_bit(r->theirs, b) ||
+				     rm_bit(r->held, b)); b++)
+			rm_clr(r->theirs, b);
+		for (x = b; x < ahead && rm_bit(r->theirs, x) &&
+			    !rm_bit(r->held, x); x++)
+			;
+		rm_cache_unclaimed(&r->c, r->theirs, b, x);
+	}
+	stalled = rm_now() - p->since > r->o.timeout_s;
+	if (stalled) {
+		if (!r->stall_told)
+			rm_log(r, 4, "%s: blocks another process claimed did not come in %u s (-o timeout): fetched here too",
+			       r->u.display, r->o.timeout_s);
+		r->stall_told = true;
+		p->since = rm_now();
+	}
+	if (rm_now() < r->nospace_until) {
+		/* lost ones are read directly (rm_wait) */
+		for (b = b0; stalled && b < b1; b++)
+			rm_clr(r->theirs, b);
+		return;
+	}
+	rm_fetch_as(r, off, end, true, stalled, list);
+	if (ahead > b1)
+		rm_fetch(r, end, g->ahead, false, list);
 }
 
 /* Under r->lock: until [b0, b1) is held; 0, or -1 when it cannot be, -2
@@ -604,6 +797,7 @@ static int rm_wait(struct pt_remote *r, uint64_t off, uint64_t end,
 		   uint64_t seq0)
 {
 	uint64_t b0 = off / RM_BLOCK, b1 = (end - 1) / RM_BLOCK + 1;
+	struct rm_patience p = { 0, rm_now(), RM_LOOK_MS };
 	bool lost;
 
 	while (!rm_all_held(r, b0, b1, &lost)) {
@@ -616,13 +810,19 @@ static int rm_wait(struct pt_remote *r, uint64_t off, uint64_t end,
 		if (lost) {
 			/* a read-ahead for them failed or was dropped */
 			rm_fetch(r, off, end, true, &list);
+		} else if (rm_theirs_in(r, b0, b1)) {
+			/* another process fetches them: look at the map */
+			if (rm_wait_a_little(r, p.ms))
+				return -2;
+			rm_look_theirs(r, off, end, &p, &list);
+		} else if (rm_wait_a_little(r, 100)) {
+			return -2;
+		}
+		if (list) {
 			pthread_mutex_unlock(&r->lock);
 			rm_submit(list);
 			pthread_mutex_lock(&r->lock);
-			continue;
 		}
-		if (rm_wait_a_little(r))
-			return -2;
 	}
 	return 0;
 }
@@ -650,7 +850,7 @@ static int rm_read_direct(struct pt_remote *r, void *buf, size_t n,
 	rm_engine_submit(j);
 	pthread_mutex_lock(&r->lock);
 	while (!j->finished)
-		if (rm_wait_a_little(r))    /* it stops at its next bytes */
+		if (rm_wait_a_little(r, 100))    /* it stops at its next bytes */
 			__atomic_store_n(&j->cancel, true, __ATOMIC_RELAXED);
 	rc = j->rc;
 	if (rc == -ECANCELED)
@@ -855,7 +1055,8 @@ void pt_remote_prefetch(struct pt_remote *r, uint64_t off, uint64_t n)
 		rm_log(r, 7, "remote: prefetch %llu at %llu",
 		       (unsigned long long)n, (unsigned long long)off);
 	pthread_mutex_lock(&r->lock);
-	if (!r->stale && !r->closing)
+	/* none while the cache cannot take it (reads go direct) */
+	if (!r->stale && !r->closing && rm_now() >= r->nospace_until)
 		rm_fetch(r, off, off + n, false, &list);
 	pthread_mutex_unlock(&r->lock);
 	rm_submit(list);
@@ -1164,8 +1365,9 @@ static void rm_set_budget(struct pt_remote *r)
 
 /*
  * The object's place in the cache.  When its filesystem is full (ENOSPC,
- * EDQUOT) even after every other version went: no place, and every read
- * is served from the network (r->nospace_until for good).
+ * EDQUOT) even after every other version went, or read-only (EROFS,
+ * EACCES, EPERM): no place, and every read is served from the network
+ * (r->nospace_until for good).
  */
 static int rm_cache_open_or_not(struct pt_remote *r, struct rm_meta *m,
 				struct pt_error *err)
@@ -1176,7 +1378,7 @@ static int rm_cache_open_or_not(struct pt_remote *r, struct rm_meta *m,
 		rm_cache_evict(r->cache_root, 0, NULL);
 		rc = rm_cache_open(&r->c, r->cache_root, r->u.key, m, err);
 	}
-	if (rc != -ENOSPC && rc != -EDQUOT)
+	if (!rm_cache_unwritable(rc))
 		return rc;
 	rm_log(r, 4, "%s: %s: served from the network, not cached",
 	       r->u.display, err->msg);
@@ -1218,7 +1420,8 @@ static int rm_open_common(struct pt_remote *r, struct pt_error *err)
 		r->nblocks = (r->size + RM_BLOCK - 1) / RM_BLOCK;
 		r->held = calloc(1, r->nblocks / 8 + 1);
 		r->busy = calloc(1, r->nblocks / 8 + 1);
-		if (!r->held || !r->busy)
+		r->theirs = calloc(1, r->nblocks / 8 + 1);
+		if (!r->held || !r->busy || !r->theirs)
 			rc = pt_fail(err, -ENOMEM, "out of memory");
 	}
 	if (!rc) {
@@ -1266,7 +1469,7 @@ static struct pt_remote *rm_new(const struct pt_remote_opts *o)
 	if (!r->o.cache_size)
 		r->o.cache_size = (uint64_t)10 << 30;
 	r->c.data_fd = r->c.map_fd = r->c.lock_fd = -1;
-	r->c.splice_fd = r->c.punch_fd = -1;
+	r->c.splice_fd = r->c.punch_fd = r->c.inflight_fd = -1;
 	pthread_mutex_init(&r->share_lock, NULL);
 	pthread_mutex_init(&r->lock, NULL);
 	pthread_cond_init(&r->cond, NULL);
@@ -1337,6 +1540,7 @@ void pt_remote_close(struct pt_remote *r)
 	free(r->origin);
 	free(r->held);
 	free(r->busy);
+	free(r->theirs);
 	free(r->regions);
 	free(r->readers);
 	free(r->own[0]);

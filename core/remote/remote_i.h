@@ -65,6 +65,8 @@ struct rm_job {
 	uint64_t got0;          /* got + mem_len when this attempt started */
 	uint64_t start;         /* off at submission (blocks marked from) */
 	uint64_t marked;        /* blocks below this one are marked held */
+	uint64_t published;     /* ... and marked in the map, not claimed */
+	bool claimed;           /* its blocks are claimed (cache.c) */
 	bool probe;             /* open request: body to mem, headers kept */
 	bool tail;              /* probe: suffix range of len bytes */
 	bool urgent;            /* a reader waits: before prefetches */
@@ -104,6 +106,11 @@ struct rm_job {
 	 * the end (after which the engine forgets the job) */
 	size_t (*on_body)(struct rm_job *j, const char *p, size_t n);
 	void (*on_done)(struct rm_job *j);
+	/* optional, once, just before the first request, on the engine's
+	 * thread under the engine's lock (the owner may take its own inside,
+	 * never the other way round): may shrink the range; false: no
+	 * request, on_done runs instead */
+	bool (*on_start)(struct rm_job *j);
 	struct rm_job *next;
 };
 
@@ -131,6 +138,7 @@ struct rm_cache {
 	int lock_fd;            /* flock LOCK_SH while open: not evicted */
 	int splice_fd;          /* flock LOCK_SH: may splice from data */
 	int punch_fd;           /* flock LOCK_SH: storing or copying */
+	int inflight_fd;        /* OFD locks: blocks claimed (-1: none) */
 	uint64_t written;       /* bytes stored since the last eviction pass */
 };
 
@@ -145,6 +153,7 @@ struct rm_meta {
 
 int rm_cache_root(const struct pt_remote_opts *o, char **root,
 		  struct pt_error *err);
+bool rm_cache_unwritable(int rc);
 int rm_cache_open(struct rm_cache *c, const char *root, const char *key,
 		  struct rm_meta *m, struct pt_error *err);
 void rm_cache_latest(const char *root, const char *key, struct rm_meta *m);
@@ -154,6 +163,11 @@ int rm_cache_sync_map(struct rm_cache *c, uint8_t *held, uint64_t b0,
 		      uint64_t b1);
 int rm_cache_mark(struct rm_cache *c, uint64_t b0, uint64_t b1);
 int rm_cache_unmark(struct rm_cache *c, uint64_t b0, uint64_t b1);
+bool rm_cache_claim(struct rm_cache *c, uint64_t b0, uint64_t b1,
+		    uint64_t *end);
+void rm_cache_release(struct rm_cache *c, uint64_t b0, uint64_t b1);
+void rm_cache_unclaimed(struct rm_cache *c, uint8_t *bits, uint64_t b0,
+			uint64_t b1);
 void rm_cache_evict(const char *root, uint64_t limit, const char *keep);
 void rm_cache_close(struct rm_cache *c);
 
@@ -192,6 +206,8 @@ struct pt_remote {
 	pthread_cond_t cond;
 	uint8_t *held;            /* blocks in the cache */
 	uint8_t *busy;            /* blocks being fetched by this process */
+	uint8_t *theirs;          /* ... by another one, whose claim came
+				   * first (cache.c): reads wait for them */
 	uint64_t nblocks;
 	uint64_t seq_next;        /* end of the last read */
 	struct rm_region *regions; /* sorted by lo, not overlapping */
@@ -219,6 +235,7 @@ struct pt_remote {
 	 * is no read-ahead */
 	double nospace_until;
 	bool nospace_told;        /* warned once */
+	bool stall_told;          /* another process's claims outwaited */
 	bool stale;
 	char stale_why[320];      /* what showed the new version */
 	bool closing;
