@@ -547,6 +547,20 @@ static void do_read(fuse_req_t req, fuse_ino_t ino, size_t size,
 	free(buf);
 }
 
+/* The answer to a truncation of @n that gave @rc. */
+static void reply_truncated(fuse_req_t req, struct ptfs *fs, struct pt_node *n,
+			    int rc)
+{
+	struct stat st;
+
+	if (rc) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	fill_stat(fs, n, &st);
+	fuse_reply_attr(req, &st, PTFS_TIMEOUT);
+}
+
 static void ptfs_op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 			    int to_set, struct fuse_file_info *fi)
 {
@@ -569,23 +583,13 @@ static void ptfs_op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 			return;
 		}
 		if (h ? h->tf != NULL : ptfs_tfile_of(fs, n) != NULL) {
-			rc = ptfs_tfile_truncate(fs, n, (uint64_t)attr->st_size);
-			if (rc) {
-				fuse_reply_err(req, -rc);
-				return;
-			}
-			fill_stat(fs, n, &st);
-			fuse_reply_attr(req, &st, PTFS_TIMEOUT);
+			reply_truncated(req, fs, n, ptfs_tfile_truncate(fs, n,
+					(uint64_t)attr->st_size));
 			return;
 		}
 		if (h ? h->scalar : pt_edit_scalar_node(n) || pt_node_is_sidecar(n)) {
-			rc = ptfs_scalar_truncate(fs, n, (uint64_t)attr->st_size);
-			if (rc) {
-				fuse_reply_err(req, -rc);
-				return;
-			}
-			fill_stat(fs, n, &st);
-			fuse_reply_attr(req, &st, PTFS_TIMEOUT);
+			reply_truncated(req, fs, n, ptfs_scalar_truncate(fs, n,
+					(uint64_t)attr->st_size));
 			return;
 		}
 		if (!h) {
