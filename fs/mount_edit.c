@@ -20,6 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ckpt/pending.h"
 #include "ptfs.h"
 
 /* The tree path of @n ("" for the root) appended to @b. */
@@ -513,6 +514,17 @@ void ptfs_edits_free(struct ptfs *fs)
 		HASH_DEL(fs->gone, g);
 		free(g);
 	}
+}
+
+bool ptfs_edits_lost(struct ptfs *fs)
+{
+	const char *lost = fs->edits ? pt_pending_edits_lost(fs->ck) : NULL;
+
+	if (lost)
+		fuse_log(FUSE_LOG_ERR,
+			 "ptfs: %s: the structural edits (%u) cannot be kept in a pending file (%s): they are lost\n",
+			 fs->ckpath, fs->edits, lost);
+	return lost != NULL;
 }
 
 int ptfs_edits_commit(struct ptfs *fs, const char *why)

@@ -270,6 +270,9 @@ struct pt_ckpt {
 		bool holes;             /* pt_edit_keep_names() */
 		struct pt_value **holed; /* lists with holes, until commit */
 		size_t n_holed, cap_holed;
+		struct pt_edit_rec *log; /* editlog.c: since the last commit */
+		size_t n_log, cap_log;
+		const char *log_lost;   /* an edit it could not keep, or NULL */
 	} edits;
 	struct pt_source *layer;        /* pt_ckpt_set_layer(), or NULL */
 	/* Set by the parent's format when the parent's commits write this

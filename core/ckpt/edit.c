@@ -26,6 +26,7 @@
 
 #include "base/text.h"
 #include "ckpt/ckpt_i.h"
+#include "ckpt/editlog_i.h"
 #include "ckpt/names.h"
 #include "ckpt/tree_i.h"
 
@@ -523,7 +524,9 @@ int pt_edit_remove(struct pt_ckpt *ck, const char *path, struct pt_error *err)
 		pthread_mutex_unlock(&ck->tree->lock);
 		return pt_fail(err, rc, "out of memory");
 	}
-	return edit_done(ck, n->parent->val, NULL);
+	edit_done(ck, n->parent->val, NULL);
+	pt__edit_log(ck, PT_EDIT_RM, path, NULL, 0, NULL);
+	return 0;
 }
 
 static bool inside(const struct pt_node *n, const struct pt_node *dir)
@@ -596,7 +599,10 @@ int pt_edit_move(struct pt_ckpt *ck, const char *from, const char *to,
 	if (dst) {
 		if (inside(dst, n))
 			return pt_fail(err, -EINVAL, "cannot move %.*s%s into itself", SHOWN(from));
-		return move_onto(ck, to, n, dst, &s, err);
+		rc = move_onto(ck, to, n, dst, &s, err);
+		if (rc == 0)
+			pt__edit_log(ck, PT_EDIT_MV, from, to, strlen(to), NULL);
+		return rc;
 	}
 	if (!dir && !(dir = parent_of(ck, to, name, sizeof(name), err, &rc)))
 		return rc;
@@ -626,6 +632,7 @@ int pt_edit_move(struct pt_ckpt *ck, const char *from, const char *to,
 	/* the node goes to its new place now: a mount's inode that the
 	 * kernel has moved names its new path at once */
 	(void)pt_tree_lookup(ck, dir, name, &rc);
+	pt__edit_log(ck, PT_EDIT_MV, from, to, strlen(to), NULL);
 	return 0;
 }
 
@@ -667,7 +674,10 @@ int pt_edit_mkdir(struct pt_ckpt *ck, const char *path, struct pt_error *err)
 	if (!d || !seq_init(ck, &d->u.dict.kv, 8))
 		return pt_fail(err, -ENOMEM, "out of memory");
 	d->aux16 = PT_C_MAP;
-	return add_entry(ck, path, d, err);
+	rc = add_entry(ck, path, d, err);
+	if (rc == 0)
+		pt__edit_log(ck, PT_EDIT_MKDIR, path, NULL, 0, NULL);
+	return rc;
 }
 
 /* ---- scalars ---- */
@@ -769,6 +779,7 @@ int pt_edit_scalar(struct pt_ckpt *ck, const char *path, const void *text,
 	struct pt_value *old, *v;
 	struct pt_slot s;
 	struct pt_node *n;
+	size_t given = len;             /* the log keeps the text as given */
 	char *t;
 	int rc = need_editable(ck, err);
 
@@ -800,7 +811,9 @@ int pt_edit_scalar(struct pt_ckpt *ck, const char *path, const void *text,
 		pthread_mutex_unlock(&ck->tree->lock);
 		return pt_fail(err, rc, "out of memory");
 	}
-	return edit_done(ck, n->parent->val, NULL);
+	edit_done(ck, n->parent->val, NULL);
+	pt__edit_log(ck, PT_EDIT_SCALAR, path, text, given, NULL);
+	return 0;
 }
 
 /* ---- tensors ---- */
@@ -1008,15 +1021,21 @@ int pt_edit_tensor(struct pt_ckpt *ck, const char *path,
 	v = tensor_new(ck, path, et, like, err, &rc);
 	if (!v)
 		return rc;
-	if (!n)
-		return add_entry(ck, path, v, err);
+	if (!n) {
+		rc = add_entry(ck, path, v, err);
+		if (rc == 0)
+			pt__edit_log(ck, PT_EDIT_TENSOR, path, NULL, 0, et);
+		return rc;
+	}
 	edit_lock(ck);
 	rc = slot_set(ck, &s, NULL, v);
 	if (rc) {
 		pthread_mutex_unlock(&ck->tree->lock);
 		return pt_fail(err, rc, "out of memory");
 	}
-	return edit_done(ck, n->parent->val, NULL);
+	edit_done(ck, n->parent->val, NULL);
+	pt__edit_log(ck, PT_EDIT_REPLACE, path, NULL, 0, et);
+	return 0;
 }
 
 /* ---- renaming the keys of a mapping ---- */
@@ -1273,8 +1292,10 @@ int pt_edit_rename(struct pt_ckpt *ck, const char *dir, pt_rename_fn fn,
 	}
 	if (rc == 0 && renamed)
 		rc = rename_metadata(ck, d->val, fn, ctx);
-	if (renamed)
+	if (renamed) {
 		edit_done(ck, d->val, NULL);    /* what changed, even on failure */
+		pt__edit_log_lost(ck, "rename of keys through a rule");
+	}
 	else
 		pthread_mutex_unlock(&ck->tree->lock);
 	if (rc > 0 || (rc < 0 && !err->msg[0]))
@@ -1297,6 +1318,8 @@ int pt_edit_commit(struct pt_ckpt *ck, struct pt_error *err)
 		return pt_fail(err, -ENOMEM, "out of memory");
 	rc = ck->fmt->restructure(ck, false, NULL, err);
 	open_holes(ck, was, rc == 0);
+	if (rc == 0)
+		pt__edit_log_clear(ck);
 	return rc;
 }
 

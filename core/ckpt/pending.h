@@ -79,6 +79,13 @@ int pt_pending_find(const char *path, const char *state_dir, char *found,
 int pt_pending_apply(struct pt_ckpt *ck, const char *pending, bool force,
 		     char *note, size_t cap, struct pt_error *err);
 
+/*
+ * Why the structural edits made on @ck since its last commit cannot be
+ * kept by pt_pending_save() (an edit its log cannot hold, editlog_i.h),
+ * or NULL: none were made, or they are kept with the writes.
+ */
+const char *pt_pending_edits_lost(const struct pt_ckpt *ck);
+
 /* Remove @pending after the same trust checks: 0 or -errno. */
 int pt_pending_discard(const struct pt_ckpt *ck, const char *pending,
 		       struct pt_error *err);
