@@ -529,7 +529,7 @@ int ptfs_final_commit(struct ptfs *fs, const char *why)
 		return -1;
 	pt_error_clear(&err);
 	if (ov_save_pending(fs->ov, ptfs_state_dir(true), &where, &err) == 0)
-		fuse_log(FUSE_LOG_ERR, "ptfs: %s: the %s%s kept in %s: 'ptfs recover %s' applies them\n",
+		fuse_log(FUSE_LOG_ERR, "ptfs: %s: the %s%s are kept in %s: 'ptfs recover %s' applies them\n",
 			 fs->ckpath, rc ? "changes" : "structural edits",
 			 rc && fs->edits && !lost ? " (tensor writes and structural edits)" : "",
 			 where, fs->ckpath);

@@ -1133,17 +1133,29 @@ static int commit_edits(struct pt_ckpt *ck, const char *pending, bool wrote,
 	char why[sizeof(err->msg)];
 	int rc = pt_edit_commit(ck, err), rc2;
 
-	if (!rc || !wrote)
-		return rc;
+	if (!rc)
+		return 0;
 	snprintf(why, sizeof(why), "%s", err->msg);
+	if (!wrote)
+		return pt_fail_over(err, rc, "the structural edits kept in %s could not be committed: %s",
+			       pending, why);
 	rc2 = save_over(ck, pending);
 	if (rc2 == 0)
-		return pt_fail(err, rc,
+		return pt_fail_over(err, rc,
 			       "the writes are applied, but the structural edits could not be committed (%s): they are kept in %s, 'ptfs recover' applies them",
 			       why, pending);
-	return pt_fail(err, rc,
+	return pt_fail_over(err, rc,
 		       "the writes are applied, but the structural edits could not be committed (%s) nor kept alone (%s): %s still holds them with the writes, 'ptfs recover --force' applies both again",
 		       why, strerror(-rc2), pending);
+}
+
+/* Keep @msg one line: the keys and paths it quotes come from the file,
+ * and a name may hold any byte but '/' and NUL. */
+static void one_line(char *msg)
+{
+	for (; *msg; msg++)
+		if ((unsigned char)*msg < 0x20 || *msg == 0x7f)
+			*msg = '?';
 }
 
 int pt_pending_apply(struct pt_ckpt *ck, const char *pending, bool force,
@@ -1207,6 +1219,8 @@ int pt_pending_apply(struct pt_ckpt *ck, const char *pending, bool force,
 			 (unsigned long long)bytes, n, n == 1 ? "" : "s", pending,
 			 pt_ckpt_last_commit(ck));
 out:
+	if (rc)
+		one_line(err->msg);
 	free(cs);
 	free(pc);
 	pend_free(&p);

@@ -377,6 +377,33 @@ def test_kept_edits_refused_on_a_changed_checkpoint(tmp_path, train, mounts):
     assert r.returncode == 0 and not os.path.exists(pending), r.stderr
 
 
+def test_recover_keeps_the_edits_alone_when_only_their_commit_fails(tmp_path, train, mounts):
+    """recover commits the kept tensor writes, then the edits; when only
+    the edits' rewrite fails they stay in the pending file, bound to the
+    file as it now is, and the next recover applies them."""
+    obj = load(train)
+    m = mounts(tmp_path, train, env={"PTFS_FAULT": "rename:1:ENOSPC"})
+    new = os.urandom(obj["model"]["fc.bias"].numel() * 4)
+    write_text(m.path("model/fc.bias"), new)
+    os.unlink(m.path("epoch"))
+    rc, err = m.umount()
+    assert rc == 1 and "tensor writes and structural edits" in err, err
+    pending = kept_in(err)
+    env = {k: v for k, v in m.env.items() if k != "PTFS_FAULT"}
+    r = subprocess.run([PTFS, "recover", train], capture_output=True,
+                       env=dict(env, PTFS_FAULT="rename:2:ENOSPC"), timeout=60)
+    assert r.returncode == 1, r.stderr
+    assert b"the writes are applied" in r.stderr and pending.encode() in r.stderr, r.stderr
+    assert load(train)["model"]["fc.bias"].numpy().tobytes() == new
+    assert "epoch" in load(train)
+    r = recover(m, train)
+    assert r.returncode == 0 and b"1 structural edit " in r.stderr, r.stderr
+    assert not os.path.exists(pending)
+    after = load(train)
+    assert "epoch" not in after
+    assert after["model"]["fc.bias"].numpy().tobytes() == new
+
+
 def test_damaged_kept_edits_are_refused(tmp_path, train, mounts):
     """A pending file whose edit log is cut or changed: one line, nothing
     applied, the file kept."""
