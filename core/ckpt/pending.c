@@ -55,7 +55,7 @@ struct pend_edit {
 	char *path, *arg;               /* NUL-terminated */
 	uint64_t arg_len;
 	uint32_t rank;                  /* tensors */
-	int64_t shape[PEND_RANK_MAX];
+	int64_t *shape;
 	uint64_t data, len;             /* where its bytes are in the file */
 	void *map;                      /* them, mapped for the replay */
 	size_t map_len, map_skip;
@@ -68,7 +68,8 @@ struct pend {
 	uint32_t n_files;
 	struct pend_rec *recs;
 	size_t n;
-	struct pend_edit *edits;
+	struct pend_edit *edits;        /* grown as they are read */
+	size_t cap_edits;
 	uint32_t n_edits, layout;       /* layout: PEND_NESTED ... */
 };
 
@@ -550,6 +551,7 @@ static void pend_free(struct pend *p)
 	for (i = 0; i < p->n_edits; i++) {
 		free(p->edits[i].path);
 		free(p->edits[i].arg);
+		free(p->edits[i].shape);
 		if (p->edits[i].map)
 			munmap(p->edits[i].map, p->edits[i].map_len);
 	}
@@ -731,6 +733,9 @@ static int get_tensor(struct pend *p, struct pend_edit *e, uint64_t size,
 	if (rc || len % 8 || pt_pread_full(p->fd, buf, (size_t)len, *at))
 		return -EBADMSG;
 	e->rank = (uint32_t)(len / 8);
+	e->shape = malloc(len ? (size_t)len : 1);
+	if (!e->shape)
+		return -ENOMEM;
 	for (k = 0; k < e->rank; k++)
 		e->shape[k] = (int64_t)pt_le64(buf + 8u * k);
 	*crc = libdeflate_crc32(*crc, buf, (size_t)len);
@@ -748,7 +753,7 @@ static int get_tensor(struct pend *p, struct pend_edit *e, uint64_t size,
 /* Check one edit at *@at and add it: 0 or -EBADMSG/-ENOMEM. */
 static int get_edit(struct pend *p, uint64_t size, uint64_t *at, uint8_t *buf)
 {
-	struct pend_edit *e = &p->edits[p->n_edits];
+	struct pend_edit *e;
 	uint8_t h[8];
 	uint32_t crc, fields;
 	int rc;
@@ -756,6 +761,10 @@ static int get_edit(struct pend *p, uint64_t size, uint64_t *at, uint8_t *buf)
 	if (size - *at < sizeof(h) || pt_pread_full(p->fd, h, sizeof(h), *at))
 		return -EBADMSG;
 	*at += sizeof(h);
+	if (!pt_grow((void **)&p->edits, &p->cap_edits, p->n_edits, sizeof(*p->edits)))
+		return -ENOMEM;
+	e = &p->edits[p->n_edits];
+	memset(e, 0, sizeof(*e));
 	e->kind = (enum pt_edit_kind)pt_le32(h);
 	fields = edit_fields(pt_le32(h));
 	if (!fields || pt_le32(h + 4) != fields)
@@ -794,9 +803,6 @@ static int get_edits(struct pend *p, uint64_t size, uint64_t *at, uint8_t *buf)
 	/* a count the size cannot hold is damage, not an allocation */
 	if (count == 0 || count > (size - *at) / PEND_EDIT_MIN)
 		return -EBADMSG;
-	p->edits = calloc(count, sizeof(*p->edits));
-	if (!p->edits)
-		return -ENOMEM;
 	for (i = 0; !rc && i < count; i++)
 		rc = get_edit(p, size, at, buf);
 	return rc;
