@@ -183,18 +183,11 @@ static int edit_done(struct pt_ckpt *ck, struct pt_value *a, struct pt_value *b)
 	return 0;
 }
 
-static int need_editable(struct pt_ckpt *ck, struct pt_error *err)
+/* Whether the checkpoint can be restructured: 0, or -errno with @err. */
+static int need_restructurable(struct pt_ckpt *ck, struct pt_error *err)
 {
-	uint64_t kept = ck->tree ? ck->tree->retired_entries : 0;
-
 	if (!ck->opts.editable)
 		return pt_fail(err, -EINVAL, "checkpoint not opened for editing");
-	/* each edit lists its directory again and keeps the old listing
-	 * until close: the same budget as one walk of the tree */
-	if (kept > ck->opts.limits.max_walk_entries)
-		return pt_fail(err, -E2BIG,
-			       "these edits listed directories again %" PRIu64 " entries over (max_walk_entries %" PRIu64 "): commit them and remount, or use 'ptfs rm' for large dicts",
-			       kept, ck->opts.limits.max_walk_entries);
 	if (!ck->fmt->restructure)
 		return pt_fail(err, -EROFS, "%s checkpoints cannot be restructured",
 			       pt_ckpt_format(ck));
@@ -203,6 +196,23 @@ static int need_editable(struct pt_ckpt *ck, struct pt_error *err)
 			       "%s: structural edits are refused, its code may refer to any attribute",
 			       ck->kind_name);
 	return 0;
+}
+
+/* Whether one more edit may be made: restructurable, and within the
+ * budget of listings kept.  The commit of the edits made is never
+ * refused for that budget (they are made: what they kept is spent). */
+static int need_editable(struct pt_ckpt *ck, struct pt_error *err)
+{
+	uint64_t kept = ck->tree ? ck->tree->retired_entries : 0;
+	int rc = need_restructurable(ck, err);
+
+	/* each edit lists its directory again and keeps the old listing
+	 * until close: the same budget as one walk of the tree */
+	if (!rc && kept > ck->opts.limits.max_walk_entries)
+		rc = pt_fail(err, -E2BIG,
+			     "these edits listed directories again %" PRIu64 " entries over (max_walk_entries %" PRIu64 "): commit them and remount, or use 'ptfs rm' for large dicts",
+			     kept, ck->opts.limits.max_walk_entries);
+	return rc;
 }
 
 static struct pt_node *find(struct pt_ckpt *ck, const char *path,
@@ -1310,7 +1320,7 @@ out:
 int pt_edit_commit(struct pt_ckpt *ck, struct pt_error *err)
 {
 	struct holed_was *was;
-	int rc = need_editable(ck, err);
+	int rc = need_restructurable(ck, err);
 
 	if (rc || ck->edits.n == 0)
 		return rc;
@@ -1326,7 +1336,7 @@ int pt_edit_commit(struct pt_ckpt *ck, struct pt_error *err)
 int pt_edit_size(struct pt_ckpt *ck, uint64_t *size, struct pt_error *err)
 {
 	struct holed_was *was;
-	int rc = need_editable(ck, err);
+	int rc = need_restructurable(ck, err);
 
 	if (rc)
 		return rc;

@@ -460,3 +460,22 @@ def test_rm_r_of_a_large_dict(tmp_path, mounts):
     rc, err = m.umount()
     assert rc == 0, err
     assert load(ck) == {"epoch": 1}
+
+
+def test_edits_past_the_listing_budget_are_refused_and_the_rest_committed(tmp_path, mounts):
+    """Past max_walk_entries an edit fails with E2BIG; the edits made
+    before it are committed at unmount all the same (the budget bounds new
+    edits, never the commit of those made)."""
+    import torch
+    ck = str(tmp_path / "sd.pt")
+    torch.save({"model": {"layer%d.w" % i: torch.zeros(4) for i in range(300)},
+                "epoch": 1}, ck)
+    m = mounts(tmp_path, ck, "-o", "max_walk_entries=6000")
+    r = subprocess.run(["rm", "-r", m.path("model")], capture_output=True, timeout=120)
+    assert r.returncode != 0 and b"Argument list too long" in r.stderr, r.stderr
+    left = [n for n in listing(m.path("model")) if not n.endswith((".json", ".png"))]
+    assert 0 < len(left) < 300, len(left)
+    rc, err = m.umount()
+    assert rc == 0, err
+    after = load(ck)
+    assert sorted(after["model"]) == sorted(left) and after["epoch"] == 1
