@@ -195,7 +195,7 @@ static int remove_entry(struct ptfs *fs, fuse_ino_t parent, const char *name,
 			rc = -ENOTDIR;
 		else if (!dir && a.type == PT_NT_DIR)
 			rc = -EISDIR;
-		else if (dir && pt_tree_count(fs->ck, n, &count) == 0 && count)
+		else if (dir && pt_tree_entries(fs->ck, n, &count) == 0 && count)
 			rc = -ENOTEMPTY;
 		else if ((path = path_of(fs, p, name, &rc))) {
 			if (a.tensor)
@@ -285,7 +285,7 @@ static int rename_onto(struct ptfs *fs, struct pt_node *src, struct pt_node *dst
 		return -ENOTDIR;
 	if (da.type != PT_NT_DIR)
 		return 0;
-	if (pt_tree_count(fs->ck, dst, &count) == 0 && count)
+	if (pt_tree_entries(fs->ck, dst, &count) == 0 && count)
 		return -ENOTEMPTY;
 	return pt_edit_remove(fs->ck, to, err);
 }

@@ -248,8 +248,6 @@ static int slot_of(struct pt_ckpt *ck, const char *path, struct pt_node *n,
 		   struct pt_slot *s, const char *what, struct pt_error *err)
 {
 	struct pt_node *p = n->parent;
-	struct pt_entry_slot *all = NULL;
-	size_t i, k = 0;
 	int rc;
 
 	if (!p)
@@ -258,14 +256,7 @@ static int slot_of(struct pt_ckpt *ck, const char *path, struct pt_node *n,
 		return pt_fail(err, -EPERM, "%.*s%s: not a value of the checkpoint%s",
 			       SHOWN(path), n->role == R_JSON ?
 			       " (NAME.json describes the tensor NAME)" : "");
-	rc = slots_of(ck, p->val, &all, &k);
-	for (i = 0; i < k && strcmp(all[i].name, n->name) != 0; i++)
-		;
-	if (i < k)
-		*s = all[i].slot;
-	else if (rc == 0)
-		rc = -ENOENT;
-	free(all);
+	rc = pt__entry_slot(ck, p->val, n->name, s);
 	if (rc)
 		return pt_fail(err, rc, "%.*s%s: %s", SHOWN(path), strerror(-rc));
 	if (s->kind == PT_SLOT_NAMED)
@@ -319,27 +310,45 @@ static int slot_set(struct pt_ckpt *ck, const struct pt_slot *s,
 	}
 }
 
-/* Take the entry of slot @s out of its sequence: cut, or with
- * pt_edit_keep_names() a list's item leaves a hole that keeps the others'
- * indexes (closed by pt_edit_commit()). */
+/* Whether removing the entry of slot @s leaves a hole in its sequence
+ * (pt_edit_keep_names(): a list's or tuple's item, a mapping's pair)
+ * rather than cutting it out. */
+static bool leaves_hole(const struct pt_ckpt *ck, const struct pt_slot *s)
+{
+	if (!ck->edits.holes)
+		return false;
+	if (s->kind == PT_SLOT_PAIR || s->kind == PT_SLOT_LISTPAIR)
+		return true;
+	return s->kind == PT_SLOT_ITEM &&
+	       (s->owner->kind == PT_V_LIST || s->owner->kind == PT_V_TUPLE);
+}
+
+/*
+ * Take the entry of slot @s out of its sequence: cut, or with
+ * pt_edit_keep_names() it leaves a hole (a pair: two) that keeps the
+ * others' indexes and slots (closed by pt_edit_commit()), so that the
+ * directory's table hides the entry in place (pt__tree_hide()) rather
+ * than being listed again: `rm -r` of N entries costs N, not N².
+ */
 static int slot_remove(struct pt_ckpt *ck, const struct pt_slot *s)
 {
 	size_t i;
 
-	if (!ck->edits.holes || s->kind != PT_SLOT_ITEM ||
-	    (s->owner->kind != PT_V_LIST && s->owner->kind != PT_V_TUPLE)) {
+	if (!leaves_hole(ck, s)) {
 		seq_cut(s->seq, s->pos, s->kind == PT_SLOT_PAIR ? 2 : 1);
 		return 0;
 	}
-	for (i = 0; i < ck->edits.n_holed && ck->edits.holed[i] != s->owner; i++)
+	for (i = 0; i < ck->edits.n_holed && ck->edits.holed[i] != s->seq; i++)
 		;
 	if (i == ck->edits.n_holed) {
 		if (!pt_grow((void **)&ck->edits.holed, &ck->edits.cap_holed, i,
 			     sizeof(*ck->edits.holed)))
 			return -ENOMEM;
-		ck->edits.holed[ck->edits.n_holed++] = (struct pt_value *)s->owner;
+		ck->edits.holed[ck->edits.n_holed++] = s->seq;
 	}
 	s->seq->v[s->pos] = &pt__hole;
+	if (s->kind == PT_SLOT_PAIR)
+		s->seq->v[s->pos + 1] = &pt__hole;
 	return 0;
 }
 
@@ -369,7 +378,7 @@ static int close_holes(struct pt_ckpt *ck, struct holed_was **was)
 	if (n && !*was)
 		return -ENOMEM;
 	for (i = 0; i < n; i++) {
-		struct pt_vseq *s = &ck->edits.holed[i]->u.seq;
+		struct pt_vseq *s = ck->edits.holed[i];
 
 		(*was)[i].n = s->n;
 		(*was)[i].v = malloc((s->n ? s->n : 1) * sizeof(*s->v));
@@ -384,7 +393,7 @@ static int close_holes(struct pt_ckpt *ck, struct holed_was **was)
 	}
 	edit_lock(ck);
 	for (i = 0; i < n; i++) {
-		struct pt_vseq *s = &ck->edits.holed[i]->u.seq;
+		struct pt_vseq *s = ck->edits.holed[i];
 
 		for (j = k = 0; j < s->n; j++)
 			if (s->v[j] != &pt__hole)
@@ -405,7 +414,7 @@ static void open_holes(struct pt_ckpt *ck, struct holed_was *was, bool done)
 		return;
 	edit_lock(ck);
 	for (i = 0; i < ck->edits.n_holed; i++) {
-		struct pt_vseq *s = &ck->edits.holed[i]->u.seq;
+		struct pt_vseq *s = ck->edits.holed[i];
 
 		if (!done) {
 			/* the same array: compaction only moved items down */
@@ -534,7 +543,13 @@ int pt_edit_remove(struct pt_ckpt *ck, const char *path, struct pt_error *err)
 		pthread_mutex_unlock(&ck->tree->lock);
 		return pt_fail(err, rc, "out of memory");
 	}
-	edit_done(ck, n->parent->val, NULL);
+	if (leaves_hole(ck, &s)) {
+		/* the other entries keep their slots: no listing again */
+		pt__tree_hide(ck, n->parent->val, n->name);
+		edit_done(ck, NULL, NULL);
+	} else {
+		edit_done(ck, n->parent->val, NULL);
+	}
 	pt__edit_log(ck, PT_EDIT_RM, path, NULL, 0, NULL);
 	return 0;
 }

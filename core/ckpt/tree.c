@@ -515,6 +515,15 @@ int pt_tree_count(struct pt_ckpt *ck, struct pt_node *dir, size_t *n)
 	return rc;
 }
 
+int pt_tree_entries(struct pt_ckpt *ck, struct pt_node *dir, size_t *n)
+{
+	int rc;
+	struct dtab *d = dir_tab(ck, dir, &rc);
+
+	*n = d ? d->n - __atomic_load_n(&d->n_hidden, __ATOMIC_ACQUIRE) : 0;
+	return rc;
+}
+
 struct pt_node *pt_tree_child(struct pt_ckpt *ck, struct pt_node *dir,
 			      size_t i, int *rc)
 {
@@ -526,7 +535,7 @@ struct pt_node *pt_tree_child(struct pt_ckpt *ck, struct pt_node *dir,
 	d = dir_tab(ck, dir, rc);
 	if (!d)
 		return NULL;
-	if (i >= d->n) {
+	if (i >= d->n || __atomic_load_n(&d->ents[i]->hidden, __ATOMIC_ACQUIRE)) {
 		*rc = -ENOENT;
 		return NULL;
 	}
@@ -708,7 +717,12 @@ int pt_tree_walk(struct pt_ckpt *ck, struct pt_node *top, const char *top_path,
 		}
 		/* sidecars (NAME.json, NAME.png) and /.ptfs are skipped
 		 * before their nodes are made (a sidecar's JSON costs more
-		 * than the entry, a picture much more) */
+		 * than the entry, a picture much more), and what edits
+		 * removed always */
+		if (__atomic_load_n(&f->tab->ents[f->next]->hidden, __ATOMIC_ACQUIRE)) {
+			f->next++;
+			continue;
+		}
 		if (!(flags & PT_WALK_ALL) &&
 		    (f->tab->ents[f->next]->role == R_JSON ||
 		     f->tab->ents[f->next]->role == R_META ||
@@ -1085,6 +1099,46 @@ void pt__tree_touched(struct pt_ckpt *ck, struct pt_value *v)
 			__atomic_store_n(&n->u.dir.tab, NULL, __ATOMIC_RELEASE);
 		}
 	}
+}
+
+/* Hide entry @e of @d (when it is not hidden already). */
+static void hide(struct dtab *d, struct dent *e)
+{
+	if (e->hidden)
+		return;
+	__atomic_store_n(&e->hidden, true, __ATOMIC_RELEASE);
+	__atomic_store_n(&d->n_hidden, d->n_hidden + 1, __ATOMIC_RELEASE);
+}
+
+/* Hide entry @name of table @d (NULL is fine), and its sidecars. */
+static void hide_entry(struct dtab *d, const char *name)
+{
+	struct dent *e;
+	size_t i;
+
+	if (!d || !(e = pt__tab_find(d, name, strlen(name))))
+		return;
+	hide(d, e);
+	/* a tensor's NAME.json and NAME.png follow its entry (pt__tab_claim) */
+	for (i = e->idx + 1; i < d->n && i <= e->idx + 2u; i++) {
+		struct dent *s = d->ents[i];
+
+		if ((s->role != R_JSON && s->role != R_PNG) || s->val != e->val)
+			break;
+		hide(d, s);
+	}
+}
+
+void pt__tree_hide(struct pt_ckpt *ck, struct pt_value *v, const char *name)
+{
+	struct pt_node *root = ck->tree->root;
+
+	/* the value's table, which every node showing it lists; the root
+	 * has one of its own (with /.ptfs) */
+	if (pt__is_dir_class(v))
+		hide_entry(v->aux, name);
+	if (root->val == v)
+		hide_entry(root->u.dir.tab, name);
 }
 
 void pt__tree_moved(struct pt_ckpt *ck, struct pt_node *n,
