@@ -357,6 +357,44 @@ def test_full_filesystem_keeps_edits_and_writes_for_recover(tmp_path, small_fs, 
     assert same(after, want)
 
 
+def test_sigterm_keeps_the_edits_its_commit_cannot_write(tmp_path, train):
+    """SIGTERM commits like an unmount: when that fails the daemon exits 1
+    and the log names the pending file that keeps the edits."""
+    obj = load(train)
+    before = sha(train)
+    mnt = tempfile.mkdtemp(prefix="ptfs-sm-")
+    env = dict(os.environ, XDG_STATE_HOME=str(tmp_path / "state"),
+               PTFS_FAULT="rename:1:ENOSPC")
+    p = subprocess.Popen([PTFS, "-f", train, mnt], env=env,
+                         stderr=subprocess.PIPE)
+    try:
+        for _ in range(200):
+            if is_mounted(mnt):
+                break
+            time.sleep(0.05)
+        assert is_mounted(mnt)
+        os.unlink(os.path.join(mnt, "model/fc.bias"))
+        os.mkdir(os.path.join(mnt, "extra"))
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=60) == 1
+        err = p.stderr.read().decode()
+    finally:
+        if p.poll() is None:
+            p.kill()
+        subprocess.run(["fusermount3", "-u", "-z", mnt], capture_output=True)
+        os.rmdir(mnt)
+    assert sha(train) == before
+    pending = kept_in(err)
+    env.pop("PTFS_FAULT")
+    r = subprocess.run([PTFS, "recover", train], capture_output=True, env=env,
+                       timeout=60)
+    assert r.returncode == 0 and b"2 structural edits" in r.stderr, r.stderr
+    assert not os.path.exists(pending)
+    del obj["model"]["fc.bias"]
+    obj["extra"] = {}
+    assert same(load(train), obj)
+
+
 def test_kept_edits_refused_on_a_changed_checkpoint(tmp_path, train, mounts):
     """The edits name the checkpoint as the mount knew it: recover against
     a file another program changed refuses with one line and keeps them."""
