@@ -86,6 +86,7 @@ void pt__tab_free(struct dtab *d)
 		return;
 	pt__tab_clear(d);
 	free(d->rec);
+	free(d->users);
 	free(d);
 }
 

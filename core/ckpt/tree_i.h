@@ -102,6 +102,10 @@ struct dtab {
 	struct pt_slot cur;
 	struct pt_value *of;            /* the directory value whose table
 					 * it is, whose aux points to it */
+	struct pt_node **users;         /* the nodes listing it, for an
+					 * edit to retire (pt__tree_touched()) */
+	size_t n_users, cap_users;
+	bool users_lost;                /* out of memory: look at every node */
 };
 
 /* Pool blocks: 64 KiB, or one of its own for a long name. */
