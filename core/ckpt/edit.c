@@ -338,9 +338,11 @@ static int slot_remove(struct pt_ckpt *ck, const struct pt_slot *s)
 		seq_cut(s->seq, s->pos, s->kind == PT_SLOT_PAIR ? 2 : 1);
 		return 0;
 	}
-	for (i = 0; i < ck->edits.n_holed && ck->edits.holed[i] != s->seq; i++)
+	/* newest first: rm -r empties one sequence after another */
+	for (i = ck->edits.n_holed; i-- > 0 && ck->edits.holed[i] != s->seq;)
 		;
-	if (i == ck->edits.n_holed) {
+	if (i == SIZE_MAX) {
+		i = ck->edits.n_holed;
 		if (!pt_grow((void **)&ck->edits.holed, &ck->edits.cap_holed, i,
 			     sizeof(*ck->edits.holed)))
 			return -ENOMEM;
