@@ -5,7 +5,7 @@
 #
 # Configures a clang build with -DPTFS_FUZZ=ON in build-fuzz, writes the
 # seed corpora (tests/fuzz/make_seeds.py), then runs fuzz_zip, fuzz_pickle,
-# fuzz_pkemit, fuzz_ckpt, fuzz_tree, fuzz_edit, fuzz_journal, fuzz_http, fuzz_onnx and fuzz_ini one after another, each on all cores (FUZZ_JOBS, default
+# fuzz_pkemit, fuzz_ckpt, fuzz_tree, fuzz_edit, fuzz_journal, fuzz_pending, fuzz_http, fuzz_onnx and fuzz_ini one after another, each on all cores (FUZZ_JOBS, default
 # nproc) for SECONDS.  New coverage accumulates in build-fuzz/corpus/<target>
 # (kept between runs).  Any crash, hang (-timeout), leak or out-of-memory
 # (-rss_limit_mb) fails the script, and the input is saved as
@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 secs=${1:-60}
 jobs=${FUZZ_JOBS:-$(nproc)}
 dir=build-fuzz
-targets=(zip pickle pkemit ckpt tree edit journal http onnx ini)
+targets=(zip pickle pkemit ckpt tree edit journal pending http onnx ini)
 
 CC=${CC_FUZZ:-clang} cmake -S . -B "$dir" -DPTFS_FUZZ=ON -DBUILD_TESTING=OFF \
 	-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER="${CC_FUZZ:-clang}" >/dev/null
@@ -38,10 +38,12 @@ for t in "${targets[@]}"; do
 	[ "$t" = edit ] && sd=ckpt     # surgery on whole checkpoints
 	[ "$t" = pkemit ] && sd=pickle # writes back what fuzz_pickle reads
 	seeds=("$PWD/$dir/seeds/$sd" "$PWD/$regress")
-	# fuzz_journal: real journals, kept in its regress folder
+	# fuzz_journal, fuzz_pending: real journals and pending files, kept
+	# in their regress folders
 	[ "$t" = journal ] && seeds=("$PWD/$regress")
+	[ "$t" = pending ] && seeds=("$PWD/$regress")
 	shared=${PTFS_SHARED:-$PWD/../shared}/fixtures/real
-	[ "$t" != pickle ] && [ "$t" != pkemit ] && [ "$t" != journal ] && [ "$t" != http ] && [ -d "$shared" ] && seeds+=("$shared")
+	[ "$t" != pickle ] && [ "$t" != pkemit ] && [ "$t" != journal ] && [ "$t" != pending ] && [ "$t" != http ] && [ -d "$shared" ] && seeds+=("$shared")
 	rc=0
 	# Fork mode ignores timeouts and OOMs unless told otherwise: a hang
 	# or a memory blow-up is a finding here.  The first finding stops.

@@ -474,6 +474,8 @@ static int cmd_recover(int argc, char **argv)
 	if (discard && force)
 		return ptfs_usage_error("recover", "--discard and --force exclude each other");
 	cli_opts.recover = true;
+	/* structural edits a mount kept are made again (ckpt/pending.h) */
+	cli_opts.editable = !discard;
 	if (open_or_report(path, &ck))
 		return PTFS_EXIT_ERROR;
 	if (!pt_pending_find(path, ptfs_state_dir(false), found, sizeof(found))) {

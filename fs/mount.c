@@ -358,6 +358,11 @@ static void do_readdir(fuse_req_t req, struct req_guard *g, fuse_ino_t ino,
 			name = "..";
 		} else {
 			n = pt_tree_child(fs->ck, dir, (size_t)(i - 2), &rc);
+			if (!n && rc == -ENOENT) {
+				rc = 0;         /* removed by an edit: its offset
+						 * stays, listed as nothing */
+				continue;
+			}
 			if (!n)
 				break;
 			name = pt_node_name(n);

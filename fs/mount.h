@@ -229,6 +229,9 @@ void ptfs_scalar_release(struct ptfs *fs, struct fh *h, fuse_ino_t ino);
 /* Commit the structural edits (one rewrite of the file), after the
  * tensor writes: 0 or a negative errno (logged). */
 int ptfs_edits_commit(struct ptfs *fs, const char *why);
+/* Whether the uncommitted structural edits cannot be kept in a pending
+ * file (their log lost one, ckpt/pending.h): then logged as lost. */
+bool ptfs_edits_lost(struct ptfs *fs);
 /* The node of @name in @dir when it is the sidecar of a tensor rm removed
  * (a lookup finds it, for its unlink), else NULL. */
 struct pt_node *ptfs_gone_lookup(struct ptfs *fs, struct pt_node *dir,

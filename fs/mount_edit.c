@@ -20,6 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ckpt/pending.h"
 #include "ptfs.h"
 
 /* The tree path of @n ("" for the root) appended to @b. */
@@ -194,7 +195,7 @@ static int remove_entry(struct ptfs *fs, fuse_ino_t parent, const char *name,
 			rc = -ENOTDIR;
 		else if (!dir && a.type == PT_NT_DIR)
 			rc = -EISDIR;
-		else if (dir && pt_tree_count(fs->ck, n, &count) == 0 && count)
+		else if (dir && pt_tree_entries(fs->ck, n, &count) == 0 && count)
 			rc = -ENOTEMPTY;
 		else if ((path = path_of(fs, p, name, &rc))) {
 			if (a.tensor)
@@ -284,7 +285,7 @@ static int rename_onto(struct ptfs *fs, struct pt_node *src, struct pt_node *dst
 		return -ENOTDIR;
 	if (da.type != PT_NT_DIR)
 		return 0;
-	if (pt_tree_count(fs->ck, dst, &count) == 0 && count)
+	if (pt_tree_entries(fs->ck, dst, &count) == 0 && count)
 		return -ENOTEMPTY;
 	return pt_edit_remove(fs->ck, to, err);
 }
@@ -513,6 +514,17 @@ void ptfs_edits_free(struct ptfs *fs)
 		HASH_DEL(fs->gone, g);
 		free(g);
 	}
+}
+
+bool ptfs_edits_lost(struct ptfs *fs)
+{
+	const char *lost = fs->edits ? pt_pending_edits_lost(fs->ck) : NULL;
+
+	if (lost)
+		fuse_log(FUSE_LOG_ERR,
+			 "ptfs: %s: the structural edits (%u) cannot be kept in a pending file (%s): they are lost\n",
+			 fs->ckpath, fs->edits, lost);
+	return lost != NULL;
 }
 
 int ptfs_edits_commit(struct ptfs *fs, const char *why)

@@ -591,6 +591,7 @@ int ptfs_final_commit(struct ptfs *fs, const char *why)
 	struct wfile *w, *tmp;
 	struct pt_error err;
 	char *where = NULL;
+	bool lost;
 	int rc;
 
 	pthread_mutex_lock(&fs->wlock);
@@ -618,20 +619,17 @@ int ptfs_final_commit(struct ptfs *fs, const char *why)
 	rc = commit_writes(fs, why, false);
 	if (rc == 0 && ptfs_edits_commit(fs, why) == 0)
 		return 0;
-	if (rc == 0) {
-		fuse_log(FUSE_LOG_ERR,
-			 "ptfs: %s: a pending file cannot keep structural edits: they are lost\n",
-			 fs->ckpath);
+	/* the writes (unless committed) and the edits go to the pending
+	 * file: recover commits them as this commit would have */
+	lost = ptfs_edits_lost(fs);
+	if (lost && rc == 0)
 		return -1;
-	}
-	if (fs->edits)
-		fuse_log(FUSE_LOG_ERR,
-			 "ptfs: %s: the structural edits (%u) are not committed, and a pending file cannot keep them: they are lost\n",
-			 fs->ckpath, fs->edits);
 	pt_error_clear(&err);
 	if (ov_save_pending(fs->ov, ptfs_state_dir(true), &where, &err) == 0)
-		fuse_log(FUSE_LOG_ERR, "ptfs: %s: the changes are kept in %s: 'ptfs recover %s' applies them\n",
-			 fs->ckpath, where, fs->ckpath);
+		fuse_log(FUSE_LOG_ERR, "ptfs: %s: the %s%s are kept in %s: 'ptfs recover %s' applies them\n",
+			 fs->ckpath, rc ? "changes" : "structural edits",
+			 rc && fs->edits && !lost ? " (tensor writes and structural edits)" : "",
+			 where, fs->ckpath);
 	else
 		fuse_log(FUSE_LOG_ERR, "ptfs: %s: the changes could not be committed nor kept (%s): they are lost\n",
 			 fs->ckpath, err.msg);

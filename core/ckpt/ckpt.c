@@ -6,6 +6,7 @@
  * tree (tree.c); its reads, checks and commits.
  */
 #include "ckpt/ckpt_i.h"
+#include "ckpt/editlog_i.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -191,6 +192,7 @@ void pt_ckpt_close(struct pt_ckpt *ck)
 		return;
 	pt__tree_free(ck);
 	free(ck->edits.holed);
+	pt__edit_log_clear(ck);
 	pt__ckpt_free(ck);
 }
 

@@ -166,15 +166,21 @@ struct pt_node *pt_node_parent(const struct pt_node *n);
 struct pt_node *pt_tree_lookup(struct pt_ckpt *ck, struct pt_node *dir,
 			       const char *name, int *rc);
 
-/* The number of entries of directory @dir (without "." and "..") in *@n.
+/* The number of entries of directory @dir (without "." and "..") in *@n:
+ * the indexes pt_tree_child() takes, an entry a structural edit removed
+ * among them (its index stays until the commit: offsets of a listing
+ * under way stay right).
  * Returns 0, or -ENOTDIR, -EFBIG (more than max_dir_entries: the
  * directory cannot be listed, every call says so at once), -ENOMEM, with
  * *@n 0. */
 int pt_tree_count(struct pt_ckpt *ck, struct pt_node *dir, size_t *n);
+/* The same without the entries edits removed: what a listing shows. */
+int pt_tree_entries(struct pt_ckpt *ck, struct pt_node *dir, size_t *n);
 
 /* Entry @i (0-based, listing order) of @dir, created on first use; NULL
- * with *@rc (may be NULL) = -ENOENT past the end, or the error of
- * pt_tree_count(), or -EFBIG past max_depth, -ENOMEM. */
+ * with *@rc (may be NULL) = -ENOENT past the end or for an entry an edit
+ * removed (listings skip it), or the error of pt_tree_count(), or -EFBIG
+ * past max_depth, -ENOMEM. */
 struct pt_node *pt_tree_child(struct pt_ckpt *ck, struct pt_node *dir,
 			      size_t i, int *rc);
 

@@ -268,8 +268,13 @@ struct pt_ckpt {
 		uint32_t n;             /* edits made to the graph */
 		uint32_t next_key;      /* of new storages ("ptfs+N") */
 		bool holes;             /* pt_edit_keep_names() */
-		struct pt_value **holed; /* lists with holes, until commit */
+		struct pt_vseq **holed; /* sequences with holes (a list's
+					 * items, a mapping's pairs), until
+					 * the commit */
 		size_t n_holed, cap_holed;
+		struct pt_edit_rec *log; /* editlog.c: since the last commit */
+		size_t n_log, cap_log;
+		const char *log_lost;   /* an edit it could not keep, or NULL */
 	} edits;
 	struct pt_source *layer;        /* pt_ckpt_set_layer(), or NULL */
 	/* Set by the parent's format when the parent's commits write this

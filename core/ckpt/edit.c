@@ -28,6 +28,7 @@
 
 #include "base/text.h"
 #include "ckpt/ckpt_i.h"
+#include "ckpt/editlog_i.h"
 #include "ckpt/names.h"
 #include "ckpt/tree_i.h"
 
@@ -200,18 +201,11 @@ static int edit_done(struct pt_ckpt *ck, struct pt_value *a, struct pt_value *b)
 	return 0;
 }
 
-static int need_editable(struct pt_ckpt *ck, struct pt_error *err)
+/* Whether the checkpoint can be restructured: 0, or -errno with @err. */
+static int need_restructurable(struct pt_ckpt *ck, struct pt_error *err)
 {
-	uint64_t kept = ck->tree ? ck->tree->retired_entries : 0;
-
 	if (!ck->opts.editable)
 		return pt_fail(err, -EINVAL, "checkpoint not opened for editing");
-	/* each edit lists its directory again and keeps the old listing
-	 * until close: the same budget as one walk of the tree */
-	if (kept > ck->opts.limits.max_walk_entries)
-		return pt_fail(err, -E2BIG,
-			       "these edits listed directories again %" PRIu64 " entries over (max_walk_entries %" PRIu64 "): commit them and remount, or use 'ptfs rm' for large dicts",
-			       kept, ck->opts.limits.max_walk_entries);
 	if (!ck->fmt->restructure)
 		return pt_fail(err, -EROFS, "%s checkpoints cannot be restructured",
 			       pt_ckpt_format(ck));
@@ -220,6 +214,23 @@ static int need_editable(struct pt_ckpt *ck, struct pt_error *err)
 			       "%s: structural edits are refused, its code may refer to any attribute",
 			       ck->kind_name);
 	return 0;
+}
+
+/* Whether one more edit may be made: restructurable, and within the
+ * budget of listings kept.  The commit of the edits made is never
+ * refused for that budget (they are made: what they kept is spent). */
+static int need_editable(struct pt_ckpt *ck, struct pt_error *err)
+{
+	uint64_t kept = ck->tree ? ck->tree->retired_entries : 0;
+	int rc = need_restructurable(ck, err);
+
+	/* each edit lists its directory again and keeps the old listing
+	 * until close: the same budget as one walk of the tree */
+	if (!rc && kept > ck->opts.limits.max_walk_entries)
+		rc = pt_fail(err, -E2BIG,
+			     "these edits listed directories again %" PRIu64 " entries over (max_walk_entries %" PRIu64 "): commit them and remount, or use 'ptfs rm' for large dicts",
+			     kept, ck->opts.limits.max_walk_entries);
+	return rc;
 }
 
 static struct pt_node *find(struct pt_ckpt *ck, const char *path,
@@ -255,8 +266,6 @@ static int slot_of(struct pt_ckpt *ck, const char *path, struct pt_node *n,
 		   struct pt_slot *s, const char *what, struct pt_error *err)
 {
 	struct pt_node *p = n->parent;
-	struct pt_entry_slot *all = NULL;
-	size_t i, k = 0;
 	int rc;
 
 	if (!p)
@@ -265,14 +274,7 @@ static int slot_of(struct pt_ckpt *ck, const char *path, struct pt_node *n,
 		return pt_fail(err, -EPERM, "%.*s%s: not a value of the checkpoint%s",
 			       SHOWN(path), n->role == R_JSON ?
 			       " (NAME.json describes the tensor NAME)" : "");
-	rc = slots_of(ck, p->val, &all, &k);
-	for (i = 0; i < k && strcmp(all[i].name, n->name) != 0; i++)
-		;
-	if (i < k)
-		*s = all[i].slot;
-	else if (rc == 0)
-		rc = -ENOENT;
-	free(all);
+	rc = pt__entry_slot(ck, p->val, n->name, s);
 	if (rc)
 		return pt_fail(err, rc, "%.*s%s: %s", SHOWN(path), strerror(-rc));
 	if (s->kind == PT_SLOT_NAMED)
@@ -342,27 +344,47 @@ static int replace_value(struct pt_ckpt *ck, const struct pt_slot *s,
 	return edit_done(ck, n->parent->val, NULL);
 }
 
-/* Take the entry of slot @s out of its sequence: cut, or with
- * pt_edit_keep_names() a list's item leaves a hole that keeps the others'
- * indexes (closed by pt_edit_commit()). */
+/* Whether removing the entry of slot @s leaves a hole in its sequence
+ * (pt_edit_keep_names(): a list's or tuple's item, a mapping's pair)
+ * rather than cutting it out. */
+static bool leaves_hole(const struct pt_ckpt *ck, const struct pt_slot *s)
+{
+	if (!ck->edits.holes)
+		return false;
+	if (s->kind == PT_SLOT_PAIR || s->kind == PT_SLOT_LISTPAIR)
+		return true;
+	return s->kind == PT_SLOT_ITEM &&
+	       (s->owner->kind == PT_V_LIST || s->owner->kind == PT_V_TUPLE);
+}
+
+/*
+ * Take the entry of slot @s out of its sequence: cut, or with
+ * pt_edit_keep_names() it leaves a hole (a pair: two) that keeps the
+ * others' indexes and slots (closed by pt_edit_commit()), so that the
+ * directory's table hides the entry in place (pt__tree_hide()) rather
+ * than being listed again: `rm -r` of N entries costs N, not N².
+ */
 static int slot_remove(struct pt_ckpt *ck, const struct pt_slot *s)
 {
 	size_t i;
 
-	if (!ck->edits.holes || s->kind != PT_SLOT_ITEM ||
-	    (s->owner->kind != PT_V_LIST && s->owner->kind != PT_V_TUPLE)) {
+	if (!leaves_hole(ck, s)) {
 		seq_cut(s->seq, s->pos, s->kind == PT_SLOT_PAIR ? 2 : 1);
 		return 0;
 	}
-	for (i = 0; i < ck->edits.n_holed && ck->edits.holed[i] != s->owner; i++)
+	/* newest first: rm -r empties one sequence after another */
+	for (i = ck->edits.n_holed; i-- > 0 && ck->edits.holed[i] != s->seq;)
 		;
-	if (i == ck->edits.n_holed) {
+	if (i == SIZE_MAX) {
+		i = ck->edits.n_holed;
 		if (!pt_grow((void **)&ck->edits.holed, &ck->edits.cap_holed, i,
 			     sizeof(*ck->edits.holed)))
 			return -ENOMEM;
-		ck->edits.holed[ck->edits.n_holed++] = (struct pt_value *)s->owner;
+		ck->edits.holed[ck->edits.n_holed++] = s->seq;
 	}
 	s->seq->v[s->pos] = &pt__hole;
+	if (s->kind == PT_SLOT_PAIR)
+		s->seq->v[s->pos + 1] = &pt__hole;
 	return 0;
 }
 
@@ -392,7 +414,7 @@ static int close_holes(struct pt_ckpt *ck, struct holed_was **was)
 	if (n && !*was)
 		return -ENOMEM;
 	for (i = 0; i < n; i++) {
-		struct pt_vseq *s = &ck->edits.holed[i]->u.seq;
+		struct pt_vseq *s = ck->edits.holed[i];
 
 		(*was)[i].n = s->n;
 		(*was)[i].v = malloc((s->n ? s->n : 1) * sizeof(*s->v));
@@ -407,7 +429,7 @@ static int close_holes(struct pt_ckpt *ck, struct holed_was **was)
 	}
 	edit_lock(ck);
 	for (i = 0; i < n; i++) {
-		struct pt_vseq *s = &ck->edits.holed[i]->u.seq;
+		struct pt_vseq *s = ck->edits.holed[i];
 
 		for (j = k = 0; j < s->n; j++)
 			if (s->v[j] != &pt__hole)
@@ -428,7 +450,7 @@ static void open_holes(struct pt_ckpt *ck, struct holed_was *was, bool done)
 		return;
 	edit_lock(ck);
 	for (i = 0; i < ck->edits.n_holed; i++) {
-		struct pt_vseq *s = &ck->edits.holed[i]->u.seq;
+		struct pt_vseq *s = ck->edits.holed[i];
 
 		if (!done) {
 			/* the same array: compaction only moved items down */
@@ -557,7 +579,15 @@ int pt_edit_remove(struct pt_ckpt *ck, const char *path, struct pt_error *err)
 		pthread_mutex_unlock(&ck->tree->lock);
 		return pt_fail(err, rc, "out of memory");
 	}
-	return edit_done(ck, n->parent->val, NULL);
+	if (leaves_hole(ck, &s)) {
+		/* the other entries keep their slots: no listing again */
+		pt__tree_hide(ck, n->parent->val, n->name);
+		edit_done(ck, NULL, NULL);
+	} else {
+		edit_done(ck, n->parent->val, NULL);
+	}
+	pt__edit_log(ck, PT_EDIT_RM, path, NULL, 0, NULL);
+	return 0;
 }
 
 static bool inside(const struct pt_node *n, const struct pt_node *dir)
@@ -630,7 +660,10 @@ int pt_edit_move(struct pt_ckpt *ck, const char *from, const char *to,
 	if (dst) {
 		if (inside(dst, n))
 			return pt_fail(err, -EINVAL, "cannot move %.*s%s into itself", SHOWN(from));
-		return move_onto(ck, to, n, dst, &s, err);
+		rc = move_onto(ck, to, n, dst, &s, err);
+		if (rc == 0)
+			pt__edit_log(ck, PT_EDIT_MV, from, to, strlen(to), NULL);
+		return rc;
 	}
 	if (!dir && !(dir = parent_of(ck, to, name, sizeof(name), err, &rc)))
 		return rc;
@@ -660,6 +693,7 @@ int pt_edit_move(struct pt_ckpt *ck, const char *from, const char *to,
 	/* the node goes to its new place now: a mount's inode that the
 	 * kernel has moved names its new path at once */
 	(void)pt_tree_lookup(ck, dir, name, &rc);
+	pt__edit_log(ck, PT_EDIT_MV, from, to, strlen(to), NULL);
 	return 0;
 }
 
@@ -705,7 +739,10 @@ int pt_edit_mkdir(struct pt_ckpt *ck, const char *path, struct pt_error *err)
 	if (!d || !seq_init(ck, &d->u.dict.kv, 8))
 		return pt_fail(err, -ENOMEM, "out of memory");
 	d->aux16 = PT_C_MAP;
-	return add_entry(ck, path, d, err);
+	rc = add_entry(ck, path, d, err);
+	if (rc == 0)
+		pt__edit_log(ck, PT_EDIT_MKDIR, path, NULL, 0, NULL);
+	return rc;
 }
 
 /* ---- scalars ---- */
@@ -801,6 +838,7 @@ int pt_edit_scalar(struct pt_ckpt *ck, const char *path, const void *text,
 	struct pt_value *old, *v;
 	struct pt_slot s;
 	struct pt_node *n;
+	size_t given = len;             /* the log keeps the text as given */
 	char *t;
 	int rc = need_editable(ck, err);
 
@@ -826,7 +864,10 @@ int pt_edit_scalar(struct pt_ckpt *ck, const char *path, const void *text,
 	if (!v)
 		return pt_fail(err, -EINVAL, "%.*s%s: the new value must be %s, or None",
 			       SHOWN(path), kind_word(old));
-	return replace_value(ck, &s, n, v, err);
+	rc = replace_value(ck, &s, n, v, err);
+	if (rc == 0)
+		pt__edit_log(ck, PT_EDIT_SCALAR, path, text, given, NULL);
+	return rc;
 }
 
 /* ---- tensors ---- */
@@ -1023,9 +1064,16 @@ int pt_edit_tensor(struct pt_ckpt *ck, const char *path,
 	v = tensor_new(ck, path, et, like, err, &rc);
 	if (!v)
 		return rc;
-	if (!n)
-		return add_entry(ck, path, v, err);
-	return replace_value(ck, &s, n, v, err);
+	if (!n) {
+		rc = add_entry(ck, path, v, err);
+		if (rc == 0)
+			pt__edit_log(ck, PT_EDIT_TENSOR, path, NULL, 0, et);
+		return rc;
+	}
+	rc = replace_value(ck, &s, n, v, err);
+	if (rc == 0)
+		pt__edit_log(ck, PT_EDIT_REPLACE, path, NULL, 0, et);
+	return rc;
 }
 
 /* ---- renaming the keys of a mapping ---- */
@@ -1282,8 +1330,10 @@ int pt_edit_rename(struct pt_ckpt *ck, const char *dir, pt_rename_fn fn,
 	}
 	if (rc == 0 && renamed)
 		rc = rename_metadata(ck, d->val, fn, ctx);
-	if (renamed)
+	if (renamed) {
 		edit_done(ck, d->val, NULL);    /* what changed, even on failure */
+		pt__edit_log_lost(ck, "rename of keys through a rule");
+	}
 	else
 		pthread_mutex_unlock(&ck->tree->lock);
 	if (rc > 0 || (rc < 0 && !err->msg[0]))
@@ -1298,7 +1348,7 @@ out:
 int pt_edit_commit(struct pt_ckpt *ck, struct pt_error *err)
 {
 	struct holed_was *was;
-	int rc = need_editable(ck, err);
+	int rc = need_restructurable(ck, err);
 
 	if (rc || ck->edits.n == 0)
 		return rc;
@@ -1306,13 +1356,15 @@ int pt_edit_commit(struct pt_ckpt *ck, struct pt_error *err)
 		return pt_fail(err, -ENOMEM, "out of memory");
 	rc = ck->fmt->restructure(ck, false, NULL, err);
 	open_holes(ck, was, rc == 0);
+	if (rc == 0)
+		pt__edit_log_clear(ck);
 	return rc;
 }
 
 int pt_edit_size(struct pt_ckpt *ck, uint64_t *size, struct pt_error *err)
 {
 	struct holed_was *was;
-	int rc = need_editable(ck, err);
+	int rc = need_restructurable(ck, err);
 
 	if (rc)
 		return rc;

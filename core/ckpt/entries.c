@@ -86,6 +86,7 @@ void pt__tab_free(struct dtab *d)
 		return;
 	pt__tab_clear(d);
 	free(d->rec);
+	free(d->users);
 	free(d);
 }
 
@@ -137,7 +138,9 @@ static struct dent *tab_find_h(const struct dtab *d, const char *name,
 struct dent *pt__tab_find(const struct dtab *d, const char *name,
 			  size_t len)
 {
-	return tab_find_h(d, name, len, pt_hash_name(name, len));
+	struct dent *e = tab_find_h(d, name, len, pt_hash_name(name, len));
+
+	return e && !e->hidden ? e : NULL;
 }
 
 bool pt__tab_has(const struct dtab *d, const char *name, size_t len)
@@ -555,6 +558,8 @@ static int add_pairs(struct dtab *d, const struct pt_value *owner,
 
 	(void)tab_expect(d, kv->n);     /* a tensor takes NAME and NAME.json */
 	for (i = 0; i + 1 < kv->n; i += 2) {
+		if (kv->v[i] == &pt__hole)
+			continue;       /* removed (pt_edit_keep_names()) */
 		at(d, owner, kv, i, PT_SLOT_PAIR);
 		rc = add_keyed(d, kv->v[i], kv->v[i + 1]);
 		if (rc)
@@ -755,6 +760,25 @@ out:
 	return d;
 }
 
+int pt__entry_slot(struct pt_ckpt *ck, struct pt_value *dir, const char *name,
+		   struct pt_slot *out)
+{
+	struct dtab *d;
+	struct dent *e;
+	int rc = 0;
+
+	d = pt__value_tab(ck, dir, &rc);
+	if (!d)
+		return rc ? rc : -ENOMEM;
+	if (!d->rec)
+		return -EINVAL;         /* not opened with opts.editable */
+	e = pt__tab_find(d, name, strlen(name));
+	if (!e || e->role != R_VALUE)
+		return -ENOENT;
+	*out = d->rec[e->idx];
+	return 0;
+}
+
 int pt__entry_slots(struct pt_ckpt *ck, struct pt_value *dir,
 		    struct pt_entry_slot **out, size_t *n)
 {
@@ -774,7 +798,7 @@ int pt__entry_slots(struct pt_ckpt *ck, struct pt_value *dir,
 	if (!v)
 		return -ENOMEM;
 	for (i = 0; i < d->n; i++) {
-		if (d->ents[i]->role != R_VALUE)
+		if (d->ents[i]->role != R_VALUE || d->ents[i]->hidden)
 			continue;
 		v[k].name = d->ents[i]->name;  /* the tree's pool */
 		v[k++].slot = d->rec[i];

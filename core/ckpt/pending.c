@@ -9,11 +9,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/rd.h"
 #include "ckpt/ckpt_i.h"
+#include "ckpt/editlog_i.h"
 #include "container/replace.h"
 #include "io/fd.h"
 
@@ -23,6 +25,15 @@
 #define PEND_KEY_MAX 4096u
 #define PEND_COPY (1u << 20)
 #define PEND_NAMES 9            /* NAME, then NAME-2 .. NAME-9 */
+#define PEND_TEXT_MAX (1u << 20) /* a path, a scalar's text, a dtype */
+#define PEND_RANK_MAX 64u
+#define PEND_EDIT_MIN 32u       /* the smallest edit: rm of a 1-byte path */
+
+/* The layout the paths of a pending file's edits name (version 3). */
+#define PEND_NESTED 1u          /* -o nested */
+#define PEND_SUFFIX 2u          /* -o suffix */
+#define PEND_HOLES 4u           /* a list's removed items left holes
+				 * (pt_edit_keep_names(): a mount) */
 
 /* One record of a pending file, as read back. */
 struct pend_rec {
@@ -38,6 +49,18 @@ struct pend_file {
 	struct stat id;                 /* as the mount knew it */
 };
 
+/* A structural edit (version 3), as read back: editlog_i.h's fields. */
+struct pend_edit {
+	enum pt_edit_kind kind;
+	char *path, *arg;               /* NUL-terminated */
+	uint64_t arg_len;
+	uint32_t rank;                  /* tensors */
+	int64_t *shape;
+	uint64_t data, len;             /* where its bytes are in the file */
+	void *map;                      /* them, mapped for the replay */
+	size_t map_len, map_skip;
+};
+
 struct pend {
 	int fd;
 	struct stat id;                 /* the checkpoint as the mount knew it */
@@ -45,6 +68,9 @@ struct pend {
 	uint32_t n_files;
 	struct pend_rec *recs;
 	size_t n;
+	struct pend_edit *edits;        /* grown as they are read */
+	size_t cap_edits;
+	uint32_t n_edits, layout;       /* layout: PEND_NESTED ... */
 };
 
 /* The data files @c[0 .. @n) write besides the checkpoint's own (an ONNX
@@ -100,11 +126,11 @@ static int write_all(int fd, const void *p, size_t n, uint64_t *at)
 }
 
 static void header(uint8_t h[PEND_HDR], const struct stat *id, uint32_t n,
-		   uint32_t n_files)
+		   uint32_t n_files, uint32_t version)
 {
 	memset(h, 0, PEND_HDR);
 	memcpy(h, PEND_MAGIC, 8);
-	pt_put32(h + 8, n_files ? 2 : 1);
+	pt_put32(h + 8, version);
 	pt_put32(h + 12, PEND_HDR);
 	pt_put64(h + 16, (uint64_t)id->st_dev);
 	pt_put64(h + 24, (uint64_t)id->st_ino);
@@ -208,21 +234,123 @@ static int put_record(int fd, const struct pt_commit *c, uint32_t file,
 	return rc ? rc : write_all(fd, tail, sizeof(tail), at);
 }
 
+/* One field of an edit: u64 length, the bytes padded to 8. */
+static int put_field(int fd, const void *p, uint64_t len, uint32_t *crc,
+		     uint64_t *at)
+{
+	uint8_t l[8], zero[8] = { 0 };
+	size_t pad = (size_t)((8 - len % 8) % 8);
+	int rc;
+
+	pt_put64(l, len);
+	*crc = libdeflate_crc32(*crc, l, sizeof(l));
+	*crc = libdeflate_crc32(*crc, p, (size_t)len);
+	*crc = libdeflate_crc32(*crc, zero, pad);
+	rc = write_all(fd, l, sizeof(l), at);
+	if (!rc && len)
+		rc = write_all(fd, p, (size_t)len, at);
+	return rc ? rc : write_all(fd, zero, pad, at);
+}
+
+/* The number of fields an edit of @kind has, 0 for no kind. */
+static uint32_t edit_fields(uint32_t kind)
+{
+	switch (kind) {
+	case PT_EDIT_RM:
+	case PT_EDIT_MKDIR:
+		return 1;
+	case PT_EDIT_MV:
+	case PT_EDIT_SCALAR:
+		return 2;
+	case PT_EDIT_TENSOR:
+	case PT_EDIT_REPLACE:
+		return 4;
+	}
+	return 0;
+}
+
+/* One edit: u32 kind, u32 field count, the fields, u32 CRC, u32 0. */
+static int put_edit(int fd, const struct pt_edit_rec *e, uint64_t *at)
+{
+	uint8_t h[8], *shape = NULL;
+	uint32_t crc;
+	uint32_t k;
+	int rc;
+
+	pt_put32(h, e->kind);
+	pt_put32(h + 4, edit_fields(e->kind));
+	crc = libdeflate_crc32(0, h, sizeof(h));
+	rc = write_all(fd, h, sizeof(h), at);
+	if (!rc)
+		rc = put_field(fd, e->path, strlen(e->path), &crc, at);
+	if (!rc && edit_fields(e->kind) >= 2)
+		rc = put_field(fd, e->arg, e->arg_len, &crc, at);
+	if (!rc && edit_fields(e->kind) == 4) {
+		shape = malloc(e->rank ? 8u * e->rank : 1);
+		if (!shape)
+			return -ENOMEM;
+		for (k = 0; k < e->rank; k++)
+			pt_put64(shape + 8u * k, (uint64_t)e->shape[k]);
+		rc = put_field(fd, shape, 8u * e->rank, &crc, at);
+		free(shape);
+		if (!rc)
+			rc = put_field(fd, e->bytes, e->len, &crc, at);
+	}
+	pt_put32(h, crc);
+	pt_put32(h + 4, 0);
+	return rc ? rc : write_all(fd, h, sizeof(h), at);
+}
+
+/* The layout @ck's tree paths name (PEND_NESTED ...). */
+static uint32_t layout_of(const struct pt_ckpt *ck)
+{
+	return (ck->opts.nested ? PEND_NESTED : 0) |
+	       (ck->opts.suffix ? PEND_SUFFIX : 0) |
+	       (ck->edits.holes ? PEND_HOLES : 0);
+}
+
+/* The edits (version 3): u32 count, u32 layout, u32 CRC of both, u32 0;
+ * then each edit. */
+static int put_edits(const struct pt_ckpt *ck, int fd,
+		     const struct pt_edit_rec *e, size_t n, uint64_t *at)
+{
+	uint8_t h[16];
+	size_t i;
+	int rc;
+
+	if (n > UINT32_MAX)
+		return -E2BIG;
+	pt_put32(h, (uint32_t)n);
+	pt_put32(h + 4, layout_of(ck));
+	pt_put32(h + 8, libdeflate_crc32(0, h, 8));
+	pt_put32(h + 12, 0);
+	rc = write_all(fd, h, sizeof(h), at);
+	for (i = 0; !rc && i < n; i++)
+		rc = put_edit(fd, &e[i], at);
+	return rc;
+}
+
 static int put_all(struct pt_ckpt *ck, int fd, const struct pt_commit *c,
 		   size_t n, const struct stat *id)
 {
 	uint8_t h[PEND_HDR], *buf = malloc(PEND_COPY);
 	uint64_t at = PEND_HDR, whole[1][2];
 	const struct pt_ckpt **files = NULL;
-	uint32_t count = 0;
-	size_t i, k;
+	const struct pt_edit_rec *edits;
+	const char *lost;
+	uint32_t count = 0, version;
+	size_t i, k, n_edits;
 	int rc = buf ? 0 : -ENOMEM, n_files = 0;
 
+	edits = pt__edit_log_get(ck, &n_edits, &lost);
+	if (!edits)
+		n_edits = 0;    /* the caller said they are lost */
 	if (!rc)
 		n_files = data_files(ck, c, n, &files);
+	version = n_edits ? 3 : n_files > 0 ? 2 : 1;
 	if (n_files < 0)
 		rc = n_files;
-	else if (n_files > 0)
+	else if (version >= 2)
 		rc = put_files(fd, files, n_files, &at);
 	for (i = 0; !rc && i < n; i++) {
 		const uint64_t (*r)[2];
@@ -234,12 +362,14 @@ static int put_all(struct pt_ckpt *ck, int fd, const struct pt_commit *c,
 	}
 	free(files);
 	free(buf);
+	if (!rc && n_edits)
+		rc = put_edits(ck, fd, edits, n_edits, &at);
 	if (!rc)
 		rc = write_all(fd, PEND_END, 8, &at);
 	if (!rc) {
 		uint64_t zero = 0;
 
-		header(h, id, count, n_files > 0 ? (uint32_t)n_files : 0);
+		header(h, id, count, n_files > 0 ? (uint32_t)n_files : 0, version);
 		rc = write_all(fd, h, sizeof(h), &zero);
 	}
 	if (!rc && fsync(fd) != 0)
@@ -418,6 +548,14 @@ static void pend_free(struct pend *p)
 		free(p->recs[i].key);
 	for (i = 0; i < p->n_files; i++)
 		free(p->files[i].name);
+	for (i = 0; i < p->n_edits; i++) {
+		free(p->edits[i].path);
+		free(p->edits[i].arg);
+		free(p->edits[i].shape);
+		if (p->edits[i].map)
+			munmap(p->edits[i].map, p->edits[i].map_len);
+	}
+	free(p->edits);
 	free(p->files);
 	free(p->recs);
 	if (p->fd >= 0)
@@ -521,6 +659,155 @@ static int get_files(struct pend *p, uint32_t count, uint64_t size,
 	return 0;
 }
 
+/* The length of the field at *@at, at most @max, its bytes, padding and
+ * the edit's CRC within @size: 0 and *@len (*@at past it), or -EBADMSG. */
+static int field_len(struct pend *p, uint64_t size, uint64_t max,
+		     uint64_t *at, uint64_t *len, uint32_t *crc)
+{
+	uint8_t l[8];
+
+	if (size - *at < sizeof(l) || pt_pread_full(p->fd, l, sizeof(l), *at))
+		return -EBADMSG;
+	*at += sizeof(l);
+	*len = pt_le64(l);
+	*crc = libdeflate_crc32(*crc, l, sizeof(l));
+	if (*len > max || *len > size - *at ||
+	    size - *at - *len < (8 - *len % 8) % 8 + 8)
+		return -EBADMSG;
+	return 0;
+}
+
+/* Fold the bytes [@at, @at + @len) of the file into *@crc. */
+static int crc_span(int fd, uint64_t at, uint64_t len, uint32_t *crc,
+		    uint8_t *buf)
+{
+	uint64_t done = 0;
+
+	while (done < len) {
+		size_t k = len - done < PEND_COPY ? (size_t)(len - done) : PEND_COPY;
+
+		if (pt_pread_full(fd, buf, k, at + done))
+			return -EBADMSG;
+		*crc = libdeflate_crc32(*crc, buf, k);
+		done += k;
+	}
+	return 0;
+}
+
+/* A text field (a path, a scalar's text, a dtype: no NUL byte, padded
+ * with zeros) into *@out; @empty: it may be empty. */
+static int get_text(struct pend *p, uint64_t size, uint64_t *at, bool empty,
+		    char **out, uint64_t *out_len, uint32_t *crc)
+{
+	uint64_t len, pad, k;
+	int rc = field_len(p, size, PEND_TEXT_MAX, at, &len, crc);
+
+	if (rc)
+		return rc;
+	pad = (len + 7) & ~(uint64_t)7;
+	if (!len && !empty)
+		return -EBADMSG;
+	*out = calloc(1, (size_t)pad + 1);
+	if (!*out)
+		return -ENOMEM;
+	if (pt_pread_full(p->fd, *out, (size_t)pad, *at) || strlen(*out) != len)
+		return -EBADMSG;
+	for (k = len; k < pad; k++)
+		if ((*out)[k])
+			return -EBADMSG;
+	*crc = libdeflate_crc32(*crc, *out, (size_t)pad);
+	*at += pad;
+	if (out_len)
+		*out_len = len;
+	return 0;
+}
+
+/* A tensor's shape and bytes (the third and fourth fields). */
+static int get_tensor(struct pend *p, struct pend_edit *e, uint64_t size,
+		      uint64_t *at, uint32_t *crc, uint8_t *buf)
+{
+	uint64_t len, pad;
+	uint32_t k;
+	int rc = field_len(p, size, 8u * PEND_RANK_MAX, at, &len, crc);
+
+	if (rc || len % 8 || pt_pread_full(p->fd, buf, (size_t)len, *at))
+		return -EBADMSG;
+	e->rank = (uint32_t)(len / 8);
+	e->shape = malloc(len ? (size_t)len : 1);
+	if (!e->shape)
+		return -ENOMEM;
+	for (k = 0; k < e->rank; k++)
+		e->shape[k] = (int64_t)pt_le64(buf + 8u * k);
+	*crc = libdeflate_crc32(*crc, buf, (size_t)len);
+	*at += len;
+	rc = field_len(p, size, UINT64_MAX, at, &e->len, crc);
+	if (rc)
+		return rc;
+	pad = (8 - e->len % 8) % 8;
+	e->data = *at;
+	rc = crc_span(p->fd, *at, e->len + pad, crc, buf);
+	*at += e->len + pad;
+	return rc;
+}
+
+/* Check one edit at *@at and add it: 0 or -EBADMSG/-ENOMEM. */
+static int get_edit(struct pend *p, uint64_t size, uint64_t *at, uint8_t *buf)
+{
+	struct pend_edit *e;
+	uint8_t h[8];
+	uint32_t crc, fields;
+	int rc;
+
+	if (size - *at < sizeof(h) || pt_pread_full(p->fd, h, sizeof(h), *at))
+		return -EBADMSG;
+	*at += sizeof(h);
+	if (!pt_grow((void **)&p->edits, &p->cap_edits, p->n_edits, sizeof(*p->edits)))
+		return -ENOMEM;
+	e = &p->edits[p->n_edits];
+	memset(e, 0, sizeof(*e));
+	e->kind = (enum pt_edit_kind)pt_le32(h);
+	fields = edit_fields(pt_le32(h));
+	if (!fields || pt_le32(h + 4) != fields)
+		return -EBADMSG;
+	p->n_edits++;
+	crc = libdeflate_crc32(0, h, sizeof(h));
+	rc = get_text(p, size, at, false, &e->path, NULL, &crc);
+	if (!rc && fields >= 2)
+		rc = get_text(p, size, at, e->kind == PT_EDIT_SCALAR, &e->arg,
+			      &e->arg_len, &crc);
+	if (!rc && fields == 4)
+		rc = get_tensor(p, e, size, at, &crc, buf);
+	if (rc)
+		return rc;
+	if (size - *at < sizeof(h) || pt_pread_full(p->fd, h, sizeof(h), *at) ||
+	    pt_le32(h) != crc)
+		return -EBADMSG;
+	*at += sizeof(h);
+	return 0;
+}
+
+/* The edits at *@at (version 3), checked: 0 or -EBADMSG, -ENOMEM. */
+static int get_edits(struct pend *p, uint64_t size, uint64_t *at, uint8_t *buf)
+{
+	uint8_t h[16];
+	uint32_t count, i;
+	int rc = 0;
+
+	if (size - *at < sizeof(h) || pt_pread_full(p->fd, h, sizeof(h), *at) ||
+	    pt_le32(h + 8) != libdeflate_crc32(0, h, 8) ||
+	    (pt_le32(h + 4) & ~(PEND_NESTED | PEND_SUFFIX | PEND_HOLES)))
+		return -EBADMSG;
+	*at += sizeof(h);
+	count = pt_le32(h);
+	p->layout = pt_le32(h + 4);
+	/* a count the size cannot hold is damage, not an allocation */
+	if (count == 0 || count > (size - *at) / PEND_EDIT_MIN)
+		return -EBADMSG;
+	for (i = 0; !rc && i < count; i++)
+		rc = get_edit(p, size, at, buf);
+	return rc;
+}
+
 /* Read and check every CRC of the pending file open on p->fd. */
 static int pend_read(struct pend *p, const char *pending, struct pt_error *err)
 {
@@ -535,11 +822,11 @@ static int pend_read(struct pend *p, const char *pending, struct pt_error *err)
 	size = (uint64_t)st.st_size;
 	if (size < PEND_HDR + 8 || pt_pread_full(p->fd, h, PEND_HDR, 0) ||
 	    memcmp(h, PEND_MAGIC, 8) != 0 ||
-	    (version = pt_le32(h + 8)) < 1 || version > 2 ||
+	    (version = pt_le32(h + 8)) < 1 || version > 3 ||
 	    pt_le32(h + 12) != PEND_HDR ||
 	    pt_le32(h + 56) != libdeflate_crc32(0, h, 56))
 		return pt_fail(err, -EBADMSG, "%s: damaged (its header)", pending);
-	if (version == 2) {
+	if (version >= 2) {
 		rc = get_files(p, pt_le32(h + 60), size - 8, &at);
 		if (rc == -ENOMEM)
 			return pt_fail(err, rc, "out of memory");
@@ -565,6 +852,14 @@ static int pend_read(struct pend *p, const char *pending, struct pt_error *err)
 	}
 	for (i = 0; !rc && i < count; i++)
 		rc = get_record(p, size, &at, buf);
+	if (!rc && version == 3) {
+		rc = get_edits(p, size - 8, &at, buf);
+		if (rc == -EBADMSG) {
+			free(buf);
+			return pt_fail(err, rc, "%s: damaged (structural edit %u, or the list of them)",
+				       pending, p->n_edits);
+		}
+	}
 	free(buf);
 	if (rc == -ENOMEM)
 		return pt_fail(err, rc, "out of memory");
@@ -715,6 +1010,160 @@ static int commit_groups(struct pt_ckpt *ck, struct pt_commit *cs,
 	return rc;
 }
 
+/* The bytes of tensor edit @e, mapped from the pending file. */
+static int map_bytes(const struct pend *p, struct pend_edit *e)
+{
+	long page = sysconf(_SC_PAGESIZE);
+	uint64_t start;
+
+	if (e->len == 0)
+		return 0;
+	start = e->data - e->data % (uint64_t)(page > 0 ? page : 4096);
+	e->map_skip = (size_t)(e->data - start);
+	if (e->len > SIZE_MAX - e->map_skip)
+		return -EFBIG;
+	e->map_len = (size_t)e->len + e->map_skip;
+	e->map = mmap(NULL, e->map_len, PROT_READ, MAP_PRIVATE, p->fd, (off_t)start);
+	if (e->map == MAP_FAILED) {
+		e->map = NULL;
+		return -errno;
+	}
+	return 0;
+}
+
+/* Make edit @e again on @ck: 0 or -errno with one line in @err. */
+static int replay_one(struct pt_ckpt *ck, const struct pend *p,
+		      struct pend_edit *e, struct pt_error *err)
+{
+	struct pt_edit_tensor t;
+	int rc;
+
+	switch (e->kind) {
+	case PT_EDIT_RM:
+		return pt_edit_remove(ck, e->path, err);
+	case PT_EDIT_MV:
+		return pt_edit_move(ck, e->path, e->arg, err);
+	case PT_EDIT_MKDIR:
+		return pt_edit_mkdir(ck, e->path, err);
+	case PT_EDIT_SCALAR:
+		return pt_edit_scalar(ck, e->path, e->arg, (size_t)e->arg_len, err);
+	case PT_EDIT_TENSOR:
+	case PT_EDIT_REPLACE:
+		rc = map_bytes(p, e);
+		if (rc)
+			return pt_fail(err, rc, "%s", strerror(-rc));
+		t.dtype = e->arg;
+		t.rank = e->rank;
+		t.shape = e->shape;
+		t.bytes = e->map ? (const void *)((const uint8_t *)e->map + e->map_skip) : (const void *)"";
+		t.len = e->len;
+		return pt_edit_tensor(ck, e->path, &t, e->kind == PT_EDIT_REPLACE, err);
+	}
+	return pt_fail(err, -EBADMSG, "no such kind of edit");
+}
+
+/* Make @p's edits again on @ck, in order, as the mount made them: 0, or
+ * -errno with one line in @err (the graph then holds some of them: the
+ * caller commits nothing). */
+static int replay(struct pt_ckpt *ck, struct pend *p, const char *pending,
+		  struct pt_error *err)
+{
+	static const char *const word[] = { "", "rm", "mv", "mkdir", "new value of",
+					    "new tensor", "new tensor in place of" };
+	uint32_t want = p->layout & (PEND_NESTED | PEND_SUFFIX), i;
+	struct pt_error e2;
+	int rc;
+
+	if (want != (layout_of(ck) & (PEND_NESTED | PEND_SUFFIX)))
+		return pt_fail(err, -EINVAL,
+			       "%s: its structural edits name the tree as a mount %s showed it: run 'ptfs recover%s%s' with the checkpoint",
+			       pending, want ? "with these options" : "without -o nested or suffix",
+			       want & PEND_NESTED ? " --nested" : "",
+			       want & PEND_SUFFIX ? " -o suffix" : "");
+	if (p->layout & PEND_HOLES)
+		pt_edit_keep_names(ck);
+	for (i = 0; i < p->n_edits; i++) {
+		struct pend_edit *e = &p->edits[i];
+
+		pt_error_clear(&e2);
+		rc = replay_one(ck, p, e, &e2);
+		if (rc)
+			return pt_fail(err, rc,
+				       "%s: structural edit %u of %u (%s %s) cannot be made again: %s: nothing applied",
+				       pending, i + 1, p->n_edits, word[e->kind], e->path,
+				       e2.msg[0] ? e2.msg : strerror(-rc));
+	}
+	return 0;
+}
+
+/* Write @ck's edit log alone over @pending, bound to the file as it is
+ * now (its writes are in it): 0 or -errno. */
+static int save_over(struct pt_ckpt *ck, const char *pending)
+{
+	struct stat id, old;
+	char *tmp = NULL;
+	int fd, rc = 0;
+
+	if (pt_source_identity(ck->src, &id) != 0)
+		return -EINVAL;
+	if (lstat(pending, &old) != 0 || asprintf(&tmp, "%s.XXXXXX", pending) < 0)
+		return -errno ? -errno : -ENOMEM;
+	fd = mkostemp(tmp, O_CLOEXEC);
+	if (fd < 0) {
+		rc = -errno;
+		free(tmp);
+		return rc;
+	}
+	if (geteuid() == 0 && fchown(fd, old.st_uid, old.st_gid) != 0)
+		rc = -errno;
+	if (!rc)
+		rc = put_all(ck, fd, NULL, 0, &id);
+	if (close(fd) != 0 && !rc)
+		rc = -errno;
+	if (!rc && rename(tmp, pending) != 0)
+		rc = -errno;
+	if (rc)
+		unlink(tmp);
+	else
+		(void)pt_fsync_parent(pending);
+	free(tmp);
+	return rc;
+}
+
+/* Commit the edits replayed on @ck.  When that fails after the pending
+ * writes reached the file (@wrote), the edits are kept alone in @pending,
+ * bound to the file as it is now. */
+static int commit_edits(struct pt_ckpt *ck, const char *pending, bool wrote,
+			struct pt_error *err)
+{
+	char why[sizeof(err->msg)];
+	int rc = pt_edit_commit(ck, err), rc2;
+
+	if (!rc)
+		return 0;
+	snprintf(why, sizeof(why), "%s", err->msg);
+	if (!wrote)
+		return pt_fail_over(err, rc, "the structural edits kept in %s could not be committed: %s",
+			       pending, why);
+	rc2 = save_over(ck, pending);
+	if (rc2 == 0)
+		return pt_fail_over(err, rc,
+			       "the writes are applied, but the structural edits could not be committed (%s): they are kept in %s, 'ptfs recover' applies them",
+			       why, pending);
+	return pt_fail_over(err, rc,
+		       "the writes are applied, but the structural edits could not be committed (%s) nor kept alone (%s): %s still holds them with the writes, 'ptfs recover --force' applies both again",
+		       why, strerror(-rc2), pending);
+}
+
+/* Keep @msg one line: the keys and paths it quotes come from the file,
+ * and a name may hold any byte but '/' and NUL. */
+static void one_line(char *msg)
+{
+	for (; *msg; msg++)
+		if ((unsigned char)*msg < 0x20 || *msg == 0x7f)
+			*msg = '?';
+}
+
 int pt_pending_apply(struct pt_ckpt *ck, const char *pending, bool force,
 		     char *note, size_t cap, struct pt_error *err)
 {
@@ -742,6 +1191,11 @@ int pt_pending_apply(struct pt_ckpt *ck, const char *pending, bool force,
 			     pending);
 		goto out;
 	}
+	/* the edits first, in memory, as the mount had them when it
+	 * committed the writes: a refused one leaves the file alone */
+	rc = p.n_edits ? replay(ck, &p, pending, err) : 0;
+	if (rc)
+		goto out;
 	cs = calloc(p.n ? p.n : 1, sizeof(*cs));
 	pc = calloc(p.n ? p.n : 1, sizeof(*pc));
 	if (!cs || !pc) {
@@ -749,7 +1203,9 @@ int pt_pending_apply(struct pt_ckpt *ck, const char *pending, bool force,
 		goto out;
 	}
 	n = group(ck, &p, pending, force, cs, pc, err);
-	rc = n < 0 ? n : commit_groups(ck, cs, pc, (size_t)n, err);
+	rc = n < 0 ? n : n || !p.n_edits ? commit_groups(ck, cs, pc, (size_t)n, err) : 0;
+	if (!rc && p.n_edits)
+		rc = commit_edits(ck, pending, n > 0, err);
 	if (rc)
 		goto out;
 	for (i = 0; i < p.n; i++)
@@ -760,14 +1216,30 @@ int pt_pending_apply(struct pt_ckpt *ck, const char *pending, bool force,
 		goto out;
 	}
 	(void)pt_fsync_parent(pending);
-	snprintf(note, cap, "applied %llu bytes in %d storage%s from %s (%s)",
-		 (unsigned long long)bytes, n, n == 1 ? "" : "s", pending,
-		 pt_ckpt_last_commit(ck));
+	if (p.n_edits)
+		snprintf(note, cap, "applied %llu bytes in %d storage%s and %u structural edit%s from %s (%s)",
+			 (unsigned long long)bytes, n, n == 1 ? "" : "s", p.n_edits,
+			 p.n_edits == 1 ? "" : "s", pending, pt_ckpt_last_commit(ck));
+	else
+		snprintf(note, cap, "applied %llu bytes in %d storage%s from %s (%s)",
+			 (unsigned long long)bytes, n, n == 1 ? "" : "s", pending,
+			 pt_ckpt_last_commit(ck));
 out:
+	if (rc)
+		one_line(err->msg);
 	free(cs);
 	free(pc);
 	pend_free(&p);
 	return rc;
+}
+
+const char *pt_pending_edits_lost(const struct pt_ckpt *ck)
+{
+	size_t n;
+	const char *lost;
+
+	(void)pt__edit_log_get(ck, &n, &lost);
+	return lost;
 }
 
 int pt_pending_discard(const struct pt_ckpt *ck, const char *pending,

@@ -45,6 +45,23 @@
  * bytes, u32 CRC-32 of the record so far, u32 0; then "PTFSPEOF".  A
  * storage's records come together, sorted and disjoint.  A file without
  * data files is written as version 1, which every ptfs reads.
+ *
+ * Version 3 keeps the structural edits too (a mount's rm, mv, mkdir, new
+ * scalar values and tensors: ckpt/editlog_i.h), in the order they were
+ * made: version 2's layout (the table of data files always there, maybe
+ * empty), and after the records, before "PTFSPEOF": u32 edit count
+ * (>= 1), u32 layout (1: the paths name a --nested tree, 2: -o suffix,
+ * 4: a removed list item left a hole, as in a mount), u32 CRC-32 of
+ * these 8 bytes, u32 0; then per edit u32 kind (1 rm, 2 mv, 3 mkdir, 4
+ * scalar, 5 new tensor, 6 tensor in place of one), u32 field count (1,
+ * 2, 1, 2, 4, 4), each field a u64 length and its bytes padded with
+ * zeros to 8, then u32 CRC-32 of the edit so far, u32 0.  The fields:
+ * the tree path; then mv's target path, a scalar's text as written (up
+ * to 1 MiB, no NUL), or a tensor's dtype, its shape (rank u64 values,
+ * rank <= 64) and its bytes.  pt_pending_apply() makes the edits again
+ * in memory (any refused: nothing written), commits the writes, then the
+ * edits (pt_edit_commit()); when only that fails the edits are written
+ * alone over the file, bound to the checkpoint as it is then.
  */
 #ifndef PTFS_CORE_CKPT_PENDING_H
 #define PTFS_CORE_CKPT_PENDING_H
@@ -55,8 +72,9 @@
 #include "ckpt/ckpt.h"
 
 /*
- * Save the new bytes of @c[0 .. @n) (their ranges, or whole storages) as
- * the pending file of @ck.  *@where gets its path (malloc()ed).  0, or
+ * Save the new bytes of @c[0 .. @n) (their ranges, or whole storages),
+ * and the structural edits made on @ck since its last commit (unless
+ * pt_pending_edits_lost()), as the pending file of @ck.  *@where gets its path (malloc()ed).  0, or
  * -errno with one line in @err when neither place could take them.
  */
 int pt_pending_save(struct pt_ckpt *ck, const struct pt_commit *c, size_t n,
@@ -78,6 +96,13 @@ int pt_pending_find(const char *path, const char *state_dir, char *found,
  */
 int pt_pending_apply(struct pt_ckpt *ck, const char *pending, bool force,
 		     char *note, size_t cap, struct pt_error *err);
+
+/*
+ * Why the structural edits made on @ck since its last commit cannot be
+ * kept by pt_pending_save() (an edit its log cannot hold, editlog_i.h),
+ * or NULL: none were made, or they are kept with the writes.
+ */
+const char *pt_pending_edits_lost(const struct pt_ckpt *ck);
 
 /* Remove @pending after the same trust checks: 0 or -errno. */
 int pt_pending_discard(const struct pt_ckpt *ck, const char *pending,

@@ -49,8 +49,8 @@ size_t pt_tree_next_sidecars(struct pt_node *from, struct pt_node **out,
 
 		if (d && kids && i < d->n) {
 			n = __atomic_load_n(&kids[i++], __ATOMIC_ACQUIRE);
-			if (!n)
-				continue;
+			if (!n || __atomic_load_n(&d->ents[i - 1]->hidden, __ATOMIC_ACQUIRE))
+				continue;       /* not made, or removed by an edit */
 			if (n->role == R_JSON) {
 				/* pt_tree_committed() clears it */
 				if (!__atomic_exchange_n(&n->pushed, true, __ATOMIC_RELAXED))

@@ -334,8 +334,14 @@ static struct dtab *node_tab(struct pt_ckpt *ck, struct pt_node *dir, int *rc)
 		/* kept only while it is the value's table: an edit may have
 		 * retired it meanwhile (pt__tree_touched()) */
 		pthread_mutex_lock(&t->lock);
-		if (!dir->u.dir.tab && dir->val->aux == d)
+		if (!dir->u.dir.tab && dir->val->aux == d) {
+			if (pt_grow((void **)&d->users, &d->cap_users, d->n_users,
+				    sizeof(*d->users)))
+				d->users[d->n_users++] = dir;
+			else
+				d->users_lost = true;
 			__atomic_store_n(&dir->u.dir.tab, d, __ATOMIC_RELEASE);
+		}
 		pthread_mutex_unlock(&t->lock);
 	}
 	return d;
@@ -515,6 +521,15 @@ int pt_tree_count(struct pt_ckpt *ck, struct pt_node *dir, size_t *n)
 	return rc;
 }
 
+int pt_tree_entries(struct pt_ckpt *ck, struct pt_node *dir, size_t *n)
+{
+	int rc;
+	struct dtab *d = dir_tab(ck, dir, &rc);
+
+	*n = d ? d->n - __atomic_load_n(&d->n_hidden, __ATOMIC_ACQUIRE) : 0;
+	return rc;
+}
+
 struct pt_node *pt_tree_child(struct pt_ckpt *ck, struct pt_node *dir,
 			      size_t i, int *rc)
 {
@@ -526,7 +541,7 @@ struct pt_node *pt_tree_child(struct pt_ckpt *ck, struct pt_node *dir,
 	d = dir_tab(ck, dir, rc);
 	if (!d)
 		return NULL;
-	if (i >= d->n) {
+	if (i >= d->n || __atomic_load_n(&d->ents[i]->hidden, __ATOMIC_ACQUIRE)) {
 		*rc = -ENOENT;
 		return NULL;
 	}
@@ -708,7 +723,12 @@ int pt_tree_walk(struct pt_ckpt *ck, struct pt_node *top, const char *top_path,
 		}
 		/* sidecars (NAME.json, NAME.png) and /.ptfs are skipped
 		 * before their nodes are made (a sidecar's JSON costs more
-		 * than the entry, a picture much more) */
+		 * than the entry, a picture much more), and what edits
+		 * removed always */
+		if (__atomic_load_n(&f->tab->ents[f->next]->hidden, __ATOMIC_ACQUIRE)) {
+			f->next++;
+			continue;
+		}
 		if (!(flags & PT_WALK_ALL) &&
 		    (f->tab->ents[f->next]->role == R_JSON ||
 		     f->tab->ents[f->next]->role == R_META ||
@@ -1046,15 +1066,27 @@ static bool shows(const struct pt_node *n, const struct pt_value *v)
 	return n->type == PT_NT_DIR && n->role == R_VALUE && n->val == v;
 }
 
-void pt__tree_touched(struct pt_ckpt *ck, struct pt_value *v)
+/* Node @n showing an edited value lists it again on next use: its
+ * table and children are kept as retired (until close). */
+static void retire(struct pt_tree *t, struct pt_node *n)
 {
-	struct pt_tree *t = ck->tree;
-	struct node_blk *b;
-	size_t i, need = t->n_retired;
+	/* out of memory: the old children are left, not freed (a thread
+	 * may read them), and made anew */
+	if (n->u.dir.tab)
+		t->retired_entries += n->u.dir.tab->n;
+	if (n->u.dir.kids && t->n_retired < t->cap_retired)
+		t->retired[t->n_retired++] = (struct retired){
+			.dir = n, .tab = n->u.dir.tab, .kids = n->u.dir.kids,
+		};
+	__atomic_store_n(&n->u.dir.kids, NULL, __ATOMIC_RELEASE);
+	__atomic_store_n(&n->u.dir.tab, NULL, __ATOMIC_RELEASE);
+}
 
-	for (b = t->blks; b; b = b->next)
-		for (i = 0; i < b->used; i++)
-			need += shows(&b->n[i], v) && b->n[i].u.dir.kids;
+/* Room for @more retired directories (out of memory: fewer are kept). */
+static void retired_room(struct pt_tree *t, size_t more)
+{
+	size_t need = t->n_retired + more;
+
 	if (need > t->cap_retired) {
 		size_t cap = need * 2;
 		struct retired *r = realloc(t->retired, cap * sizeof(*r));
@@ -1064,27 +1096,79 @@ void pt__tree_touched(struct pt_ckpt *ck, struct pt_value *v)
 			t->cap_retired = cap;
 		}
 	}
+}
+
+void pt__tree_touched(struct pt_ckpt *ck, struct pt_value *v)
+{
+	struct pt_tree *t = ck->tree;
+	struct dtab *d = pt__is_dir_class(v) ? v->aux : NULL;
+	struct node_blk *b;
+	size_t i, need = 0;
+
+	/* the nodes that list @v: its table's users and the root, which
+	 * has a table of its own; every node when that list is lost */
+	if (d && d->users_lost)
+		for (b = t->blks; b; b = b->next)
+			for (i = 0; i < b->used; i++)
+				need += shows(&b->n[i], v) && b->n[i].u.dir.kids;
+	else
+		need = (d ? d->n_users : 0) + 1;
+	retired_room(t, need);
 	/* the old table stays in t->tabs, freed with the tree */
 	if (pt__is_dir_class(v))
 		__atomic_store_n((struct dtab **)&v->aux, NULL, __ATOMIC_RELEASE);
-	for (b = t->blks; b; b = b->next) {
-		for (i = 0; i < b->used; i++) {
-			struct pt_node *n = &b->n[i];
-
-			if (!shows(n, v))
-				continue;
-			/* out of memory: the old children are left, not freed
-			 * (a thread may read them), and made anew */
-			if (n->u.dir.tab)
-				t->retired_entries += n->u.dir.tab->n;
-			if (n->u.dir.kids && t->n_retired < t->cap_retired)
-				t->retired[t->n_retired++] = (struct retired){
-					.dir = n, .tab = n->u.dir.tab, .kids = n->u.dir.kids,
-				};
-			__atomic_store_n(&n->u.dir.kids, NULL, __ATOMIC_RELEASE);
-			__atomic_store_n(&n->u.dir.tab, NULL, __ATOMIC_RELEASE);
-		}
+	if (d && d->users_lost) {
+		for (b = t->blks; b; b = b->next)
+			for (i = 0; i < b->used; i++)
+				if (shows(&b->n[i], v))
+					retire(t, &b->n[i]);
+		return;
 	}
+	for (i = 0; d && i < d->n_users; i++)
+		if (shows(d->users[i], v) && d->users[i]->u.dir.tab == d)
+			retire(t, d->users[i]);
+	if (shows(t->root, v))
+		retire(t, t->root);
+}
+
+/* Hide entry @e of @d (when it is not hidden already). */
+static void hide(struct dtab *d, struct dent *e)
+{
+	if (e->hidden)
+		return;
+	__atomic_store_n(&e->hidden, true, __ATOMIC_RELEASE);
+	__atomic_store_n(&d->n_hidden, d->n_hidden + 1, __ATOMIC_RELEASE);
+}
+
+/* Hide entry @name of table @d (NULL is fine), and its sidecars. */
+static void hide_entry(struct dtab *d, const char *name)
+{
+	struct dent *e;
+	size_t i;
+
+	if (!d || !(e = pt__tab_find(d, name, strlen(name))))
+		return;
+	hide(d, e);
+	/* a tensor's NAME.json and NAME.png follow its entry (pt__tab_claim) */
+	for (i = e->idx + 1; i < d->n && i <= e->idx + 2u; i++) {
+		struct dent *s = d->ents[i];
+
+		if ((s->role != R_JSON && s->role != R_PNG) || s->val != e->val)
+			break;
+		hide(d, s);
+	}
+}
+
+void pt__tree_hide(struct pt_ckpt *ck, struct pt_value *v, const char *name)
+{
+	struct pt_node *root = ck->tree->root;
+
+	/* the value's table, which every node showing it lists; the root
+	 * has one of its own (with /.ptfs) */
+	if (pt__is_dir_class(v))
+		hide_entry(v->aux, name);
+	if (root->val == v)
+		hide_entry(root->u.dir.tab, name);
 }
 
 void pt__tree_moved(struct pt_ckpt *ck, struct pt_node *n,

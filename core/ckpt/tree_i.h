@@ -75,12 +75,15 @@ struct dent {
 	uint32_t idx;                   /* position in the table */
 	uint32_t hash;                  /* of the name (pt_hash_name) */
 	uint8_t role;
+	bool hidden;                    /* removed by an edit, its index
+					 * kept (pt__tree_hide()) */
 };
 
 struct dtab {
 	struct dent **ents;             /* n entries, listing order */
 	size_t n;
 	size_t cap;
+	size_t n_hidden;                /* of them, hidden by edits */
 	uint32_t *slots;                /* by name: open addressing, idx + 1
 					 * and a hash tag (slot_of(); 0:
 					 * empty), nslots a power of two at
@@ -99,6 +102,10 @@ struct dtab {
 	struct pt_slot cur;
 	struct pt_value *of;            /* the directory value whose table
 					 * it is, whose aux points to it */
+	struct pt_node **users;         /* the nodes listing it, for an
+					 * edit to retire (pt__tree_touched()) */
+	size_t n_users, cap_users;
+	bool users_lost;                /* out of memory: look at every node */
 };
 
 /* Pool blocks: 64 KiB, or one of its own for a long name. */
@@ -293,6 +300,11 @@ struct pt_entry_slot {
 };
 int pt__entry_slots(struct pt_ckpt *ck, struct pt_value *dir,
 		    struct pt_entry_slot **out, size_t *n);
+/* The slot of the one entry @name of directory value @dir, the same way
+ * (found by name: one edit costs no pass over the directory): 0,
+ * -ENOENT, or the errors of pt__entry_slots(). */
+int pt__entry_slot(struct pt_ckpt *ck, struct pt_value *dir, const char *name,
+		   struct pt_slot *out);
 
 /* ---- dotptfs.c (call both under the tree lock) ---- */
 
@@ -324,6 +336,12 @@ struct pt_node **pt__tree_nodes_where(struct pt_ckpt *ck,
  * retired and every directory node showing it lists it again on next use,
  * keeping the children whose entry stayed the same.  Under the tree lock. */
 void pt__tree_touched(struct pt_ckpt *ck, struct pt_value *v);
+/* Entry @name of directory value @v left it, its slot in the graph a
+ * hole (an edit with pt_edit_keep_names()): its table, if it has one,
+ * hides the entry and its NAME.json, NAME.png in place (lookups miss
+ * them, listings skip their indexes), and every other entry, node and
+ * index stays.  Under the tree lock. */
+void pt__tree_hide(struct pt_ckpt *ck, struct pt_value *v, const char *name);
 /* The value of node @n moved to an entry of directory value @to (an
  * edit): the node its new entry gets is @n itself, renamed (a mount's
  * inode keeps its identity across a rename, as POSIX says).  Under the

@@ -11,6 +11,7 @@ they were.
 import ctypes
 import errno
 import os
+import re
 import signal
 import subprocess
 import tempfile
@@ -257,15 +258,215 @@ def test_sigterm_commits(tmp_path, train):
     assert same(load(train), before)
 
 
-def test_failed_commit_at_unmount_says_so(tmp_path, train, mounts):
-    """The checkpoint untouched, `ptfs umount` exits 1 with the reason."""
+def kept_in(err):
+    """The pending file the unmount's line names."""
+    m = re.search(r"kept in (\S+): 'ptfs recover ", err)
+    assert m, err
+    return m.group(1)
+
+
+def recover(m, *args):
+    """`ptfs recover` as a person runs it after the mount: its state
+    directory, no fault injected."""
+    env = {k: v for k, v in m.env.items() if k != "PTFS_FAULT"}
+    return subprocess.run([PTFS, "recover", *args], capture_output=True,
+                          env=env, timeout=60)
+
+
+def test_failed_commit_at_unmount_keeps_the_edits(tmp_path, train, mounts):
+    """The checkpoint untouched, `ptfs umount` exits 1 with the reason and
+    the pending file that keeps the edits; `ptfs recover` commits them."""
     before = sha(train)
+    obj = load(train)
     m = mounts(tmp_path, train, env={"PTFS_FAULT": "rename:1:ENOSPC"})
     os.unlink(m.path("epoch"))
     rc, err = m.umount()
     assert rc == 1, err
-    assert "could not be committed" in err and "they are lost" in err, err
+    assert "could not be committed" in err and "No space left" in err, err
+    assert "lost" not in err, err
+    pending = kept_in(err)
+    assert pending == os.path.realpath(train) + ".ptfs-pending"
     assert sha(train) == before
+    r = recover(m, train)
+    assert r.returncode == 0 and b"1 structural edit " in r.stderr, r.stderr
+    assert not os.path.exists(pending)
+    del obj["epoch"]
+    assert same(load(train), obj)
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A 4 MiB tmpfs, nearly full: a filler file leaves 12 KiB."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a small tmpfs")
+    d = tmp_path / "small"
+    d.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(d)],
+                   check=True)
+    try:
+        yield d
+    finally:
+        subprocess.run(["umount", "-l", str(d)], capture_output=True)
+
+
+def fill(d, leave):
+    st = os.statvfs(d)
+    with open(os.path.join(d, "filler"), "wb") as f:
+        f.write(b"x" * (st.f_bavail * st.f_frsize - leave))
+
+
+def test_full_filesystem_keeps_edits_and_writes_for_recover(tmp_path, small_fs, mounts):
+    """rm -r, mv, a scalar and a tensor write on a filesystem too full for
+    the commit: the unmount keeps them all in the pending file, and
+    `ptfs recover` once there is room gives the edited object."""
+    ck = training_checkpoint(str(small_fs / "train.pt"))
+    before = sha(ck)
+    want = load(ck)
+    fill(small_fs, 12 << 10)
+    m = mounts(tmp_path, ck)
+    new = os.urandom(want["model"]["fc.bias"].numel() * 4)
+    write_text(m.path("model/fc.bias"), new)
+    subprocess.run(["rm", "-r", m.path("optimizer")], check=True, timeout=60)
+    os.rename(m.path("model/fc.weight"), m.path("model/fc.w"))
+    write_text(m.path("epoch"), b"8\n")
+    rc, err = m.umount()
+    assert rc == 1 and "No space left" in err, err
+    pending = kept_in(err)
+    assert "structural edits" in err and "ptfs recover" in err, err
+    assert sha(ck) == before and os.path.exists(pending)
+    # still full: recover says why and keeps the file
+    r = subprocess.run([PTFS, "recover", ck], capture_output=True, env=m.env,
+                       timeout=60)
+    assert r.returncode == 1 and b"No space left" in r.stderr, r.stderr
+    assert sha(ck) == before and os.path.exists(pending)
+    os.unlink(small_fs / "filler")
+    r = subprocess.run([PTFS, "recover", ck], capture_output=True, env=m.env,
+                       timeout=60)
+    assert r.returncode == 0 and b"structural edits" in r.stderr, r.stderr
+    assert not os.path.exists(pending)
+    del want["optimizer"]
+    sd = want["model"]
+    keys = [("fc.w" if k == "fc.weight" else k) for k in sd]
+    sd["fc.w"] = sd.pop("fc.weight")
+    for k in keys:
+        sd.move_to_end(k)
+    want["epoch"] = 8
+    after = load(ck)
+    assert after["model"]["fc.bias"].numpy().tobytes() == new
+    after["model"]["fc.bias"] = want["model"]["fc.bias"]
+    assert same(after, want)
+
+
+def test_sigterm_keeps_the_edits_its_commit_cannot_write(tmp_path, train):
+    """SIGTERM commits like an unmount: when that fails the daemon exits 1
+    and the log names the pending file that keeps the edits."""
+    obj = load(train)
+    before = sha(train)
+    mnt = tempfile.mkdtemp(prefix="ptfs-sm-")
+    env = dict(os.environ, XDG_STATE_HOME=str(tmp_path / "state"),
+               PTFS_FAULT="rename:1:ENOSPC")
+    p = subprocess.Popen([PTFS, "-f", train, mnt], env=env,
+                         stderr=subprocess.PIPE)
+    try:
+        for _ in range(200):
+            if is_mounted(mnt):
+                break
+            time.sleep(0.05)
+        assert is_mounted(mnt)
+        os.unlink(os.path.join(mnt, "model/fc.bias"))
+        os.mkdir(os.path.join(mnt, "extra"))
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=60) == 1
+        err = p.stderr.read().decode()
+    finally:
+        if p.poll() is None:
+            p.kill()
+        subprocess.run(["fusermount3", "-u", "-z", mnt], capture_output=True)
+        os.rmdir(mnt)
+    assert sha(train) == before
+    pending = kept_in(err)
+    env.pop("PTFS_FAULT")
+    r = subprocess.run([PTFS, "recover", train], capture_output=True, env=env,
+                       timeout=60)
+    assert r.returncode == 0 and b"2 structural edits" in r.stderr, r.stderr
+    assert not os.path.exists(pending)
+    del obj["model"]["fc.bias"]
+    obj["extra"] = {}
+    assert same(load(train), obj)
+
+
+def test_kept_edits_refused_on_a_changed_checkpoint(tmp_path, train, mounts):
+    """The edits name the checkpoint as the mount knew it: recover against
+    a file another program changed refuses with one line and keeps them."""
+    m = mounts(tmp_path, train, env={"PTFS_FAULT": "rename:1:ENOSPC"})
+    subprocess.run(["rm", "-r", m.path("optimizer")], check=True, timeout=60)
+    os.mkdir(m.path("extra"))
+    rc, err = m.umount()
+    assert rc == 1, err
+    pending = kept_in(err)
+    training_checkpoint(train)          # written again meanwhile
+    before = sha(train)
+    r = recover(m, train)
+    lines = r.stderr.decode().splitlines()
+    assert r.returncode == 1 and len(lines) == 1, lines
+    assert "changed since" in lines[0] and pending in lines[0], lines
+    assert sha(train) == before and os.path.exists(pending)
+    r = recover(m, "--discard", train)
+    assert r.returncode == 0 and not os.path.exists(pending), r.stderr
+
+
+def test_recover_keeps_the_edits_alone_when_only_their_commit_fails(tmp_path, train, mounts):
+    """recover commits the kept tensor writes, then the edits; when only
+    the edits' rewrite fails they stay in the pending file, bound to the
+    file as it now is, and the next recover applies them."""
+    obj = load(train)
+    m = mounts(tmp_path, train, env={"PTFS_FAULT": "rename:1:ENOSPC"})
+    new = os.urandom(obj["model"]["fc.bias"].numel() * 4)
+    write_text(m.path("model/fc.bias"), new)
+    os.unlink(m.path("epoch"))
+    rc, err = m.umount()
+    assert rc == 1 and "tensor writes and structural edits" in err, err
+    pending = kept_in(err)
+    env = {k: v for k, v in m.env.items() if k != "PTFS_FAULT"}
+    r = subprocess.run([PTFS, "recover", train], capture_output=True,
+                       env=dict(env, PTFS_FAULT="rename:2:ENOSPC"), timeout=60)
+    assert r.returncode == 1, r.stderr
+    assert b"the writes are applied" in r.stderr and pending.encode() in r.stderr, r.stderr
+    assert load(train)["model"]["fc.bias"].numpy().tobytes() == new
+    assert "epoch" in load(train)
+    r = recover(m, train)
+    assert r.returncode == 0 and b"1 structural edit " in r.stderr, r.stderr
+    assert not os.path.exists(pending)
+    after = load(train)
+    assert "epoch" not in after
+    assert after["model"]["fc.bias"].numpy().tobytes() == new
+
+
+def test_damaged_kept_edits_are_refused(tmp_path, train, mounts):
+    """A pending file whose edit log is cut or changed: one line, nothing
+    applied, the file kept."""
+    m = mounts(tmp_path, train, env={"PTFS_FAULT": "rename:1:ENOSPC"})
+    os.unlink(m.path("epoch"))
+    os.rename(m.path("model/fc.bias"), m.path("model/b"))
+    rc, err = m.umount()
+    assert rc == 1, err
+    pending = kept_in(err)
+    good = open(pending, "rb").read()
+    before = sha(train)
+    for bad in (good[:-20] + good[-8:], good[:-30] + b"\1" + good[-29:]):
+        with open(pending, "wb") as f:
+            f.write(bad)
+        r = recover(m, train)
+        lines = r.stderr.decode().splitlines()
+        assert r.returncode == 1 and len(lines) == 1, lines
+        assert "damaged" in lines[0], lines
+        assert sha(train) == before
+    with open(pending, "wb") as f:
+        f.write(good)
+    r = recover(m, train)
+    assert r.returncode == 0, r.stderr
+    after = load(train)
+    assert "epoch" not in after and "b" in after["model"]
 
 
 def test_tensor_writes_and_edits_in_one_session(tmp_path, train, mounts):
@@ -291,6 +492,52 @@ def test_rm_r_of_a_large_dict(tmp_path, mounts):
     torch.save({"model": {"layer%d.w" % i: torch.zeros(4) for i in range(300)},
                 "epoch": 1}, ck)
     m = mounts(tmp_path, ck)
+    r = subprocess.run(["rm", "-r", m.path("model")], capture_output=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert listing(m.mnt) == [".ptfs", "epoch"]
+    rc, err = m.umount()
+    assert rc == 0, err
+    assert load(ck) == {"epoch": 1}
+
+
+def test_edits_past_the_listing_budget_are_refused_and_the_rest_committed(tmp_path, mounts):
+    """An edit that changes a listing (mv) keeps the old one until close:
+    past max_walk_entries such an edit fails with E2BIG; the edits made
+    before it are committed at unmount all the same (the budget bounds new
+    edits, never the commit of those made)."""
+    import torch
+    ck = str(tmp_path / "sd.pt")
+    torch.save({"model": {"layer%d.w" % i: torch.zeros(4) for i in range(300)},
+                "epoch": 1}, ck)
+    m = mounts(tmp_path, ck, "-o", "max_walk_entries=6000")
+    done = 0
+    with pytest.raises(OSError) as e:
+        for i in range(300):
+            os.rename(m.path("model/layer%d.w" % i), m.path("model/r%d" % i))
+            done += 1
+    assert e.value.errno == errno.E2BIG and 0 < done < 300, done
+    rc, err = m.umount()
+    assert rc == 0, err
+    after = load(ck)
+    assert ["r%d" % i for i in range(done)] == [k for k in after["model"] if k[0] == "r"]
+    assert len(after["model"]) == 300 and after["epoch"] == 1
+
+
+def test_rm_r_of_a_large_dict_keeps_no_listing(tmp_path, mounts):
+    """rm -r hides each entry in its directory's listing in place: no
+    listing is made again per entry, so a dict larger than the budget of
+    listings kept (max_walk_entries) goes whole, and a listing read
+    between removals (rm -r reads, unlinks, reads again) shows exactly
+    what is left at stable offsets."""
+    import torch
+    ck = str(tmp_path / "sd.pt")
+    torch.save({"model": {"layer%d.w" % i: torch.zeros(4) for i in range(300)},
+                "epoch": 1}, ck)
+    m = mounts(tmp_path, ck, "-o", "max_walk_entries=6000")
+    for i in range(0, 300, 3):
+        os.unlink(m.path("model/layer%d.w" % i))
+    left = listing(m.path("model"))
+    assert len(left) == 400 and "layer0.w" not in left and "layer1.w.json" in left
     r = subprocess.run(["rm", "-r", m.path("model")], capture_output=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert listing(m.mnt) == [".ptfs", "epoch"]
