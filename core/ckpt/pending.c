@@ -244,7 +244,8 @@ static int put_field(int fd, const void *p, uint64_t len, uint32_t *crc,
 
 	pt_put64(l, len);
 	*crc = libdeflate_crc32(*crc, l, sizeof(l));
-	*crc = libdeflate_crc32(*crc, p, (size_t)len);
+	if (len)        /* libdeflate: a NULL buffer gives 0, whatever @crc */
+		*crc = libdeflate_crc32(*crc, p, (size_t)len);
 	*crc = libdeflate_crc32(*crc, zero, pad);
 	rc = write_all(fd, l, sizeof(l), at);
 	if (!rc && len)

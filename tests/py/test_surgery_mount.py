@@ -18,6 +18,7 @@ import tempfile
 import time
 
 import pytest
+import torch
 
 from conftest import PTFS, is_mounted, needs_fuse
 from test_surgery import load, same, sha, training_checkpoint
@@ -544,3 +545,36 @@ def test_rm_r_of_a_large_dict_keeps_no_listing(tmp_path, mounts):
     rc, err = m.umount()
     assert rc == 0, err
     assert load(ck) == {"epoch": 1}
+
+
+def test_new_and_resized_tensors_are_kept_for_recover(tmp_path, train, mounts):
+    """A tensor made in the mount (NAME.json, then its bytes) and a resized
+    one are edits like the others: a commit that fails at unmount keeps
+    their dtype, shape and bytes in the pending file, and recover adds
+    them."""
+    before = sha(train)
+    obj = load(train)
+    m = mounts(tmp_path, train, env={"PTFS_FAULT": "rename:1:ENOSPC"})
+    new = torch.arange(12, dtype=torch.int16).reshape(3, 4)
+    with open(m.path("model/extra.json"), "w") as f:
+        f.write('{"dtype": "int16", "shape": [3, 4]}')
+    with open(m.path("model/extra"), "wb") as f:
+        f.write(new.numpy().tobytes())
+    emb = torch.full((12, 4), 0.5)
+    with open(m.path("model/emb.weight.json"), "w") as f:
+        f.write('{"dtype": "float32", "shape": [12, 4]}')
+    with open(m.path("model/emb.weight"), "wb") as f:
+        f.write(emb.numpy().tobytes())
+    rc, err = m.umount()
+    assert rc == 1 and "No space left" in err, err
+    pending = kept_in(err)
+    assert sha(train) == before
+    r = recover(m, train)
+    assert r.returncode == 0, r.stderr
+    assert not os.path.exists(pending)
+    got = load(train)
+    assert torch.equal(got["model"]["extra"], new)
+    assert torch.equal(got["model"]["emb.weight"], emb)
+    # tied: the head shares the embedding's storage in the original
+    obj["model"]["extra"] = new
+    assert set(got["model"]) == set(obj["model"])
