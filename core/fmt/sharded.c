@@ -146,10 +146,12 @@ static int parse_weight_map(struct pt_js *j, struct wm_ent **ents, size_t *n,
 				break;
 			}
 			if (scap <= *n_shards) {
-				/* the hash points into the array: rebuild it
-				 * after growing */
+				/* the hash lives in the array (its table is
+				 * reached through the first item): drop it
+				 * before growing, rebuild it after */
 				struct shard *q;
 
+				HASH_CLEAR(hh, byname);
 				scap = scap ? scap * 2 : 16;
 				q = realloc(*shards, scap * sizeof(*q));
 				if (!q) {
@@ -157,7 +159,6 @@ static int parse_weight_map(struct pt_js *j, struct wm_ent **ents, size_t *n,
 					break;
 				}
 				*shards = q;
-				HASH_CLEAR(hh, byname);
 				for (i = 0; i < *n_shards; i++)
 					HASH_ADD_KEYPTR(hh, byname, q[i].name,
 							q[i].name_len, &q[i]);
