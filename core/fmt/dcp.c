@@ -52,6 +52,13 @@
 #define DCP_MAX_BLOB_PICKLE (1u << 20)  /* data.pkl of one chunk or value */
 #define DCP_MAX_INLINE (16u << 20)      /* raw value bytes kept in memory */
 #define DCP_MAX_INLINE_ALL (256u << 20) /* ... for all values together */
+#define DCP_ITEM_HEAD (68u << 10)       /* what a blob's ZIP reader reads
+					 * at its start (a 64 KiB window
+					 * from its first record on) */
+#define DCP_ITEM_TAIL ((64u << 10) + 22) /* ... at its end: where the
+					 * end record is looked for (22
+					 * bytes and a comment of up to
+					 * 64 KiB) */
 
 struct dcp_file {                       /* one .distcp file */
 	char *name;                     /* relative_path, NUL-terminated */
@@ -446,13 +453,39 @@ static int ahead_names(struct dcp_state *s, size_t *n, struct pt_error *err)
 }
 
 /*
+ * The bytes dcp_entries() reads of each item, asked for now, all at once
+ * (pt_source_prefetch: a remote source starts fetching them): the first
+ * and the last bytes of its range that blob_open() reads (DCP_ITEM_HEAD,
+ * DCP_ITEM_TAIL), where a torch.save blob's data.pkl and its ZIP end
+ * records lie.  Read one item after the other, each would cost its own
+ * round trips; the bytes between them are left alone.
+ */
+static void prefetch_items(const struct dcp_state *s)
+{
+	const struct dcp_sd *e, *tmp;
+	const struct dcp_file *f;
+
+	HASH_ITER(hh, s->sd, e, tmp) {
+		uint64_t head = e->len < DCP_ITEM_HEAD ? e->len : DCP_ITEM_HEAD;
+		uint64_t tail = e->len < DCP_ITEM_TAIL ? e->len : DCP_ITEM_TAIL;
+
+		HASH_FIND(hh, s->ready, e->path->u.s.p, e->path->u.s.len, f);
+		if (!f || !e->len)
+			continue;
+		pt_source_prefetch(f->ck->src, e->off, head);
+		pt_source_prefetch(f->ck->src, e->off + e->len - tail, tail);
+	}
+}
+
+/*
  * Over a remote source, open every .distcp file storage_data names, all
  * together (pt__ckpt_open_siblings: in parallel), into s->ready, where
  * dcp_file() takes each when an entry first needs it: a directory of 100
  * files costs the round trips of one open, not of 100 in series.  A file
  * that fails to open is left out, and dcp_file() opens it again where
- * the entries need it, and fails there as it does locally.  Locally this
- * does nothing: an open costs no round trip.
+ * the entries need it, and fails there as it does locally.  Then the
+ * items' metadata is asked for, all together (prefetch_items).  Locally
+ * this does nothing: an open or a read costs no round trip.
  */
 static int dcp_open_ahead(struct pt_ckpt *ck, struct dcp_state *s,
 			  struct pt_error *err)
@@ -483,6 +516,7 @@ static int dcp_open_ahead(struct pt_ckpt *ck, struct dcp_state *s,
 		free(f);
 	}
 	free(v);
+	prefetch_items(s);
 	return 0;
 }
 

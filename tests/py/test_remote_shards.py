@@ -115,6 +115,30 @@ def dcp_dir(d):
     return want
 
 
+def dcp_big(d):
+    """A DCP directory of two 6 MiB .distcp files, each holding six tensors
+    of 1 MiB in two row chunks: chunks past the first MiB and before the
+    last 2 MiB (what opening a file fetches), whose metadata (a torch.save
+    blob's first and last 64 KiB) must be fetched; {fqn: tensor}."""
+    torch.manual_seed(4)
+    want, entries = {}, []
+    for i in range(12):
+        t = torch.randn(512, 512)
+        want["big.%d" % i] = t
+        entries.append(test_dcp.tentry(
+            "big.%d" % i, t, [dict(c, file="__%d_0.distcp" % (i % 2))
+                              for c in test_dcp.rows_of(t, [256])]))
+    os.makedirs(d)
+    spec = os.path.join(os.path.dirname(d), "dcp-big-spec.json")
+    with open(spec, "w") as f:
+        json.dump({"entries": entries, "protocol": 4}, f)
+    code = "import sys\nsys.argv[1] = open(sys.argv[1]).read()\n" + test_dcp.GEN_2X
+    r = subprocess.run([sys.executable, "-c", code, spec, d], capture_output=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr.decode()[-3000:]
+    return want
+
+
 def bad_index(d, broken):
     """An index of 10 one-tensor shards, in @d, the shards named in
     @broken ({i: "missing" | "corrupt"}) broken that way."""
@@ -146,6 +170,7 @@ def served():
     want["st"] = st_shards(os.path.join(d, "st"))
     want["bin"] = bin_shards(os.path.join(d, "bin"))
     want["dcp"] = dcp_dir(os.path.join(d, "dcp"))
+    want["dcp-big"] = dcp_big(os.path.join(d, "dcp-big"))
     bad_index(os.path.join(d, "missing"), {7: "missing"})
     bad_index(os.path.join(d, "corrupt"), {4: "corrupt"})
     bad_index(os.path.join(d, "two"), {3: "corrupt", 8: "missing"})
@@ -322,6 +347,40 @@ def test_dcp_files_open_together(served, cache):
         assert seen == 2 + 2 * N_DCP, seen
         assert proc.returncode == 0, err
         assert len(out.splitlines()) == N_DCP + 1
+
+
+def test_dcp_chunk_metadata_fetched_together(served, cache):
+    """.distcp files larger than what their open fetches: the metadata of
+    the chunks in between is asked for all at once (after the opens' six
+    requests, eight more are in flight before any is answered; one chunk
+    after the other, one would be), and the tensors are the local ones."""
+    n, d, want = served
+    with rs.FaultProxy(n.port) as p:
+        p.faults = [None] * 6 + ["gate"] * 8
+        proc = subprocess.Popen([PTFS, "ls", *o(cache), p.url("dcp-big/.metadata")],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            deadline = time.time() + 60
+            while p.seen < 6 + 8 and time.time() < deadline:
+                time.sleep(0.05)
+            seen = p.seen
+        finally:
+            p.gate.set()
+            out, err = proc.communicate(timeout=120)
+        assert seen >= 6 + 8, seen
+        assert proc.returncode == 0, err
+        assert len(out.splitlines()) == len(want["dcp-big"])
+    with mounted(os.path.join(d, "dcp-big")) as lm:
+        ltree, lmeta = walk(lm)
+    m = n.mark()
+    with mounted(n.url("dcp-big/.metadata"), *o(cache)) as mnt:
+        assert walk(mnt) == (ltree, lmeta)
+        # .metadata's open and the files' (two requests each), and at most
+        # one for each end of each of the 24 chunks' blobs
+        assert len(n.since(m)) <= 2 + 2 * 2 + 2 * 24, n.since(m)
+        for k, t in want["dcp-big"].items():
+            with open(os.path.join(mnt, k), "rb") as f:
+                assert f.read() == t.numpy().tobytes(), k
 
 
 @pytest.mark.parametrize("case, shard, why", [
