@@ -15,16 +15,18 @@
 
 void pt_populate(void *p, size_t n)
 {
-	static uintptr_t page;
+	static uintptr_t page_size;     /* threads may set it at once */
 	const uintptr_t huge = (uintptr_t)2 << 20;
-	uintptr_t lo, hi;
+	uintptr_t lo, hi, page;
 
 	if (n < ((size_t)64 << 10))
 		return;
+	page = __atomic_load_n(&page_size, __ATOMIC_RELAXED);
 	if (!page) {
 		long ps = sysconf(_SC_PAGESIZE);
 
 		page = ps > 0 ? (uintptr_t)ps : 4096;
+		__atomic_store_n(&page_size, page, __ATOMIC_RELAXED);
 	}
 	/* a big one in huge pages where it spans whole ones: they are made
 	 * resident anyway, and a guest pays per page it touches first */

@@ -573,4 +573,28 @@ void pt__ckpt_free(struct pt_ckpt *ck);
 int pt__ckpt_open_child(struct pt_ckpt *parent, struct pt_source *src,
 			bool load, struct pt_ckpt **out, struct pt_error *err);
 
+/*
+ * open.c: the checkpoints beside @parent's source named @v[i].name, each
+ * opened by pt_source_open_sibling() and pt__ckpt_open_child(@load) into
+ * @v[i].ck, with @v[i].rc 0 or -errno and @v[i].err its one line.  When
+ * reading @parent costs round trips (src->costly_reads: a remote object)
+ * they open in threads, many at once, so that their requests are in
+ * flight together; else one after another in this thread.  The outcome
+ * is the same either way: with @stop_at_failure, as if opened in order
+ * up to the first that fails (every later one has ck NULL and rc
+ * -ECANCELED); without, every one was tried.  Nothing of @parent changes
+ * (each child has its own warnings, notes and limits): the caller
+ * reports them in order.
+ */
+struct pt_child_open {
+	char *name;                     /* in: a plain name beside @parent
+					 * (the caller's) */
+	struct pt_ckpt *ck;             /* out: owned by the caller */
+	int rc;
+	struct pt_error err;
+};
+
+void pt__ckpt_open_siblings(struct pt_ckpt *parent, struct pt_child_open *v,
+			    size_t n, bool load, bool stop_at_failure);
+
 #endif /* PTFS_CORE_CKPT_I_H */

@@ -14,10 +14,16 @@
  * a call back up, and its depth is capped (PT_CKPT_MAX_DEPTH), so an index
  * naming itself, or a chain of them, ends at the first step.  The tree
  * (ckpt.c, tree.c) is built only for a checkpoint a front end opened.
+ *
+ * Children whose bytes are remote open in threads, many at once
+ * (pt__ckpt_open_siblings): each child is an object of its own (its
+ * allocator, warnings, notes, limits), its parent is only read, and the
+ * caller takes the results in order, so the outcome is the sequential one.
  */
 #include "ckpt/ckpt_i.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -207,4 +213,111 @@ int pt__ckpt_open_child(struct pt_ckpt *parent, struct pt_source *src,
 	}
 	*out = ck;
 	return 0;
+}
+
+/* ---- siblings opened together ---- */
+
+/*
+ * How many siblings of a remote checkpoint open at once: each open waits
+ * for its own requests (one or two, a round trip), so this many threads
+ * keep this many requests in flight; the request engine spreads them over
+ * its connections (core/remote/engine.c).
+ */
+#define OPEN_PARALLEL 128
+
+struct sib_pool {
+	struct pt_ckpt *parent;
+	struct pt_child_open *v;
+	size_t n;
+	bool load;
+	bool stop_at_failure;
+	pthread_mutex_t lock;
+	size_t next;                    /* the next item to take */
+	bool stop;                      /* an item failed: take no more */
+};
+
+static void open_one(struct pt_ckpt *parent, struct pt_child_open *c,
+		     bool load)
+{
+	struct pt_source *src = NULL;
+
+	pt_error_clear(&c->err);
+	c->ck = NULL;
+	c->rc = pt_source_open_sibling(parent->src, c->name, &src, &c->err);
+	if (!c->rc)
+		c->rc = pt__ckpt_open_child(parent, src, load, &c->ck, &c->err);
+}
+
+/* A worker: the next item not taken yet, until there is none, or one
+ * failed (when that stops the rest).  Items are taken in order, so every
+ * item before a failed one has been taken, and finishes. */
+static void *sib_worker(void *arg)
+{
+	struct sib_pool *p = arg;
+
+	for (;;) {
+		struct pt_child_open *c;
+
+		pthread_mutex_lock(&p->lock);
+		if (p->stop || p->next >= p->n) {
+			pthread_mutex_unlock(&p->lock);
+			return NULL;
+		}
+		c = &p->v[p->next++];
+		pthread_mutex_unlock(&p->lock);
+		open_one(p->parent, c, p->load);
+		if (c->rc && p->stop_at_failure) {
+			pthread_mutex_lock(&p->lock);
+			p->stop = true;
+			pthread_mutex_unlock(&p->lock);
+		}
+	}
+}
+
+/* Run sib_worker() in up to OPEN_PARALLEL threads, this one among them
+ * (so that a thread that cannot be made costs speed, never the open). */
+static void sib_run(struct sib_pool *p, bool parallel)
+{
+	size_t want = parallel ? (p->n < OPEN_PARALLEL ? p->n : OPEN_PARALLEL) : 1;
+	pthread_t *t = want > 1 ? calloc(want - 1, sizeof(*t)) : NULL;
+	size_t made = 0, i;
+
+	while (t && made + 1 < want &&
+	       pthread_create(&t[made], NULL, sib_worker, p) == 0)
+		made++;
+	sib_worker(p);
+	for (i = 0; i < made; i++)
+		pthread_join(t[i], NULL);
+	free(t);
+}
+
+void pt__ckpt_open_siblings(struct pt_ckpt *parent, struct pt_child_open *v,
+			    size_t n, bool load, bool stop_at_failure)
+{
+	struct sib_pool p = {
+		.parent = parent, .v = v, .n = n, .load = load,
+		.stop_at_failure = stop_at_failure,
+	};
+	size_t i;
+	bool failed = false;
+
+	for (i = 0; i < n; i++) {
+		v[i].ck = NULL;
+		v[i].rc = -ECANCELED;   /* not opened */
+		pt_error_clear(&v[i].err);
+	}
+	pthread_mutex_init(&p.lock, NULL);
+	sib_run(&p, parent->src->costly_reads && n > 1);
+	pthread_mutex_destroy(&p.lock);
+	if (!stop_at_failure)
+		return;
+	/* as if opened in order: nothing after the first failure */
+	for (i = 0; i < n; i++) {
+		if (failed) {
+			pt__ckpt_free(v[i].ck);
+			v[i].ck = NULL;
+			v[i].rc = -ECANCELED;
+		}
+		failed = failed || v[i].rc;
+	}
 }

@@ -31,7 +31,8 @@
  *     anything else shows the blob's bytes.
  *
  * Each .distcp file is opened once, as a bare byte source
- * (pt__ckpt_open_child, bare), and kept until close.  DCP mounts are read-only
+ * (pt__ckpt_open_child, bare), and kept until close; over a remote source
+ * all of them open together first, in parallel (dcp_open_ahead).  DCP mounts are read-only
  * (pt_ckpt_writable() is false for every format but torch.save zips).
  */
 #include "ckpt/ckpt_i.h"
@@ -51,6 +52,13 @@
 #define DCP_MAX_BLOB_PICKLE (1u << 20)  /* data.pkl of one chunk or value */
 #define DCP_MAX_INLINE (16u << 20)      /* raw value bytes kept in memory */
 #define DCP_MAX_INLINE_ALL (256u << 20) /* ... for all values together */
+#define DCP_ITEM_HEAD (68u << 10)       /* what a blob's ZIP reader reads
+					 * at its start (a 64 KiB window
+					 * from its first record on) */
+#define DCP_ITEM_TAIL ((64u << 10) + 22) /* ... at its end: where the
+					 * end record is looked for (22
+					 * bytes and a comment of up to
+					 * 64 KiB) */
 
 struct dcp_file {                       /* one .distcp file */
 	char *name;                     /* relative_path, NUL-terminated */
@@ -70,6 +78,8 @@ struct dcp_sd {                         /* one storage_data item */
 struct dcp_state {
 	struct dcp_file *files;         /* by name */
 	size_t n_files;
+	struct dcp_file *ready;         /* opened ahead (dcp_open_ahead),
+					 * not used yet */
 	struct dcp_sd *sd;              /* by key */
 	uint64_t n_chunks;              /* chunks accepted so far */
 	uint64_t n_listed;              /* chunks listed (also empty ones) */
@@ -368,6 +378,14 @@ static int dcp_file(struct pt_ckpt *ck, struct dcp_state *s,
 	if (s->n_files >= DCP_MAX_FILES)
 		return pt_fail(err, -EFBIG, "more than %u .distcp files",
 			       DCP_MAX_FILES);
+	HASH_FIND(hh, s->ready, p, n, f);
+	if (f) {
+		HASH_DEL(s->ready, f);
+		HASH_ADD_KEYPTR(hh, s->files, f->name, n, f);
+		s->n_files++;
+		*out = f;
+		return 0;
+	}
 	f = calloc(1, sizeof(*f));
 	if (!f)
 		return pt_fail(err, -ENOMEM, "out of memory");
@@ -389,6 +407,116 @@ static int dcp_file(struct pt_ckpt *ck, struct dcp_state *s,
 	HASH_ADD_KEYPTR(hh, s->files, f->name, n, f);
 	s->n_files++;
 	*out = f;
+	return 0;
+}
+
+static void files_free(struct dcp_file **files)
+{
+	struct dcp_file *f, *tmp;
+
+	HASH_ITER(hh, *files, f, tmp) {
+		HASH_DEL(*files, f);
+		pt__ckpt_free(f->ck);
+		free(f->name);
+		free(f);
+	}
+}
+
+/* Into s->ready, not opened yet: every file storage_data names (plain
+ * names only, at most DCP_MAX_FILES), in the order first named. */
+static int ahead_names(struct dcp_state *s, size_t *n, struct pt_error *err)
+{
+	struct dcp_sd *e, *tmp;
+	struct dcp_file *f;
+
+	*n = 0;
+	HASH_ITER(hh, s->sd, e, tmp) {
+		const uint8_t *p = e->path->u.s.p;
+		size_t len = e->path->u.s.len;
+
+		HASH_FIND(hh, s->ready, p, len, f);
+		if (f || !plain_name(p, len))
+			continue;
+		if (*n >= DCP_MAX_FILES)
+			break;
+		f = calloc(1, sizeof(*f));
+		if (f)
+			f->name = strndup((const char *)p, len);
+		if (!f || !f->name) {
+			free(f);
+			return pt_fail(err, -ENOMEM, "out of memory");
+		}
+		HASH_ADD_KEYPTR(hh, s->ready, f->name, len, f);
+		(*n)++;
+	}
+	return 0;
+}
+
+/*
+ * The bytes dcp_entries() reads of each item, asked for now, all at once
+ * (pt_source_prefetch: a remote source starts fetching them): the first
+ * and the last bytes of its range that blob_open() reads (DCP_ITEM_HEAD,
+ * DCP_ITEM_TAIL), where a torch.save blob's data.pkl and its ZIP end
+ * records lie.  Read one item after the other, each would cost its own
+ * round trips; the bytes between them are left alone.
+ */
+static void prefetch_items(const struct dcp_state *s)
+{
+	const struct dcp_sd *e, *tmp;
+	const struct dcp_file *f;
+
+	HASH_ITER(hh, s->sd, e, tmp) {
+		uint64_t head = e->len < DCP_ITEM_HEAD ? e->len : DCP_ITEM_HEAD;
+		uint64_t tail = e->len < DCP_ITEM_TAIL ? e->len : DCP_ITEM_TAIL;
+
+		HASH_FIND(hh, s->ready, e->path->u.s.p, e->path->u.s.len, f);
+		if (!f || !e->len)
+			continue;
+		pt_source_prefetch(f->ck->src, e->off, head);
+		pt_source_prefetch(f->ck->src, e->off + e->len - tail, tail);
+	}
+}
+
+/*
+ * Over a remote source, open every .distcp file storage_data names, all
+ * together (pt__ckpt_open_siblings: in parallel), into s->ready, where
+ * dcp_file() takes each when an entry first needs it: a directory of 100
+ * files costs the round trips of one open, not of 100 in series.  A file
+ * that fails to open is left out, and dcp_file() opens it again where
+ * the entries need it, and fails there as it does locally.  Then the
+ * items' metadata is asked for, all together (prefetch_items).  Locally
+ * this does nothing: an open or a read costs no round trip.
+ */
+static int dcp_open_ahead(struct pt_ckpt *ck, struct dcp_state *s,
+			  struct pt_error *err)
+{
+	struct pt_child_open *v;
+	struct dcp_file *f, *tmp;
+	size_t n, i = 0;
+	int rc;
+
+	if (!ck->src->costly_reads)
+		return 0;
+	rc = ahead_names(s, &n, err);
+	v = rc ? NULL : calloc(n + 1, sizeof(*v));
+	if (!v) {
+		files_free(&s->ready);
+		return rc ? rc : pt_fail(err, -ENOMEM, "out of memory");
+	}
+	HASH_ITER(hh, s->ready, f, tmp)
+		v[i++].name = f->name;
+	pt__ckpt_open_siblings(ck, v, n, false, false);
+	i = 0;
+	HASH_ITER(hh, s->ready, f, tmp) {
+		f->ck = v[i++].ck;
+		if (f->ck)
+			continue;
+		HASH_DEL(s->ready, f);
+		free(f->name);
+		free(f);
+	}
+	free(v);
+	prefetch_items(s);
 	return 0;
 }
 
@@ -1096,16 +1224,11 @@ static int dcp_probe(struct pt_ckpt *ck, const uint8_t *head, size_t n,
 static void dcp_close(struct pt_ckpt *ck)
 {
 	struct dcp_state *s = ck->fmt_state;
-	struct dcp_file *f, *tmp;
 
 	if (!s)
 		return;
-	HASH_ITER(hh, s->files, f, tmp) {
-		HASH_DEL(s->files, f);
-		pt__ckpt_free(f->ck);
-		free(f->name);
-		free(f);
-	}
+	files_free(&s->files);
+	files_free(&s->ready);
 	sd_free(&s->sd);
 	free(s->dir);
 	free(s);
@@ -1246,6 +1369,8 @@ static int dcp_open(struct pt_ckpt *ck, struct pt_error *err)
 		return pt_fail(err, -EBADMSG,
 			       ".metadata: state_dict_metadata is not a dict");
 	rc = parse_storage_data(ck, s, field(meta, "storage_data"), err);
+	if (!rc)
+		rc = dcp_open_ahead(ck, s, err);
 	if (!rc)
 		rc = dcp_entries(ck, s, sdm, err);
 	if (rc)

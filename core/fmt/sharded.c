@@ -13,6 +13,14 @@
  * must be plain file names in the index's directory.  The index itself is
  * /.ptfs/index.json.
  *
+ * The shards open together (pt__ckpt_open_siblings): over a remote source
+ * in parallel, so that a 100-shard index costs the round trips of one
+ * shard's open, not of a hundred in series; each open reads its shard's
+ * metadata only (a safetensors header, a ZIP's end records and data.pkl),
+ * and tensor bytes are fetched when read.  Whatever the order in which
+ * they finished, they are taken in index order: the first shard that
+ * fails gives the error, and warnings and notes come in that order.
+ *
  * sh_probe_dir() picks the file to open when a directory is given.
  */
 #include "ckpt/ckpt_i.h"
@@ -134,10 +142,12 @@ static int parse_weight_map(struct pt_js *j, struct wm_ent **ents, size_t *n,
 				break;
 			}
 			if (scap <= *n_shards) {
-				/* the hash points into the array: rebuild it
-				 * after growing */
+				/* the hash lives in the array (its table is
+				 * reached through the first item): drop it
+				 * before growing, rebuild it after */
 				struct shard *q;
 
+				HASH_CLEAR(hh, byname);
 				scap = scap ? scap * 2 : 16;
 				q = realloc(*shards, scap * sizeof(*q));
 				if (!q) {
@@ -145,7 +155,6 @@ static int parse_weight_map(struct pt_js *j, struct wm_ent **ents, size_t *n,
 					break;
 				}
 				*shards = q;
-				HASH_CLEAR(hh, byname);
 				for (i = 0; i < *n_shards; i++)
 					HASH_ADD_KEYPTR(hh, byname, q[i].name,
 							q[i].name_len, &q[i]);
@@ -302,30 +311,65 @@ static int shard_tensors(const struct pt_ckpt *sub, struct tkey **map)
 	return tkey_pairs(map, pt_call_kv(r));
 }
 
-/* Open shard @sh, a file beside the index. */
-static int open_shard(struct pt_ckpt *ck, struct shard *sh,
+/*
+ * Open the shards, files beside the index: the ones before the first name
+ * that is not a plain file name, together (pt__ckpt_open_siblings: in
+ * parallel over a remote source) into *@out, one struct pt_child_open a
+ * shard (name NULL from the first name not plain on).  Only -ENOMEM fails
+ * here; what each open gave is taken in order by take_shard().
+ */
+static int open_shards(struct pt_ckpt *ck, const struct sh_state *s,
+		       struct pt_child_open **out, struct pt_error *err)
+{
+	struct pt_child_open *v = calloc(s->n + 1, sizeof(*v));
+	size_t n;
+
+	*out = v;
+	if (!v)
+		return pt_fail(err, -ENOMEM, "out of memory");
+	for (n = 0; n < s->n; n++) {
+		const struct shard *sh = &s->shards[n];
+
+		if (!plain_name(sh->name, sh->name_len))
+			break;
+		v[n].name = strndup((const char *)sh->name, sh->name_len);
+		if (!v[n].name)
+			return pt_fail(err, -ENOMEM, "out of memory");
+	}
+	pt__ckpt_open_siblings(ck, v, n, true, true);
+	return 0;
+}
+
+static void free_opens(struct pt_child_open *v, size_t n)
+{
+	size_t i;
+
+	for (i = 0; v && i < n; i++) {
+		pt__ckpt_free(v[i].ck);         /* NULL once taken */
+		free(v[i].name);
+	}
+	free(v);
+}
+
+/* The outcome of opening shard @sh (@c, open_shards()) into sh->ck. */
+static int take_shard(struct shard *sh, struct pt_child_open *c,
 		      struct pt_error *err)
 {
-	struct pt_source *src = NULL;
 	char nb[100];
-	char *name;
-	int rc;
 
-	if (!plain_name(sh->name, sh->name_len))
+	printable(sh->name, sh->name_len, nb, sizeof(nb));
+	if (!c->name)
 		return pt_fail(err, -EBADMSG,
 			       "index: shard '%s' is not a plain file name in the index's directory",
-			       printable(sh->name, sh->name_len, nb, sizeof(nb)));
-	name = strndup((const char *)sh->name, sh->name_len);
-	if (!name)
-		return pt_fail(err, -ENOMEM, "out of memory");
-	rc = pt_source_open_sibling(ck->src, name, &src, err);
-	free(name);
-	if (!rc)
-		rc = pt__ckpt_open_child(ck, src, true, &sh->ck, err);
-	if (rc)
-		pt_error_prefix(err, "shard '%s'",
-				printable(sh->name, sh->name_len, nb, sizeof(nb)));
-	return rc;
+			       nb);
+	if (c->rc) {
+		pt_fail(err, c->rc, "%s", c->err.msg);
+		pt_error_prefix(err, "shard '%s'", nb);
+		return c->rc;
+	}
+	sh->ck = c->ck;
+	c->ck = NULL;
+	return 0;
 }
 
 /* Warnings of the shards, and the info lines. */
@@ -377,6 +421,7 @@ static int sh_open(struct pt_ckpt *ck, struct pt_error *err)
 	struct sh_state *s = NULL;
 	struct wm_ent *ents = NULL;
 	struct tkey **maps = NULL;
+	struct pt_child_open *opens = NULL;
 	struct pt_value *root;
 	struct pt_js j;
 	uint8_t *text = NULL;
@@ -420,10 +465,13 @@ static int sh_open(struct pt_ckpt *ck, struct pt_error *err)
 		rc = pt_fail(err, -ENOMEM, "out of memory");
 		goto out;
 	}
+	rc = open_shards(ck, s, &opens, err);
+	if (rc)
+		goto out;
 	for (i = 0; i < s->n; i++) {
 		struct shard *sh = &s->shards[i];
 
-		rc = open_shard(ck, sh, err);
+		rc = take_shard(sh, &opens[i], err);
 		if (rc)
 			goto out;
 		rc = shard_tensors(sh->ck, &maps[i]);
@@ -465,6 +513,7 @@ out:
 		for (i = 0; i < s->n; i++)
 			tkeys_free(&maps[i]);
 	free(maps);
+	free_opens(opens, s->n);
 	free(ents);
 	pt__js_free(&j);
 	return rc;

@@ -759,7 +759,7 @@ int rm_engine_get(struct pt_error *err)
 			rc = pt_fail(err, -ENOMEM, "libcurl: no multi handle");
 		} else {
 			curl_multi_setopt(E.m, CURLMOPT_MAX_HOST_CONNECTIONS,
-					  (long)RM_MAX_INFLIGHT + 2);
+					  (long)RM_MAX_CONNECTIONS);
 			/* keep idle connections for the next request: the
 			 * default cache shrinks with the handles in use */
 			curl_multi_setopt(E.m, CURLMOPT_MAXCONNECTS,

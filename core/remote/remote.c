@@ -1388,6 +1388,24 @@ static int rm_cache_open_or_not(struct pt_remote *r, struct rm_meta *m,
 	return 0;
 }
 
+/*
+ * Whether this open runs the cache's eviction pass: at most one a second
+ * in the process.  A pass looks at every object in the cache, and the
+ * shards of a checkpoint open together (ckpt/open.c): 100 shards would
+ * look at 100 objects 100 times for the few blocks their opens stored.
+ * Reads still run theirs as they store (rm_read, c.written).
+ */
+static bool rm_open_evict_due(void)
+{
+	static uint64_t next_ms;
+	uint64_t now = (uint64_t)(rm_now() * 1000);
+	uint64_t due = __atomic_load_n(&next_ms, __ATOMIC_RELAXED);
+
+	return now >= due &&
+	       __atomic_compare_exchange_n(&next_ms, &due, now + 1000, false,
+					   __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+}
+
 static int rm_open_common(struct pt_remote *r, struct pt_error *err)
 {
 	struct rm_meta m;
@@ -1437,7 +1455,8 @@ static int rm_open_common(struct pt_remote *r, struct pt_error *err)
 		    (h->status == 200 ? h->mem_len == r->size :
 		     h->status == 206 && h->total == r->size))
 			rm_store_probe(r, h);
-		rm_cache_evict(r->cache_root, r->o.cache_size, r->c.dir);
+		if (rm_open_evict_due())
+			rm_cache_evict(r->cache_root, r->o.cache_size, r->c.dir);
 	}
 	if (j)
 		rm_job_free(j);

@@ -24,6 +24,12 @@
 #define RM_CHUNK ((uint64_t)8 << 20)       /* one parallel range */
 #define RM_WINDOW_MAX ((uint64_t)128 << 20) /* sequential read-ahead */
 #define RM_MAX_INFLIGHT 16
+/* connections to one host: RM_MAX_INFLIGHT prefetches, and the requests
+ * readers wait for, which never queue behind them: the opens of a sharded
+ * checkpoint's shards, all at once (ckpt/open.c), each on a connection of
+ * its own over HTTP/1.1, so that 100 shards cost one round trip and one
+ * more for connecting, not a wave of round trips per 16 */
+#define RM_MAX_CONNECTIONS 128
 
 enum rm_kind { RM_HTTP, RM_S3, RM_HF };
 

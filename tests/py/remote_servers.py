@@ -193,6 +193,10 @@ class FaultProxy:
         class Server(socketserver.ThreadingTCPServer):
             allow_reuse_address = True
             daemon_threads = True
+            # listen(2) backlog: nginx's default; socketserver's 5 drops
+            # the SYNs of a burst of connections (the shards of a sharded
+            # checkpoint opened at once), which then wait a second or more
+            request_queue_size = 511
 
         self.server = Server(("127.0.0.1", self.want_port), Handler)
         self.port = self.server.server_address[1]

@@ -206,6 +206,10 @@ def test_sharded_index_lazy_shards(served, cache):
     for e in reqs:
         per_shard[e["path"]] = per_shard.get(e["path"], 0) + 1
     assert all(v <= 2 for v in per_shard.values()), per_shard
+    # a shard's open: its first block, nothing else (100 shards, and tensor
+    # bytes left alone until read: test_remote_shards.py)
+    assert all(e["range"] == "bytes=0-65535" for e in reqs
+               if e["path"].endswith(".safetensors")), reqs
     for k, v in want.items():
         c = ptfs("cat", *o(cache), url, sts.enc(k))
         assert c.returncode == 0 and c.stdout == oracle.tensor_bytes(v), k
