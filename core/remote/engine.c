@@ -386,6 +386,8 @@ static bool rm_transient_curl(CURLcode c)
 
 /* Seconds to wait before attempt number @a (1, 2, ...): full jitter over
  * 0.1 s * 2^a, at most 5 s, at least what Retry-After asked. */
+#define RM_LAST_TRY 1.0         /* s before the deadline: the last try */
+
 static double rm_backoff(const struct rm_job *j, unsigned a)
 {
 	double cap = 0.1 * (double)(1u << (a < 6 ? a : 6));
@@ -540,6 +542,11 @@ static bool rm_job_verdict(struct rm_job *j, CURLcode cc)
 		j->deadline = rm_now() + j->r->o.timeout_s;
 	j->attempt++;
 	j->not_before = rm_now() + rm_backoff(j, j->attempt);
+	/* a backoff past the deadline: one last try in what is left of it,
+	 * unless the server asked to wait longer (Retry-After) */
+	if (j->not_before >= j->deadline - RM_LAST_TRY && !j->retry_after &&
+	    rm_now() < j->deadline - RM_LAST_TRY)
+		j->not_before = j->deadline - RM_LAST_TRY;
 	if (j->not_before >= j->deadline) {
 		snprintf(j->msg + strlen(j->msg), sizeof(j->msg) - strlen(j->msg),
 			 " (gave up after %u attempts in %.1f s, -o timeout=%u)",

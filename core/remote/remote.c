@@ -305,6 +305,24 @@ static int rm_store(struct rm_job *j, const char *p, size_t n)
 	return rm_write_share(r, p, n, off, j->marked, b1);
 }
 
+/* A piece of a range job's body comes from the version the object was
+ * pinned to and is the next byte asked for; else false, with j->rc and
+ * j->msg. */
+static bool rm_range_reply(struct rm_job *j)
+{
+	if (j->got == j->got0 && (j->rc = rm_job_version(j)) != 0)
+		return false;
+	if (j->status != 206 || j->range_first != j->off + j->got) {
+		snprintf(j->msg, sizeof(j->msg),
+			 "HTTP %ld from byte %llu for a range from byte %llu",
+			 j->status, (unsigned long long)j->range_first,
+			 (unsigned long long)(j->off + j->got));
+		j->rc = -EIO;
+		return false;
+	}
+	return true;
+}
+
 static size_t rm_job_body(struct rm_job *j, const char *p, size_t n)
 {
 	struct pt_remote *r = j->r;
@@ -316,16 +334,8 @@ static size_t rm_job_body(struct rm_job *j, const char *p, size_t n)
 	}
 	if (j->probe)
 		return rm_probe_body(j, p, n);
-	if (j->got == j->got0 && (j->rc = rm_job_version(j)) != 0)
+	if (!rm_range_reply(j))
 		return 0;
-	if (j->status != 206 || j->range_first != j->off + j->got) {
-		snprintf(j->msg, sizeof(j->msg),
-			 "HTTP %ld from byte %llu for a range from byte %llu",
-			 j->status, (unsigned long long)j->range_first,
-			 (unsigned long long)(j->off + j->got));
-		j->rc = -EIO;
-		return 0;
-	}
 	if (n > j->len - j->got)
 		n = (size_t)(j->len - j->got);
 	if (r->budget)
@@ -428,16 +438,8 @@ static size_t rm_direct_body(struct rm_job *j, const char *p, size_t n)
 		j->rc = -ECANCELED;
 		return 0;
 	}
-	if (j->got == j->got0 && (j->rc = rm_job_version(j)) != 0)
+	if (!rm_range_reply(j))
 		return 0;
-	if (j->status != 206 || j->range_first != j->off + j->got) {
-		snprintf(j->msg, sizeof(j->msg),
-			 "HTTP %ld from byte %llu for a range from byte %llu",
-			 j->status, (unsigned long long)j->range_first,
-			 (unsigned long long)(j->off + j->got));
-		j->rc = -EIO;
-		return 0;
-	}
 	if (n > j->len - j->got)
 		n = (size_t)(j->len - j->got);
 	memcpy(j->dst + j->got, p, n);
