@@ -19,7 +19,8 @@ BUCKET.localhost:PORT, path /KEY), and answers as S3 does, with an XML
   a session token it calls expired 400 ExpiredToken
   no such bucket / key             404 NoSuchBucket / NoSuchKey
 
-Each request is recorded in .seen as (host, path, key id or None, code).
+Each request is recorded in .seen as (host, path, key id or None, code),
+before its answer's body is sent.
 """
 import datetime
 import hashlib
@@ -111,15 +112,21 @@ class S3Checker:
 
     # ---- answers ----
 
-    @staticmethod
-    def _error(h, status, code, body=True):
+    def _end(self, h, code):
+        """End the headers, once the request is in .seen as answered
+        with @code: a client may be done reading the body before this
+        thread runs again."""
+        self.seen.append(h.seen_as + (code,))
+        h.end_headers()
+
+    def _error(self, h, status, code, body=True):
         xml = ('<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>%s</Code>'
                '<Message>%s</Message><RequestId>0</RequestId></Error>'
                % (code, code)).encode()
         h.send_response(status)
         h.send_header("Content-Type", "application/xml")
         h.send_header("Content-Length", str(len(xml) if body else 0))
-        h.end_headers()
+        self._end(h, code)
         if body:
             h.wfile.write(xml)
         return status, code
@@ -170,6 +177,7 @@ class S3Checker:
         headers = {k.lower(): v for k, v in h.headers.items()}
         bucket, key = self._locate(h, headers)
         kid = (AUTH_RE.match(headers.get("authorization", "")) or [None, None])[1]
+        h.seen_as = (headers.get("host", ""), h.path, kid)
         res = None
         if bucket not in self.public or "authorization" in headers:
             res = self._check_signature(h, headers)
@@ -180,7 +188,6 @@ class S3Checker:
             res = self._object(h, bucket, key, headers, body)
         else:
             self._error(h, res[0], res[1], body)
-        self.seen.append((headers.get("host", ""), h.path, kid, res[1]))
 
     def _list(self, h, bucket, query, body):
         """ListObjectsV2: the keys under prefix; with a delimiter, the
@@ -232,7 +239,7 @@ class S3Checker:
         h.send_response(200)
         h.send_header("Content-Type", "application/xml")
         h.send_header("Content-Length", str(len(data)))
-        h.end_headers()
+        self._end(h, "List")
         if body:
             h.wfile.write(data)
         return 200, "List"
@@ -260,13 +267,13 @@ class S3Checker:
                 h.send_response(416)
                 h.send_header("Content-Range", "bytes */%d" % size)
                 h.send_header("Content-Length", "0")
-                h.end_headers()
+                self._end(h, "InvalidRange")
                 return 416, "InvalidRange"
             status = 206
         if headers.get("if-none-match") == etag:
             h.send_response(304)
             h.send_header("ETag", etag)
-            h.end_headers()
+            self._end(h, "NotModified")
             return 304, "NotModified"
         h.send_response(status)
         h.send_header("ETag", etag)
@@ -276,7 +283,7 @@ class S3Checker:
         if status == 206:
             h.send_header("Content-Range", "bytes %d-%d/%d" % (first, last, size))
         h.send_header("Content-Length", str(last - first + 1))
-        h.end_headers()
+        self._end(h, "OK")
         if body:
             with open(path, "rb") as f:
                 f.seek(first)
