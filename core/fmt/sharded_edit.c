@@ -672,9 +672,13 @@ static int rename_all(struct plan *pl, struct pt_replace *ir)
 		rc = pt_replace_rename(order[k], pl->err);
 		if (rc == 0)
 			done++;
-		if (rc == 0 && len + strlen(base) + 3 < sizeof(names))
-			snprintf(names + len, sizeof(names) - len, "%s%s",
-				 len ? ", " : "", base);
+		if (rc == 0 && len + strlen(base) + 3 < sizeof(names)) {
+			if (len) {
+				memcpy(names + len, ", ", 2);
+				len += 2;
+			}
+			memcpy(names + len, base, strlen(base) + 1);
+		}
 	}
 	if (rc && done)
 		pt_error_prefix(pl->err, "%zu of %zu files replaced (%s), the rest not",
