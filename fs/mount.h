@@ -220,6 +220,10 @@ ssize_t ptfs_scalar_write(struct ptfs *fs, struct fh *h, const char *buf,
 int ptfs_scalar_truncate(struct ptfs *fs, struct pt_node *n, uint64_t size);
 /* The size of @n's text while it is being written, into *@size. */
 bool ptfs_scalar_size(struct ptfs *fs, struct pt_node *n, uint64_t *size);
+/* The text written to @h's file (a scalar's, a NAME.json) when @h is its
+ * last writer and it changed since last asked (malloc()ed,
+ * NUL-terminated, *@len bytes), else NULL with *@rc 0 (-ENOMEM). */
+char *ptfs_scalar_text(struct ptfs *fs, struct fh *h, size_t *len, int *rc);
 /* A close of @h (inode @ino) after it wrote: the last writer's makes the
  * text the scalar's new value; 0, or -EINVAL (logged) with the old value
  * kept.  The handle's end (RELEASE) takes a change no close took (a

@@ -422,6 +422,11 @@ bool ptfs_scalar_size(struct ptfs *fs, struct pt_node *n, uint64_t *size)
 {
 	struct sfile *s;
 
+	/* every NAME.json's stat asks, in read-only mounts too: no lock
+	 * while nothing is open for writing (a file opened meanwhile is
+	 * asked again after its open) */
+	if (!__atomic_load_n(&fs->sfiles, __ATOMIC_ACQUIRE))
+		return false;
 	pthread_mutex_lock(&fs->wlock);
 	HASH_FIND_PTR(fs->sfiles, &n, s);
 	if (s)
@@ -430,31 +435,39 @@ bool ptfs_scalar_size(struct ptfs *fs, struct pt_node *n, uint64_t *size)
 	return s != NULL;
 }
 
-/* The text written becomes the scalar's value, when @h is its last
- * writer and it changed. */
-static int scalar_apply(struct ptfs *fs, struct fh *h, fuse_ino_t ino)
+char *ptfs_scalar_text(struct ptfs *fs, struct fh *h, size_t *len, int *rc)
 {
-	struct pt_node *p = pt_node_parent(h->node);
-	struct pt_error err;
 	struct sfile *s;
-	char *path = NULL, *text = NULL;
-	size_t len = 0;
-	int rc;
+	char *text = NULL;
 
+	*rc = 0;
 	pthread_mutex_lock(&fs->wlock);
 	HASH_FIND_PTR(fs->sfiles, &h->node, s);
 	if (s && s->writers == 1 && s->changed) {
 		text = malloc(s->len + 1);
 		if (text) {
 			memcpy(text, s->text, s->len);
-			len = s->len;
+			text[s->len] = '\0';
+			*len = s->len;
 			s->changed = false;
 		}
-		rc = text ? 0 : -ENOMEM;
-	} else {
-		rc = 0;
+		*rc = text ? 0 : -ENOMEM;
 	}
 	pthread_mutex_unlock(&fs->wlock);
+	return text;
+}
+
+/* The text written becomes the scalar's value, when @h is its last
+ * writer and it changed. */
+static int scalar_apply(struct ptfs *fs, struct fh *h, fuse_ino_t ino)
+{
+	struct pt_node *p = pt_node_parent(h->node);
+	struct pt_error err;
+	char *path = NULL, *text;
+	size_t len = 0;
+	int rc;
+
+	text = ptfs_scalar_text(fs, h, &len, &rc);
 	if (!text)
 		return rc;
 	rc = edit_begin(fs);

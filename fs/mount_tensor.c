@@ -403,30 +403,6 @@ void ptfs_tfile_release(struct ptfs *fs, struct fh *h)
 
 /* ---- NAME.json written ---- */
 
-/* The text written to @h's NAME.json when @h is its last writer and it
- * changed (malloc()ed, NUL-terminated), else NULL with *@rc 0. */
-static char *spec_text(struct ptfs *fs, struct fh *h, size_t *len, int *rc)
-{
-	struct sfile *s;
-	char *text = NULL;
-
-	*rc = 0;
-	pthread_mutex_lock(&fs->wlock);
-	HASH_FIND_PTR(fs->sfiles, &h->node, s);
-	if (s && s->writers == 1 && s->changed) {
-		text = malloc(s->len + 1);
-		if (text) {
-			memcpy(text, s->text, s->len);
-			text[s->len] = '\0';
-			*len = s->len;
-			s->changed = false;
-		}
-		*rc = text ? 0 : -ENOMEM;
-	}
-	pthread_mutex_unlock(&fs->wlock);
-	return text;
-}
-
 /* Is the tensor file @n open for writing (a write of the same size)? */
 static bool being_written(struct ptfs *fs, struct pt_node *n)
 {
@@ -547,7 +523,7 @@ static int spec_apply(struct ptfs *fs, struct fh *h)
 	struct pt_edit_spec sp;
 	struct pt_error err;
 	size_t len = 0;
-	char *tname, *text = spec_text(fs, h, &len, &(int){ 0 });
+	char *tname, *text = ptfs_scalar_text(fs, h, &len, &(int){ 0 });
 	int rc;
 
 	if (!text)

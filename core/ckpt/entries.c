@@ -760,18 +760,26 @@ out:
 	return d;
 }
 
+/* The table of @dir with the slots of its entries (an editable open). */
+static int slots_tab(struct pt_ckpt *ck, struct pt_value *dir, struct dtab **d)
+{
+	int rc = 0;
+
+	*d = pt__value_tab(ck, dir, &rc);
+	if (!*d)
+		return rc ? rc : -ENOMEM;
+	return (*d)->rec ? 0 : -EINVAL;        /* not opened with opts.editable */
+}
+
 int pt__entry_slot(struct pt_ckpt *ck, struct pt_value *dir, const char *name,
 		   struct pt_slot *out)
 {
 	struct dtab *d;
 	struct dent *e;
-	int rc = 0;
+	int rc = slots_tab(ck, dir, &d);
 
-	d = pt__value_tab(ck, dir, &rc);
-	if (!d)
-		return rc ? rc : -ENOMEM;
-	if (!d->rec)
-		return -EINVAL;         /* not opened with opts.editable */
+	if (rc)
+		return rc;
 	e = pt__tab_find(d, name, strlen(name));
 	if (!e || e->role != R_VALUE)
 		return -ENOENT;
@@ -789,11 +797,9 @@ int pt__entry_slots(struct pt_ckpt *ck, struct pt_value *dir,
 
 	*out = NULL;
 	*n = 0;
-	d = pt__value_tab(ck, dir, &rc);
-	if (!d)
-		return rc ? rc : -ENOMEM;
-	if (!d->rec)
-		return -EINVAL;         /* not opened with opts.editable */
+	rc = slots_tab(ck, dir, &d);
+	if (rc)
+		return rc;
 	v = calloc(d->n ? d->n : 1, sizeof(*v));
 	if (!v)
 		return -ENOMEM;

@@ -1170,27 +1170,13 @@ int pt_zip_plan_size(const struct pt_zip *z, const struct pt_zw_rec *recs,
 	return rc;
 }
 
-int pt_zip_write_plan(const char *path, const struct pt_zip *z,
-		      const struct pt_zw_rec *recs, size_t n,
-		      const struct pt_zw_expect *expect,
-		      const struct pt_zw_faults *faults, struct pt_error *err)
-{
-	struct zw_rec *r;
-	struct zw w;
-	int rc;
-
-	rc = zw_plan_recs(z, recs, n, &r, err);
-	if (rc)
-		return rc;
-	zw_init(&w, z, r, n, err);
-	rc = zw_run(&w, path, true, expect, faults);
-	free(r);
-	return rc;
-}
-
-int pt_zip_stage_plan(const char *path, const struct pt_zip *z,
-		      const struct pt_zw_rec *recs, size_t n,
-		      struct pt_replace *sealed, struct pt_error *err)
+/* Write the archive of @recs at @path: renamed over it, or with @sealed
+ * left sealed beside it (pt_zip_stage_plan()). */
+static int plan_run(const char *path, const struct pt_zip *z,
+		    const struct pt_zw_rec *recs, size_t n,
+		    const struct pt_zw_expect *expect,
+		    const struct pt_zw_faults *faults,
+		    struct pt_replace *sealed, struct pt_error *err)
 {
 	struct zw_rec *r;
 	struct zw w;
@@ -1201,9 +1187,24 @@ int pt_zip_stage_plan(const char *path, const struct pt_zip *z,
 		return rc;
 	zw_init(&w, z, r, n, err);
 	w.sealed = sealed;
-	rc = zw_run(&w, path, true, NULL, NULL);
+	rc = zw_run(&w, path, true, expect, faults);
 	free(r);
 	return rc;
+}
+
+int pt_zip_write_plan(const char *path, const struct pt_zip *z,
+		      const struct pt_zw_rec *recs, size_t n,
+		      const struct pt_zw_expect *expect,
+		      const struct pt_zw_faults *faults, struct pt_error *err)
+{
+	return plan_run(path, z, recs, n, expect, faults, NULL, err);
+}
+
+int pt_zip_stage_plan(const char *path, const struct pt_zip *z,
+		      const struct pt_zw_rec *recs, size_t n,
+		      struct pt_replace *sealed, struct pt_error *err)
+{
+	return plan_run(path, z, recs, n, NULL, NULL, sealed, err);
 }
 
 /* ---- pt_zip_rewrite(): every record kept, some with new contents ---- */

@@ -435,6 +435,7 @@ class HubStandIn:
         self.location = None        # (commit, path) -> where to redirect
         self.throttle = 0           # resolves answered 429 (Retry-After: 1)
         self.tree_page = 1000
+        self.link_base = None       # the tree's next-page links: another host
 
     def __enter__(self):
         hub = self
@@ -531,7 +532,8 @@ class HubStandIn:
                 self.send_header("Content-Type", "application/json")
                 if start + hub.tree_page < len(entries):
                     self.send_header("Link", '<%s%s?cursor=%d>; rel="next"'
-                                     % (hub.endpoint, path, start + hub.tree_page))
+                                     % (hub.link_base or hub.endpoint, path,
+                                        start + hub.tree_page))
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 if body:

@@ -386,6 +386,15 @@ def test_hub_repository_opens_like_its_directory(served, cache):
             err = r.stderr.decode()
             assert r.returncode == 1 and err.count("\n") == 1 and "401" in err, err
             assert "hf_wrong" not in err and "cannot list" in err
+            # a next page on another host is not followed: the token
+            # would go with it
+            with rs.Redirector(lambda p: "/", host="127.0.0.2") as other:
+                hub.link_base = "http://127.0.0.2:%d" % other.port
+                r = ptfs("ls", *o(cache), "hf://org/repo", env=env)
+                err = r.stderr.decode()
+                assert r.returncode == 1 and "listing cannot be read" in err, err
+                assert other.seen == [], other.seen
+                hub.link_base = None
     finally:
         shutil.rmtree(top)
 
