@@ -254,22 +254,47 @@ static size_t rm_on_header(char *p, size_t size, size_t nitems, void *ud)
 	return n;
 }
 
+/* A coalescing job's gathered body to its owner; false when the owner
+ * stops the transfer (then it stays stopped). */
+static bool rm_job_flush(struct rm_job *j)
+{
+	size_t n = j->run_len;
+
+	j->run_len = 0;
+	if (n && j->on_body(j, (const char *)j->run, n) != n)
+		j->stopped = true;
+	return !j->stopped;
+}
+
 static size_t rm_on_body(char *p, size_t size, size_t nmemb, void *ud)
 {
 	struct rm_job *j = ud;
 	long code = 0;
+	size_t n;
 
 	curl_easy_getinfo(j->h, CURLINFO_RESPONSE_CODE, &code);
 	if (code != 200 && code != 206) {
 		/* an error page: its start kept (S3 says why in <Code>) */
-		size_t n = size * nmemb, room = sizeof(j->errbody) - j->errlen;
+		size_t room = sizeof(j->errbody) - j->errlen;
 
+		n = size * nmemb;
 		memcpy(j->errbody + j->errlen, p, n < room ? n : room);
 		j->errlen += n < room ? n : room;
 		return size * nmemb;
 	}
 	j->status = code;
-	return j->on_body(j, p, size * nmemb);
+	if (!j->coalesce)
+		return j->on_body(j, p, size * nmemb);
+	n = size * nmemb;
+	if (j->stopped || (j->run_len + n > RM_RECV && !rm_job_flush(j)))
+		return 0;
+	if (!j->run && !(j->run = malloc(RM_RECV)))
+		return j->on_body(j, p, n);
+	if (n > RM_RECV)
+		return j->on_body(j, p, n);
+	memcpy(j->run + j->run_len, p, n);
+	j->run_len += n;
+	return n;
 }
 
 /* The validator's headers (remote.h): the open's If-None-Match, else the
@@ -363,6 +388,10 @@ static void rm_job_release(struct rm_job *j)
 	}
 	curl_slist_free_all(j->hdrs);
 	j->hdrs = NULL;
+	free(j->run);
+	j->run = NULL;
+	j->run_len = 0;
+	j->stopped = false;
 }
 
 static bool rm_transient_curl(CURLcode c)
@@ -604,7 +633,9 @@ static bool rm_reap(void)
 		if (msg->msg != CURLMSG_DONE)
 			continue;
 		curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&j);
-		again = rm_job_finished(j, msg->data.result);
+		/* its last bytes first: a retry asks from after them */
+		again = rm_job_finished(j, rm_job_flush(j) ? msg->data.result :
+					   CURLE_WRITE_ERROR);
 		if (rm_tracing())
 			rm_log(j->r, 7, "remote: %.3f done %ld", rm_now(),
 			       j->status);
@@ -697,6 +728,19 @@ static struct rm_job *rm_take_cancelled(void)
 	return out;
 }
 
+/* What this pass received, to the owners of the transfers still running
+ * (readers wait for it).  Only this thread changes E.running.  A job its
+ * owner stopped gets no more bytes (rm_on_body) and ends as a write
+ * error: with its last bytes, in rm_reap(). */
+static void rm_flush_running(void)
+{
+	struct rm_job *j;
+
+	for (j = E.running; j; j = j->next)
+		if (j->run_len)
+			rm_job_flush(j);
+}
+
 static void *rm_loop(void *arg)
 {
 	(void)arg;
@@ -706,6 +750,7 @@ static void *rm_loop(void *arg)
 		struct rm_job *gone;
 		int wait_ms;
 		int running = 0;
+		bool requeued;
 
 		if (E.pause) {
 			E.parked = true;
@@ -736,7 +781,9 @@ static void *rm_loop(void *arg)
 		curl_multi_perform(E.m, &running);
 		/* a job queued again (a redirect to follow now) was not in
 		 * wait_ms: it would wait out the poll */
-		if (!rm_reap())
+		requeued = rm_reap();
+		rm_flush_running();
+		if (!requeued)
 			curl_multi_poll(E.m, NULL, 0,
 					wait_ms > 1000 ? 1000 : wait_ms, NULL);
 		pthread_mutex_lock(&E.lock);

@@ -477,6 +477,7 @@ static struct rm_job *rm_job_new(struct pt_remote *r, uint64_t off,
 		return NULL;
 	j->r = r;
 	j->on_body = rm_job_body;
+	j->coalesce = true;     /* fewer, larger writes into the cache */
 	j->on_done = rm_job_done;
 	j->off = j->start = off;
 	j->len = len;
@@ -535,6 +536,14 @@ static bool rm_job_claim(struct rm_job *j)
 	}
 	pthread_cond_broadcast(&r->cond);
 	pthread_mutex_unlock(&r->lock);
+	/* the range's space first, in one extent: writing into a sparse
+	 * file allocates page by page (ext4: 1 GiB in 512 KiB writes took
+	 * 0.72 s of system time, 0.19 s once allocated).  Not under a
+	 * budget, which counts the file's allocated blocks.  Where it is
+	 * not supported the writes allocate as before. */
+	if (s < k && !r->budget)
+		(void)fallocate(r->c.data_fd, FALLOC_FL_KEEP_SIZE,
+				(off_t)j->off, (off_t)j->len);
 	if (rm_tracing() && (s != b0 || k != e))
 		rm_log(r, 7, "remote: %.3f claimed %llu-%llu of blocks %llu-%llu",
 		       rm_now(), (unsigned long long)s, (unsigned long long)k,
@@ -691,9 +700,16 @@ static void rm_read_ahead(struct pt_remote *r, uint64_t off, uint64_t end,
 	g->next = end;
 	if (g->ahead < end)
 		g->ahead = end;
+	/* whole ranges as room opens, one at a time while the window is
+	 * full: ranges started together share the link and end together,
+	 * and a reader waiting for the first one would wait for them all
+	 * while nothing new is asked (the link idles a round trip per
+	 * window); started one by one as the reader passes them, they end
+	 * one by one */
 	to = end + g->window < g->hi ? end + g->window : g->hi;
-	if (g->ahead < to && g->ahead < end + g->window / 2 &&
-	    rm_now() >= r->nospace_until) {
+	if (to < g->hi && to > g->ahead)
+		to = g->ahead + (to - g->ahead) / RM_CHUNK * RM_CHUNK;
+	if (g->ahead < to && rm_now() >= r->nospace_until) {
 		rm_fetch(r, g->ahead, to, false, list);
 		g->ahead = to;
 	}
@@ -845,6 +861,7 @@ static int rm_read_direct(struct pt_remote *r, void *buf, size_t n,
 		return pt_fail(err, -ENOMEM, "out of memory");
 	j->dst = buf;
 	j->on_body = rm_direct_body;
+	j->coalesce = false;    /* straight into the reader's buffer */
 	j->on_done = rm_direct_done;
 	if (rm_tracing())
 		rm_log(r, 7, "remote: direct %zu at %llu", n,

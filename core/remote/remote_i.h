@@ -24,6 +24,8 @@
 #define RM_CHUNK ((uint64_t)8 << 20)       /* one parallel range */
 #define RM_WINDOW_MAX ((uint64_t)128 << 20) /* sequential read-ahead */
 #define RM_MAX_INFLIGHT 16
+#define RM_RECV ((size_t)512 << 10)        /* libcurl's receive buffer, and
+					    * the most one on_body call gets */
 /* connections to one host: RM_MAX_INFLIGHT prefetches, and the requests
  * readers wait for, which never queue behind them: the opens of a sharded
  * checkpoint's shards, all at once (ckpt/open.c), each on a connection of
@@ -99,6 +101,10 @@ struct rm_job {
 	uint8_t *mem;           /* probe body */
 	uint64_t mem_len;
 	uint8_t *dst;           /* direct: the reader's buffer (len bytes) */
+	bool coalesce;          /* body in runs of up to RM_RECV (below) */
+	uint8_t *run;           /* ... gathered here (RM_RECV bytes) */
+	size_t run_len;
+	bool stopped;           /* a run it was given stopped it */
 	bool finished;          /* direct: on_done ran (the reader frees) */
 	int rc;                 /* result: 0, -errno */
 	char msg[320];
@@ -109,7 +115,10 @@ struct rm_job {
 	char cerr[CURL_ERROR_SIZE];
 	/* the owner's callbacks, run on the engine's thread without locks:
 	 * body bytes (returns @n to go on, else stops the transfer), and
-	 * the end (after which the engine forgets the job) */
+	 * the end (after which the engine forgets the job).  libcurl hands
+	 * a body over 16 KiB at a time whatever it received; a job that
+	 * coalesces gets what one pass of the engine received in one call
+	 * (up to RM_RECV), before the transfer's end is judged */
 	size_t (*on_body)(struct rm_job *j, const char *p, size_t n);
 	void (*on_done)(struct rm_job *j);
 	/* optional, once, just before the first request, on the engine's

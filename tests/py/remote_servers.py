@@ -169,7 +169,9 @@ class FaultProxy:
     "stall" (send nothing for stall_s, or until the client hangs up:
     counted in abandoned), "gate" (forward once .gate is
     set).  delay: seconds added each way to
-    every request (a round trip of 2 * delay).
+    every request (a round trip of 2 * delay).  hold = (over, after): an
+    answer whose body is longer than @over bytes sends its first @after
+    bytes, then the rest once .gate is set.
     """
 
     def __init__(self, up, delay=0.0, port=0):
@@ -182,6 +184,8 @@ class FaultProxy:
         self.gate = threading.Event()
         self.seen = 0
         self.abandoned = 0      # stalled requests the client hung up on
+        self.hold = None        # (over, after): see above
+        self.held = []          # the first bytes of the answers held
 
     def __enter__(self):
         proxy = self
@@ -272,15 +276,25 @@ class FaultProxy:
         head, body = self._read_head(up, b"")
         if head is None:
             return False
-        length = 0
+        length, first = 0, None
         for line in head.split(b"\r\n")[1:]:
             k, _, v = line.partition(b":")
             if k.strip().lower() == b"content-length":
                 length = int(v)
+            if k.strip().lower() == b"content-range":
+                first = int(v.split()[1].split(b"-")[0])
         if self.delay:
             time.sleep(self.delay)
         c.sendall(head + b"\r\n\r\n")
         cut = length // 2 if fault == "drop" else None
+        hold = self.hold
+        if cut is None and hold and length > hold[0]:
+            with self.lock:
+                self.held.append(first)
+            if not self._splice(up, c, body, hold[1]):
+                return False
+            self.gate.wait(60)
+            return self._splice(up, c, body[hold[1]:], length - hold[1])
         if cut is None and hasattr(os, "splice"):
             return self._splice(up, c, body, length)
         sent = 0

@@ -151,6 +151,44 @@ def test_big_tensor_streams_in_parallel_ranges(served, cache):
     assert all(e["if_match"] not in ("", "-") for e in reqs[2:])
 
 
+@needs_fuse
+def test_bytes_received_are_readable_before_their_range_ends(served, cache):
+    """The engine hands a range's body to the cache in runs as large as
+    what it received, not held until a run fills: a read of the first
+    blocks of a range returns while the server still holds the rest."""
+    n, objs, _ = served
+    want = oracle.tensor_bytes(objs["big.pt"]["w"])
+    with rs.FaultProxy(n.port) as p, mounted(p.url("big.pt"), *o(cache)) as mnt:
+        with open(os.path.join(mnt, "w.json")) as f:
+            base = json.load(f)["file_offset"]
+        p.hold = (1 << 20, 256 << 10)   # a range's first 256 KiB, then wait
+        pos = (4 << 20) - base          # in the file: 4 MiB, a block start
+        fd = os.open(os.path.join(mnt, "w"), os.O_RDONLY)
+        try:
+            end = time.time() + 30
+            while not p.held and time.time() < end:    # reads: read-ahead
+                assert os.pread(fd, 65536, pos) == want[pos:pos + 65536]
+                pos += 65536
+                time.sleep(0.05)
+            assert p.held, "no read-ahead range was asked for"
+            at = p.held[0] + 65536 - base       # inside what was sent
+            got = []
+            t = threading.Thread(target=lambda: got.append(os.pread(fd, 65536, at)),
+                                 daemon=True)
+            t.start()
+            # well before the engine gives the stalled answer up (15 s
+            # without a byte), which would hand its bytes over too
+            t.join(8)
+            held_back = t.is_alive()
+            p.gate.set()
+            t.join(60)
+            assert not held_back, "a read of received bytes waited for the rest"
+            assert got == [want[at:at + 65536]]
+        finally:
+            p.gate.set()
+            os.close(fd)
+
+
 def test_https_self_signed(served, cache):
     n, objs, _ = served
     url = n.url("model.pt", tls=True)
