@@ -11,7 +11,10 @@ the same network.  Prints a table (medians of --reps) and the ratios:
           against 4 round trips + the bytes at curl's speed
   seq     sequential read (1 MiB reads) of a 1 GiB tensor through a mount
           vs `curl -o /dev/null` of the same byte range, over http and
-          https, with DELAY and with none
+          https, with DELAY and with none; then through links of --rates
+          (bytes a second, all connections together: a network slower
+          than this machine's loopback) with DELAY, of the 256 MiB tensor
+          at the first rate and of the 1 GiB one at the others
   memmap  numpy.memmap full pass over a 256 MiB tensor vs curl of its
           range, over http and https
   again   a second mount of the unchanged file: requests
@@ -27,6 +30,7 @@ engine's) are printed for every sequential read.
       [--delay 0.025] [--gib 1] [--before OLD/ptfs]
 """
 import argparse
+import contextlib
 import os
 import shutil
 import statistics
@@ -107,6 +111,8 @@ def main():
     ap.add_argument("--delay", type=float, default=0.025)
     ap.add_argument("--gib", type=float, default=1.0)
     ap.add_argument("--before", help="another ptfs binary for the https row")
+    ap.add_argument("--rates", default="125e6,500e6",
+                    help="link rates to read through, bytes a second ('' for none)")
     a = ap.parse_args()
     ptfs = os.path.abspath(a.ptfs)
     before = os.path.abspath(a.before) if a.before else None
@@ -116,13 +122,22 @@ def main():
     try:
         print("generating checkpoints in %s ..." % work, flush=True)
         make(work, a.gib)
-        with rs.Nginx(work, tls=True) as n, rs.ProxyProcess(n.port, delay=a.delay) as p, \
-                rs.ProxyProcess(n.port, delay=0.0) as p0, \
-                rs.ProxyProcess(n.tls_port, delay=a.delay, kind="relay") as t, \
-                rs.ProxyProcess(n.tls_port, delay=0.0, kind="relay") as t0:
+        rates = [float(x) for x in a.rates.split(",") if x]
+        with contextlib.ExitStack() as st:
+            n = st.enter_context(rs.Nginx(work, tls=True))
+            p, p0, t, t0 = [st.enter_context(rs.ProxyProcess(port, delay=d, kind=k))
+                            for port, d, k in ((n.port, a.delay, "proxy"),
+                                               (n.port, 0.0, "proxy"),
+                                               (n.tls_port, a.delay, "relay"),
+                                               (n.tls_port, 0.0, "relay"))]
+            links = [(rate,
+                      st.enter_context(rs.ProxyProcess(n.port, delay=a.delay, rate=rate)),
+                      st.enter_context(rs.ProxyProcess(n.tls_port, delay=a.delay,
+                                                       kind="relay", rate=rate)))
+                     for rate in rates]
             rtt = 2 * a.delay
             res.update(bench_ls(ptfs, n, p, p0, work, a.reps, rtt))
-            res.update(bench_read(ptfs, before, n, p, p0, t, t0, work, a.reps))
+            res.update(bench_read(ptfs, before, n, p, p0, t, t0, links, work, a.reps))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     report(res, a)
@@ -178,37 +193,45 @@ def mount_argv(ptfs, cache, url, cafile):
     return [ptfs, "-f", "-o", o, url]
 
 
-def seq_once(ptfs, work, tag, url, cafile):
-    """A cold sequential read through a mount: (seconds, CPU s, busiest
-    thread's CPU s)."""
+def seq_once(ptfs, work, tag, url, cafile, key):
+    """A cold sequential read of tensor @key through a mount: (seconds,
+    CPU s, busiest thread's CPU s)."""
     with Mount(mount_argv(ptfs, fresh(work, tag), url, cafile),
                os.path.join(work, "mnt"), foreground=True) as m:
-        dt = read_seq(os.path.join(work, "mnt", "big"))
+        dt = read_seq(os.path.join(work, "mnt", key))
         return (dt,) + cpu_seconds(m.pid)
 
 
-def bench_read(ptfs, before, n, p, p0, t, t0, work, reps):
+def bench_read(ptfs, before, n, p, p0, t, t0, links, work, reps):
     cert = n.cert
     url = p.url("big.pt")
     cache0 = fresh(work, "meta")
-    big_off, big_n = tensor_range(ptfs, url, cache0, "big")
-    mid_off, mid_n = tensor_range(ptfs, url, cache0, "mid")
-    # (name, url, cafile, binaries): every row alternates ptfs and curl
-    rows = [("http", url, None, [ptfs]),
-            ("http0", p0.url("big.pt"), None, [ptfs]),
-            ("https", t.url("big.pt", tls=True), cert, [ptfs] + ([before] if before else [])),
-            ("https0", t0.url("big.pt", tls=True), cert, [ptfs])]
+    span = {k: tensor_range(ptfs, url, cache0, k) for k in ("big", "mid")}
+    mid_off, mid_n = span["mid"]
+    # (name, url, cafile, binaries, tensor): every row alternates ptfs
+    # and curl
+    rows = [("http", url, None, [ptfs], "big"),
+            ("http0", p0.url("big.pt"), None, [ptfs], "big"),
+            ("https", t.url("big.pt", tls=True), cert,
+             [ptfs] + ([before] if before else []), "big"),
+            ("https0", t0.url("big.pt", tls=True), cert, [ptfs], "big")]
+    for i, (rate, lp, lt) in enumerate(links):
+        key = "mid" if i == 0 else "big"
+        rows += [("http@%g" % rate, lp.url("big.pt"), None, [ptfs], key),
+                 ("https@%g" % rate, lt.url("big.pt", tls=True), cert, [ptfs], key)]
     seq = {(r[0], b): [] for r in rows for b in r[3]}
     curl = {r[0]: [] for r in rows}
-    mm = {"http": [], "https": []}
-    mm_curl = {"http": [], "https": []}
-    mm_url = {"http": url, "https": rows[2][1]}
-    mm_ca = {"http": None, "https": cert}
+    # memmap: unlimited, and through the first link
+    mm_url = {r[0]: r[1] for r in rows if r[0] in ("http", "https") or
+              (links and r[0].endswith("@%g" % links[0][0]))}
+    mm_ca = {k: (cert if k.startswith("https") else None) for k in mm_url}
+    mm = {k: [] for k in mm_url}
+    mm_curl = {k: [] for k in mm_url}
     for i in range(reps):
-        for name, u, ca, bins in rows:
-            curl[name].append(curl_range(u, big_off, big_n, ca))
+        for name, u, ca, bins, key in rows:
+            curl[name].append(curl_range(u, *span[key], ca))
             for b in bins:
-                seq[(name, b)].append(seq_once(b, work, "seq-" + name, u, ca))
+                seq[(name, b)].append(seq_once(b, work, "seq-" + name, u, ca, key))
         for k in mm:
             mm_curl[k].append(curl_range(mm_url[k], mid_off, mid_n, mm_ca[k]))
             with Mount(mount_argv(ptfs, fresh(work, "mm"), mm_url[k], mm_ca[k]),
@@ -226,11 +249,12 @@ def bench_read(ptfs, before, n, p, p0, t, t0, work, reps):
                foreground=True):
         os.listdir(os.path.join(work, "mnt"))
     med = statistics.median
-    return {"seq_bytes": big_n, "memmap_bytes": mid_n,
+    nbytes = {r[0]: span[r[4]][1] for r in rows}
+    return {"memmap_bytes": mid_n,
             "again_requests": len(n.since(m, "big.pt")),
             "seq": [(name, "ptfs" if b == ptfs else "before",
                      med(x[0] for x in v), med(x[1] for x in v), med(x[2] for x in v),
-                     med(curl[name]), [x[0] for x in v])
+                     med(curl[name]), [x[0] for x in v], nbytes[name])
                     for (name, b), v in seq.items()],
             "mm": [(k, med(mm[k]), med(mm_curl[k])) for k in mm]}
 
@@ -250,16 +274,23 @@ def report(r, a):
               r["ls_nodelay_s"], r["ls_local_s"], r["ls_budget_s"],
               (r["ls_s"] - r["ls_nodelay_s"]) / r["rtt"], r["ls_requests"] <= 3,
               r["ls_s"] - r["ls_local_s"]))
-    where = {"http": "http, %.0f ms each way" % (a.delay * 1e3), "http0": "http, 0 ms",
-             "https": "https, %.0f ms each way" % (a.delay * 1e3), "https0": "https, 0 ms"}
-    for name, who, t, cpu, busy, tc, every in r["seq"]:
+    each = "%.0f ms each way" % (a.delay * 1e3)
+    where = {"http": "http, " + each, "http0": "http, 0 ms",
+             "https": "https, " + each, "https0": "https, 0 ms"}
+    for name, who, t, cpu, busy, tc, every, nb in r["seq"]:
+        if "@" in name:
+            proto, rate = name.split("@")
+            where[name] = "%s, %s, link of %.2g Gbit/s" % (proto, each, float(rate) * 8e-9)
         print("| sequential read, %.0f MiB tensor (mount), %s%s | %.2f s, %.0f MB/s "
               "(CPU %.2f s, engine thread %.2f s; reps %s) | curl %.2f s, %.0f MB/s "
               "| %.2fx (target >= 0.9x) |" % (
-                  r["seq_bytes"] / MiB, where[name], "" if who == "ptfs" else ", --before",
-                  t, mb(r["seq_bytes"], t), cpu, busy,
-                  " ".join("%.2f" % x for x in every), tc, mb(r["seq_bytes"], tc), tc / t))
+                  nb / MiB, where[name], "" if who == "ptfs" else ", --before",
+                  t, mb(nb, t), cpu, busy,
+                  " ".join("%.2f" % x for x in every), tc, mb(nb, tc), tc / t))
     for name, t, tc in r["mm"]:
+        if "@" in name:
+            proto, rate = name.split("@")
+            where[name] = "%s, %s, link of %.2g Gbit/s" % (proto, each, float(rate) * 8e-9)
         print("| numpy.memmap pass, %.0f MiB tensor, %s | %.2f s, %.0f MB/s | curl %.2f s, "
               "%.0f MB/s | %.2fx (target >= 0.7x) |" % (
                   r["memmap_bytes"] / MiB, where[name], t, mb(r["memmap_bytes"], t),

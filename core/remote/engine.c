@@ -855,11 +855,17 @@ void rm_engine_submit(struct rm_job *j)
 	pthread_mutex_lock(&j->r->lock);
 	j->r->jobs++;
 	pthread_mutex_unlock(&j->r->lock);
+	/* first come, first started; but before a queued range of the same
+	 * object further on: the readers of a stream wait for the nearest
+	 * one, and readers on several threads submit their read-aheads in
+	 * any order (a range queued behind the ones after it, started
+	 * last, would hold its reader up until they all arrived) */
 	pthread_mutex_lock(&E.lock);
 	for (pp = &E.queue; *pp; pp = &(*pp)->next)
-		;
-	j->next = NULL;
-	*pp = j;            /* first come, first started */
+		if ((*pp)->r == j->r && (*pp)->off > j->off)
+			break;
+	j->next = *pp;
+	*pp = j;
 	pthread_mutex_unlock(&E.lock);
 	curl_multi_wakeup(E.m);
 }

@@ -161,6 +161,30 @@ class Nginx:
                 if name is None or e["path"].split("?")[0].endswith("/" + name)]
 
 
+class Link:
+    """A link of @rate bytes a second that every connection of a proxy
+    shares, first come first served: take(n) returns once n more bytes
+    may be sent.  rate 0: no limit.  Time the link stayed idle is credited
+    up to @slack seconds (a token bucket of that depth), so that the
+    proxy's own pauses between chunks do not lower the rate."""
+
+    def __init__(self, rate=0, slack=0.02):
+        self.rate, self.slack = rate, slack
+        self.lock = threading.Lock()
+        self.free_at = 0.0
+
+    def take(self, n):
+        if not self.rate:
+            return
+        with self.lock:     # sent when the bytes queued before are
+            self.free_at = max(time.monotonic() - self.slack,
+                               self.free_at) + n / self.rate
+            end = self.free_at
+        wait = end - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+
+
 class FaultProxy:
     """HTTP/1.1 proxy on 127.0.0.1 in front of upstream port @up.
 
@@ -169,14 +193,16 @@ class FaultProxy:
     "stall" (send nothing for stall_s, or until the client hangs up:
     counted in abandoned), "gate" (forward once .gate is
     set).  delay: seconds added each way to
-    every request (a round trip of 2 * delay).  hold = (over, after): an
+    every request (a round trip of 2 * delay).  rate: bytes a second of
+    the answers' bodies, all connections together (Link).  hold = (over, after): an
     answer whose body is longer than @over bytes sends its first @after
     bytes, then the rest once .gate is set.
     """
 
-    def __init__(self, up, delay=0.0, port=0):
+    def __init__(self, up, delay=0.0, port=0, rate=0):
         self.up = up
         self.delay = delay
+        self.link = Link(rate)
         self.want_port = port   # 0: any free port
         self.faults = []
         self.stall_s = 3.0
@@ -291,12 +317,12 @@ class FaultProxy:
         if cut is None and hold and length > hold[0]:
             with self.lock:
                 self.held.append(first)
-            if not self._splice(up, c, body, hold[1]):
+            if not self._splice(up, c, body, hold[1], self.link):
                 return False
             self.gate.wait(60)
-            return self._splice(up, c, body[hold[1]:], length - hold[1])
+            return self._splice(up, c, body[hold[1]:], length - hold[1], self.link)
         if cut is None and hasattr(os, "splice"):
-            return self._splice(up, c, body, length)
+            return self._splice(up, c, body, length, self.link)
         sent = 0
         while sent < length:
             if not body:
@@ -316,10 +342,12 @@ class FaultProxy:
 
 
     @staticmethod
-    def _splice(up, c, body, length):
+    def _splice(up, c, body, length, link):
         """Relay @length body bytes (@body already read) without copying
-        them through Python: socket -> pipe -> socket (os.splice)."""
+        them through Python: socket -> pipe -> socket (os.splice), at the
+        pace of @link."""
         if body:
+            link.take(min(len(body), length))
             c.sendall(body[:length])
         left = length - min(len(body), length)
         r, w = os.pipe()
@@ -329,6 +357,7 @@ class FaultProxy:
                 if n == 0:
                     return False
                 left -= n
+                link.take(n)
                 while n:
                     n -= os.splice(r, c.fileno(), n)
         finally:
@@ -347,9 +376,10 @@ class DelayRelay:
     bounded (a link that TCP autotuning has opened).  Counts the accepted
     connections in .connections."""
 
-    def __init__(self, up, delay=0.0, port=0):
+    def __init__(self, up, delay=0.0, port=0, rate=0):
         self.up, self.delay, self.want_port = up, delay, port
         self.connections = 0
+        self.link = Link(rate)      # the answers' way (server to client)
 
     def __enter__(self):
         relay = self
@@ -382,15 +412,17 @@ class DelayRelay:
             return
         for s in (c, up):
             s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        back = threading.Thread(target=self._pump, args=(up, c), daemon=True)
+        back = threading.Thread(target=self._pump, args=(up, c, self.link),
+                                daemon=True)
         back.start()
-        self._pump(c, up)
+        self._pump(c, up, Link())
         back.join()
         c.close()
         up.close()
 
-    def _pump(self, src, dst):
-        """Copy src to dst, every chunk sent @delay after it arrived."""
+    def _pump(self, src, dst, link):
+        """Copy src to dst, every chunk sent @delay after it arrived, at
+        the pace of @link."""
         import collections
         q = collections.deque()
         cond = threading.Condition()
@@ -406,6 +438,7 @@ class DelayRelay:
                 wait = due - time.monotonic()
                 if wait > 0:
                     time.sleep(wait)
+                link.take(len(data))
                 try:
                     dst.sendall(data)
                 except OSError:
@@ -620,15 +653,17 @@ class ProxyProcess:
     in that process could not even start a thread to serve the daemon's
     request."""
 
-    def __init__(self, up, delay=0.0, port=0, kind="proxy"):
+    def __init__(self, up, delay=0.0, port=0, kind="proxy", rate=0):
         self.up, self.delay, self.want_port = up, delay, port
         self.kind = kind        # "proxy": FaultProxy; "relay": DelayRelay
+        self.rate = rate        # bytes a second of the answers (Link)
 
     def __enter__(self):
         import sys
         self.proc = subprocess.Popen(
             [sys.executable, os.path.abspath(__file__), self.kind, str(self.up),
-             str(self.delay), str(self.want_port)], stdout=subprocess.PIPE)
+             str(self.delay), str(self.want_port), str(self.rate)],
+            stdout=subprocess.PIPE)
         self.port = int(self.proc.stdout.readline())
         wait_port(self.port, self.proc)
         return self
@@ -643,9 +678,11 @@ class ProxyProcess:
 
 if __name__ == "__main__":
     import sys
-    if len(sys.argv) in (4, 5) and sys.argv[1] in ("proxy", "relay"):
-        with (FaultProxy if sys.argv[1] == "proxy" else DelayRelay)(int(sys.argv[2]), delay=float(sys.argv[3]),
-                        port=int(sys.argv[4]) if len(sys.argv) == 5 else 0) as _p:
+    if len(sys.argv) in (4, 5, 6) and sys.argv[1] in ("proxy", "relay"):
+        with (FaultProxy if sys.argv[1] == "proxy" else DelayRelay)(
+                int(sys.argv[2]), delay=float(sys.argv[3]),
+                port=int(sys.argv[4]) if len(sys.argv) >= 5 else 0,
+                rate=float(sys.argv[5]) if len(sys.argv) == 6 else 0) as _p:
             print(_p.port, flush=True)
             while True:
                 time.sleep(3600)
