@@ -16,7 +16,8 @@ void pt_dir_list_init(struct pt_dir_list *l)
 int pt_dir_list_add(struct pt_dir_list *l, const char *name, size_t len,
 		    bool regular)
 {
-	if (l->n == PT_MAX_DIR_ENTRIES)
+	if (l->n == PT_MAX_DIR_ENTRIES ||
+	    len >= PT_MAX_DIR_BYTES - l->names.len)
 		return -EFBIG;
 	if (!pt_grow((void **)&l->e, &l->cap, l->n, sizeof(*l->e)))
 		return -ENOMEM;

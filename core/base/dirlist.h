@@ -11,8 +11,11 @@
 
 #include "base/buf.h"
 
-/* Listings are read up to this many names, at most. */
+/* Listings are read up to this many names, at most, and this many bytes
+ * of them (a local directory's 100,000 names of NAME_MAX bytes fit; a
+ * server's names may be longer: S3 keys reach 1,024 bytes) */
 #define PT_MAX_DIR_ENTRIES 100000
+#define PT_MAX_DIR_BYTES ((size_t)32 << 20)
 
 /* One name; @regular: a file (not a directory, device...). */
 struct pt_dir_entry {
@@ -27,8 +30,8 @@ struct pt_dir_list {
 };
 
 void pt_dir_list_init(struct pt_dir_list *l);
-/* Add @name (@len bytes, copied).  -EFBIG past PT_MAX_DIR_ENTRIES names,
- * -ENOMEM; the list is then as it was. */
+/* Add @name (@len bytes, copied).  -EFBIG past PT_MAX_DIR_ENTRIES names
+ * or PT_MAX_DIR_BYTES of them, -ENOMEM; the list is then as it was. */
 int pt_dir_list_add(struct pt_dir_list *l, const char *name, size_t len,
 		    bool regular);
 /* Done adding: e[i].name point into names.  0 or -ENOMEM (an add's copy

@@ -278,8 +278,9 @@ static int ls_pages(struct pt_remote *r, const char *dir,
 		if (!rc)
 			rc = ls_page_names(r, &pg, dir, l, &next);
 		if (rc == -EFBIG)
-			rc = pt_fail(err, rc, "%s: lists more than %u names, not a checkpoint",
-				     r->u.display, PT_MAX_DIR_ENTRIES);
+			rc = pt_fail(err, rc, "%s: lists more than %u names (or %zu MiB of them), not a checkpoint",
+				     r->u.display, PT_MAX_DIR_ENTRIES,
+				     PT_MAX_DIR_BYTES >> 20);
 		else if (rc == -EBADMSG)
 			rc = pt_fail(err, rc, "%s: the server's listing cannot be read (%s)",
 				     r->u.display, r->u.kind == RM_HF ?

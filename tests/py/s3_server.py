@@ -79,6 +79,10 @@ class S3Checker:
         self.public = set(public)
         self.seen = []
         self.page_size = 1000
+        # (count, endless[, length]): every listing is of @count made-up
+        # names ("w-0000000.bin"..., or @length bytes long: "www...w-0000000.bin"),
+        # pages without end when @endless
+        self.made_up = None
 
     def __enter__(self):
         checker = self
@@ -197,6 +201,15 @@ class S3Checker:
             return self._error(h, 404, "NoSuchBucket", body)
         prefix = query.get("prefix", [""])[0]
         delim = query.get("delimiter", [""])[0]
+        token = query.get("continuation-token", [None])[0]
+        if self.made_up is not None:
+            count, endless, length = (self.made_up + (13,))[:3]
+            at = int(token[4:]) if token else 0
+            names = ["%s%s-%07d.bin" % (prefix, "w" * (length - 12), i)
+                     for i in range(at, min(at + self.page_size, count))]
+            more = endless or at + len(names) < count
+            return self._list_page(h, bucket, prefix, [(k, False, 1) for k in names],
+                                   "gen:%d" % (at + len(names)) if more else None, body)
         keys = []
         for d, _, files in os.walk(bdir):
             for f in files:
@@ -211,27 +224,31 @@ class S3Checker:
             else:
                 items.add((k, False))
         items = sorted(items)
-        token = query.get("continuation-token", [None])[0]
         if token is not None:
             after = bytes.fromhex(token[4:]).decode()
             items = [it for it in items if it[0] > after]
         page, more = items[:self.page_size], len(items) > self.page_size
+        page = [(k, common, 0 if common else os.path.getsize(os.path.join(bdir, k)))
+                for k, common in page]
+        return self._list_page(h, bucket, prefix, page,
+                               "tok:" + page[-1][0].encode().hex() if more else None, body)
 
+    def _list_page(self, h, bucket, prefix, page, token, body):
+        """One page of ListObjectsV2: @page of (name, common prefix?, size),
+        @token the next page's (None: the last page)."""
         def esc(t):
             return t.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
         xml = ['<?xml version="1.0" encoding="UTF-8"?>\n<ListBucketResult '
                'xmlns="http://s3.amazonaws.com/doc/2006-03-01/">',
                "<Name>%s</Name><Prefix>%s</Prefix><KeyCount>%d</KeyCount>"
                "<IsTruncated>%s</IsTruncated>"
-               % (bucket, esc(prefix), len(page), "true" if more else "false")]
-        if more:
-            xml.append("<NextContinuationToken>tok:%s</NextContinuationToken>"
-                       % page[-1][0].encode().hex())
-        for name, common in page:
+               % (bucket, esc(prefix), len(page), "true" if token else "false")]
+        if token:
+            xml.append("<NextContinuationToken>%s</NextContinuationToken>" % token)
+        for name, common, size in page:
             if common:
                 xml.append("<CommonPrefixes><Prefix>%s</Prefix></CommonPrefixes>" % esc(name))
             else:
-                size = os.path.getsize(os.path.join(bdir, name))
                 xml.append("<Contents><Key>%s</Key><Size>%d</Size>"
                            "<StorageClass>STANDARD</StorageClass></Contents>" % (esc(name), size))
         xml.append("</ListBucketResult>")

@@ -288,3 +288,68 @@ def test_prefix_problems_have_one_line(listed, home):
     fails(home, "s3://lst/../x/", dev, "expected s3://BUCKET/PREFIX/")
     fails(home, "http://127.0.0.1:%d/lst/sharded/" % s.port, dev,
           "only s3:// and hf:// directories can be listed")
+
+
+# runs argv[1:] and prints its peak RSS in bytes
+PEAK = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], capture_output=True); "
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)")
+ASAN = b"AddressSanitizer" in subprocess.run([PTFS, "--version"], capture_output=True).stdout
+
+
+@pytest.fixture
+def made_up(listed):
+    """The listed server answering every listing with made-up names, 1000
+    to a page (S3's own page size)."""
+    s, _ = listed
+    s.page_size = 1000
+    try:
+        yield s
+    finally:
+        s.page_size, s.made_up = 3, None
+
+
+def test_prefix_listing_past_100000_names_is_refused(made_up, home):
+    """A prefix holding more names than a checkpoint directory could
+    (100,001) is refused with one line once the bound is passed: no
+    more pages asked for, memory bounded."""
+    s = made_up
+    write_aws(home, *profiles(s))
+    s.made_up = (100001, False)
+    n = len(s.seen)
+    err = fails(home, "s3://lst/many/", {"AWS_PROFILE": "dev"}, "s3://lst/many/",
+                "lists more than 100000 names (or 32 MiB")
+    lists = [e for e in s.seen[n:] if "list-type=2" in e[1]]
+    assert len(lists) == 101, (len(lists), err)
+    # the same, measured: the process's peak memory (a page's XML, the
+    # names kept: ~2 MB of them)
+    e = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    e.update(HOME=str(home), XDG_CACHE_HOME=str(home / "cache"), AWS_PROFILE="dev")
+    r = subprocess.run(["/usr/bin/python3", "-c", PEAK, PTFS, "ls", "s3://lst/many/"],
+                       capture_output=True, env=e, timeout=120)
+    peak = int(r.stdout)
+    print("peak RSS of a 100,001-name listing: %.1f MiB" % (peak / (1 << 20)))
+    assert peak < (3 if ASAN else 1) * (48 << 20), peak
+
+
+def test_prefix_listing_past_32_mib_of_names_is_refused(made_up, home):
+    """Names as long as S3 allows (1,024 bytes), 40,000 of them: refused
+    once 32 MiB of names are kept, with one line."""
+    s = made_up
+    write_aws(home, *profiles(s))
+    s.made_up = (40000, False, 1024)
+    n = len(s.seen)
+    fails(home, "s3://lst/long/", {"AWS_PROFILE": "dev"}, "s3://lst/long/",
+          "or 32 MiB of them), not a checkpoint")
+    assert len([e for e in s.seen[n:] if "list-type=2" in e[1]]) == 33
+
+
+def test_prefix_listing_without_end_is_given_up(made_up, home):
+    """Pages that never end (each one empty, with a next token: a hostile
+    or broken server) are given up after 10,000, with one line."""
+    s = made_up
+    write_aws(home, *profiles(s))
+    s.made_up = (0, True)
+    n = len(s.seen)
+    fails(home, "s3://lst/loop/", {"AWS_PROFILE": "dev"}, "s3://lst/loop/",
+          "the listing goes on past 10000 pages")
+    assert len([e for e in s.seen[n:] if "list-type=2" in e[1]]) == 10000
