@@ -679,8 +679,11 @@ static void rm_read_ahead(struct pt_remote *r, uint64_t off, uint64_t end,
 			  struct rm_job **list)
 {
 	struct rm_region *g = rm_region_at(r, off);
-	/* continues the last read (FUSE may reorder a little) */
-	bool seq = g && g->next && off <= g->next && g->next - off <= RM_MISS;
+	/* continues the last read: FUSE may reorder a little, either way
+	 * (the kernel's read-ahead sends several reads at once, a later one
+	 * may come first; taken as a jump, it started the window over) */
+	bool seq = g && g->next && (off <= g->next ? g->next - off <= RM_MISS :
+				    off - g->next <= RM_MISS);
 	uint64_t to;
 
 	if (end > r->seq_next || r->seq_next - end > RM_MISS)

@@ -168,21 +168,53 @@ class Link:
     up to @slack seconds (a token bucket of that depth), so that the
     proxy's own pauses between chunks do not lower the rate."""
 
-    def __init__(self, rate=0, slack=0.02):
+    def __init__(self, rate=0, slack=0.02, shared=False):
         self.rate, self.slack = rate, slack
-        self.lock = threading.Lock()
-        self.free_at = 0.0
+        if shared:      # by the processes forked after (forking proxies)
+            import multiprocessing
+            self.lock = multiprocessing.Lock()
+            self.free = multiprocessing.RawValue("d", 0.0)
+        else:
+            self.lock = threading.Lock()
+            self.free = type("Free", (), {"value": 0.0})()
 
     def take(self, n):
         if not self.rate:
             return
         with self.lock:     # sent when the bytes queued before are
-            self.free_at = max(time.monotonic() - self.slack,
-                               self.free_at) + n / self.rate
-            end = self.free_at
+            self.free.value = max(time.monotonic() - self.slack,
+                                  self.free.value) + n / self.rate
+            end = self.free.value
         wait = end - time.monotonic()
         if wait > 0:
             time.sleep(wait)
+
+
+def _server_class(fork):
+    """A TCP server class for a proxy: a thread per connection, or with
+    @fork a process per connection (a benchmark's proxy: Python threads
+    relaying many connections share one interpreter lock, and the proxy
+    rather than the client would set the pace).  A forked child dies with
+    the proxy."""
+    base = socketserver.ForkingTCPServer if fork else socketserver.ThreadingTCPServer
+
+    class Server(base):
+        allow_reuse_address = True
+        daemon_threads = True
+        max_children = 4096
+        # listen(2) backlog: nginx's default; socketserver's 5 drops
+        # the SYNs of a burst of connections (the shards of a sharded
+        # checkpoint opened at once), which then wait a second or more
+        request_queue_size = 511
+
+        def finish_request(self, request, client_address):
+            if fork:
+                import ctypes
+                import signal
+                ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+            super().finish_request(request, client_address)
+
+    return Server
 
 
 class FaultProxy:
@@ -199,10 +231,11 @@ class FaultProxy:
     bytes, then the rest once .gate is set.
     """
 
-    def __init__(self, up, delay=0.0, port=0, rate=0):
+    def __init__(self, up, delay=0.0, port=0, rate=0, fork=False):
         self.up = up
         self.delay = delay
-        self.link = Link(rate)
+        self.fork = fork        # a process per connection: delay and rate only
+        self.link = Link(rate, shared=fork)
         self.want_port = port   # 0: any free port
         self.faults = []
         self.stall_s = 3.0
@@ -220,15 +253,7 @@ class FaultProxy:
             def handle(self):
                 proxy._serve(self.request)
 
-        class Server(socketserver.ThreadingTCPServer):
-            allow_reuse_address = True
-            daemon_threads = True
-            # listen(2) backlog: nginx's default; socketserver's 5 drops
-            # the SYNs of a burst of connections (the shards of a sharded
-            # checkpoint opened at once), which then wait a second or more
-            request_queue_size = 511
-
-        self.server = Server(("127.0.0.1", self.want_port), Handler)
+        self.server = _server_class(self.fork)(("127.0.0.1", self.want_port), Handler)
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
@@ -376,10 +401,11 @@ class DelayRelay:
     bounded (a link that TCP autotuning has opened).  Counts the accepted
     connections in .connections."""
 
-    def __init__(self, up, delay=0.0, port=0, rate=0):
+    def __init__(self, up, delay=0.0, port=0, rate=0, fork=False):
         self.up, self.delay, self.want_port = up, delay, port
-        self.connections = 0
-        self.link = Link(rate)      # the answers' way (server to client)
+        self.connections = 0        # (not counted with fork)
+        self.fork = fork
+        self.link = Link(rate, shared=fork)     # the answers' way
 
     def __enter__(self):
         relay = self
@@ -388,11 +414,7 @@ class DelayRelay:
             def handle(self):
                 relay._serve(self.request)
 
-        class Server(socketserver.ThreadingTCPServer):
-            allow_reuse_address = True
-            daemon_threads = True
-
-        self.server = Server(("127.0.0.1", self.want_port), Handler)
+        self.server = _server_class(self.fork)(("127.0.0.1", self.want_port), Handler)
         self.port = self.server.server_address[1]
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         return self
@@ -653,16 +675,18 @@ class ProxyProcess:
     in that process could not even start a thread to serve the daemon's
     request."""
 
-    def __init__(self, up, delay=0.0, port=0, kind="proxy", rate=0):
+    def __init__(self, up, delay=0.0, port=0, kind="proxy", rate=0, fork=False):
         self.up, self.delay, self.want_port = up, delay, port
         self.kind = kind        # "proxy": FaultProxy; "relay": DelayRelay
         self.rate = rate        # bytes a second of the answers (Link)
+        self.fork = fork        # a process per connection (benchmarks)
 
     def __enter__(self):
         import sys
         self.proc = subprocess.Popen(
             [sys.executable, os.path.abspath(__file__), self.kind, str(self.up),
-             str(self.delay), str(self.want_port), str(self.rate)],
+             str(self.delay), str(self.want_port), str(self.rate),
+             "fork" if self.fork else "threads"],
             stdout=subprocess.PIPE)
         self.port = int(self.proc.stdout.readline())
         wait_port(self.port, self.proc)
@@ -678,11 +702,12 @@ class ProxyProcess:
 
 if __name__ == "__main__":
     import sys
-    if len(sys.argv) in (4, 5, 6) and sys.argv[1] in ("proxy", "relay"):
+    if len(sys.argv) in (4, 5, 6, 7) and sys.argv[1] in ("proxy", "relay"):
         with (FaultProxy if sys.argv[1] == "proxy" else DelayRelay)(
                 int(sys.argv[2]), delay=float(sys.argv[3]),
                 port=int(sys.argv[4]) if len(sys.argv) >= 5 else 0,
-                rate=float(sys.argv[5]) if len(sys.argv) == 6 else 0) as _p:
+                rate=float(sys.argv[5]) if len(sys.argv) >= 6 else 0,
+                fork=len(sys.argv) == 7 and sys.argv[6] == "fork") as _p:
             print(_p.port, flush=True)
             while True:
                 time.sleep(3600)
