@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 
 import numpy as np
 import pytest
@@ -160,6 +161,34 @@ def test_random_4k_reads_cost_one_block_each(served, cache):
         finally:
             os.close(fd)
             want.close()
+
+
+@needs_fuse
+def test_a_read_a_little_past_the_last_continues_the_stream(served, cache):
+    """The kernel sends a sequential reader's reads several at once and
+    they may come out of order: a read up to 1 MiB past the end of the
+    last one continues the stream (the read-ahead starts), it is not a
+    jump that fetches its own blocks only."""
+    n = served
+    off, nbytes = tensor_at(n, cache + "-probe", "big")
+    with mounted(n.url("m.pt"), "-o", "cache_dir=" + cache) as mnt:
+        os.listdir(mnt)
+        fd = os.open(os.path.join(mnt, "big"), os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+            at = 4 * MiB
+            m = n.mark()
+            os.pread(fd, 64 * KiB, at)
+            os.pread(fd, 64 * KiB, at + 192 * KiB)      # the one between: later
+            end = time.time() + 20
+            while time.time() < end:
+                sizes = [e["bytes"] for e in n.since(m, "m.pt")]
+                if max(sizes, default=0) >= 4 * MiB:
+                    break
+                time.sleep(0.05)
+            assert max(sizes, default=0) >= 4 * MiB, sizes
+        finally:
+            os.close(fd)
 
 
 @needs_fuse
