@@ -37,7 +37,10 @@
  * processes reading in opposite orders can deadlock.  Without the file
  * (it could not be made) or OFD locks (Linux before 3.15), every claim
  * succeeds: each process fetches alone.  A cache that cannot be written
- * at all (read-only, full) is not used: reads go to the network.
+ * at all (read-only, full) is not stored into: reads go to the network,
+ * except those of blocks a read-only cache already holds for the version
+ * (its data and map opened read-only; nobody writes or punches them
+ * there, and its lock held shared keeps another user's eviction off).
  */
 #include <dirent.h>
 #include <fcntl.h>
@@ -209,6 +212,29 @@ void rm_cache_latest(const char *root, const char *key, struct rm_meta *m)
 	close(dfd);
 }
 
+/* The version's directory @c->dir exists but cannot be written: its
+ * data and map, read-only, when they are this version's.  0 or -errno. */
+static int rm_cache_open_ro(struct rm_cache *c, const struct rm_meta *m)
+{
+	char path[4200];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "%s/lock", c->dir);
+	c->lock_fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (c->lock_fd < 0 || flock(c->lock_fd, LOCK_SH))
+		return -errno;
+	snprintf(path, sizeof(path), "%s/data", c->dir);
+	c->data_fd = open(path, O_RDONLY | O_CLOEXEC);
+	snprintf(path, sizeof(path), "%s/map", c->dir);
+	c->map_fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (c->data_fd < 0 || c->map_fd < 0 || fstat(c->data_fd, &st))
+		return -errno;
+	if ((uint64_t)st.st_size != m->size)
+		return -ESTALE;
+	c->readonly = true;
+	return 0;
+}
+
 int rm_cache_open(struct rm_cache *c, const char *root, const char *key,
 		  struct rm_meta *m, struct pt_error *err)
 {
@@ -231,6 +257,12 @@ int rm_cache_open(struct rm_cache *c, const char *root, const char *key,
 		goto fail;
 	snprintf(path, sizeof(path), "%s/lock", c->dir);
 	c->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (c->lock_fd < 0 && rm_cache_unwritable(-errno)) {
+		rc = -errno;
+		if (rm_cache_open_ro(c, m) == 0)
+			return 0;
+		goto fail;      /* unwritable, as the first error said */
+	}
 	if (c->lock_fd < 0 || flock(c->lock_fd, LOCK_SH))
 		goto fail_errno;
 	futimens(c->lock_fd, NULL);

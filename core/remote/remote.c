@@ -1358,6 +1358,10 @@ static void rm_set_budget(struct pt_remote *r)
 	uint64_t b, held = 0, lim = r->o.cache_size;
 	struct statvfs sv;
 
+	if (r->c.readonly) {
+		r->budget = 0;      /* nothing stored, nothing punched */
+		return;
+	}
 	for (b = 0; b < r->nblocks; b++)
 		if (rm_bit(r->held, b))
 			held += RM_BLOCK;
@@ -1389,7 +1393,8 @@ static void rm_set_budget(struct pt_remote *r)
  * The object's place in the cache.  When its filesystem is full (ENOSPC,
  * EDQUOT) even after every other version went, or read-only (EROFS,
  * EACCES, EPERM): no place, and every read is served from the network
- * (r->nospace_until for good).
+ * (r->nospace_until for good), but for the blocks a read-only cache
+ * holds already, read from it.
  */
 static int rm_cache_open_or_not(struct pt_remote *r, struct rm_meta *m,
 				struct pt_error *err)
@@ -1399,6 +1404,13 @@ static int rm_cache_open_or_not(struct pt_remote *r, struct rm_meta *m,
 	if (rc == -ENOSPC || rc == -EDQUOT) {
 		rm_cache_evict(r->cache_root, 0, NULL);
 		rc = rm_cache_open(&r->c, r->cache_root, r->u.key, m, err);
+	}
+	if (!rc && r->c.readonly) {
+		rm_log(r, 4, "%s: cache %s is read-only: what it holds is read from it, the rest from the network, not cached",
+		       r->u.display, r->c.dir);
+		r->nospace_until = HUGE_VAL;
+		r->nospace_told = true;
+		return 0;
 	}
 	if (!rm_cache_unwritable(rc))
 		return rc;

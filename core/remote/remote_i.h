@@ -155,6 +155,7 @@ struct rm_cache {
 	int punch_fd;           /* flock LOCK_SH: storing or copying */
 	int inflight_fd;        /* OFD locks: blocks claimed (-1: none) */
 	uint64_t written;       /* bytes stored since the last eviction pass */
+	bool readonly;          /* read from, never stored into (cache.c) */
 };
 
 struct rm_meta {

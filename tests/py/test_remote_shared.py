@@ -283,25 +283,41 @@ def test_stopped_reader_is_outwaited_after_the_deadline(served, cache):
         p.__exit__(None, None, None)
 
 
+@needs_fuse
 def test_read_only_cache_reads_alone(served, small_fs):  # noqa: F811
     """The cache's filesystem is read-only (remounted so after a first
-    open made the object's directory there, and with none at all): two
-    readers at once get every byte, each from the network, with one
-    warning line each."""
+    reader filled it, and with no cache at all there): two readers at once
+    get every byte, with one warning line each; what the cache holds is
+    read from it (a shared cache made read-only), the rest from the
+    network."""
     n, p = served
     url = p.url("small.pt")
     cache = os.path.join(small_fs, "cache")
     empty = os.path.join(small_fs, "empty")
     os.mkdir(empty)
-    _, _, want = tensor(n, url, cache, "small.pt")
+    _, nbytes, want = tensor(n, url, cache, "small.pt")
+    sha, err, rc = cat_sha(cat(url, cache))
+    assert rc == 0 and sha == want, err
     subprocess.run(["mount", "-o", "remount,ro", small_fs], check=True)
     for where in (cache, empty):
+        m = n.mark()
         outs = at_once(lambda: cat_sha(cat(url, where)),
                        lambda: cat_sha(cat(url, where)))
         for sha, err, rc in outs:
             assert rc == 0, err
             assert sha == want
             assert err.count(b"\n") == 1 and b"not cached" in err, err
+        got = sum(e["bytes"] for e in n.since(m, "small.pt"))
+        if where == cache:
+            assert all(b"is read-only" in e for _, e, _ in outs), outs
+            assert got < MiB, got       # the two opens' conditional requests
+        else:
+            assert got >= 2 * nbytes, got
+    # a mount splices the held blocks from the read-only file
+    m = n.mark()
+    with mounted(url, *o(cache)) as mnt:
+        assert file_sha(os.path.join(mnt, "w")) == want
+    assert sum(e["bytes"] for e in n.since(m, "small.pt")) < MiB
 
 
 def test_full_cache_reads_alone(served, small_fs):  # noqa: F811
