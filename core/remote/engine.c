@@ -190,8 +190,8 @@ int rm_http_setup(CURL *h, const struct pt_remote *r, const char *url,
 	curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
 	curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, slow);
 	curl_easy_setopt(h, CURLOPT_USERAGENT, "ptfs/" PTFS_VERSION);
-	/* fewer, larger writes into the cache (default 16 KiB) */
-	curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 512L * 1024);
+	/* fewer, larger reads from the socket (default 16 KiB) */
+	curl_easy_setopt(h, CURLOPT_BUFFERSIZE, (long)RM_RECV);
 	if (ca)
 		curl_easy_setopt(h, CURLOPT_CAINFO, ca);
 	if (r->u.kind == RM_S3 && pt_url_same_origin(url, r->u.prefix))
@@ -254,8 +254,8 @@ static size_t rm_on_header(char *p, size_t size, size_t nitems, void *ud)
 	return n;
 }
 
-/* A coalescing job's gathered body to its owner; false when the owner
- * stops the transfer (then it stays stopped). */
+/* A job's gathered body to its owner; false when the owner stops the
+ * transfer (then it stays stopped). */
 static bool rm_job_flush(struct rm_job *j)
 {
 	size_t n = j->run_len;
@@ -269,28 +269,26 @@ static bool rm_job_flush(struct rm_job *j)
 static size_t rm_on_body(char *p, size_t size, size_t nmemb, void *ud)
 {
 	struct rm_job *j = ud;
+	size_t n = size * nmemb;
 	long code = 0;
-	size_t n;
 
 	curl_easy_getinfo(j->h, CURLINFO_RESPONSE_CODE, &code);
 	if (code != 200 && code != 206) {
 		/* an error page: its start kept (S3 says why in <Code>) */
 		size_t room = sizeof(j->errbody) - j->errlen;
 
-		n = size * nmemb;
 		memcpy(j->errbody + j->errlen, p, n < room ? n : room);
 		j->errlen += n < room ? n : room;
-		return size * nmemb;
+		return n;
 	}
 	j->status = code;
-	if (!j->coalesce)
-		return j->on_body(j, p, size * nmemb);
-	n = size * nmemb;
+	/* into a reader's buffer as it comes; else gathered (fewer, larger
+	 * writes into the cache, fewer wake-ups of its readers) */
+	if (j->dst)
+		return j->on_body(j, p, n);
 	if (j->stopped || (j->run_len + n > RM_RECV && !rm_job_flush(j)))
 		return 0;
-	if (!j->run && !(j->run = malloc(RM_RECV)))
-		return j->on_body(j, p, n);
-	if (n > RM_RECV)
+	if (n > RM_RECV || (!j->run && !(j->run = malloc(RM_RECV))))
 		return j->on_body(j, p, n);
 	memcpy(j->run + j->run_len, p, n);
 	j->run_len += n;
@@ -737,8 +735,7 @@ static void rm_flush_running(void)
 	struct rm_job *j;
 
 	for (j = E.running; j; j = j->next)
-		if (j->run_len)
-			rm_job_flush(j);
+		rm_job_flush(j);
 }
 
 static void *rm_loop(void *arg)

@@ -477,7 +477,6 @@ static struct rm_job *rm_job_new(struct pt_remote *r, uint64_t off,
 		return NULL;
 	j->r = r;
 	j->on_body = rm_job_body;
-	j->coalesce = true;     /* fewer, larger writes into the cache */
 	j->on_done = rm_job_done;
 	j->off = j->start = off;
 	j->len = len;
@@ -864,7 +863,6 @@ static int rm_read_direct(struct pt_remote *r, void *buf, size_t n,
 		return pt_fail(err, -ENOMEM, "out of memory");
 	j->dst = buf;
 	j->on_body = rm_direct_body;
-	j->coalesce = false;    /* straight into the reader's buffer */
 	j->on_done = rm_direct_done;
 	if (rm_tracing())
 		rm_log(r, 7, "remote: direct %zu at %llu", n,
@@ -1405,17 +1403,14 @@ static int rm_cache_open_or_not(struct pt_remote *r, struct rm_meta *m,
 		rm_cache_evict(r->cache_root, 0, NULL);
 		rc = rm_cache_open(&r->c, r->cache_root, r->u.key, m, err);
 	}
-	if (!rc && r->c.readonly) {
+	if (rc ? !rm_cache_unwritable(rc) : !r->c.readonly)
+		return rc;
+	if (rc)
+		rm_log(r, 4, "%s: %s: served from the network, not cached",
+		       r->u.display, err->msg);
+	else
 		rm_log(r, 4, "%s: cache %s is read-only: what it holds is read from it, the rest from the network, not cached",
 		       r->u.display, r->c.dir);
-		r->nospace_until = HUGE_VAL;
-		r->nospace_told = true;
-		return 0;
-	}
-	if (!rm_cache_unwritable(rc))
-		return rc;
-	rm_log(r, 4, "%s: %s: served from the network, not cached",
-	       r->u.display, err->msg);
 	pt_error_clear(err);
 	r->nospace_until = HUGE_VAL;
 	r->nospace_told = true;

@@ -101,8 +101,7 @@ struct rm_job {
 	uint8_t *mem;           /* probe body */
 	uint64_t mem_len;
 	uint8_t *dst;           /* direct: the reader's buffer (len bytes) */
-	bool coalesce;          /* body in runs of up to RM_RECV (below) */
-	uint8_t *run;           /* ... gathered here (RM_RECV bytes) */
+	uint8_t *run;           /* others: the body gathered (RM_RECV bytes) */
 	size_t run_len;
 	bool stopped;           /* a run it was given stopped it */
 	bool finished;          /* direct: on_done ran (the reader frees) */
@@ -116,9 +115,9 @@ struct rm_job {
 	/* the owner's callbacks, run on the engine's thread without locks:
 	 * body bytes (returns @n to go on, else stops the transfer), and
 	 * the end (after which the engine forgets the job).  libcurl hands
-	 * a body over 16 KiB at a time whatever it received; a job that
-	 * coalesces gets what one pass of the engine received in one call
-	 * (up to RM_RECV), before the transfer's end is judged */
+	 * a body over 16 KiB at a time whatever it received; a job without
+	 * a reader's buffer (dst) gets what one pass of the engine received
+	 * in one call (up to RM_RECV), before the transfer's end is judged */
 	size_t (*on_body)(struct rm_job *j, const char *p, size_t n);
 	void (*on_done)(struct rm_job *j);
 	/* optional, once, just before the first request, on the engine's

@@ -24,6 +24,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import types
 
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 
@@ -176,7 +177,7 @@ class Link:
             self.free = multiprocessing.RawValue("d", 0.0)
         else:
             self.lock = threading.Lock()
-            self.free = type("Free", (), {"value": 0.0})()
+            self.free = types.SimpleNamespace(value=0.0)
 
     def take(self, n):
         if not self.rate:

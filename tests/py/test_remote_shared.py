@@ -320,6 +320,25 @@ def test_read_only_cache_reads_alone(served, small_fs):  # noqa: F811
     assert sum(e["bytes"] for e in n.since(m, "small.pt")) < MiB
 
 
+def test_full_cache_serves_what_it_holds(served, small_fs):  # noqa: F811
+    """The cache's filesystem fills up after a reader stored a tensor
+    there: the next reader gets it from the cache (ptfs.1: a cache that
+    cannot be written is read from for the blocks it holds), fetching
+    only its open's conditional request."""
+    n, p = served
+    url = p.url("small.pt")
+    cache = os.path.join(small_fs, "cache")
+    _, _, want = tensor(n, url, cache, "small.pt")
+    sha, err, rc = cat_sha(cat(url, cache))
+    assert rc == 0 and sha == want, err
+    fill(small_fs)
+    m = n.mark()
+    sha, err, rc = cat_sha(cat(url, cache))
+    assert rc == 0 and sha == want, err
+    got = sum(e["bytes"] for e in n.since(m, "small.pt"))
+    assert got < MiB, got
+
+
 def test_full_cache_reads_alone(served, small_fs):  # noqa: F811
     """The cache's filesystem is full before two readers start (the
     object's directory made by a first open): both get every byte."""
