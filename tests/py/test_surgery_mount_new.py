@@ -17,6 +17,7 @@ import os
 import shutil
 import struct
 import subprocess
+import time
 import warnings
 
 import numpy as np
@@ -70,6 +71,18 @@ def write_file(path, data, flags=os.O_WRONLY | os.O_CREAT | os.O_TRUNC):
         os.write(fd, data)
     finally:
         os.close(fd)
+
+
+def log_says(log, text, seconds=10):
+    """Has @text reached @log within @seconds?"""
+    deadline = time.monotonic() + seconds
+    while True:
+        with open(log) as f:
+            if text in f.read():
+                return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
 
 
 def spec(dtype, shape):
@@ -265,6 +278,9 @@ def test_incomplete_tensor_fails_and_reaches_no_file(tmp_path, ck, mounts):
     with pytest.raises(OSError) as e:
         write_file(m.path("model/half"), b"\0" * 12)
     assert e.value.errno == errno.EINVAL
+    # close() returns at the flush; the kernel sends the release after it,
+    # and the drop is the last release's: the next open waits for it
+    assert log_says(log, "'half': closed at 12 bytes but its NAME.json gives 40")
     with pytest.raises(OSError) as e:
         write_file(m.path("model/half"), b"\0" * 44)
     assert e.value.errno == errno.EFBIG
