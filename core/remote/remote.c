@@ -1356,10 +1356,8 @@ static void rm_set_budget(struct pt_remote *r)
 	uint64_t b, held = 0, lim = r->o.cache_size;
 	struct statvfs sv;
 
-	if (r->c.readonly) {
-		r->budget = 0;      /* nothing stored, nothing punched */
-		return;
-	}
+	if (r->nospace_until == HUGE_VAL)
+		return;     /* nothing is stored (rm_cache_open_or_not): no bound */
 	for (b = 0; b < r->nblocks; b++)
 		if (rm_bit(r->held, b))
 			held += RM_BLOCK;
