@@ -506,6 +506,10 @@ class HubStandIn:
         self.throttle = 0           # resolves answered 429 (Retry-After: 1)
         self.tree_page = 1000
         self.link_base = None       # the tree's next-page links: another host
+        # (count, endless[, length]): every tree is of @count made-up files
+        # ("w-0000000.bin"..., or @length bytes long: "www...w-0000000.bin"),
+        # pages without end when @endless
+        self.made_up = None
 
     def __enter__(self):
         hub = self
@@ -582,6 +586,14 @@ class HubStandIn:
                     return self._reply(404)
                 if hub.token and self.headers.get("Authorization") != "Bearer " + hub.token:
                     return self._reply(401)
+                start = int(query[len("cursor="):]) if query.startswith("cursor=") else 0
+                if hub.made_up is not None:
+                    count, endless, length = (hub.made_up + (13,))[:3]
+                    page = [{"type": "file", "oid": "0" * 40, "size": 1,
+                             "path": "%s-%07d.bin" % ("w" * (length - 12), i)}
+                            for i in range(start, min(start + hub.tree_page, count))]
+                    more = endless or start + len(page) < count
+                    return self._tree_page(path, page, start + len(page) if more else None, body)
                 local = os.path.join(hub.cdn.root, commit, sub)
                 if not os.path.isdir(local):
                     return self._reply(404)
@@ -595,15 +607,19 @@ class HubStandIn:
                         entries.append({"type": "file", "oid": "0" * 40,
                                         "size": os.path.getsize(os.path.join(local, name)),
                                         "path": rel, "lfs": {"size": 1}})
-                start = int(query[len("cursor="):]) if query.startswith("cursor=") else 0
-                page = entries[start:start + hub.tree_page]
+                more = start + hub.tree_page < len(entries)
+                self._tree_page(path, entries[start:start + hub.tree_page],
+                                start + hub.tree_page if more else None, body)
+
+            def _tree_page(self, path, page, cursor, body):
+                """One page of a tree: @page's entries, @cursor the next
+                page's (None: the last page)."""
                 data = json.dumps(page).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
-                if start + hub.tree_page < len(entries):
+                if cursor is not None:
                     self.send_header("Link", '<%s%s?cursor=%d>; rel="next"'
-                                     % (hub.link_base or hub.endpoint, path,
-                                        start + hub.tree_page))
+                                     % (hub.link_base or hub.endpoint, path, cursor))
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 if body:

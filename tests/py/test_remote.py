@@ -527,6 +527,31 @@ def test_daemonized_mount_reads(served, cache):
             assert f.read() == oracle.tensor_bytes(objs["big.pt"]["w"])
 
 
+@pytest.mark.parametrize("made_up, pages, why", [
+    ((100001, False), 101, "lists more than 100000 names (or 32 MiB"),
+    ((40000, False, 1024), 33, "or 32 MiB of them), not a checkpoint"),
+    ((0, True), 10000, "the listing goes on past 10000 pages")],
+    ids=["names", "bytes", "pages"])
+def test_hub_listing_bounds(served, cache, made_up, pages, why):
+    """The hub's tree has the bounds of an S3 listing (FORMATS.md): more
+    than 100,000 names, more than 32 MiB of them (1,024-byte names) or
+    pages without end are refused with one line once the bound is
+    passed, no page asked for after it."""
+    n, _, _ = served
+    c1 = "e" * 40
+    os.makedirs(os.path.join(n.root, c1), exist_ok=True)
+    try:
+        with rs.HubStandIn(n, {"main": c1}) as hub:
+            hub.made_up = made_up
+            r = ptfs("ls", *o(cache), "hf://org/repo", env={"HF_ENDPOINT": hub.endpoint})
+            err = r.stderr.decode()
+            assert r.returncode == 1 and err.count("\n") == 1, err
+            assert "hf://org/repo" in err and why in err, err
+            assert len([p for p, _ in hub.seen if "/tree/" in p]) == pages
+    finally:
+        shutil.rmtree(os.path.join(n.root, c1))
+
+
 @needs_fuse
 def test_hub_cdn_url_expiry_goes_back_to_the_hub(served, cache):
     """A signed CDN URL that expires under a mount (403) is replaced by
