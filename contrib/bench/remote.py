@@ -266,7 +266,7 @@ def bench_read(ptfs, before, n, p, t, links, work, reps):
             for k, v in seq.items())), flush=True)
     # a second mount of the unchanged file
     cache = fresh(work, "again")
-    for again in (False, True):
+    for _ in range(2):          # the first fills the cache
         m = n.mark()
         with Mount(mount_argv(ptfs, cache, url, None), os.path.join(work, "mnt"),
                    foreground=True):
@@ -301,10 +301,11 @@ def report(r, a):
     each = "%.0f ms each way" % (a.delay * 1e3)
     where = {"http": "http, " + each, "http0": "http, 0 ms (nginx itself, no proxy)",
              "https": "https, " + each, "https0": "https, 0 ms (nginx itself, no relay)"}
-    for name, who, t, cpu, busy, tc, every, nb, machine in r["seq"]:
-        if "@" in name:
+    for name in [x[0] for x in r["seq"]] + [x[0] for x in r["mm"]]:
+        if "@" in name:         # PROTO@RATE: through a link
             proto, rate = name.split("@")
             where[name] = "%s, %s, link of %.2g Gbit/s" % (proto, each, float(rate) * 8e-9)
+    for name, who, t, cpu, busy, tc, every, nb, machine in r["seq"]:
         print("| sequential read, %.0f MiB tensor (mount), %s%s | %.2f s, %.0f MB/s "
               "(CPU %.2f s, engine thread %.2f s, machine %.0f%% busy; reps %s) "
               "| curl %.2f s, %.0f MB/s | %.2fx (target >= 0.9x) |" % (
@@ -312,9 +313,6 @@ def report(r, a):
                   t, mb(nb, t), cpu, busy, 100 * machine,
                   " ".join("%.2f" % x for x in every), tc, mb(nb, tc), tc / t))
     for name, t, tc in r["mm"]:
-        if "@" in name:
-            proto, rate = name.split("@")
-            where[name] = "%s, %s, link of %.2g Gbit/s" % (proto, each, float(rate) * 8e-9)
         print("| numpy.memmap pass, %.0f MiB tensor, %s | %.2f s, %.0f MB/s | curl %.2f s, "
               "%.0f MB/s | %.2fx (target >= 0.7x) |" % (
                   r["memmap_bytes"] / MiB, where[name], t, mb(r["memmap_bytes"], t),

@@ -343,12 +343,12 @@ class FaultProxy:
         if cut is None and hold and length > hold[0]:
             with self.lock:
                 self.held.append(first)
-            if not self._splice(up, c, body, hold[1], self.link):
+            if not self._splice(up, c, body, hold[1]):
                 return False
             self.gate.wait(60)
-            return self._splice(up, c, body[hold[1]:], length - hold[1], self.link)
+            return self._splice(up, c, body[hold[1]:], length - hold[1])
         if cut is None and hasattr(os, "splice"):
-            return self._splice(up, c, body, length, self.link)
+            return self._splice(up, c, body, length)
         sent = 0
         while sent < length:
             if not body:
@@ -367,13 +367,12 @@ class FaultProxy:
         return True
 
 
-    @staticmethod
-    def _splice(up, c, body, length, link):
+    def _splice(self, up, c, body, length):
         """Relay @length body bytes (@body already read) without copying
         them through Python: socket -> pipe -> socket (os.splice), at the
-        pace of @link."""
+        pace of the proxy's link."""
         if body:
-            link.take(min(len(body), length))
+            self.link.take(min(len(body), length))
             c.sendall(body[:length])
         left = length - min(len(body), length)
         r, w = os.pipe()
@@ -383,7 +382,7 @@ class FaultProxy:
                 if n == 0:
                     return False
                 left -= n
-                link.take(n)
+                self.link.take(n)
                 while n:
                     n -= os.splice(r, c.fileno(), n)
         finally:
